@@ -1,0 +1,190 @@
+//! Creating, listing and finding agents under a home directory.
+
+use std::fs;
+use std::path::PathBuf;
+
+use git2::Signature;
+use rand::RngCore;
+use time::OffsetDateTime;
+
+use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT};
+use crate::fsutil::atomic_write;
+use crate::memfs::compiler::iso_timestamp;
+use crate::memfs::repo::{self, RepoError};
+use crate::memfs::template::{INITIAL_COMMIT_MESSAGE, initial_files};
+use crate::paths::{AgentPaths, Home, PathsError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("an agent named {0:?} already exists")]
+    NameTaken(String),
+    #[error("agent names must be 1–100 characters without control characters")]
+    InvalidName,
+    #[error("no agent {0:?} (see `mini-letta agent list`)")]
+    NotFound(String),
+    #[error("no agents yet: create one with `mini-letta agent create NAME`")]
+    NoAgents,
+    #[error("several agents exist ({0}); choose one with -a")]
+    Ambiguous(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid agent record: {source}")]
+    BadRecord {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Paths(#[from] PathsError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error("cannot create the memory commit signature: {0}")]
+    Signature(git2::Error),
+}
+
+fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A random `agent-<uuid v4>` id.
+pub fn new_agent_id() -> String {
+    let mut b = [0u8; 16];
+    rand::rng().fill_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "agent-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The signature memory commits made on the agent's behalf carry.
+pub fn agent_signature(record: &AgentRecord) -> Result<Signature<'static>, StoreError> {
+    Signature::now(&record.name, &format!("{}@mini-letta.local", record.id))
+        .map_err(StoreError::Signature)
+}
+
+/// Create an agent: its directory, `agent.json`, and a memory repository with
+/// one initial commit. The directory is built under a temporary name and
+/// renamed into place, so a crash never leaves a half-made agent behind.
+pub fn create(home: &Home, name: &str, system: Option<String>) -> Result<AgentRecord, StoreError> {
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(StoreError::InvalidName);
+    }
+    if list(home)?.iter().any(|a| a.name == name) {
+        return Err(StoreError::NameTaken(name.to_string()));
+    }
+    let agents = home.agents_dir();
+    fs::create_dir_all(&agents).map_err(io(&agents))?;
+
+    let record = AgentRecord {
+        id: new_agent_id(),
+        name: name.to_string(),
+        description: None,
+        system: system.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
+        tags: Vec::new(),
+        model: DEFAULT_MODEL.to_string(),
+        model_settings: serde_json::Map::new(),
+        created_at: iso_timestamp(OffsetDateTime::now_utc()),
+    };
+    let final_paths = home.agent(&record.id)?;
+    let staging = home.agent_staging(&record.id)?;
+    match build_agent_dir(&staging, &record) {
+        Ok(()) => {
+            fs::rename(staging.dir(), final_paths.dir()).map_err(io(final_paths.dir()))?;
+            Ok(record)
+        }
+        Err(e) => {
+            let _ = fs::remove_dir_all(staging.dir());
+            Err(e)
+        }
+    }
+}
+
+fn build_agent_dir(paths: &AgentPaths, record: &AgentRecord) -> Result<(), StoreError> {
+    fs::create_dir_all(paths.dir()).map_err(io(paths.dir()))?;
+    let files = initial_files();
+    let seed: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+    let sig = agent_signature(record)?;
+    repo::create(
+        &paths.memory_dir(),
+        &paths.memory_git_dir(),
+        &seed,
+        &sig,
+        INITIAL_COMMIT_MESSAGE,
+    )?;
+    write_record(&paths.agent_json(), record)
+}
+
+fn write_record(path: &std::path::Path, record: &AgentRecord) -> Result<(), StoreError> {
+    let mut json = serde_json::to_vec_pretty(record).map_err(|source| StoreError::BadRecord {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    json.push(b'\n');
+    atomic_write(path, &json).map_err(io(path))
+}
+
+/// Every agent, oldest first (ties by name).
+pub fn list(home: &Home) -> Result<Vec<AgentRecord>, StoreError> {
+    let dir = home.agents_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(&dir)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(&dir))?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str() else { continue };
+        let Ok(paths) = home.agent(id) else { continue }; // staging dirs, stray files
+        if paths.agent_json().is_file() {
+            out.push(load(&paths)?);
+        }
+    }
+    out.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    Ok(out)
+}
+
+/// Read one agent's record.
+pub fn load(paths: &AgentPaths) -> Result<AgentRecord, StoreError> {
+    let path = paths.agent_json();
+    let bytes = fs::read(&path).map_err(io(&path))?;
+    serde_json::from_slice(&bytes).map_err(|source| StoreError::BadRecord { path, source })
+}
+
+/// Find an agent by id or name; with no selector, the only agent there is.
+pub fn find(home: &Home, selector: Option<&str>) -> Result<(AgentRecord, AgentPaths), StoreError> {
+    let agents = list(home)?;
+    let found = match selector {
+        Some(sel) => agents
+            .into_iter()
+            .find(|a| a.id == sel || a.name == sel)
+            .ok_or_else(|| StoreError::NotFound(sel.to_string()))?,
+        None => match agents.len() {
+            0 => return Err(StoreError::NoAgents),
+            1 => agents.into_iter().next().ok_or(StoreError::NoAgents)?,
+            _ => {
+                let names: Vec<_> = agents.iter().map(|a| a.name.as_str()).collect();
+                return Err(StoreError::Ambiguous(names.join(", ")));
+            }
+        },
+    };
+    let paths = home.agent(&found.id)?;
+    Ok((found, paths))
+}

@@ -1,0 +1,113 @@
+//! `mini-letta agent …`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{Cli, output};
+use crate::agent::store;
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Create an agent with a fresh memory repository (memfs-v2 layout).
+    Create {
+        /// A unique, human-readable name.
+        name: String,
+        /// Read the raw system prompt from this file (may contain {CORE_MEMORY}).
+        #[arg(long, value_name = "F")]
+        system_file: Option<PathBuf>,
+        /// Print the new agent's record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List agents, oldest first.
+    List {
+        /// Print {"agents": [...]} instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one agent's record and where its files are.
+    Show {
+        /// Agent id or name (default: the only agent).
+        agent: Option<String>,
+        /// Agent id or name (same as the positional argument).
+        #[arg(
+            short = 'a',
+            long = "agent",
+            value_name = "AGENT",
+            conflicts_with = "agent"
+        )]
+        agent_flag: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    match cmd {
+        AgentCommand::Create {
+            name,
+            system_file,
+            json,
+        } => {
+            let system =
+                match system_file {
+                    Some(f) => Some(std::fs::read_to_string(f).with_context(|| {
+                        format!("cannot read system prompt file {}", f.display())
+                    })?),
+                    None => None,
+                };
+            let record = store::create(&home, name, system)?;
+            if *json {
+                output::json(&record)?;
+            } else {
+                println!("created agent {} ({})", record.name, record.id);
+            }
+        }
+        AgentCommand::List { json } => {
+            let agents = store::list(&home)?;
+            if *json {
+                output::json(&json!({ "agents": agents }))?;
+            } else if agents.is_empty() {
+                println!("no agents (create one with `mini-letta agent create NAME`)");
+            } else {
+                for a in &agents {
+                    println!("{}  {}  {}  {}", a.id, a.name, a.model, a.created_at);
+                }
+            }
+        }
+        AgentCommand::Show {
+            agent,
+            agent_flag,
+            json,
+        } => {
+            let selector = agent.as_deref().or(agent_flag.as_deref());
+            let (record, paths) = store::find(&home, selector)?;
+            let memory_dir = paths.memory_dir();
+            if *json {
+                let mut value = serde_json::to_value(&record)?;
+                if let Some(obj) = value.as_object_mut() {
+                    obj.insert("dir".into(), json!(paths.dir()));
+                    obj.insert("memory_dir".into(), json!(memory_dir));
+                }
+                output::json(&value)?;
+            } else {
+                println!("id:         {}", record.id);
+                println!("name:       {}", record.name);
+                println!("model:      {}", record.model);
+                println!("created:    {}", record.created_at);
+                println!("directory:  {}", paths.dir().display());
+                println!("memory:     {}", memory_dir.display());
+                println!("system prompt ({} bytes):", record.system.len());
+                for line in record.system.lines() {
+                    println!("  {line}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,106 @@
+//! The command line: clap definitions (one file per command group) and
+//! dispatch into the library. Errors become one line on stderr.
+
+mod agent;
+mod memory;
+mod output;
+mod prompt;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::paths::Home;
+
+/// Stateful AI agents whose memory is a git repository of Markdown files.
+#[derive(Debug, Parser)]
+#[command(name = "mini-letta", version, about, long_about = None)]
+pub struct Cli {
+    /// Home directory holding agents, config and runtime files
+    /// [default: $MINI_LETTA_HOME, else ~/.mini-letta].
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG also works.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, list and inspect agents.
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
+    /// Read and compile an agent's memory repository.
+    #[command(subcommand)]
+    Memory(memory::MemoryCommand),
+    /// Print an agent's compiled system prompt.
+    Prompt(prompt::PromptArgs),
+}
+
+impl Cli {
+    fn home(&self) -> anyhow::Result<Home> {
+        Ok(Home::resolve(self.home.as_deref())?)
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = if verbose == 0 {
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+    } else {
+        EnvFilter::new(default)
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Parse the arguments, run the command, and turn errors into exit codes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mini-letta: error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, without repeating a cause that the
+/// message already contains.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
+fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Agent(cmd) => agent::run(cli, cmd),
+        Command::Memory(cmd) => memory::run(cli, cmd),
+        Command::Prompt(args) => prompt::run(cli, args),
+    }
+}

@@ -1,0 +1,8 @@
+//! mini-letta: stateful AI agents whose long-term memory is a git repository
+//! of Markdown files, run under a supervisor that confines every agent process.
+
+pub mod agent;
+pub mod cli;
+pub mod fsutil;
+pub mod memfs;
+pub mod paths;

@@ -1,0 +1,16 @@
+//! MemFS: an agent's long-term memory as a git repository of Markdown files.
+//!
+//! Everything that reads or writes the memory repository lives here: repository
+//! access through git2, frontmatter parsing, path roles, the system-prompt
+//! compiler and (in `validate`) the commit validator.
+
+pub mod collate;
+pub mod compiler;
+pub mod frontmatter;
+pub mod layout;
+pub mod pathrules;
+pub mod repo;
+pub mod snapshot;
+pub mod template;
+pub mod text;
+pub mod validate;

@@ -1,0 +1,190 @@
+//! Opening and creating memory repositories with git2.
+//!
+//! New repositories keep their git directory beside the working tree
+//! (`memory.git/` next to `memory/`), linked both ways with *relative* paths
+//! (`memory/.git` holds `gitdir: ../memory.git`, `core.worktree` is
+//! `../memory`), so a home directory can be moved or bind-mounted elsewhere
+//! (a sandbox view) and the repository still opens.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::{Repository, RepositoryInitOptions, RepositoryOpenFlags, Signature};
+
+/// Errors from opening, reading or creating a memory repository.
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("{0}: no such directory")]
+    MissingDir(PathBuf),
+    #[error("{0}: not a git repository")]
+    NotARepository(PathBuf),
+    #[error("{path}: cannot read git object {what}: {source}")]
+    UnreadableObject {
+        path: PathBuf,
+        what: String,
+        source: git2::Error,
+    },
+    #[error("{path}: {source}")]
+    Git { path: PathBuf, source: git2::Error },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: already exists")]
+    AlreadyExists(PathBuf),
+}
+
+impl RepoError {
+    pub(crate) fn git(path: &Path, source: git2::Error) -> Self {
+        Self::Git {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The branch every memory repository works on.
+pub const MAIN_BRANCH: &str = "main";
+
+/// Open the repository whose working tree (or git directory) is exactly `dir`.
+///
+/// No upward search: a memory directory that is not itself a repository must
+/// never silently resolve to an enclosing one.
+pub fn open(dir: &Path) -> Result<Repository, RepoError> {
+    if !dir.is_dir() {
+        return Err(RepoError::MissingDir(dir.to_path_buf()));
+    }
+    Repository::open_ext(
+        dir,
+        RepositoryOpenFlags::NO_SEARCH,
+        std::iter::empty::<&Path>(),
+    )
+    .map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => RepoError::NotARepository(dir.to_path_buf()),
+        _ => RepoError::git(dir, e),
+    })
+}
+
+/// Files to write into a fresh repository, as `(relative path, contents)`.
+pub type SeedFiles<'a> = &'a [(&'a str, &'a str)];
+
+/// Create a memory repository with its git directory at `git_dir` and working
+/// tree at `work_tree`, write `files`, and make one commit on `main`.
+pub fn create(
+    work_tree: &Path,
+    git_dir: &Path,
+    files: SeedFiles<'_>,
+    author: &Signature<'_>,
+    message: &str,
+) -> Result<Repository, RepoError> {
+    for p in [work_tree, git_dir] {
+        if p.exists() {
+            return Err(RepoError::AlreadyExists(p.to_path_buf()));
+        }
+    }
+    fs::create_dir_all(work_tree).map_err(|e| RepoError::io(work_tree, e))?;
+    let mut opts = RepositoryInitOptions::new();
+    opts.initial_head(MAIN_BRANCH)
+        .no_reinit(true)
+        // Without this libgit2 would put a `.git/` inside `git_dir`.
+        .no_dotgit_dir(true)
+        .external_template(false)
+        .workdir_path(work_tree);
+    let repo = Repository::init_opts(git_dir, &opts).map_err(|e| RepoError::git(git_dir, e))?;
+    link_relative(work_tree, git_dir)?;
+    // Reopen so the relative links are what the handle uses.
+    drop(repo);
+    let repo = open(work_tree)?;
+
+    for (rel, contents) in files {
+        let path = work_tree.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| RepoError::io(parent, e))?;
+        }
+        fs::write(&path, contents).map_err(|e| RepoError::io(&path, e))?;
+    }
+    {
+        let mut index = repo.index().map_err(|e| RepoError::git(git_dir, e))?;
+        for (rel, _) in files {
+            index
+                .add_path(Path::new(rel))
+                .map_err(|e| RepoError::git(git_dir, e))?;
+        }
+        index.write().map_err(|e| RepoError::git(git_dir, e))?;
+        let tree_id = index.write_tree().map_err(|e| RepoError::git(git_dir, e))?;
+        let tree = repo
+            .find_tree(tree_id)
+            .map_err(|e| RepoError::git(git_dir, e))?;
+        repo.commit(Some("HEAD"), author, author, message, &tree, &[])
+            .map_err(|e| RepoError::git(git_dir, e))?;
+    }
+    Ok(repo)
+}
+
+/// Point `work_tree/.git` at `git_dir` and `core.worktree` back, relatively.
+fn link_relative(work_tree: &Path, git_dir: &Path) -> Result<(), RepoError> {
+    let to_git = relative_path(work_tree, git_dir);
+    let to_tree = relative_path(git_dir, work_tree);
+    let dotgit = work_tree.join(".git");
+    fs::write(&dotgit, format!("gitdir: {}\n", to_git.display()))
+        .map_err(|e| RepoError::io(&dotgit, e))?;
+    let mut cfg =
+        git2::Config::open(&git_dir.join("config")).map_err(|e| RepoError::git(git_dir, e))?;
+    cfg.set_str("core.worktree", &to_tree.to_string_lossy())
+        .map_err(|e| RepoError::git(git_dir, e))?;
+    Ok(())
+}
+
+/// `to` relative to the directory `from` (both absolute or both relative to
+/// the same base; we only ever link siblings).
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to_c: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to_c).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..from.len() {
+        out.push("..");
+    }
+    for c in &to_c[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_links_between_siblings() {
+        assert_eq!(
+            relative_path(Path::new("/a/x/memory"), Path::new("/a/x/memory.git")),
+            PathBuf::from("../memory.git")
+        );
+        assert_eq!(
+            relative_path(Path::new("/a/x/memory.git"), Path::new("/a/x/memory")),
+            PathBuf::from("../memory")
+        );
+    }
+
+    #[test]
+    fn open_refuses_non_repositories() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            open(dir.path()),
+            Err(RepoError::NotARepository(_))
+        ));
+        assert!(matches!(
+            open(&dir.path().join("nope")),
+            Err(RepoError::MissingDir(_))
+        ));
+    }
+}

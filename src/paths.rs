@@ -1,0 +1,224 @@
+//! The on-disk layout. This module alone knows where things live under the
+//! home directory; everything else asks it for paths.
+//!
+//! ```text
+//! <home>/config.toml
+//! <home>/run/supervisor.sock, supervisor.pid
+//! <home>/agents/<agent-id>/agent.json
+//!                          memory/          working tree (its `.git` is a gitdir pointer)
+//!                          memory.git/      the git directory, beside the working tree
+//!                          memory-worktrees/
+//!                          conversations/<conv-id>/
+//!                          reflections/payloads/
+//!                          reflection.lock
+//! <home>/remote/
+//! ```
+//!
+//! The git directory sits beside the working tree, not inside it, so a sandbox
+//! can mount it read-only while the working tree stays writable (landlock cannot
+//! take write access away from a subdirectory of a writable directory).
+
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the home directory.
+pub const HOME_ENV: &str = "MINI_LETTA_HOME";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PathsError {
+    #[error("cannot find a home directory: set {HOME_ENV} or pass --home")]
+    NoHome,
+    #[error("invalid agent id {0:?}: ids are letters, digits, '-' and '_' only")]
+    InvalidAgentId(String),
+    #[error("invalid conversation id {0:?}: ids are letters, digits, '-' and '_' only")]
+    InvalidConversationId(String),
+}
+
+/// The mini-letta home directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// `--home` wins, then `$MINI_LETTA_HOME`, then `~/.mini-letta`.
+    pub fn resolve(explicit: Option<&Path>) -> Result<Self, PathsError> {
+        if let Some(p) = explicit {
+            return Ok(Self::at(p));
+        }
+        if let Some(p) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+            return Ok(Self::at(Path::new(&p)));
+        }
+        let user_home = std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .ok_or(PathsError::NoHome)?;
+        Ok(Self::at(&Path::new(&user_home).join(".mini-letta")))
+    }
+
+    /// A home rooted at `root` (made absolute against the current directory).
+    pub fn at(root: &Path) -> Self {
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        Self { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run")
+    }
+
+    pub fn supervisor_socket(&self) -> PathBuf {
+        self.run_dir().join("supervisor.sock")
+    }
+
+    pub fn supervisor_pid_file(&self) -> PathBuf {
+        self.run_dir().join("supervisor.pid")
+    }
+
+    pub fn agents_dir(&self) -> PathBuf {
+        self.root.join("agents")
+    }
+
+    pub fn remote_dir(&self) -> PathBuf {
+        self.root.join("remote")
+    }
+
+    /// Paths of one agent. The id is checked so that it can never name a
+    /// directory outside `agents/`.
+    pub fn agent(&self, id: &str) -> Result<AgentPaths, PathsError> {
+        if !is_valid_agent_id(id) {
+            return Err(PathsError::InvalidAgentId(id.to_string()));
+        }
+        Ok(AgentPaths {
+            dir: self.agents_dir().join(id),
+        })
+    }
+}
+
+impl Home {
+    /// Where a new agent is assembled before it is renamed to its final
+    /// directory. The leading `.` is outside the id alphabet, so listings
+    /// never mistake it for an agent.
+    pub fn agent_staging(&self, id: &str) -> Result<AgentPaths, PathsError> {
+        self.agent(id)?; // validates the id
+        Ok(AgentPaths {
+            dir: self.agents_dir().join(format!(".creating-{id}")),
+        })
+    }
+}
+
+/// Agent ids name directories, so they are restricted to a safe alphabet.
+pub fn is_valid_agent_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Paths inside one agent's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentPaths {
+    dir: PathBuf,
+}
+
+/// Name of the memory working tree inside the agent directory.
+pub const MEMORY_DIR_NAME: &str = "memory";
+/// Name of the memory git directory inside the agent directory.
+pub const MEMORY_GIT_DIR_NAME: &str = "memory.git";
+
+impl AgentPaths {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn agent_json(&self) -> PathBuf {
+        self.dir.join("agent.json")
+    }
+
+    pub fn memory_dir(&self) -> PathBuf {
+        self.dir.join(MEMORY_DIR_NAME)
+    }
+
+    pub fn memory_git_dir(&self) -> PathBuf {
+        self.dir.join(MEMORY_GIT_DIR_NAME)
+    }
+
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.dir.join("memory-worktrees")
+    }
+
+    pub fn conversations_dir(&self) -> PathBuf {
+        self.dir.join("conversations")
+    }
+
+    /// Paths of one conversation of this agent.
+    pub fn conversation(&self, id: &str) -> Result<ConversationPaths, PathsError> {
+        if !is_valid_agent_id(id) {
+            return Err(PathsError::InvalidConversationId(id.to_string()));
+        }
+        Ok(ConversationPaths {
+            dir: self.conversations_dir().join(id),
+        })
+    }
+
+    pub fn reflection_payloads_dir(&self) -> PathBuf {
+        self.dir.join("reflections").join("payloads")
+    }
+
+    pub fn reflection_lock(&self) -> PathBuf {
+        self.dir.join("reflection.lock")
+    }
+}
+
+/// Paths inside one conversation's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationPaths {
+    dir: PathBuf,
+}
+
+impl ConversationPaths {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn messages_jsonl(&self) -> PathBuf {
+        self.dir.join("messages.jsonl")
+    }
+
+    pub fn context_json(&self) -> PathBuf {
+        self.dir.join("context.json")
+    }
+
+    pub fn system_prompt_json(&self) -> PathBuf {
+        self.dir.join("system-prompt.json")
+    }
+
+    pub fn pending_reminders_json(&self) -> PathBuf {
+        self.dir.join("pending-reminders.json")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_ids_cannot_escape() {
+        let home = Home::at(Path::new("/h"));
+        assert!(home.agent("../x").is_err());
+        assert!(home.agent("a/b").is_err());
+        assert!(home.agent("").is_err());
+        assert!(home.agent(".").is_err());
+        let a = home.agent("agent-1_x").ok();
+        assert_eq!(
+            a.map(|a| a.memory_git_dir()),
+            Some(PathBuf::from("/h/agents/agent-1_x/memory.git"))
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! Helpers shared by the integration tests: real git repositories built with
+//! git2 in temporary directories, and the built binary.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use git2::{IndexAddOption, Repository, Signature};
+
+/// A repository in a temporary directory.
+pub struct TestRepo {
+    pub dir: tempfile::TempDir,
+    pub repo: Repository,
+}
+
+impl TestRepo {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.initial_head("main");
+        let repo = Repository::init_opts(dir.path(), &opts).unwrap();
+        Self { dir, repo }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Write a file into the working tree (creating directories).
+    pub fn write(&self, rel: &str, contents: impl AsRef<[u8]>) -> &Self {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, contents).unwrap();
+        self
+    }
+
+    pub fn remove(&self, rel: &str) -> &Self {
+        std::fs::remove_file(self.dir.path().join(rel)).unwrap();
+        self
+    }
+
+    /// Stage the whole working tree (additions, changes, deletions).
+    pub fn stage_all(&self) {
+        let mut index = self.repo.index().unwrap();
+        index
+            .add_all(["*"], IndexAddOption::DEFAULT | IndexAddOption::FORCE, None)
+            .unwrap();
+        index.update_all(["*"], None).unwrap();
+        index.write().unwrap();
+    }
+
+    /// Stage only `rel`.
+    pub fn stage(&self, rel: &str) {
+        let mut index = self.repo.index().unwrap();
+        index.add_path(Path::new(rel)).unwrap();
+        index.write().unwrap();
+    }
+
+    /// Stage everything and commit; returns the commit id.
+    pub fn commit_all(&self, message: &str) -> git2::Oid {
+        self.stage_all();
+        let mut index = self.repo.index().unwrap();
+        let tree_id = index.write_tree().unwrap();
+        let tree = self.repo.find_tree(tree_id).unwrap();
+        let sig = Signature::now("Test", "test@example.com").unwrap();
+        let parent = self.repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        self.repo
+            .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
+            .unwrap()
+    }
+
+    /// Write `files` and commit them.
+    pub fn with_files(files: &[(&str, &str)]) -> Self {
+        let r = Self::new();
+        for (p, c) in files {
+            r.write(p, c);
+        }
+        r.commit_all("test");
+        r
+    }
+}
+
+/// The `mini-letta` binary built for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mini-letta"))
+}
+
+/// Run the binary with `args` under `home`.
+pub fn run(home: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
