@@ -2,7 +2,10 @@
 //! of Markdown files, run under a supervisor that confines every agent process.
 
 pub mod agent;
+pub mod child;
 pub mod cli;
 pub mod fsutil;
 pub mod memfs;
 pub mod paths;
+pub mod protocol;
+pub mod supervisor;

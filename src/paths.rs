@@ -204,6 +204,50 @@ impl ConversationPaths {
     }
 }
 
+/// Files mini-letta keeps inside a memory repository's (common) git
+/// directory. The git directory may belong to an agent or be any repository
+/// given with `--memory-dir`, so these hang off the git directory itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryGitDir {
+    dir: PathBuf,
+}
+
+/// Name of the layout-policy file in the git directory.
+pub const LAYOUT_POLICY_FILE_NAME: &str = "mini-letta-memory-layout-policy";
+/// Name of the writers' lock file in the git directory.
+pub const WRITE_LOCK_FILE_NAME: &str = "mini-letta-memory.lock";
+
+impl MemoryGitDir {
+    /// The (common) git directory of a memory repository.
+    pub fn new(git_dir: &Path) -> Self {
+        Self {
+            dir: git_dir.to_path_buf(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.dir.join("hooks")
+    }
+
+    pub fn pre_commit_hook(&self) -> PathBuf {
+        self.hooks_dir().join("pre-commit")
+    }
+
+    /// One line: `root-marker`, `legacy-only` or `shared-memory`.
+    pub fn layout_policy_file(&self) -> PathBuf {
+        self.dir.join(LAYOUT_POLICY_FILE_NAME)
+    }
+
+    /// `flock`ed by every writer around index and commit updates.
+    pub fn write_lock_file(&self) -> PathBuf {
+        self.dir.join(WRITE_LOCK_FILE_NAME)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

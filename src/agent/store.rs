@@ -10,8 +10,10 @@ use time::OffsetDateTime;
 use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
+use crate::memfs::hook::{self, HookError};
 use crate::memfs::repo::{self, RepoError};
 use crate::memfs::template::{INITIAL_COMMIT_MESSAGE, initial_files};
+use crate::memfs::validate::Policy;
 use crate::paths::{AgentPaths, Home, PathsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +42,8 @@ pub enum StoreError {
     Paths(#[from] PathsError),
     #[error(transparent)]
     Repo(#[from] RepoError),
+    #[error(transparent)]
+    Hook(#[from] HookError),
     #[error("cannot create the memory commit signature: {0}")]
     Signature(git2::Error),
 }
@@ -123,6 +127,15 @@ fn build_agent_dir(paths: &AgentPaths, record: &AgentRecord) -> Result<(), Store
         &sig,
         INITIAL_COMMIT_MESSAGE,
     )?;
+    // The layout is memfs-v2 for the repository's whole life, and a person's
+    // `git commit` in `memory/` must pass the same validator as ours. The
+    // hook only names the mini-letta binary; other programs linking the
+    // library leave it to the first CLI write to install.
+    let git_dir = paths.memory_git_dir();
+    hook::write_layout_policy(&git_dir, Policy::RootMarker)?;
+    if let Some(bin) = hook::self_binary() {
+        hook::install(&git_dir, &bin)?;
+    }
     write_record(&paths.agent_json(), record)
 }
 

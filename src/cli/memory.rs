@@ -12,9 +12,16 @@ use time::format_description::well_known::Rfc3339;
 
 use super::{Cli, output};
 use crate::agent::store;
+use crate::memfs::commit::{CommitOptions, CommitOutcome};
 use crate::memfs::compiler::{CORE_MEMORY_VARIABLE, CompileOptions, compile_dir};
+use crate::memfs::hook::{self, EnsureMode};
 use crate::memfs::layout::{MemoryFormat, role_of};
+use crate::memfs::ops::{self, OpError, Writer};
 use crate::memfs::snapshot::read_head;
+use crate::memfs::validate::{
+    TreeSnapshot, ValidateError, ValidateOptions, audit_revision,
+    constraints_update_approved_from_env, validate,
+};
 use crate::memfs::{pathrules, repo};
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +48,137 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Validate the staged tree (default) or a revision with the MemFS
+    /// validator; exit 0 when valid, 1 with the validator's block on stderr
+    /// when not, 2 when the repository cannot be read. This is what the
+    /// pre-commit hook runs. MINI_LETTA_CONSTRAINTS_UPDATE=1 approves a
+    /// change to .memfs.config.json.
+    Validate(ValidateArgs),
+    /// Create a memory file with `name` (from the file name) and
+    /// `description` frontmatter, and commit it.
+    Create {
+        #[command(flatten)]
+        target: AgentArg,
+        /// Repository-relative path ending in .md, e.g. projects/notes.md.
+        path: String,
+        /// One-line description (frontmatter `description`).
+        #[arg(long, value_name = "D", allow_hyphen_values = true)]
+        description: String,
+        /// Text below the frontmatter.
+        #[arg(long, value_name = "B", default_value = "", allow_hyphen_values = true)]
+        body: String,
+    },
+    /// Replace the first occurrence of --old in a file's body with --new and
+    /// commit; an empty --new deletes every body line containing --old.
+    Replace {
+        #[command(flatten)]
+        target: AgentArg,
+        path: String,
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        old: String,
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        new: String,
+    },
+    /// Insert text into a file's body (before body line N, or at the end) and commit.
+    Insert {
+        #[command(flatten)]
+        target: AgentArg,
+        path: String,
+        #[arg(long, value_name = "T", allow_hyphen_values = true)]
+        text: String,
+        /// 1-based body line to insert before [default: append].
+        #[arg(long, value_name = "N")]
+        line: Option<usize>,
+    },
+    /// Delete a file and commit.
+    Delete {
+        #[command(flatten)]
+        target: AgentArg,
+        path: String,
+    },
+    /// Move a file and commit both paths.
+    Rename {
+        #[command(flatten)]
+        target: AgentArg,
+        from: String,
+        to: String,
+    },
+    /// Set a file's frontmatter `description` and commit.
+    SetDescription {
+        #[command(flatten)]
+        target: AgentArg,
+        path: String,
+        #[arg(long, value_name = "D", allow_hyphen_values = true)]
+        description: String,
+    },
+    /// Commit edits already made in the working tree to exactly these paths
+    /// (added, modified or deleted; directories included), as `git commit --
+    /// PATHS`: nothing else that is staged rides along.
+    Commit {
+        #[command(flatten)]
+        target: AgentArg,
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short = 'm', long = "message", value_name = "MSG")]
+        message: String,
+    },
+    /// HEAD's history, newest first, optionally only commits touching PATH.
+    Log {
+        #[command(flatten)]
+        target: AgentArg,
+        path: Option<String>,
+        /// At most N commits.
+        #[arg(short = 'n', long = "max-count", value_name = "N")]
+        max_count: Option<usize>,
+        /// Print {"entries": [{id, parents, author, email, time, summary, message}]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unified diff of the working tree (untracked files included) against
+    /// REV [default: HEAD].
+    Diff {
+        #[command(flatten)]
+        target: AgentArg,
+        rev: Option<String>,
+        /// Print {"revision", "files": [{path, status}], "patch"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Test and benchmark helper (hidden): commit PATH COUNT times from one
+    /// process through the validated-commit library, optionally attempting
+    /// an invalid write every K iterations (which must be refused), and print
+    /// {"committed", "rejected", "millis"}. Used by the two-process
+    /// concurrency test and benches/commit.rs.
+    #[command(hide = true)]
+    CommitLoop {
+        #[command(flatten)]
+        target: AgentArg,
+        #[arg(long, value_name = "PATH")]
+        path: String,
+        #[arg(long, value_name = "N")]
+        count: usize,
+        #[arg(long, value_name = "K")]
+        reject_every: Option<usize>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The memory repository's working tree (default: the agent's).
+    #[arg(long, value_name = "DIR", conflicts_with = "agent")]
+    memory_dir: Option<PathBuf>,
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    /// Validate the staged index ($GIT_INDEX_FILE when set) against HEAD (the default).
+    #[arg(long, conflicts_with = "rev")]
+    staged: bool,
+    /// Audit a committed revision against its own config instead.
+    #[arg(long, value_name = "REV")]
+    rev: Option<String>,
+    /// Print {"ok", "mode", "policy", "block", "violations": [{path, message, rule}]}.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -91,7 +229,271 @@ pub fn run(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
         MemoryCommand::Compile(args) => compile(cli, args),
         MemoryCommand::Show { target, path } => show(cli, target, path),
         MemoryCommand::Tree { target, json } => tree(cli, target, *json),
+        MemoryCommand::Validate(args) => Ok(validate_cmd(cli, args)),
+        MemoryCommand::Create {
+            target,
+            path,
+            description,
+            body,
+        } => write_op(cli, target, "create", |w| w.create(path, description, body)),
+        MemoryCommand::Replace {
+            target,
+            path,
+            old,
+            new,
+        } => write_op(cli, target, "replace", |w| w.replace(path, old, new)),
+        MemoryCommand::Insert {
+            target,
+            path,
+            text,
+            line,
+        } => write_op(cli, target, "insert", |w| w.insert(path, text, *line)),
+        MemoryCommand::Delete { target, path } => {
+            write_op(cli, target, "delete", |w| w.delete(path))
+        }
+        MemoryCommand::Rename { target, from, to } => {
+            write_op(cli, target, "rename", |w| w.rename(from, to))
+        }
+        MemoryCommand::SetDescription {
+            target,
+            path,
+            description,
+        } => write_op(cli, target, "set-description", |w| {
+            w.set_description(path, description)
+        }),
+        MemoryCommand::Commit {
+            target,
+            paths,
+            message,
+        } => write_op(cli, target, "commit", |w| w.commit(paths, message)),
+        MemoryCommand::Log {
+            target,
+            path,
+            max_count,
+            json,
+        } => log(cli, target, path.as_deref(), *max_count, *json),
+        MemoryCommand::Diff { target, rev, json } => diff(cli, target, rev.as_deref(), *json),
+        MemoryCommand::CommitLoop {
+            target,
+            path,
+            count,
+            reject_every,
+        } => commit_loop(cli, target, path, *count, *reject_every),
     }
+}
+
+/// Exit code of `memory validate` when the repository cannot be judged.
+const EXIT_CANNOT_VALIDATE: u8 = 2;
+
+fn validate_cmd(cli: &Cli, args: &ValidateArgs) -> ExitCode {
+    match validate_inner(cli, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mini-letta: error: {}", super::one_line(&e));
+            ExitCode::from(EXIT_CANNOT_VALIDATE)
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ViolationJson<'a> {
+    path: Option<&'a str>,
+    message: &'a str,
+    rule: &'static str,
+}
+
+fn validate_inner(cli: &Cli, args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let memory_dir = match &args.memory_dir {
+        Some(d) => d.clone(),
+        None => store::find(&cli.home()?, args.agent.as_deref())?
+            .1
+            .memory_dir(),
+    };
+    let repo = repo::open(&memory_dir)?;
+    let git_dir = hook::common_git_dir(&repo).to_path_buf();
+    // Keep an installed hook of ours pointing at this binary; never plant
+    // one in a repository that has none.
+    if let Some(bin) = hook::self_binary()
+        && let Err(e) = hook::ensure(&git_dir, &bin, EnsureMode::RefreshOnly)
+    {
+        tracing::warn!("{e}");
+    }
+    let opts = ValidateOptions::new(hook::read_layout_policy(&git_dir))
+        .with_approval(constraints_update_approved_from_env());
+    let (mode, report, block) = match &args.rev {
+        Some(rev) => {
+            let report = audit_revision(&repo, rev, &opts).map_err(validate_error)?;
+            let block = report.render_audit();
+            ("rev", report, block)
+        }
+        None => {
+            // Git runs the hook with GIT_INDEX_FILE naming the index to
+            // commit (a temporary one for `git commit -- paths` or `-a`).
+            let index = match std::env::var_os("GIT_INDEX_FILE").filter(|v| !v.is_empty()) {
+                Some(f) => git2::Index::open(std::path::Path::new(&f))
+                    .with_context(|| format!("cannot read the index {}", f.to_string_lossy()))?,
+                None => repo.index().context("cannot read the index")?,
+            };
+            let candidate = TreeSnapshot::from_index(&index).map_err(validate_error)?;
+            let head = TreeSnapshot::from_head(&repo).map_err(validate_error)?;
+            let report =
+                validate(&repo, &candidate, head.as_ref(), &opts).map_err(validate_error)?;
+            let block = report.render_block();
+            ("staged", report, block)
+        }
+    };
+    if args.json {
+        let violations: Vec<ViolationJson<'_>> = report
+            .violations
+            .iter()
+            .map(|v| ViolationJson {
+                path: v.path.as_deref(),
+                message: &v.message,
+                rule: v.rule.as_str(),
+            })
+            .collect();
+        output::json(&serde_json::json!({
+            "ok": report.is_ok(),
+            "mode": mode,
+            "policy": report.policy.as_str(),
+            "block": block,
+            "violations": violations,
+        }))?;
+    } else if !report.is_ok() {
+        eprint!("{block}");
+    }
+    Ok(if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn validate_error(e: ValidateError) -> anyhow::Error {
+    anyhow::anyhow!("{}", e.render().trim_end())
+}
+
+/// The agent's writer: its repository, its signature, policy and approval
+/// from the repository and environment, and the hook kept current.
+fn writer(cli: &Cli, target: &AgentArg) -> anyhow::Result<Writer> {
+    let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    let repo = repo::open(&paths.memory_dir())?;
+    let author = store::agent_signature(&record)?;
+    let opts = CommitOptions::from_env(&repo);
+    Ok(Writer::new(repo, author, opts)?)
+}
+
+/// Run one write operation; a refusal prints the validator's block.
+fn write_op(
+    cli: &Cli,
+    target: &AgentArg,
+    op: &str,
+    f: impl FnOnce(&Writer) -> Result<CommitOutcome, OpError>,
+) -> anyhow::Result<ExitCode> {
+    let w = writer(cli, target)?;
+    match f(&w) {
+        Ok(outcome) => {
+            match outcome.commit {
+                Some(id) => println!("committed {id} ({})", outcome.changed.join(", ")),
+                None => println!("nothing to commit: no changes"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => match e.report() {
+            Some(report) => {
+                eprint!("{}", report.render_block());
+                eprintln!(
+                    "mini-letta: error: memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
+                );
+                Ok(ExitCode::FAILURE)
+            }
+            // Messages that already name the operation get no prefix.
+            None if e.to_string().starts_with("memory ") => Err(e.into()),
+            None => Err(anyhow::Error::new(e).context(format!("memory {op}"))),
+        },
+    }
+}
+
+fn log(
+    cli: &Cli,
+    target: &AgentArg,
+    path: Option<&str>,
+    max_count: Option<usize>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    let path = path.map(pathrules::check_relative).transpose()?;
+    let repo = repo::open(&paths.memory_dir())?;
+    let entries = ops::log(&repo, path.as_deref(), max_count)?;
+    if json {
+        output::json(&serde_json::json!({ "entries": entries }))?;
+    } else {
+        for e in &entries {
+            println!(
+                "{} {} {} {}",
+                e.id.get(..10).unwrap_or(&e.id),
+                e.time,
+                e.author,
+                e.summary
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn diff(cli: &Cli, target: &AgentArg, rev: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    let repo = repo::open(&paths.memory_dir())?;
+    let d = ops::diff(&repo, rev)?;
+    if json {
+        output::json(&d)?;
+    } else {
+        output::raw(d.patch.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn commit_loop(
+    cli: &Cli,
+    target: &AgentArg,
+    path: &str,
+    count: usize,
+    reject_every: Option<usize>,
+) -> anyhow::Result<ExitCode> {
+    let w = writer(cli, target)?;
+    let full = w.work_tree().join(pathrules::check_relative(path)?);
+    let name = crate::memfs::template::name_from_label(path);
+    let pid = std::process::id();
+    let paths = [path.to_string()];
+    let (mut committed, mut rejected) = (0usize, 0usize);
+    let start = std::time::Instant::now();
+    for i in 0..count {
+        if reject_every.is_some_and(|k| k > 0 && i % k == 0) {
+            std::fs::write(&full, format!("no frontmatter, iteration {i}\n"))?;
+            match w.commit(&paths, &format!("memory commit-loop: {path} invalid #{i}")) {
+                Err(e) if e.report().is_some() => rejected += 1,
+                Err(e) => return Err(e.into()),
+                Ok(_) => bail!("{path}: an invalid write was committed at iteration {i}"),
+            }
+        }
+        std::fs::write(
+            &full,
+            format!(
+                "---\nname: {name}\ndescription: Stress file.\n---\niteration {i} of process {pid}\n"
+            ),
+        )?;
+        let outcome = w.commit(&paths, &format!("memory commit-loop: {path} #{i}"))?;
+        if outcome.commit.is_none() {
+            bail!("{path}: iteration {i} changed nothing");
+        }
+        committed += 1;
+    }
+    output::json(&serde_json::json!({
+        "committed": committed,
+        "rejected": rejected,
+        "millis": start.elapsed().as_secs_f64() * 1000.0,
+    }))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {

@@ -2,9 +2,12 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
+mod channel;
 mod memory;
 mod output;
 mod prompt;
+mod sandbox;
+mod supervisor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +43,29 @@ enum Command {
     Memory(memory::MemoryCommand),
     /// Print an agent's compiled system prompt.
     Prompt(prompt::PromptArgs),
+    /// Start, stop and inspect the home's supervisor.
+    #[command(subcommand)]
+    Supervisor(supervisor::SupervisorCommand),
+    /// List the supervisor's children (agent, role, pid, uptime, state).
+    Ps {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run commands confined as an agent's child would be.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
+    /// Talk to the supervisor from inside a child (uses MINI_LETTA_CHANNEL_FD).
+    #[command(subcommand)]
+    Channel(channel::ChannelCommand),
+    /// The supervisor-side entry of every child (internal).
+    #[command(name = "__child", hide = true)]
+    Child {
+        role: String,
+        #[arg(long)]
+        agent: String,
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
 }
 
 impl Cli {
@@ -102,5 +128,14 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(cmd) => agent::run(cli, cmd),
         Command::Memory(cmd) => memory::run(cli, cmd),
         Command::Prompt(args) => prompt::run(cli, args),
+        Command::Supervisor(cmd) => supervisor::run(cli, cmd),
+        Command::Ps { json } => supervisor::ps(cli, *json),
+        Command::Sandbox(cmd) => sandbox::run(cli, cmd),
+        Command::Channel(cmd) => channel::run(cmd),
+        Command::Child { role, agent, argv } => {
+            let err = crate::child::run(role, agent, argv);
+            eprintln!("mini-letta: child stage failed: {err}");
+            Ok(ExitCode::from(crate::child::STAGE_FAILURE as u8))
+        }
     }
 }

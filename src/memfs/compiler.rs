@@ -9,8 +9,10 @@
 //! * **memfs-v1** renders as letta-code does: `<self>`, the `system/` tree, an
 //!   `<external_projection>` listing, and a `<memory_metadata>` block.
 //!
-//! Only HEAD is read, through git2; v2 reads root files and first-level
-//! indexes only, so its cost does not grow with the number of on-demand files.
+//! Only HEAD is read, through git2, and only the blobs whose contents are
+//! rendered: v2 reads root files and first-level indexes, v1 reads `system/`
+//! files and lists the rest by path. Compile cost therefore does not grow
+//! with the size of on-demand files (v1 still walks every tree to list them).
 //!
 //! Where letta-code has a bug we do the right thing instead (each is pinned by
 //! a test):
@@ -179,7 +181,20 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
     } else {
         let mut files = Vec::new();
         for entry in head.all_blobs()?.iter().filter(|e| e.path.ends_with(".md")) {
-            files.push(read_file(&head, entry)?);
+            // Only `system/` files are rendered with their contents; the rest
+            // appear in the external listing by path alone, so they are not
+            // read (letta-code reads every file, which makes v1 cost grow
+            // with the number of on-demand files).
+            if entry.path.starts_with("system/") {
+                files.push(read_file(&head, entry)?);
+            } else {
+                files.push(MemoryFile {
+                    label: label_of(&entry.path).to_string(),
+                    path: entry.path.clone(),
+                    value: String::new(),
+                    description: String::new(),
+                });
+            }
         }
         sort_by_locale(&mut files, |f| &f.label);
         Ok(Projection {
@@ -353,26 +368,44 @@ fn render_system_node<'a>(
     }
 }
 
-/// A node of the external listing: `None` is a file, `Some` a directory.
-type ExternalDir = Vec<(String, Option<ExternalDirBox>)>;
-struct ExternalDirBox(ExternalDir);
+/// A directory of the external listing. Entries keep insertion order (as a
+/// JS `Map` does); `index` finds a name without a linear scan, which matters
+/// for repositories with thousands of files.
+#[derive(Default)]
+struct ExternalDir {
+    entries: Vec<(String, Option<ExternalDir>)>,
+    index: std::collections::HashMap<String, usize>,
+}
 
-fn set_entry(dir: &mut ExternalDir, name: &str, value: Option<ExternalDirBox>) -> usize {
-    // Like a JS `Map.set`: an existing key keeps its position.
-    match dir.iter().position(|(n, _)| n == name) {
-        Some(p) => {
-            dir[p].1 = value;
-            p
+impl ExternalDir {
+    /// `Map.set`: an existing key keeps its position, its value is replaced.
+    fn set(&mut self, name: &str, value: Option<ExternalDir>) -> usize {
+        match self.index.get(name) {
+            Some(&p) => {
+                self.entries[p].1 = value;
+                p
+            }
+            None => {
+                self.entries.push((name.to_string(), value));
+                self.index.insert(name.to_string(), self.entries.len() - 1);
+                self.entries.len() - 1
+            }
         }
-        None => {
-            dir.push((name.to_string(), value));
-            dir.len() - 1
-        }
+    }
+
+    /// The subdirectory `name`, created (replacing a file of that name) if
+    /// it is not a directory yet.
+    fn subdir(&mut self, name: &str) -> &mut ExternalDir {
+        let pos = match self.index.get(name) {
+            Some(&p) if self.entries[p].1.is_some() => p,
+            _ => self.set(name, Some(ExternalDir::default())),
+        };
+        self.entries[pos].1.get_or_insert_with(ExternalDir::default)
     }
 }
 
 fn render_external_tree(files: &[&MemoryFile]) -> String {
-    let mut root: ExternalDir = Vec::new();
+    let mut root = ExternalDir::default();
     for file in files {
         let parts: Vec<&str> = file.path.split('/').filter(|p| !p.is_empty()).collect();
         let Some((leaf, dirs)) = parts.split_last() else {
@@ -380,17 +413,9 @@ fn render_external_tree(files: &[&MemoryFile]) -> String {
         };
         let mut node = &mut root;
         for part in dirs {
-            let existing = node.iter().position(|(n, v)| n == part && v.is_some());
-            let pos = match existing {
-                Some(p) => p,
-                None => set_entry(node, part, Some(ExternalDirBox(Vec::new()))),
-            };
-            node = match &mut node[pos].1 {
-                Some(ExternalDirBox(d)) => d,
-                None => unreachable!("a directory entry was just set"),
-            };
+            node = node.subdir(part);
         }
-        set_entry(node, leaf, None);
+        node.set(leaf, None);
     }
     let mut lines = vec![
         "<external_projection>".to_string(),
@@ -402,6 +427,7 @@ fn render_external_tree(files: &[&MemoryFile]) -> String {
 }
 
 fn render_external_dir(dir: &mut ExternalDir, prefix: &str, lines: &mut Vec<String>) {
+    let dir = &mut dir.entries;
     dir.sort_by(|(a, av), (b, bv)| match (av.is_some(), bv.is_some()) {
         (true, false) => std::cmp::Ordering::Less,
         (false, true) => std::cmp::Ordering::Greater,
@@ -412,7 +438,7 @@ fn render_external_dir(dir: &mut ExternalDir, prefix: &str, lines: &mut Vec<Stri
         let last = i + 1 == count;
         let connector = if last { "└── " } else { "├── " };
         match child {
-            Some(ExternalDirBox(sub)) => {
+            Some(sub) => {
                 lines.push(format!("{prefix}{connector}{name}/"));
                 let next = format!("{prefix}{}", if last { "    " } else { "│   " });
                 render_external_dir(sub, &next, lines);

@@ -5,9 +5,13 @@
 //! compiler and (in `validate`) the commit validator.
 
 pub mod collate;
+pub mod commit;
 pub mod compiler;
 pub mod frontmatter;
+pub mod hook;
 pub mod layout;
+pub mod lock;
+pub mod ops;
 pub mod pathrules;
 pub mod repo;
 pub mod snapshot;

@@ -103,3 +103,90 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A background supervisor on a fresh home with one agent per name given;
+/// stopped (and killed if need be) on drop.
+pub struct Daemon {
+    pub home: tempfile::TempDir,
+    pub agents: Vec<String>,
+}
+
+impl Daemon {
+    pub fn start(agent_names: &[&str]) -> Self {
+        Self::start_with_env(agent_names, &[])
+    }
+
+    pub fn start_with_env(agent_names: &[&str], env: &[(&str, &str)]) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let mut agents = Vec::new();
+        for name in agent_names {
+            let o = run(home.path(), &["agent", "create", name, "--json"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            agents.push(v["id"].as_str().unwrap().to_string());
+        }
+        let mut cmd = Command::new(bin());
+        cmd.args(["supervisor", "start"])
+            .env("MINI_LETTA_HOME", home.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        Self { home, agents }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.home.path()
+    }
+
+    pub fn mini_home(&self) -> mini_letta::paths::Home {
+        mini_letta::paths::Home::at(self.home.path())
+    }
+
+    pub fn client(&self) -> mini_letta::supervisor::client::Client {
+        mini_letta::supervisor::connect(&self.mini_home()).unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.client().server_pid
+    }
+
+    pub fn memory_dir(&self, agent: usize) -> PathBuf {
+        self.home
+            .path()
+            .join("agents")
+            .join(&self.agents[agent])
+            .join("memory")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = run(self.home.path(), &["supervisor", "stop", "--timeout", "5"]);
+    }
+}
+
+/// Whether `pid` is gone (or a zombie nobody reaped yet).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .map(|r| r.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+    }
+}
+
+/// Poll `cond` for up to `secs` seconds.
+pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}

@@ -1,0 +1,148 @@
+//! `mini-letta supervisor …` and `mini-letta ps`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{Cli, output};
+use crate::protocol::Call;
+use crate::supervisor::client::ClientError;
+use crate::supervisor::{self, Started};
+
+#[derive(Debug, Subcommand)]
+pub enum SupervisorCommand {
+    /// Start the home's supervisor in the background (returns once its
+    /// control socket answers). Idempotent: reports a running one.
+    Start {
+        /// Run in this process, in the foreground, until stopped.
+        #[arg(long)]
+        foreground: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the supervisor: children are asked to finish, then killed;
+    /// in-flight commits complete. Forced after the timeout.
+    Stop {
+        /// Seconds to wait before escalating to signals.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether a supervisor runs, and its pid, uptime and children
+    /// (exit status 3 when none runs).
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    match cmd {
+        SupervisorCommand::Start {
+            foreground: true, ..
+        } => {
+            supervisor::run_foreground(&home)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        SupervisorCommand::Start {
+            foreground: false,
+            json,
+        } => {
+            let started = supervisor::start_daemon(&home, Duration::from_secs(15))?;
+            let (pid, already) = match started {
+                Started::New(p) => (p, false),
+                Started::AlreadyRunning(p) => (p, true),
+            };
+            if *json {
+                output::json(&json!({ "running": true, "pid": pid, "already_running": already }))?;
+            } else if already {
+                println!("supervisor already running (pid {pid})");
+            } else {
+                println!("supervisor started (pid {pid})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SupervisorCommand::Stop { timeout, json } => {
+            let stopped = supervisor::stop(&home, Duration::from_secs(*timeout))?;
+            if *json {
+                output::json(&json!({ "stopped": stopped.is_some(), "pid": stopped }))?;
+            } else {
+                match stopped {
+                    Some(pid) => println!("supervisor stopped (pid {pid})"),
+                    None => println!("supervisor is not running"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SupervisorCommand::Status { json } => match supervisor::connect(&home) {
+            // Refused (e.g. wrong uid) or broken: that is an error, not "not running".
+            Err(e @ ClientError::Remote(_)) => Err(e.into()),
+            Ok(mut c) => {
+                let status = c.call(Call::Status {})?;
+                if *json {
+                    output::json(&status)?;
+                } else {
+                    println!(
+                        "supervisor running (pid {}, up {} s, {} children) for {}",
+                        status["pid"],
+                        status["uptime_ms"].as_u64().unwrap_or(0) / 1000,
+                        status["children"],
+                        home.root().display()
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(_) => {
+                if *json {
+                    output::json(&json!({ "running": false, "home": home.root() }))?;
+                } else {
+                    println!("supervisor is not running for {}", home.root().display());
+                }
+                Ok(ExitCode::from(3))
+            }
+        },
+    }
+}
+
+/// `mini-letta ps`: the running supervisor's children.
+pub fn ps(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (children, running) = match supervisor::connect(&home) {
+        Ok(mut c) => (c.call(Call::Ps {})?["children"].clone(), true),
+        Err(e @ ClientError::Remote(_)) => return Err(e.into()),
+        Err(_) => (Value::Array(Vec::new()), false),
+    };
+    if json {
+        output::json(&json!({ "supervisor_running": running, "children": children }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !running {
+        println!("supervisor is not running; no children");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>5}  {:<44}  {:<13}  {:>7}  {:>9}  STATE",
+        "ID", "AGENT", "ROLE", "PID", "UPTIME"
+    );
+    for c in children.as_array().into_iter().flatten() {
+        let state = match c["state"].as_str().unwrap_or("?") {
+            "exited" => format!("exited {}", c["code"]),
+            "killed" => format!("killed by signal {}", c["signal"]),
+            s => s.to_string(),
+        };
+        println!(
+            "{:>5}  {:<44}  {:<13}  {:>7}  {:>8}s  {}",
+            c["id"].as_u64().unwrap_or(0),
+            c["agent"].as_str().unwrap_or(""),
+            c["role"].as_str().unwrap_or(""),
+            c["pid"].as_u64().unwrap_or(0),
+            c["uptime_ms"].as_u64().unwrap_or(0) / 1000,
+            state
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,540 @@
+//! Memory operations: the edits an agent (or a person through the CLI) makes
+//! to its memory, each ending in one validated commit whose message names the
+//! operation (`memory create: projects/x.md`).
+//!
+//! Every operation checks its paths before touching the working tree, then
+//! writes, then commits through [`commit_paths`]. If the commit is refused
+//! (or fails in any other way) the working tree is put back exactly as it
+//! was — the file rewritten with its old bytes and mode, a created file and
+//! the directories made for it removed, a rename undone — so a refused write
+//! never loses anything; the error carries the validator's block.
+//!
+//! The text operations follow letta-code's `memory` tool: they edit the body
+//! below the frontmatter, `replace` changes the first occurrence, and (book
+//! chapter 1) an empty replacement deletes every body line containing the
+//! old text.
+
+mod history;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::{Repository, Signature};
+
+pub use history::{DiffFile, DiffOutput, LogEntry, diff, log};
+
+use super::commit::{
+    CommitError, CommitOptions, CommitOutcome, check_case_collision, check_path, commit_paths,
+};
+use super::template::name_from_label;
+use super::validate::{Report, TreeSnapshot};
+use crate::fsutil::atomic_write;
+
+/// Why an operation did nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// Path rules, validator refusal, lock or git failures of the commit.
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("memory create: block already exists at {0}")]
+    AlreadyExists(String),
+    #[error("memory rename: destination already exists at {0}")]
+    DestinationExists(String),
+    #[error("{0}: no such memory file")]
+    NotFound(String),
+    #[error("{0}: not a regular file")]
+    NotAFile(String),
+    #[error("{0}: memory files are Markdown; the path must end in .md")]
+    NotMarkdown(String),
+    #[error("{0}: the file is not valid UTF-8 text; fix it by hand and use `memory commit`")]
+    NotUtf8(String),
+    #[error("{0}: the file has no closed frontmatter block")]
+    NoFrontmatter(String),
+    #[error("{0}: cannot derive a name from this path")]
+    NoName(String),
+    #[error("memory {op}: '{field}' must be a non-empty string")]
+    Empty {
+        op: &'static str,
+        field: &'static str,
+    },
+    #[error("memory replace: old text was not found in the target memory file {0}")]
+    TextNotFound(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The commit failed and putting the working tree back failed too.
+    #[error("{source} (and restoring {path} failed: {restore})")]
+    RestoreFailed {
+        path: PathBuf,
+        source: Box<OpError>,
+        restore: std::io::Error,
+    },
+}
+
+impl OpError {
+    /// The validator's report when the commit was refused.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            OpError::Commit(c) => c.report(),
+            OpError::RestoreFailed { source, .. } => source.report(),
+            _ => None,
+        }
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpError + '_ {
+    move |source| OpError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Commits on behalf of one author into one memory repository.
+pub struct Writer {
+    repo: Repository,
+    work_tree: PathBuf,
+    author: Signature<'static>,
+    opts: CommitOptions,
+}
+
+/// What to do to the working tree if the commit does not happen.
+enum Undo {
+    /// Remove a file we created, then the directories we created (deepest
+    /// first, only while empty).
+    Remove { file: PathBuf, dirs: Vec<PathBuf> },
+    /// Put old bytes and permissions back.
+    Rewrite {
+        file: PathBuf,
+        bytes: Vec<u8>,
+        perms: fs::Permissions,
+    },
+    /// Move a renamed file back.
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        dirs: Vec<PathBuf>,
+    },
+}
+
+impl Undo {
+    fn run(self) -> Result<(), (PathBuf, std::io::Error)> {
+        match self {
+            Undo::Remove { file, dirs } => {
+                match fs::remove_file(&file) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err((file, e)),
+                }
+                remove_dirs(&dirs);
+                Ok(())
+            }
+            Undo::Rewrite { file, bytes, perms } => {
+                atomic_write(&file, &bytes).map_err(|e| (file.clone(), e))?;
+                fs::set_permissions(&file, perms).map_err(|e| (file, e))
+            }
+            Undo::Rename { from, to, dirs } => {
+                fs::rename(&to, &from).map_err(|e| (from, e))?;
+                remove_dirs(&dirs);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn remove_dirs(dirs: &[PathBuf]) {
+    for d in dirs.iter().rev() {
+        // Only empty directories go; anything else is someone's file.
+        let _ = fs::remove_dir(d);
+    }
+}
+
+/// Create the missing ancestors of `file`, returning them outermost first.
+fn make_parents(file: &Path) -> Result<Vec<PathBuf>, OpError> {
+    let mut missing = Vec::new();
+    let mut p = file.parent();
+    while let Some(dir) = p {
+        if fs::symlink_metadata(dir).is_ok() {
+            break;
+        }
+        missing.push(dir.to_path_buf());
+        p = dir.parent();
+    }
+    missing.reverse();
+    for d in &missing {
+        if let Err(e) = fs::create_dir(d) {
+            remove_dirs(&missing);
+            return Err(io(d)(e));
+        }
+    }
+    Ok(missing)
+}
+
+/// One-line, trimmed description (newlines become spaces, as letta-code).
+fn one_line(text: &str) -> String {
+    text.replace("\r\n", " ")
+        .replace(['\n', '\r'], " ")
+        .trim()
+        .to_string()
+}
+
+/// `(frontmatter including its closing line, body)`; a file without a closed
+/// `---` block is all body.
+fn split_frontmatter(text: &str) -> (&str, &str) {
+    if let Some(rest) = text.strip_prefix("---\n") {
+        let mut offset = 4;
+        for line in rest.split_inclusive('\n') {
+            offset += line.len();
+            if line == "---\n" || line == "---" {
+                return text.split_at(offset);
+            }
+        }
+    }
+    ("", text)
+}
+
+impl Writer {
+    /// A writer for `repo` (which must have a working tree).
+    pub fn new(
+        repo: Repository,
+        author: Signature<'static>,
+        opts: CommitOptions,
+    ) -> Result<Self, OpError> {
+        let work_tree = repo
+            .workdir()
+            .ok_or_else(|| CommitError::Bare(repo.path().to_path_buf()))?
+            .to_path_buf();
+        Ok(Writer {
+            repo,
+            work_tree,
+            author,
+            opts,
+        })
+    }
+
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    pub fn work_tree(&self) -> &Path {
+        &self.work_tree
+    }
+
+    /// Commit edits already made in the working tree (files, deletions or
+    /// whole directories); nothing is written or restored.
+    pub fn commit(&self, paths: &[String], message: &str) -> Result<CommitOutcome, OpError> {
+        Ok(commit_paths(
+            &self.repo,
+            paths,
+            message,
+            &self.author,
+            &self.opts,
+        )?)
+    }
+
+    /// Commit `paths`, undoing the working-tree change when that fails.
+    fn commit_or_undo(
+        &self,
+        paths: &[String],
+        message: &str,
+        undo: Undo,
+    ) -> Result<CommitOutcome, OpError> {
+        match self.commit(paths, message) {
+            Ok(o) => Ok(o),
+            Err(e) => match undo.run() {
+                Ok(()) => Err(e),
+                Err((path, restore)) => Err(OpError::RestoreFailed {
+                    path,
+                    source: Box::new(e),
+                    restore,
+                }),
+            },
+        }
+    }
+
+    /// Paths of `HEAD` and of the on-disk index, for collision checks.
+    fn known_paths(&self) -> Result<Vec<String>, OpError> {
+        let mut out: Vec<String> = TreeSnapshot::from_head(&self.repo)
+            .map_err(CommitError::from)?
+            .map(|s| s.iter().map(|(p, _)| p.to_string()).collect())
+            .unwrap_or_default();
+        if let Ok(index) = self.repo.index() {
+            out.extend(index.iter().filter_map(|e| String::from_utf8(e.path).ok()));
+        }
+        Ok(out)
+    }
+
+    /// A path that must not exist yet: rules, absence, case collisions.
+    fn check_new(&self, path: &str, exists: fn(String) -> OpError) -> Result<String, OpError> {
+        let path = check_path(&self.work_tree, path)?;
+        if fs::symlink_metadata(self.work_tree.join(&path)).is_ok() {
+            return Err(exists(path));
+        }
+        let known = self.known_paths()?;
+        check_case_collision(
+            known.iter().map(String::as_str),
+            std::slice::from_ref(&path),
+        )?;
+        Ok(path)
+    }
+
+    /// An existing regular file: `(path, full path, bytes, permissions)`.
+    fn existing(&self, path: &str) -> Result<(String, PathBuf, Vec<u8>, fs::Permissions), OpError> {
+        let path = check_path(&self.work_tree, path)?;
+        let full = self.work_tree.join(&path);
+        let meta = match fs::symlink_metadata(&full) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OpError::NotFound(path));
+            }
+            Err(e) => return Err(io(&full)(e)),
+        };
+        if !meta.is_file() {
+            return Err(OpError::NotAFile(path));
+        }
+        let bytes = fs::read(&full).map_err(io(&full))?;
+        Ok((path, full, bytes, meta.permissions()))
+    }
+
+    /// Rewrite an existing text file through `edit`, commit, or restore.
+    fn edit_text(
+        &self,
+        op: &str,
+        path: &str,
+        edit: impl FnOnce(&str, &str) -> Result<String, OpError>,
+    ) -> Result<CommitOutcome, OpError> {
+        let (path, full, bytes, perms) = self.existing(path)?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| OpError::NotUtf8(path.clone()))?;
+        let new_text = edit(&path, text)?;
+        atomic_write(&full, new_text.as_bytes()).map_err(io(&full))?;
+        let undo = Undo::Rewrite {
+            file: full.clone(),
+            bytes,
+            perms: perms.clone(),
+        };
+        if let Err(e) = fs::set_permissions(&full, perms) {
+            let _ = undo.run();
+            return Err(io(&full)(e));
+        }
+        self.commit_or_undo(
+            std::slice::from_ref(&path),
+            &format!("memory {op}: {path}"),
+            undo,
+        )
+    }
+
+    /// Create a memory file: frontmatter with the name derived from the file
+    /// name (`project_conventions.md` → `Project Conventions`) and
+    /// `description`, then `body` (given a final newline). A `MEMORY.md`
+    /// index gets no frontmatter: a heading, the description, the body.
+    pub fn create(
+        &self,
+        path: &str,
+        description: &str,
+        body: &str,
+    ) -> Result<CommitOutcome, OpError> {
+        let description = one_line(description);
+        if description.is_empty() {
+            return Err(OpError::Empty {
+                op: "create",
+                field: "description",
+            });
+        }
+        let path = self.check_new(path, OpError::AlreadyExists)?;
+        if !path.ends_with(".md") {
+            return Err(OpError::NotMarkdown(path));
+        }
+        let mut body = body.to_string();
+        if !body.is_empty() && !body.ends_with('\n') {
+            body.push('\n');
+        }
+        let (dir, file) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+        let content = if file == "MEMORY.md" {
+            let title = if dir.is_empty() {
+                "Memory".to_string()
+            } else {
+                name_from_label(dir)
+            };
+            let sep = if body.is_empty() { "" } else { "\n" };
+            format!("# {title}\n\n{description}\n{sep}{body}")
+        } else {
+            let name = name_from_label(&path);
+            if name.is_empty() {
+                return Err(OpError::NoName(path));
+            }
+            format!("---\nname: {name}\ndescription: {description}\n---\n{body}")
+        };
+        let full = self.work_tree.join(&path);
+        let dirs = make_parents(&full)?;
+        let undo = Undo::Remove {
+            file: full.clone(),
+            dirs,
+        };
+        if let Err(e) = fs::write(&full, content) {
+            let _ = undo.run();
+            return Err(io(&full)(e));
+        }
+        self.commit_or_undo(
+            std::slice::from_ref(&path),
+            &format!("memory create: {path}"),
+            undo,
+        )
+    }
+
+    /// Replace the first occurrence of `old` in the body with `new`; an
+    /// empty `new` deletes every body line containing `old` (chapter 1).
+    pub fn replace(&self, path: &str, old: &str, new: &str) -> Result<CommitOutcome, OpError> {
+        if old.is_empty() {
+            return Err(OpError::Empty {
+                op: "replace",
+                field: "old",
+            });
+        }
+        self.edit_text("replace", path, |path, text| {
+            let (front, body) = split_frontmatter(text);
+            if !body.contains(old) {
+                return Err(OpError::TextNotFound(path.to_string()));
+            }
+            let body = if new.is_empty() {
+                body.split('\n')
+                    .filter(|l| !l.contains(old))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            } else {
+                body.replacen(old, new, 1)
+            };
+            Ok(format!("{front}{body}"))
+        })
+    }
+
+    /// Insert `text` into the body before body line `line` (1-based, clamped
+    /// as letta-code does), or append it as new lines at the end.
+    pub fn insert(
+        &self,
+        path: &str,
+        text: &str,
+        line: Option<usize>,
+    ) -> Result<CommitOutcome, OpError> {
+        if text.is_empty() {
+            return Err(OpError::Empty {
+                op: "insert",
+                field: "text",
+            });
+        }
+        self.edit_text("insert", path, |_, content| {
+            let (front, body) = split_frontmatter(content);
+            let body = match line {
+                Some(n) => {
+                    let mut lines: Vec<&str> = if body.is_empty() {
+                        Vec::new()
+                    } else {
+                        body.split('\n').collect()
+                    };
+                    let at = n.saturating_sub(1).min(lines.len());
+                    lines.splice(at..at, text.split('\n'));
+                    lines.join("\n")
+                }
+                None => {
+                    let mut b = body.to_string();
+                    if !b.is_empty() && !b.ends_with('\n') {
+                        b.push('\n');
+                    }
+                    b.push_str(text);
+                    if !text.ends_with('\n') {
+                        b.push('\n');
+                    }
+                    b
+                }
+            };
+            Ok(format!("{front}{body}"))
+        })
+    }
+
+    /// Set the `description` frontmatter field.
+    pub fn set_description(&self, path: &str, description: &str) -> Result<CommitOutcome, OpError> {
+        let description = one_line(description);
+        if description.is_empty() {
+            return Err(OpError::Empty {
+                op: "set-description",
+                field: "description",
+            });
+        }
+        self.edit_text("set-description", path, |path, text| {
+            let (front, body) = split_frontmatter(text);
+            if front.is_empty() {
+                return Err(OpError::NoFrontmatter(path.to_string()));
+            }
+            let line = format!("description: {description}");
+            let mut lines: Vec<String> = front.lines().map(str::to_string).collect();
+            match lines
+                .iter()
+                .position(|l| l.split(':').next().map(str::trim) == Some("description"))
+            {
+                Some(i) => lines[i] = line,
+                // Before the closing `---`.
+                None => lines.insert(lines.len().saturating_sub(1), line),
+            }
+            Ok(format!("{}\n{body}", lines.join("\n")))
+        })
+    }
+
+    /// Delete a file.
+    pub fn delete(&self, path: &str) -> Result<CommitOutcome, OpError> {
+        let (path, full, bytes, perms) = self.existing(path)?;
+        fs::remove_file(&full).map_err(io(&full))?;
+        let undo = Undo::Rewrite {
+            file: full,
+            bytes,
+            perms,
+        };
+        self.commit_or_undo(
+            std::slice::from_ref(&path),
+            &format!("memory delete: {path}"),
+            undo,
+        )
+    }
+
+    /// Move a file to a new path (creating directories as needed).
+    pub fn rename(&self, from: &str, to: &str) -> Result<CommitOutcome, OpError> {
+        let (from, from_full, _, _) = self.existing(from)?;
+        let to = self.check_new(to, OpError::DestinationExists)?;
+        let to_full = self.work_tree.join(&to);
+        let dirs = make_parents(&to_full)?;
+        if let Err(e) = fs::rename(&from_full, &to_full) {
+            remove_dirs(&dirs);
+            return Err(io(&to_full)(e));
+        }
+        let undo = Undo::Rename {
+            from: from_full,
+            to: to_full,
+            dirs,
+        };
+        self.commit_or_undo(
+            &[from.clone(), to.clone()],
+            &format!("memory rename: {from} -> {to}"),
+            undo,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_split() {
+        assert_eq!(
+            split_frontmatter("---\nname: A\n---\nbody\n"),
+            ("---\nname: A\n---\n", "body\n")
+        );
+        assert_eq!(split_frontmatter("---\nname: A\n"), ("", "---\nname: A\n"));
+        assert_eq!(split_frontmatter("# Memory\n"), ("", "# Memory\n"));
+        assert_eq!(split_frontmatter("---\nx: y\n---"), ("---\nx: y\n---", ""));
+    }
+
+    #[test]
+    fn descriptions_are_one_line() {
+        assert_eq!(one_line(" a\r\nb\nc "), "a b c");
+    }
+}

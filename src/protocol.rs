@@ -1,0 +1,450 @@
+//! The wire protocol between the supervisor and its peers (CLIs on the control
+//! socket, children on their socketpair channel). See `docs/protocol.md`.
+//!
+//! Newline-delimited JSON, one frame per line. Client → supervisor frames are
+//! [`ClientFrame`]; supervisor → client frames are [`ServerFrame`]. A peer
+//! opens with `hello` carrying [`PROTOCOL_VERSION`]; requests carry an `id`
+//! that the response echoes; events carry none. Decoding never panics: a bad
+//! frame becomes a [`FrameError`] that the supervisor answers with an `error`
+//! frame, and the connection keeps working.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version carried in every `hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest accepted frame, newline excluded. Larger lines are skipped whole
+/// and answered with a `frame_too_large` error.
+pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Who is speaking, as said in `hello`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerKind {
+    Cli,
+    Child,
+}
+
+/// A frame sent to the supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientFrame {
+    Hello {
+        version: u32,
+        peer: PeerKind,
+    },
+    Request {
+        id: u64,
+        #[serde(flatten)]
+        call: Call,
+    },
+}
+
+/// What a request asks for. Tagged by `method`, arguments in `params`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", content = "params")]
+pub enum Call {
+    /// No-op round trip.
+    #[serde(rename = "ping")]
+    Ping {},
+    /// Supervisor facts (pid, uptime, home, children).
+    #[serde(rename = "supervisor.status")]
+    Status {},
+    /// Graceful stop: children asked to finish, then killed.
+    #[serde(rename = "supervisor.stop")]
+    Stop {},
+    /// The child table.
+    #[serde(rename = "ps")]
+    Ps {},
+    /// Start a child for an agent. With `stdio: "passed"` the request's
+    /// frame carries three file descriptors (stdin, stdout, stderr) as
+    /// `SCM_RIGHTS` ancillary data.
+    #[serde(rename = "child.spawn")]
+    Spawn(SpawnParams),
+    /// Send a signal to a child (default SIGTERM).
+    #[serde(rename = "child.kill")]
+    Kill {
+        child: u64,
+        #[serde(default)]
+        signal: Option<i32>,
+    },
+    /// Receive `child.*` events on this connection.
+    #[serde(rename = "events.subscribe")]
+    Subscribe {},
+    /// Validated commit of paths in the caller's memory checkout.
+    #[serde(rename = "memory.commit")]
+    MemoryCommit {
+        paths: Vec<String>,
+        message: String,
+        /// Must be the caller's own agent when given.
+        #[serde(default)]
+        agent: Option<String>,
+    },
+    /// HEAD revision and uncommitted paths of the caller's memory checkout.
+    #[serde(rename = "memory.status")]
+    MemoryStatus {
+        #[serde(default)]
+        agent: Option<String>,
+    },
+    /// A model request; answered by `model.delta` events then a response.
+    #[serde(rename = "model.complete")]
+    ModelComplete { request: Value },
+    /// A log line from a child, re-emitted through the supervisor's tracing.
+    #[serde(rename = "log")]
+    Log { level: LogLevel, message: String },
+}
+
+/// Log levels a child may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// How a child's standard streams are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StdioMode {
+    /// `/dev/null` in, output to the supervisor's log.
+    #[default]
+    Null,
+    /// The three descriptors sent with the request.
+    Passed,
+}
+
+/// Parameters of `child.spawn`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpawnParams {
+    pub agent: String,
+    pub role: String,
+    /// Program and arguments run inside the child.
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub stdio: StdioMode,
+    /// Working directory: the agent's directory when absent.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Isolation level requested (`strict`, `degraded`, `off`).
+    #[serde(default)]
+    pub isolation: Option<String>,
+}
+
+/// A frame sent by the supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    Hello {
+        version: u32,
+        server: String,
+        pid: u32,
+    },
+    Response {
+        id: u64,
+        #[serde(flatten)]
+        outcome: Outcome,
+    },
+    Event {
+        event: String,
+        data: Value,
+    },
+    /// A frame that could not be handled; `id` when the request had one.
+    Error {
+        id: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+/// A response's result or error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Result(Value),
+    Error(ErrorBody),
+}
+
+/// The error of a failed request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Extra structured detail (e.g. validator violations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// Machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidFrame,
+    FrameTooLarge,
+    UnknownMethod,
+    InvalidParams,
+    VersionMismatch,
+    HelloRequired,
+    Forbidden,
+    NotFound,
+    ValidationFailed,
+    Unavailable,
+    NotImplemented,
+    Internal,
+}
+
+/// Why a line could not be decoded into a [`ClientFrame`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FrameError {
+    pub id: Option<u64>,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl FrameError {
+    fn new(id: Option<u64>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            id,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The `error` frame that answers this failure.
+    pub fn to_frame(&self) -> ServerFrame {
+        ServerFrame::Error {
+            id: self.id,
+            code: self.code,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// Method names the supervisor understands.
+pub const METHODS: &[&str] = &[
+    "ping",
+    "supervisor.status",
+    "supervisor.stop",
+    "ps",
+    "child.spawn",
+    "child.kill",
+    "events.subscribe",
+    "memory.commit",
+    "memory.status",
+    "model.complete",
+    "log",
+];
+
+/// Decode one line (without its newline) into a client frame, telling apart
+/// invalid JSON, a malformed frame, an unknown method and bad parameters.
+pub fn decode_client(line: &[u8]) -> Result<ClientFrame, FrameError> {
+    let value: Value = serde_json::from_slice(line)
+        .map_err(|e| FrameError::new(None, ErrorCode::InvalidJson, format!("invalid JSON: {e}")))?;
+    let Some(obj) = value.as_object() else {
+        return Err(FrameError::new(
+            None,
+            ErrorCode::InvalidFrame,
+            "a frame must be a JSON object",
+        ));
+    };
+    let id = obj.get("id").and_then(Value::as_u64);
+    match obj.get("type").and_then(Value::as_str) {
+        Some("hello") => serde_json::from_value(value.clone()).map_err(|e| {
+            FrameError::new(
+                None,
+                ErrorCode::InvalidFrame,
+                format!("invalid hello frame: {e}"),
+            )
+        }),
+        Some("request") => {
+            let Some(id) = id else {
+                return Err(FrameError::new(
+                    None,
+                    ErrorCode::InvalidFrame,
+                    "a request needs a non-negative integer \"id\"",
+                ));
+            };
+            let method = obj.get("method").and_then(Value::as_str).unwrap_or("");
+            if !METHODS.contains(&method) {
+                return Err(FrameError::new(
+                    Some(id),
+                    ErrorCode::UnknownMethod,
+                    format!("unknown method {method:?}"),
+                ));
+            }
+            // A missing `params` means "no arguments".
+            let mut value = value.clone();
+            if let Some(o) = value.as_object_mut() {
+                o.entry("params")
+                    .or_insert_with(|| Value::Object(Default::default()));
+            }
+            serde_json::from_value(value).map_err(|e| {
+                FrameError::new(
+                    Some(id),
+                    ErrorCode::InvalidParams,
+                    format!("invalid params for {method}: {e}"),
+                )
+            })
+        }
+        Some(other) => Err(FrameError::new(
+            id,
+            ErrorCode::InvalidFrame,
+            format!("unknown frame type {other:?}"),
+        )),
+        None => Err(FrameError::new(
+            id,
+            ErrorCode::InvalidFrame,
+            "a frame needs a string \"type\"",
+        )),
+    }
+}
+
+/// Encode a frame as one line, newline included.
+pub fn encode<T: Serialize>(frame: &T) -> Vec<u8> {
+    // Serialising these plain data types cannot fail; fall back to an error
+    // frame's text rather than panic if it ever did.
+    let mut line = serde_json::to_vec(frame).unwrap_or_else(|e| {
+        format!("{{\"type\":\"error\",\"id\":null,\"code\":\"internal\",\"message\":\"encode failed: {e}\"}}")
+            .into_bytes()
+    });
+    line.push(b'\n');
+    line
+}
+
+/// Splits a byte stream into lines, enforcing [`MAX_FRAME_BYTES`]: an
+/// over-long line is dropped up to its newline and reported once.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    discarding: bool,
+}
+
+/// One item out of a [`LineSplitter`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Frame(Vec<u8>),
+    TooLarge,
+}
+
+impl LineSplitter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed bytes; returns the complete lines found.
+    pub fn push(&mut self, mut bytes: &[u8]) -> Vec<Line> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            match bytes.iter().position(|&b| b == b'\n') {
+                Some(nl) => {
+                    let (head, rest) = bytes.split_at(nl);
+                    bytes = &rest[1..];
+                    if self.discarding {
+                        self.discarding = false;
+                        self.buf.clear();
+                        continue;
+                    }
+                    if self.buf.len() + head.len() > MAX_FRAME_BYTES {
+                        self.buf.clear();
+                        out.push(Line::TooLarge);
+                        continue;
+                    }
+                    self.buf.extend_from_slice(head);
+                    let line = std::mem::take(&mut self.buf);
+                    // Blank lines (keep-alives, stray CRLF) are not frames.
+                    if !line.iter().all(|b| b.is_ascii_whitespace()) {
+                        out.push(Line::Frame(line));
+                    }
+                }
+                None => {
+                    if !self.discarding {
+                        if self.buf.len() + bytes.len() > MAX_FRAME_BYTES {
+                            self.buf.clear();
+                            self.discarding = true;
+                            out.push(Line::TooLarge);
+                        } else {
+                            self.buf.extend_from_slice(bytes);
+                        }
+                    }
+                    bytes = &[];
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trip() {
+        let f = ClientFrame::Request {
+            id: 7,
+            call: Call::MemoryCommit {
+                paths: vec!["human.md".into()],
+                message: "m".into(),
+                agent: None,
+            },
+        };
+        let line = encode(&f);
+        let text = String::from_utf8(line.clone()).unwrap();
+        assert!(text.contains("\"method\":\"memory.commit\""), "{text}");
+        assert_eq!(decode_client(line.strip_suffix(b"\n").unwrap()).unwrap(), f);
+    }
+
+    #[test]
+    fn missing_params_means_none() {
+        let f = decode_client(br#"{"type":"request","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(
+            f,
+            ClientFrame::Request {
+                id: 1,
+                call: Call::Ping {}
+            }
+        );
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        let code = |l: &[u8]| decode_client(l).unwrap_err().code;
+        assert_eq!(code(b"{nope"), ErrorCode::InvalidJson);
+        assert_eq!(code(b"[1]"), ErrorCode::InvalidFrame);
+        assert_eq!(
+            code(br#"{"type":"request","method":"ping"}"#),
+            ErrorCode::InvalidFrame
+        );
+        assert_eq!(
+            code(br#"{"type":"request","id":3,"method":"rm -rf"}"#),
+            ErrorCode::UnknownMethod
+        );
+        let e = decode_client(
+            br#"{"type":"request","id":3,"method":"memory.commit","params":{"paths":1}}"#,
+        )
+        .unwrap_err();
+        assert_eq!((e.id, e.code), (Some(3), ErrorCode::InvalidParams));
+    }
+
+    #[test]
+    fn splitter_handles_partial_and_oversized_lines() {
+        let mut s = LineSplitter::new();
+        assert!(s.push(b"{\"a\":").is_empty());
+        assert_eq!(
+            s.push(b"1}\n\n{}\n"),
+            vec![
+                Line::Frame(b"{\"a\":1}".to_vec()),
+                Line::Frame(b"{}".to_vec())
+            ]
+        );
+        let big = vec![b'x'; MAX_FRAME_BYTES + 1];
+        assert_eq!(s.push(&big), vec![Line::TooLarge]);
+        assert!(s.push(b"more junk").is_empty());
+        assert_eq!(s.push(b"tail\n{}\n"), vec![Line::Frame(b"{}".to_vec())]);
+    }
+}

@@ -1,0 +1,354 @@
+//! The child table and the launch pipeline.
+//!
+//! Every agent-side process is started here, as this same binary in its
+//! hidden `__child ROLE` entry, with:
+//! * one end of a `socketpair` as descriptor 3 — its only channel; identity is
+//!   the connection, so a child can never speak for another agent;
+//! * an allow-listed environment (no API keys, no `MINI_LETTA_*` switches);
+//! * every other descriptor closed, a new session, `PR_SET_PDEATHSIG`
+//!   (SIGKILL) so it dies with the supervisor;
+//! * a reaper that turns its exit into a `child.exit` event.
+//!
+//! Forks happen on one long-lived launcher thread: the parent-death signal
+//! fires when the *thread* that forked exits, so forking from a short-lived
+//! worker thread would kill children at random.
+//!
+//! Confinement layers (namespaces, landlock, seccomp) are added to this
+//! pipeline by the sandbox module; until then only `isolation: off` runs.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::paths::AgentPaths;
+
+/// The roles a child can have.
+pub const ROLES: &[&str] = &["agent", "memory-worker", "reflection", "tool"];
+
+/// Variables a child may inherit from the supervisor, by name.
+const PASSED_ENV: &[&str] = &["LANG", "LC_ALL", "TZ", "TERM"];
+
+/// A fixed search path: the supervisor's own PATH may name writable dirs.
+const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Lifecycle of a child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum ChildState {
+    /// Launched, no frame received yet.
+    Starting,
+    /// Said hello on its channel.
+    Running,
+    Exited {
+        code: i32,
+    },
+    Killed {
+        signal: i32,
+    },
+}
+
+/// One row of the child table.
+#[derive(Debug, Clone)]
+pub struct ChildInfo {
+    pub id: u64,
+    pub agent: String,
+    pub role: String,
+    pub pid: u32,
+    pub started: Instant,
+    pub started_at: SystemTime,
+    pub state: ChildState,
+    /// Launch → first frame, once known.
+    pub first_frame: Option<std::time::Duration>,
+    pub ended: Option<Instant>,
+}
+
+/// What `ps` shows of a child.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChildRow {
+    pub id: u64,
+    pub agent: String,
+    pub role: String,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    #[serde(flatten)]
+    pub state: ChildState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_frame_us: Option<u64>,
+}
+
+impl ChildInfo {
+    pub fn row(&self) -> ChildRow {
+        let end = self.ended.unwrap_or_else(Instant::now);
+        ChildRow {
+            id: self.id,
+            agent: self.agent.clone(),
+            role: self.role.clone(),
+            pid: self.pid,
+            uptime_ms: end.duration_since(self.started).as_millis() as u64,
+            state: self.state.clone(),
+            first_frame_us: self.first_frame.map(|d| d.as_micros() as u64),
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        matches!(self.state, ChildState::Starting | ChildState::Running)
+    }
+}
+
+/// The table, shared by every task.
+#[derive(Debug, Default)]
+pub struct ChildTable {
+    next_id: u64,
+    rows: BTreeMap<u64, ChildInfo>,
+}
+
+/// Exited children kept for `ps` before the oldest are forgotten.
+const KEEP_EXITED: usize = 256;
+
+impl ChildTable {
+    pub fn insert(&mut self, agent: &str, role: &str, pid: u32, started: Instant) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.rows.insert(
+            id,
+            ChildInfo {
+                id,
+                agent: agent.to_string(),
+                role: role.to_string(),
+                pid,
+                started,
+                started_at: SystemTime::now(),
+                state: ChildState::Starting,
+                first_frame: None,
+                ended: None,
+            },
+        );
+        id
+    }
+
+    pub fn get(&self, id: u64) -> Option<&ChildInfo> {
+        self.rows.get(&id)
+    }
+
+    pub fn mark_running(&mut self, id: u64) {
+        if let Some(c) = self.rows.get_mut(&id)
+            && c.state == ChildState::Starting
+        {
+            c.state = ChildState::Running;
+            c.first_frame = Some(c.started.elapsed());
+        }
+    }
+
+    pub fn mark_ended(&mut self, id: u64, state: ChildState) {
+        if let Some(c) = self.rows.get_mut(&id) {
+            c.state = state;
+            c.ended = Some(Instant::now());
+        }
+        let exited: Vec<u64> = self
+            .rows
+            .values()
+            .filter(|c| !c.is_live())
+            .map(|c| c.id)
+            .collect();
+        if exited.len() > KEEP_EXITED {
+            for id in &exited[..exited.len() - KEEP_EXITED] {
+                self.rows.remove(id);
+            }
+        }
+    }
+
+    pub fn rows(&self) -> Vec<ChildRow> {
+        self.rows.values().map(ChildInfo::row).collect()
+    }
+
+    pub fn live(&self) -> Vec<ChildInfo> {
+        self.rows
+            .values()
+            .filter(|c| c.is_live())
+            .cloned()
+            .collect()
+    }
+}
+
+/// Everything needed to start one child.
+pub struct LaunchSpec {
+    pub agent_id: String,
+    pub agent: AgentPaths,
+    pub role: String,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// stdin, stdout, stderr; `None` = /dev/null in, piped out to the log.
+    pub stdio: Option<[OwnedFd; 3]>,
+    /// The child's end of the channel, installed as descriptor 3.
+    pub channel: OwnedFd,
+}
+
+/// A started child.
+pub struct Launched {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    pub started: Instant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot find this program's own executable: {0}")]
+    SelfExe(std::io::Error),
+    #[error("cannot start child: {0}")]
+    Spawn(std::io::Error),
+    #[error("the launcher thread is gone")]
+    LauncherGone,
+}
+
+type LaunchJob = (LaunchSpec, oneshot::Sender<Result<Launched, LaunchError>>);
+
+/// The long-lived thread that forks every child.
+#[derive(Clone)]
+pub struct Launcher {
+    tx: std::sync::mpsc::Sender<LaunchJob>,
+}
+
+impl Launcher {
+    /// Start the launcher thread; `rt` is the runtime whose reaper the
+    /// children register with.
+    pub fn start(rt: tokio::runtime::Handle) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<LaunchJob>();
+        std::thread::Builder::new()
+            .name("launcher".into())
+            .spawn(move || {
+                let _guard = rt.enter();
+                let exe = std::env::current_exe();
+                while let Ok((spec, reply)) = rx.recv() {
+                    let result = match &exe {
+                        Ok(exe) => launch(exe, spec),
+                        Err(e) => Err(LaunchError::SelfExe(std::io::Error::new(
+                            e.kind(),
+                            e.to_string(),
+                        ))),
+                    };
+                    let _ = reply.send(result);
+                }
+            })?;
+        Ok(Self { tx })
+    }
+
+    pub async fn launch(&self, spec: LaunchSpec) -> Result<Launched, LaunchError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send((spec, reply))
+            .map_err(|_| LaunchError::LauncherGone)?;
+        rx.await.map_err(|_| LaunchError::LauncherGone)?
+    }
+}
+
+/// The environment a child starts with.
+pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_string(), CHILD_PATH.to_string()),
+        ("HOME".to_string(), spec.agent.dir().display().to_string()),
+        ("TMPDIR".to_string(), "/tmp".to_string()),
+        ("AGENT_ID".to_string(), spec.agent_id.clone()),
+        (
+            "MEMORY_DIR".to_string(),
+            spec.agent.memory_dir().display().to_string(),
+        ),
+        (
+            crate::supervisor::client::CHANNEL_FD_ENV.to_string(),
+            "3".to_string(),
+        ),
+    ];
+    for name in PASSED_ENV {
+        if let Ok(v) = std::env::var(name) {
+            env.push((name.to_string(), v));
+        }
+    }
+    env
+}
+
+fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("__child")
+        .arg(&spec.role)
+        .arg("--agent")
+        .arg(&spec.agent_id)
+        .arg("--");
+    cmd.args(&spec.argv);
+    cmd.env_clear();
+    for (k, v) in child_env(&spec) {
+        cmd.env(k, v);
+    }
+    cmd.current_dir(&spec.cwd);
+    cmd.kill_on_drop(false);
+    match spec.stdio {
+        Some([i, o, e]) => {
+            cmd.stdin(Stdio::from(i))
+                .stdout(Stdio::from(o))
+                .stderr(Stdio::from(e));
+        }
+        None => {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    let channel_fd = spec.channel.as_raw_fd();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(channel_fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // dup2 onto the same number keeps CLOEXEC; clear it explicitly.
+            if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The supervisor may have died between fork and prctl.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            // Nothing but 0–3 survives exec, whatever the supervisor holds.
+            libc::syscall(
+                libc::SYS_close_range,
+                4u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let child = cmd.spawn().map_err(LaunchError::Spawn)?;
+    drop(spec.channel);
+    let pid = child.id().unwrap_or(0);
+    Ok(Launched {
+        child,
+        pid,
+        started,
+    })
+}
+
+/// How a finished child ended.
+pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ChildState::Exited { code },
+        (None, Some(signal)) => ChildState::Killed { signal },
+        (None, None) => ChildState::Exited { code: -1 },
+    }
+}
+
+/// Shared handle to the table.
+pub type SharedTable = Arc<Mutex<ChildTable>>;

@@ -1,0 +1,164 @@
+//! Supervisor-owned operations requested by peers: validated memory commits,
+//! memory status, model calls and child log lines. A child may act only on
+//! its own agent; its identity comes from its channel, never from the frame.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::conn::FrameSender;
+use super::server::{Peer, State, error};
+use crate::agent::store;
+use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
+use crate::memfs::repo;
+use crate::protocol::{ErrorBody, ErrorCode, LogLevel, Outcome, ServerFrame};
+
+/// The agent a request acts on: a child's own agent (a different `agent`
+/// parameter is refused), or for a CLI the named one.
+fn target_agent(peer: &Peer, asked: Option<String>) -> Result<String, Outcome> {
+    match peer {
+        Peer::Child { agent, .. } => match asked {
+            Some(a) if &a != agent => Err(error(
+                ErrorCode::Forbidden,
+                format!("refused: this child belongs to agent {agent} and cannot act for {a}"),
+            )),
+            _ => Ok(agent.clone()),
+        },
+        Peer::Cli => asked.ok_or_else(|| {
+            error(
+                ErrorCode::InvalidParams,
+                "params.agent is required on the control socket",
+            )
+        }),
+    }
+}
+
+pub async fn memory_commit(
+    state: &Arc<State>,
+    peer: &Peer,
+    paths: Vec<String>,
+    message: String,
+    agent: Option<String>,
+) -> Outcome {
+    let agent = match target_agent(peer, agent) {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
+    if message.trim().is_empty() {
+        return error(ErrorCode::InvalidParams, "a commit message is required");
+    }
+    let home = state.home.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<Value, Outcome> {
+        let (record, agent_paths) = store::find(&home, Some(&agent))
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        let repo = repo::open(&agent_paths.memory_dir())
+            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+        let author = store::agent_signature(&record)
+            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+        // Children never get the human approval for constraint changes.
+        let opts = CommitOptions::for_repo(&repo, false);
+        match commit_paths(&repo, &paths, &message, &author, &opts) {
+            Ok(outcome) => Ok(json!({
+                "commit": outcome.commit.map(|c| c.to_string()),
+                "changed": outcome.changed,
+            })),
+            Err(CommitError::Rejected(report)) => Err(Outcome::Error(ErrorBody {
+                code: ErrorCode::ValidationFailed,
+                message: report.render_block(),
+                data: Some(json!({ "violations": report.messages() })),
+            })),
+            Err(
+                e @ (CommitError::Path(_)
+                | CommitError::GitDirPath(_)
+                | CommitError::ThroughSymlink { .. }
+                | CommitError::SymlinkOutside { .. }
+                | CommitError::CaseCollision { .. }
+                | CommitError::NotADirectory { .. }
+                | CommitError::NoSuchPath(_)
+                | CommitError::NoPaths),
+            ) => Err(error(ErrorCode::Forbidden, e.to_string())),
+            Err(e) => Err(error(ErrorCode::Internal, e.to_string())),
+        }
+    })
+    .await;
+    match result {
+        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Err(o)) => o,
+        Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
+    }
+}
+
+pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String>) -> Outcome {
+    let agent = match target_agent(peer, agent) {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
+    let home = state.home.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+        let (_, paths) = store::find(&home, Some(&agent)).map_err(|e| e.to_string())?;
+        let repo = repo::open(&paths.memory_dir()).map_err(|e| e.to_string())?;
+        let head = repo
+            .head()
+            .ok()
+            .and_then(|h| h.peel_to_commit().ok())
+            .map(|c| c.id().to_string());
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        let statuses = repo.statuses(Some(&mut opts)).map_err(|e| e.to_string())?;
+        let dirty: Vec<String> = statuses
+            .iter()
+            .filter_map(|s| s.path().ok().map(str::to_string))
+            .collect();
+        Ok(json!({ "head": head, "dirty": dirty }))
+    })
+    .await;
+    match result {
+        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Err(e)) => error(ErrorCode::Internal, e),
+        Err(e) => error(ErrorCode::Internal, format!("status task failed: {e}")),
+    }
+}
+
+/// Model calls: the providers arrive with the agent runtime. Until then the
+/// built-in stub answers deterministically, streaming one `model.delta`
+/// event before its response, so peers can rely on the frame shape.
+pub fn model_complete(peer: &Peer, id: u64, request: Value, sender: &FrameSender) -> Outcome {
+    let last_user = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| {
+            m.iter()
+                .rev()
+                .find(|x| x.get("role").and_then(Value::as_str) == Some("user"))
+        })
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let text = format!("stub model: {last_user}");
+    tracing::debug!(?peer, "model.complete (stub provider)");
+    sender.send(&ServerFrame::Event {
+        event: "model.delta".into(),
+        data: json!({ "request": id, "text": text }),
+    });
+    Outcome::Result(json!({
+        "model": "stub",
+        "stop_reason": "end_turn",
+        "content": [{ "type": "text", "text": text }],
+        "usage": { "input_tokens": 0, "output_tokens": 0 },
+    }))
+}
+
+pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {
+    let (child, agent, role) = match peer {
+        Peer::Child { id, agent, role } => (*id, agent.as_str(), role.as_str()),
+        Peer::Cli => (0, "-", "cli"),
+    };
+    match level {
+        LogLevel::Error => tracing::error!(child, agent, role, "{message}"),
+        LogLevel::Warn => tracing::warn!(child, agent, role, "{message}"),
+        LogLevel::Info => tracing::info!(child, agent, role, "{message}"),
+        LogLevel::Debug => tracing::debug!(child, agent, role, "{message}"),
+        LogLevel::Trace => tracing::trace!(child, agent, role, "{message}"),
+    }
+    Outcome::Result(json!({}))
+}

@@ -1,0 +1,718 @@
+//! The supervisor daemon: the control socket, per-connection protocol loops,
+//! the children's channels, and graceful shutdown.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Notify, broadcast};
+
+use super::children::{
+    ChildState, ChildTable, LaunchSpec, Launcher, ROLES, SharedTable, ended_state,
+};
+use super::conn::{FrameSender, PassedFds, split};
+use super::pidfile::{PidFile, ensure_private_dir};
+use super::rpc;
+use crate::agent::store;
+use crate::paths::Home;
+use crate::protocol::{
+    Call, ClientFrame, ErrorBody, ErrorCode, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
+    ServerFrame, SpawnParams, StdioMode, decode_client,
+};
+
+/// How long children get to finish after a stop before they are killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    PidFile(#[from] super::pidfile::PidFileError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    Cli,
+    Child {
+        id: u64,
+        agent: String,
+        role: String,
+    },
+}
+
+/// State shared by every task of one supervisor.
+pub struct State {
+    pub home: Home,
+    pub started: Instant,
+    pub table: SharedTable,
+    pub launcher: Launcher,
+    pub events: broadcast::Sender<(String, Value)>,
+    pub stop: Notify,
+    stopping: std::sync::atomic::AtomicBool,
+    /// Requests being handled; shutdown waits for them (in-flight commits
+    /// complete rather than being cut off).
+    inflight: AtomicUsize,
+    idle: Notify,
+    /// Channels to live children, for shutdown notices.
+    channels: Mutex<std::collections::HashMap<u64, FrameSender>>,
+}
+
+impl State {
+    pub fn emit(&self, event: &str, data: Value) {
+        let _ = self.events.send((event.to_string(), data));
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    pub fn request_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.notify_waiters();
+        self.stop.notify_one();
+    }
+}
+
+/// Guard counting one in-flight request.
+struct Inflight<'a>(&'a State);
+
+impl<'a> Inflight<'a> {
+    fn new(s: &'a State) -> Self {
+        s.inflight.fetch_add(1, Ordering::SeqCst);
+        Self(s)
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        if self.0.inflight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// A bound, running supervisor (before its accept loop is driven).
+pub struct Bound {
+    pub state: Arc<State>,
+    listener: UnixListener,
+    _pid: PidFile,
+    socket: PathBuf,
+}
+
+/// Take the home's pid file and bind the control socket (mode 0600 before
+/// anyone can connect, inside a 0700 directory).
+pub fn bind(home: &Home) -> Result<Bound, ServeError> {
+    let run = home.run_dir();
+    ensure_private_dir(&run)?;
+    let pid = PidFile::acquire(&home.supervisor_pid_file())?;
+    if pid.reclaimed {
+        tracing::warn!("reclaimed the pid file of a supervisor that did not stop cleanly");
+    }
+    let socket = home.supervisor_socket();
+    let io = |source| ServeError::Io {
+        path: socket.clone(),
+        source,
+    };
+    // We hold the pid lock, so any socket file here is a dead supervisor's.
+    let _ = std::fs::remove_file(&socket);
+    let listener = bind_private(&socket).map_err(io)?;
+    let rt = tokio::runtime::Handle::current();
+    let launcher = Launcher::start(rt).map_err(io)?;
+    let (events, _) = broadcast::channel(1024);
+    let state = Arc::new(State {
+        home: home.clone(),
+        started: Instant::now(),
+        table: Arc::new(Mutex::new(ChildTable::default())),
+        launcher,
+        events,
+        stop: Notify::new(),
+        stopping: Default::default(),
+        inflight: AtomicUsize::new(0),
+        idle: Notify::new(),
+        channels: Mutex::new(Default::default()),
+    });
+    Ok(Bound {
+        state,
+        listener,
+        _pid: pid,
+        socket,
+    })
+}
+
+/// Bind with the socket's mode set before `bind` makes it reachable.
+fn bind_private(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, bind, listen, socket};
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    // fchmod on an unbound socket sets the mode of the inode bind creates.
+    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+    let addr = UnixAddr::new(path)?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr)?;
+    // Belt and braces: fix the mode if the kernel ignored the fchmod.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listen(
+        &fd,
+        nix::sys::socket::Backlog::new(128).unwrap_or(nix::sys::socket::Backlog::MAXCONN),
+    )?;
+    let std_listener = std::os::unix::net::UnixListener::from(fd);
+    UnixListener::from_std(std_listener)
+}
+
+impl Bound {
+    /// Serve until stopped, then shut down gracefully.
+    pub async fn serve(self) {
+        let Bound {
+            state,
+            listener,
+            _pid,
+            socket,
+        } = self;
+        tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let state = state.clone();
+                        tokio::spawn(async move { serve_control(state, stream).await });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = state.stop.notified() => break,
+            }
+        }
+        shutdown(&state).await;
+        let _ = std::fs::remove_file(&socket);
+        tracing::info!("supervisor stopped");
+        // `_pid` drops here: the pid file is removed and unlocked last.
+    }
+}
+
+async fn shutdown(state: &Arc<State>) {
+    state.stopping.store(true, Ordering::SeqCst);
+    let live = state.table.lock().map(|t| t.live()).unwrap_or_default();
+    if !live.is_empty() {
+        tracing::info!(children = live.len(), "asking children to finish");
+        if let Ok(ch) = state.channels.lock() {
+            for c in ch.values() {
+                c.send(&ServerFrame::Event {
+                    event: "supervisor.shutdown".into(),
+                    data: json!({ "grace_ms": STOP_GRACE.as_millis() as u64 }),
+                });
+            }
+        }
+        for c in &live {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            let any = state
+                .table
+                .lock()
+                .map(|t| !t.live().is_empty())
+                .unwrap_or(false);
+            if !any {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = state.table.lock().map(|t| t.live()).unwrap_or_default();
+        for c in &left {
+            tracing::warn!(
+                child = c.id,
+                pid = c.pid,
+                "child did not finish in time; killing it"
+            );
+            // The child leads its own session: kill the whole group.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(c.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    // In-flight requests (commits) complete before we exit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state.inflight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        let _ = tokio::time::timeout(Duration::from_millis(50), state.idle.notified()).await;
+    }
+}
+
+fn uid_of(stream: &UnixStream) -> std::io::Result<u32> {
+    Ok(stream.peer_cred()?.uid())
+}
+
+/// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.
+pub fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
+    peer_uid == our_uid
+}
+
+async fn serve_control(state: Arc<State>, stream: UnixStream) {
+    let our = nix::unistd::geteuid().as_raw();
+    let refusal = match uid_of(&stream) {
+        Ok(uid) if peer_allowed(uid, our) => None,
+        Ok(uid) => Some(format!(
+            "connection refused: peer uid {uid} is not the supervisor's uid {our}"
+        )),
+        Err(e) => Some(format!(
+            "connection refused: cannot read peer credentials: {e}"
+        )),
+    };
+    if let Some(message) = refusal {
+        tracing::warn!("{message}");
+        refuse(stream, message).await;
+        return;
+    }
+    let (reader, sender) = split(stream);
+    serve_frames(state, reader, sender, Peer::Cli).await;
+}
+
+/// Send one `forbidden` error frame and close politely: drain what the peer
+/// sent (briefly) so the close is not a reset that could swallow the frame.
+async fn refuse(mut stream: UnixStream, message: String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let frame = crate::protocol::encode(&ServerFrame::Error {
+        id: None,
+        code: ErrorCode::Forbidden,
+        message,
+    });
+    let _ = stream.write_all(&frame).await;
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The protocol loop shared by CLI connections and child channels. Boxed:
+/// a request handler may start a child whose channel runs this same loop.
+pub fn serve_frames(
+    state: Arc<State>,
+    reader: super::conn::FrameReader,
+    sender: FrameSender,
+    peer: Peer,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(serve_frames_inner(state, reader, sender, peer))
+}
+
+async fn serve_frames_inner(
+    state: Arc<State>,
+    mut reader: super::conn::FrameReader,
+    sender: FrameSender,
+    peer: Peer,
+) {
+    let mut greeted = matches!(peer, Peer::Child { .. });
+    let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
+    loop {
+        let next = match reader.next().await {
+            Ok(Some(n)) => n,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!("connection read error: {e}");
+                break;
+            }
+        };
+        let (line, fds) = next;
+        let frame = match line {
+            Line::TooLarge => Err(FrameError {
+                id: None,
+                code: ErrorCode::FrameTooLarge,
+                message: format!("frame exceeds {} bytes", crate::protocol::MAX_FRAME_BYTES),
+            }),
+            Line::Frame(bytes) => decode_client(&bytes),
+        };
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                sender.send(&e.to_frame());
+                continue;
+            }
+        };
+        match frame {
+            ClientFrame::Hello {
+                version,
+                peer: said,
+            } => {
+                if version != PROTOCOL_VERSION {
+                    sender.send(&ServerFrame::Error {
+                        id: None,
+                        code: ErrorCode::VersionMismatch,
+                        message: format!("protocol version {version} is not supported (this supervisor speaks {PROTOCOL_VERSION})"),
+                    });
+                    continue;
+                }
+                if let Peer::Child { id, .. } = &peer {
+                    if let Ok(mut t) = state.table.lock() {
+                        t.mark_running(*id);
+                    }
+                } else if said == PeerKind::Child {
+                    tracing::debug!(
+                        "a control-socket peer called itself a child; treated as a CLI"
+                    );
+                }
+                greeted = true;
+                sender.send(&ServerFrame::Hello {
+                    version: PROTOCOL_VERSION,
+                    server: format!("mini-letta {}", env!("CARGO_PKG_VERSION")),
+                    pid: std::process::id(),
+                });
+            }
+            ClientFrame::Request { id, call } => {
+                if !greeted {
+                    sender.send(&ServerFrame::Error {
+                        id: Some(id),
+                        code: ErrorCode::HelloRequired,
+                        message: "send hello with the protocol version first".into(),
+                    });
+                    continue;
+                }
+                if matches!(call, Call::Subscribe {}) {
+                    if subscription.is_none() {
+                        subscription = Some(forward_events(state.clone(), sender.clone()));
+                    }
+                    sender.send(&ServerFrame::Response {
+                        id,
+                        outcome: Outcome::Result(json!({ "subscribed": true })),
+                    });
+                    continue;
+                }
+                let state = state.clone();
+                let sender = sender.clone();
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let _guard = Inflight::new(&state);
+                    let outcome = handle(&state, &peer, id, call, fds, &sender).await;
+                    sender.send(&ServerFrame::Response { id, outcome });
+                });
+            }
+        }
+    }
+    if let Some(s) = subscription {
+        s.abort();
+    }
+}
+
+fn forward_events(state: Arc<State>, sender: FrameSender) -> tokio::task::JoinHandle<()> {
+    let mut rx = state.events.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok((event, data)) => {
+                    if !sender.send(&ServerFrame::Event { event, data }) {
+                        break;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    sender.send(&ServerFrame::Event {
+                        event: "events.lagged".into(),
+                        data: json!({ "missed": n }),
+                    });
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    })
+}
+
+pub fn error(code: ErrorCode, message: impl Into<String>) -> Outcome {
+    Outcome::Error(ErrorBody {
+        code,
+        message: message.into(),
+        data: None,
+    })
+}
+
+async fn handle(
+    state: &Arc<State>,
+    peer: &Peer,
+    id: u64,
+    call: Call,
+    fds: PassedFds,
+    sender: &FrameSender,
+) -> Outcome {
+    let cli_only = |name: &str| {
+        error(
+            ErrorCode::Forbidden,
+            format!("{name} is not available to children"),
+        )
+    };
+    match call {
+        Call::Ping {} => Outcome::Result(json!({ "pong": true })),
+        Call::Status {} => match peer {
+            Peer::Cli => Outcome::Result(status(state)),
+            Peer::Child { .. } => cli_only("supervisor.status"),
+        },
+        Call::Ps {} => match peer {
+            Peer::Cli => {
+                let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
+                Outcome::Result(json!({ "children": rows }))
+            }
+            Peer::Child { .. } => cli_only("ps"),
+        },
+        Call::Stop {} => match peer {
+            Peer::Cli => {
+                state.request_stop();
+                Outcome::Result(json!({ "stopping": true }))
+            }
+            Peer::Child { .. } => cli_only("supervisor.stop"),
+        },
+        Call::Spawn(params) => match peer {
+            Peer::Cli => spawn_child(state, params, fds).await,
+            Peer::Child { .. } => cli_only("child.spawn"),
+        },
+        Call::Kill { child, signal } => match peer {
+            Peer::Cli => kill_child(state, child, signal),
+            Peer::Child { .. } => cli_only("child.kill"),
+        },
+        Call::Subscribe {} => Outcome::Result(json!({ "subscribed": true })),
+        Call::MemoryCommit {
+            paths,
+            message,
+            agent,
+        } => rpc::memory_commit(state, peer, paths, message, agent).await,
+        Call::MemoryStatus { agent } => rpc::memory_status(state, peer, agent).await,
+        Call::ModelComplete { request } => rpc::model_complete(peer, id, request, sender),
+        Call::Log { level, message } => rpc::log(peer, level, &message),
+    }
+}
+
+fn status(state: &State) -> Value {
+    let (live, total) = state
+        .table
+        .lock()
+        .map(|t| (t.live().len(), t.rows().len()))
+        .unwrap_or((0, 0));
+    json!({
+        "running": true,
+        "pid": std::process::id(),
+        "uptime_ms": state.started.elapsed().as_millis() as u64,
+        "home": state.home.root(),
+        "socket": state.home.supervisor_socket(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": PROTOCOL_VERSION,
+        "children": live,
+        "children_known": total,
+    })
+}
+
+fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
+    let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
+    let Some(info) = info else {
+        return error(ErrorCode::NotFound, format!("no child {child}"));
+    };
+    if !info.is_live() {
+        return error(
+            ErrorCode::NotFound,
+            format!("child {child} has already ended"),
+        );
+    }
+    let sig = signal.unwrap_or(libc::SIGTERM);
+    let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
+        return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
+    };
+    match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(info.pid as i32), sig) {
+        Ok(()) => Outcome::Result(json!({ "signalled": child })),
+        Err(e) => error(
+            ErrorCode::Internal,
+            format!("cannot signal child {child}: {e}"),
+        ),
+    }
+}
+
+async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) -> Outcome {
+    if state.is_stopping() {
+        return error(ErrorCode::Unavailable, "the supervisor is stopping");
+    }
+    if !ROLES.contains(&params.role.as_str()) {
+        return error(
+            ErrorCode::InvalidParams,
+            format!(
+                "unknown role {:?} (roles: {})",
+                params.role,
+                ROLES.join(", ")
+            ),
+        );
+    }
+    if params.argv.is_empty() {
+        return error(ErrorCode::InvalidParams, "argv must name a program");
+    }
+    match params.isolation.as_deref().unwrap_or("strict") {
+        "off" => tracing::warn!(
+            agent = %params.agent, role = %params.role,
+            "ISOLATION OFF: starting a child without confinement, as requested"
+        ),
+        "strict" | "degraded" => {
+            return error(
+                ErrorCode::NotImplemented,
+                "confinement layers are not implemented yet; pass isolation \"off\" to run this child unconfined",
+            );
+        }
+        other => {
+            return error(
+                ErrorCode::InvalidParams,
+                format!("unknown isolation level {other:?}"),
+            );
+        }
+    }
+    let (record, agent) = match store::find(&state.home, Some(&params.agent)) {
+        Ok(found) => found,
+        Err(e) => return error(ErrorCode::NotFound, e.to_string()),
+    };
+    let stdio = match params.stdio {
+        StdioMode::Null => None,
+        StdioMode::Passed => {
+            let mut it = fds.into_iter();
+            match (it.next(), it.next(), it.next()) {
+                (Some(i), Some(o), Some(e)) => Some([i, o, e]),
+                _ => {
+                    return error(
+                        ErrorCode::InvalidParams,
+                        "stdio \"passed\" needs three descriptors sent with the request",
+                    );
+                }
+            }
+        }
+    };
+    let cwd = match &params.workspace {
+        Some(w) => PathBuf::from(w),
+        None => agent.dir().to_path_buf(),
+    };
+    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => {
+            return error(
+                ErrorCode::Internal,
+                format!("cannot create the child channel: {e}"),
+            );
+        }
+    };
+    let spec = LaunchSpec {
+        agent_id: record.id.clone(),
+        agent,
+        role: params.role.clone(),
+        argv: params.argv.clone(),
+        cwd,
+        stdio,
+        channel: OwnedFd::from(theirs),
+    };
+    let launched = match state.launcher.launch(spec).await {
+        Ok(l) => l,
+        Err(e) => return error(ErrorCode::Internal, e.to_string()),
+    };
+    let id = match state.table.lock() {
+        Ok(mut t) => t.insert(&record.id, &params.role, launched.pid, launched.started),
+        Err(_) => return error(ErrorCode::Internal, "child table poisoned"),
+    };
+    let peer = Peer::Child {
+        id,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+    };
+    // The channel.
+    let channel = match ours
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(ours))
+    {
+        Ok(s) => s,
+        Err(e) => return error(ErrorCode::Internal, format!("child channel: {e}")),
+    };
+    let (reader, sender) = split(channel);
+    if let Ok(mut ch) = state.channels.lock() {
+        ch.insert(id, sender.clone());
+    }
+    let st = state.clone();
+    tokio::spawn(serve_frames(st, reader, sender, peer));
+
+    // Output of children without passed stdio goes to our log.
+    let mut child = launched.child;
+    for (stream, name) in [
+        (
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            "stdout",
+        ),
+        (
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            "stderr",
+        ),
+    ] {
+        if let Some(s) = stream {
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(s).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(child = id, stream = name, "{line}");
+                }
+            });
+        }
+    }
+    // The reaper.
+    let st = state.clone();
+    let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
+    tokio::spawn(async move {
+        let ended = match child.wait().await {
+            Ok(status) => ended_state(status),
+            Err(e) => {
+                tracing::warn!(child = id, "cannot wait for child: {e}");
+                ChildState::Exited { code: -1 }
+            }
+        };
+        if let Ok(mut t) = st.table.lock() {
+            t.mark_ended(id, ended.clone());
+        }
+        if let Ok(mut ch) = st.channels.lock() {
+            ch.remove(&id);
+        }
+        match &ended {
+            ChildState::Killed { signal } => {
+                tracing::warn!(child = id, agent = %agent_id, role = %role, pid, signal, "child killed by a signal")
+            }
+            ChildState::Exited { code } if *code != 0 => {
+                tracing::warn!(child = id, agent = %agent_id, role = %role, pid, code, "child failed")
+            }
+            _ => tracing::info!(child = id, agent = %agent_id, role = %role, pid, "child exited"),
+        }
+        let mut data = json!({ "child": id, "agent": agent_id, "role": role, "pid": pid });
+        if let (Some(obj), Ok(extra)) = (data.as_object_mut(), serde_json::to_value(&ended))
+            && let Some(extra) = extra.as_object()
+        {
+            obj.extend(extra.clone());
+        }
+        st.emit("child.exit", data);
+    });
+    state.emit(
+        "child.start",
+        json!({ "child": id, "agent": record.id, "role": params.role, "pid": launched.pid }),
+    );
+    Outcome::Result(
+        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
+    )
+}
