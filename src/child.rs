@@ -3,22 +3,35 @@
 //!
 //! It says hello on the inherited channel (descriptor 3) so the supervisor
 //! knows the child is up, then replaces itself with the requested program,
-//! leaving the channel open for it (`MINI_LETTA_CHANNEL_FD=3`). The
-//! confinement stage (landlock, seccomp) is applied here, before `exec`,
-//! once the sandbox layers exist.
+//! leaving the channel open for it (`MINI_LETTA_CHANNEL_FD=3`). Stage 2 of
+//! the confinement (capability check, landlock, seccomp) is applied here,
+//! before `exec`: landlock confines only the calling thread, so it must run
+//! in this fresh single-threaded process.
 
 use std::io::Write;
 use std::os::fd::{BorrowedFd, FromRawFd};
 use std::os::unix::process::CommandExt;
 
 use crate::protocol::{ClientFrame, PROTOCOL_VERSION, PeerKind, encode};
+use crate::sandbox::stage2::StagePolicy;
 
 /// Exit code when the child stage itself fails (not the program).
 pub const STAGE_FAILURE: i32 = 125;
 
-/// Run the child stage; returns only on failure.
-pub fn run(role: &str, agent: &str, argv: &[String]) -> std::io::Error {
+/// Run the child stage; returns only on failure. `policy` is the stage-2
+/// confinement (JSON of [`StagePolicy`]) the supervisor planned; it is
+/// applied before anything else, and failing to apply it is fatal.
+pub fn run(role: &str, agent: &str, policy: Option<&str>, argv: &[String]) -> std::io::Error {
     tracing::debug!(role, agent, "child stage");
+    if let Some(text) = policy {
+        let policy: StagePolicy = match serde_json::from_str(text) {
+            Ok(p) => p,
+            Err(e) => return std::io::Error::other(format!("invalid stage policy: {e}")),
+        };
+        if let Err(e) = crate::sandbox::stage2::apply(&policy) {
+            return std::io::Error::other(format!("cannot confine this child: {e}"));
+        }
+    }
     if let Err(e) = say_hello() {
         return e;
     }

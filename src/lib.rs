@@ -8,4 +8,5 @@ pub mod fsutil;
 pub mod memfs;
 pub mod paths;
 pub mod protocol;
+pub mod sandbox;
 pub mod supervisor;

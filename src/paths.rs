@@ -84,6 +84,11 @@ impl Home {
         self.root.join("agents")
     }
 
+    /// Operator overrides of the built-in sandbox role profiles.
+    pub fn sandbox_profiles_dir(&self) -> PathBuf {
+        self.root.join("sandbox-profiles")
+    }
+
     pub fn remote_dir(&self) -> PathBuf {
         self.root.join("remote")
     }
@@ -147,6 +152,11 @@ impl AgentPaths {
 
     pub fn memory_git_dir(&self) -> PathBuf {
         self.dir.join(MEMORY_GIT_DIR_NAME)
+    }
+
+    /// The agent's private temporary directory (`TMPDIR` of its children).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.dir.join("tmp")
     }
 
     pub fn worktrees_dir(&self) -> PathBuf {

@@ -433,30 +433,28 @@ fn model_complete_streams_then_answers() {
 }
 
 #[test]
-fn confinement_is_required_unless_explicitly_off() {
+fn bad_spawn_requests_are_refused() {
     let d = Daemon::start(&["a"]);
     let mut c = d.client();
-    let err = c
-        .call(Call::Spawn(SpawnParams {
-            agent: d.agents[0].clone(),
-            role: "tool".into(),
+    let spawn = |agent: &str, role: &str, isolation: Option<&str>| {
+        Call::Spawn(SpawnParams {
+            agent: agent.into(),
+            role: role.into(),
             argv: vec!["true".into()],
             stdio: StdioMode::Null,
             workspace: None,
-            isolation: None,
-        }))
-        .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotImplemented), "{err}");
+            isolation: isolation.map(String::from),
+        })
+    };
     let err = c
-        .call(Call::Spawn(SpawnParams {
-            agent: "nobody".into(),
-            role: "tool".into(),
-            argv: vec!["true".into()],
-            stdio: StdioMode::Null,
-            workspace: None,
-            isolation: Some("off".into()),
-        }))
+        .call(spawn(&d.agents[0], "tool", Some("bogus")))
         .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidParams), "{err}");
+    let err = c
+        .call(spawn(&d.agents[0], "root", Some("off")))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidParams), "{err}");
+    let err = c.call(spawn("nobody", "tool", Some("off"))).unwrap_err();
     assert!(matches!(err, ClientError::Remote(_)));
     assert_eq!(err.code(), Some(ErrorCode::NotFound));
 }
@@ -487,8 +485,13 @@ fn embedded_supervisor_runs_for_one_command() {
     let o = run(home.path(), &["supervisor", "status", "--json"]);
     assert_eq!(o.status.code(), Some(3));
     assert!(!home.path().join("run/supervisor.sock").exists());
-    // Strict is the default and refuses for now.
-    let o = run(home.path(), &["sandbox", "run", "-a", "a", "--", "true"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("not implemented yet"), "{}", stderr(&o));
+    // Strict is the default: confined, and as root under the agent's own uid.
+    let o = run(
+        home.path(),
+        &["sandbox", "run", "-a", "a", "--", "id", "-u"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    if nix::unistd::geteuid().is_root() {
+        assert_ne!(stdout(&o).trim(), "0");
+    }
 }

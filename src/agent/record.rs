@@ -28,4 +28,8 @@ pub struct AgentRecord {
     #[serde(default)]
     pub model_settings: serde_json::Map<String, serde_json::Value>,
     pub created_at: String,
+    /// The uid this agent's confined processes run as (assigned by the
+    /// supervisor at first launch when it runs as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_uid: Option<u32>,
 }

@@ -100,6 +100,7 @@ pub fn create(home: &Home, name: &str, system: Option<String>) -> Result<AgentRe
         model: DEFAULT_MODEL.to_string(),
         model_settings: serde_json::Map::new(),
         created_at: iso_timestamp(OffsetDateTime::now_utc()),
+        sandbox_uid: None,
     };
     let final_paths = home.agent(&record.id)?;
     let staging = home.agent_staging(&record.id)?;
@@ -136,6 +137,11 @@ fn build_agent_dir(paths: &AgentPaths, record: &AgentRecord) -> Result<(), Store
     if let Some(bin) = hook::self_binary() {
         hook::install(&git_dir, &bin)?;
     }
+    write_record(&paths.agent_json(), record)
+}
+
+/// Rewrite an existing agent's record (atomically).
+pub fn save(paths: &AgentPaths, record: &AgentRecord) -> Result<(), StoreError> {
     write_record(&paths.agent_json(), record)
 }
 

@@ -377,7 +377,7 @@ fn validate_error(e: ValidateError) -> anyhow::Error {
 /// from the repository and environment, and the hook kept current.
 fn writer(cli: &Cli, target: &AgentArg) -> anyhow::Result<Writer> {
     let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
-    let repo = repo::open(&paths.memory_dir())?;
+    let repo = repo::open_agent(&paths)?;
     let author = store::agent_signature(&record)?;
     let opts = CommitOptions::from_env(&repo);
     Ok(Writer::new(repo, author, opts)?)
@@ -423,7 +423,7 @@ fn log(
 ) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
     let path = path.map(pathrules::check_relative).transpose()?;
-    let repo = repo::open(&paths.memory_dir())?;
+    let repo = repo::open_agent(&paths)?;
     let entries = ops::log(&repo, path.as_deref(), max_count)?;
     if json {
         output::json(&serde_json::json!({ "entries": entries }))?;
@@ -443,7 +443,7 @@ fn log(
 
 fn diff(cli: &Cli, target: &AgentArg, rev: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
-    let repo = repo::open(&paths.memory_dir())?;
+    let repo = repo::open_agent(&paths)?;
     let d = ops::diff(&repo, rev)?;
     if json {
         output::json(&d)?;
@@ -542,7 +542,7 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
 fn show(cli: &Cli, target: &AgentArg, path: &str) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
     let path = pathrules::check_relative(path)?;
-    let repo = repo::open(&paths.memory_dir())?;
+    let repo = repo::open_agent(&paths)?;
     let head = read_head(&repo)?.context("the memory repository has no commit yet")?;
     let entry = head
         .find(&path)?
@@ -560,7 +560,7 @@ struct TreeEntry {
 
 fn tree(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
-    let repo = repo::open(&paths.memory_dir())?;
+    let repo = repo::open_agent(&paths)?;
     let head = read_head(&repo)?.context("the memory repository has no commit yet")?;
     let blobs = head.all_blobs()?;
     let format = if head.has_root_index() {

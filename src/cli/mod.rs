@@ -57,12 +57,22 @@ enum Command {
     /// Talk to the supervisor from inside a child (uses MINI_LETTA_CHANNEL_FD).
     #[command(subcommand)]
     Channel(channel::ChannelCommand),
+    /// One escape probe, run inside a confined child by `sandbox verify` (internal).
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        id: String,
+        /// The context as JSON, or `-` to read it from stdin.
+        #[arg(long)]
+        context: String,
+    },
     /// The supervisor-side entry of every child (internal).
     #[command(name = "__child", hide = true)]
     Child {
         role: String,
         #[arg(long)]
         agent: String,
+        #[arg(long)]
+        policy: Option<String>,
         #[arg(last = true)]
         argv: Vec<String>,
     },
@@ -132,8 +142,27 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Ps { json } => supervisor::ps(cli, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Channel(cmd) => channel::run(cmd),
-        Command::Child { role, agent, argv } => {
-            let err = crate::child::run(role, agent, argv);
+        Command::Probe { id, context } => {
+            let text = if context == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+                s
+            } else {
+                context.clone()
+            };
+            let ctx: crate::sandbox::probes::ProbeContext = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("invalid probe context: {e}"))?;
+            let result = crate::sandbox::probes::run_one(id, &ctx);
+            output::raw(format!("{result}\n").as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Child {
+            role,
+            agent,
+            policy,
+            argv,
+        } => {
+            let err = crate::child::run(role, agent, policy.as_deref(), argv);
             eprintln!("mini-letta: child stage failed: {err}");
             Ok(ExitCode::from(crate::child::STAGE_FAILURE as u8))
         }

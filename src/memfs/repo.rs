@@ -73,6 +73,28 @@ pub fn open(dir: &Path) -> Result<Repository, RepoError> {
     })
 }
 
+/// Open an agent's memory repository from the paths the supervisor knows:
+/// the git directory `memory.git/` with `memory/` as its working tree.
+///
+/// The `memory/.git` pointer file lives in the agent-writable working tree,
+/// so it is never followed here: a confined agent could otherwise point the
+/// supervisor at a git directory of its own making (whose `core.worktree`
+/// names another agent's files) and have the supervisor copy them for it.
+pub fn open_agent(paths: &crate::paths::AgentPaths) -> Result<Repository, RepoError> {
+    let git_dir = paths.memory_git_dir();
+    let work_tree = paths.memory_dir();
+    if !git_dir.is_dir() {
+        return Err(RepoError::NotARepository(git_dir));
+    }
+    let repo = Repository::open_bare(&git_dir).map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => RepoError::NotARepository(git_dir.clone()),
+        _ => RepoError::git(&git_dir, e),
+    })?;
+    repo.set_workdir(&work_tree, false)
+        .map_err(|e| RepoError::git(&work_tree, e))?;
+    Ok(repo)
+}
+
 /// Files to write into a fresh repository, as `(relative path, contents)`.
 pub type SeedFiles<'a> = &'a [(&'a str, &'a str)];
 

@@ -28,6 +28,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::paths::AgentPaths;
+use crate::sandbox::plan::LaunchPlan;
 
 /// The roles a child can have.
 pub const ROLES: &[&str] = &["agent", "memory-worker", "reflection", "tool"];
@@ -184,6 +185,8 @@ pub struct LaunchSpec {
     pub role: String,
     pub argv: Vec<String>,
     pub cwd: PathBuf,
+    /// How to confine it.
+    pub plan: LaunchPlan,
     /// stdin, stdout, stderr; `None` = /dev/null in, piped out to the log.
     pub stdio: Option<[OwnedFd; 3]>,
     /// The child's end of the channel, installed as descriptor 3.
@@ -253,7 +256,7 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env = vec![
         ("PATH".to_string(), CHILD_PATH.to_string()),
         ("HOME".to_string(), spec.agent.dir().display().to_string()),
-        ("TMPDIR".to_string(), "/tmp".to_string()),
+        ("TMPDIR".to_string(), spec.plan.tmpdir.display().to_string()),
         ("AGENT_ID".to_string(), spec.agent_id.clone()),
         (
             "MEMORY_DIR".to_string(),
@@ -273,12 +276,21 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
 }
 
 fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
-    let mut cmd = tokio::process::Command::new(exe);
+    let plan = &spec.plan;
+    let mut cmd = tokio::process::Command::new(&plan.program);
+    if !plan.wrapper_args.is_empty() {
+        cmd.args(&plan.wrapper_args).arg("--").arg(exe);
+    }
     cmd.arg("__child")
         .arg(&spec.role)
         .arg("--agent")
-        .arg(&spec.agent_id)
-        .arg("--");
+        .arg(&spec.agent_id);
+    if let Some(stage) = &plan.stage {
+        let policy = serde_json::to_string(stage)
+            .map_err(|e| LaunchError::Spawn(std::io::Error::other(e)))?;
+        cmd.arg("--policy").arg(policy);
+    }
+    cmd.arg("--");
     cmd.args(&spec.argv);
     cmd.env_clear();
     for (k, v) in child_env(&spec) {
@@ -298,24 +310,66 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                 .stderr(Stdio::piped());
         }
     }
+    // Opened here, written in the child: joining a cgroup before exec puts
+    // the whole sandbox under its limits from the first instruction.
+    let cgroup_fds: Vec<std::fs::File> = plan
+        .cgroup_procs
+        .iter()
+        .map(|p| std::fs::OpenOptions::new().write(true).open(p))
+        .collect::<Result<_, _>>()
+        .map_err(LaunchError::Spawn)?;
+    let cgroup_raw: Vec<i32> = cgroup_fds.iter().map(|f| f.as_raw_fd()).collect();
     let channel_fd = spec.channel.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
+    let uid = plan.uid;
+    let limits = plan.rlimits;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(channel_fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            let check = |r: libc::c_int| {
+                if r < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            };
+            check(libc::dup2(channel_fd, 3))?;
             // dup2 onto the same number keeps CLOEXEC; clear it explicitly.
-            if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
+            check(libc::fcntl(3, libc::F_SETFD, 0))?;
+            check(libc::setsid())?;
+            for fd in &cgroup_raw {
+                if libc::write(*fd, b"0\n".as_ptr().cast(), 2) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
+            if let Some(l) = limits {
+                let set = |res, v: u64| {
+                    let r = libc::rlimit {
+                        rlim_cur: v,
+                        rlim_max: v,
+                    };
+                    libc::setrlimit(res, &r)
+                };
+                check(set(libc::RLIMIT_NOFILE, l.nofile))?;
+                check(set(libc::RLIMIT_FSIZE, l.fsize))?;
+                check(set(libc::RLIMIT_CORE, 0))?;
+                if uid.is_some() {
+                    check(set(libc::RLIMIT_NPROC, l.nproc))?;
+                }
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
+            if let Some(u) = uid {
+                // Empty the bounding set while still privileged, so nothing
+                // below can regain a capability (even without namespaces).
+                for cap in 0..=63 {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(u, u, u))?;
+                check(libc::setresuid(u, u, u))?;
+                libc::umask(0o077);
             }
+            // After the uid change: changing credentials clears it.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
             // The supervisor may have died between fork and prctl.
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -333,6 +387,7 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
     let started = Instant::now();
     let child = cmd.spawn().map_err(LaunchError::Spawn)?;
     drop(spec.channel);
+    drop(cgroup_fds);
     let pid = child.id().unwrap_or(0);
     Ok(Launched {
         child,

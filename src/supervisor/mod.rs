@@ -231,6 +231,8 @@ impl Session {
                 home: home.clone(),
             });
         }
+        // This process now holds the supervisor's secrets too.
+        harden_self();
         let (tx, rx) = std::sync::mpsc::channel::<Result<(), SupervisorError>>();
         let h = home.clone();
         let thread = std::thread::Builder::new()

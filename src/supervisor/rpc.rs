@@ -51,7 +51,7 @@ pub async fn memory_commit(
     let result = tokio::task::spawn_blocking(move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        let repo = repo::open(&agent_paths.memory_dir())
+        let repo = repo::open_agent(&agent_paths)
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
         let author = store::agent_signature(&record)
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
@@ -96,7 +96,7 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
     let home = state.home.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
         let (_, paths) = store::find(&home, Some(&agent)).map_err(|e| e.to_string())?;
-        let repo = repo::open(&paths.memory_dir()).map_err(|e| e.to_string())?;
+        let repo = repo::open_agent(&paths).map_err(|e| e.to_string())?;
         let head = repo
             .head()
             .ok()

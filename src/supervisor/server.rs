@@ -54,6 +54,8 @@ pub enum Peer {
 /// State shared by every task of one supervisor.
 pub struct State {
     pub home: Home,
+    /// Confinement layers of this host, probed at start.
+    pub sandbox: crate::sandbox::report::SandboxReport,
     pub started: Instant,
     pub table: SharedTable,
     pub launcher: Launcher,
@@ -130,8 +132,21 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let rt = tokio::runtime::Handle::current();
     let launcher = Launcher::start(rt).map_err(io)?;
     let (events, _) = broadcast::channel(1024);
+    let sandbox = crate::sandbox::report::SandboxReport::probe();
+    tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
+    for m in &sandbox.missing {
+        tracing::warn!("sandbox layer missing: {m}");
+    }
+    if let Err(e) = crate::sandbox::profile::load_all(home) {
+        tracing::error!("{e}");
+        return Err(ServeError::Io {
+            path: home.sandbox_profiles_dir(),
+            source: std::io::Error::other(e.to_string()),
+        });
+    }
     let state = Arc::new(State {
         home: home.clone(),
+        sandbox,
         started: Instant::now(),
         table: Arc::new(Mutex::new(ChildTable::default())),
         launcher,
@@ -560,27 +575,26 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
     if params.argv.is_empty() {
         return error(ErrorCode::InvalidParams, "argv must name a program");
     }
-    match params.isolation.as_deref().unwrap_or("strict") {
-        "off" => tracing::warn!(
-            agent = %params.agent, role = %params.role,
-            "ISOLATION OFF: starting a child without confinement, as requested"
-        ),
-        "strict" | "degraded" => {
-            return error(
-                ErrorCode::NotImplemented,
-                "confinement layers are not implemented yet; pass isolation \"off\" to run this child unconfined",
-            );
-        }
-        other => {
-            return error(
-                ErrorCode::InvalidParams,
-                format!("unknown isolation level {other:?}"),
-            );
-        }
-    }
-    let (record, agent) = match store::find(&state.home, Some(&params.agent)) {
+    let isolation: crate::sandbox::report::Isolation =
+        match params.isolation.as_deref().unwrap_or("strict").parse() {
+            Ok(i) => i,
+            Err(e) => return error(ErrorCode::InvalidParams, e),
+        };
+    let (mut record, agent) = match store::find(&state.home, Some(&params.agent)) {
         Ok(found) => found,
         Err(e) => return error(ErrorCode::NotFound, e.to_string()),
+    };
+    let workspace = params.workspace.as_ref().map(PathBuf::from);
+    let plan = match plan_child(
+        state,
+        &mut record,
+        &agent,
+        &params.role,
+        isolation,
+        workspace.as_deref(),
+    ) {
+        Ok(p) => p,
+        Err(o) => return o,
     };
     let stdio = match params.stdio {
         StdioMode::Null => None,
@@ -597,8 +611,8 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
             }
         }
     };
-    let cwd = match &params.workspace {
-        Some(w) => PathBuf::from(w),
+    let cwd = match &workspace {
+        Some(w) => w.clone(),
         None => agent.dir().to_path_buf(),
     };
     let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
@@ -616,6 +630,7 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
         role: params.role.clone(),
         argv: params.argv.clone(),
         cwd,
+        plan,
         stdio,
         channel: OwnedFd::from(theirs),
     };
@@ -715,4 +730,57 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
     Outcome::Result(
         json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
     )
+}
+
+/// Prepare an agent for a confined child (uid, ownership, cgroup) and plan
+/// its launch; refuse when the isolation asked for cannot be met.
+fn plan_child(
+    state: &State,
+    record: &mut crate::agent::record::AgentRecord,
+    agent: &crate::paths::AgentPaths,
+    role: &str,
+    isolation: crate::sandbox::report::Isolation,
+    workspace: Option<&std::path::Path>,
+) -> Result<crate::sandbox::plan::LaunchPlan, Outcome> {
+    use crate::sandbox::{cgroup, identity, plan, profile, report::Isolation};
+    let internal = |e: &dyn std::fmt::Display| error(ErrorCode::Internal, e.to_string());
+    let exe = std::env::current_exe().map_err(|e| internal(&e))?;
+    if isolation == Isolation::Off {
+        tracing::warn!(agent = %record.id, role, "ISOLATION OFF: starting a child without confinement, as requested");
+    }
+    let profile = profile::load(&state.home, role)
+        .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
+    let resolved = profile.resolve(agent, workspace, None);
+    let report = &state.sandbox;
+    let confined = isolation != Isolation::Off;
+    let mut uid = None;
+    if confined && report.uid_switch.available {
+        let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
+        identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
+        identity::own_agent_dir(agent, u).map_err(|e| internal(&e))?;
+        uid = Some(u);
+    } else if confined {
+        std::fs::create_dir_all(agent.tmp_dir()).map_err(|e| internal(&e))?;
+    }
+    let mut launch = plan::plan(&plan::PlanInput {
+        report,
+        isolation,
+        home: state.home.root(),
+        agent_dir: agent.dir(),
+        agent_id: &record.id,
+        tmp_dir: &agent.tmp_dir(),
+        resolved: &resolved,
+        exe: &exe,
+        uid,
+    })
+    .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;
+    if confined && report.level != crate::sandbox::report::Level::L0 {
+        tracing::warn!(level = ?report.level, "child runs below L0: {}", report.missing.join("; "));
+    }
+    if confined && report.cgroup.available {
+        launch.cgroup_procs =
+            cgroup::prepare(&report.cgroup_info, &record.id, role, &resolved.limits)
+                .map_err(|e| internal(&e))?;
+    }
+    Ok(launch)
 }

@@ -1,0 +1,46 @@
+//! Per-agent, per-role cgroups: `pids` and `memory` limits from the role
+//! profile (v2 unified hierarchy, or the v1 controllers this kind of host
+//! has). A fork bomb stops at `pids.max`; RLIMIT_NPROC alone would not stop
+//! a root child.
+
+use std::path::{Path, PathBuf};
+
+use super::profile::Limits;
+use super::report::CgroupInfo;
+
+/// Create the group of `agent`/`role` under every root and set its limits.
+/// Returns the `cgroup.procs` files a child joins.
+pub fn prepare(
+    info: &CgroupInfo,
+    agent: &str,
+    role: &str,
+    limits: &Limits,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut procs = Vec::new();
+    for root in &info.roots {
+        let dir = root.join(agent).join(role);
+        std::fs::create_dir_all(&dir)?;
+        let controller = root
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        let memory = limits.memory_mb.saturating_mul(1024 * 1024).to_string();
+        if info.version == "v2" {
+            write(&dir, "pids.max", &limits.pids.to_string())?;
+            write(&dir, "memory.max", &memory)?;
+            let _ = write(&dir, "memory.swap.max", "0");
+        } else if controller == "pids" {
+            write(&dir, "pids.max", &limits.pids.to_string())?;
+        } else if controller == "memory" {
+            write(&dir, "memory.limit_in_bytes", &memory)?;
+        }
+        procs.push(dir.join("cgroup.procs"));
+    }
+    Ok(procs)
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(file), value)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}/{file}: {e}", dir.display())))
+}

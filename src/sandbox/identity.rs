@@ -1,0 +1,143 @@
+//! Per-agent uids: when the supervisor runs as root, every agent's confined
+//! processes run as a uid of their own, so plain file permissions (0700
+//! agent directories) separate agents even where path-based layers cannot
+//! (a hard link planted before confinement, pathname sockets).
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::agent::record::AgentRecord;
+use crate::agent::store::{self, StoreError};
+use crate::paths::{AgentPaths, Home};
+
+/// First uid handed to agents.
+pub const UID_BASE: u32 = 200_000;
+/// How many agent uids there are.
+pub const UID_COUNT: u32 = 100_000;
+/// The uid the layer probe runs bwrap as.
+pub const PROBE_UID: u32 = UID_BASE + UID_COUNT - 1;
+
+static ALLOCATION: Mutex<()> = Mutex::new(());
+
+/// Host-wide record of the uids handed out, shared by every home (tenant)
+/// on this machine so that two tenants' agents never share a uid.
+pub const REGISTRY: &str = "/var/lib/mini-letta/agent-uids";
+
+/// The agent's uid, assigning the lowest uid free on this host on first use.
+pub fn ensure_uid(
+    home: &Home,
+    record: &mut AgentRecord,
+    paths: &AgentPaths,
+) -> Result<u32, StoreError> {
+    if let Some(uid) = record.sandbox_uid {
+        return Ok(uid);
+    }
+    let _guard = ALLOCATION.lock().unwrap_or_else(|p| p.into_inner());
+    let io = |source| StoreError::Io {
+        path: PathBuf::from(REGISTRY),
+        source,
+    };
+    let registry = Path::new(REGISTRY);
+    if let Some(dir) = registry.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(registry)
+        .map_err(io)?;
+    // Serialise allocation across supervisors of different homes.
+    file.lock().map_err(io)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    // An entry whose agent directory is gone (a deleted agent or home) frees
+    // its uid again.
+    let mut used: std::collections::HashSet<u32> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ' ');
+            let uid = it.next()?.parse().ok()?;
+            let agent = it.next()?;
+            let home = it.next()?;
+            Path::new(home)
+                .join("agents")
+                .join(agent)
+                .exists()
+                .then_some(uid)
+        })
+        .collect();
+    used.extend(store::list(home)?.iter().filter_map(|a| a.sandbox_uid));
+    let uid = (UID_BASE..PROBE_UID)
+        .find(|u| !used.contains(u))
+        .ok_or_else(|| io(std::io::Error::other("no free agent uid left")))?;
+    writeln!(file, "{uid} {} {}", record.id, home.root().display()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    record.sandbox_uid = Some(uid);
+    store::save(paths, record)?;
+    Ok(uid)
+}
+
+/// Directories inside the agent directory that belong to the agent's uid.
+/// Everything else there (`agent.json`, `memory.git/`) stays the
+/// supervisor's: the agent must not rewrite its own record (model, uid) or
+/// its git directory (hooks, config, refs).
+pub fn agent_owned_dirs(paths: &AgentPaths) -> Vec<std::path::PathBuf> {
+    vec![
+        paths.memory_dir(),
+        paths.tmp_dir(),
+        paths.conversations_dir(),
+        paths.worktrees_dir(),
+        paths.dir().join("reflections"),
+    ]
+}
+
+/// Set ownership for confinement: the agent directory itself is
+/// `root:<agent gid>` mode 0750 (the agent may enter it, not add or remove
+/// entries; no other agent may enter), and the agent-owned directories are
+/// given to the agent's uid, created if missing.
+pub fn own_agent_dir(paths: &AgentPaths, uid: u32) -> std::io::Result<()> {
+    let dir = paths.dir();
+    for sub in agent_owned_dirs(paths) {
+        std::fs::create_dir_all(&sub)?;
+        chown_tree(&sub, uid)?;
+    }
+    std::os::unix::fs::chown(dir, Some(0), Some(uid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))?;
+    Ok(())
+}
+
+/// Give root-owned entries to `uid`. Entries owned by anyone else are left
+/// alone, and so are files with more than one link: a hard link planted in
+/// this tree may point at another agent's file, which must never change
+/// hands.
+fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let mine = meta.uid() == uid && meta.gid() == uid;
+    let adoptable = meta.uid() == 0 && (meta.is_dir() || meta.nlink() == 1);
+    if !mine && adoptable {
+        std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+    }
+    if meta.is_dir() && (mine || adoptable) {
+        for entry in std::fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Let agent uids traverse (not list) the home and `agents/` so that
+/// bubblewrap, running as the agent, can reach the agent's own directory.
+pub fn make_traversable(home: &Home) -> std::io::Result<()> {
+    for dir in [home.root().to_path_buf(), home.agents_dir()] {
+        let meta = std::fs::metadata(&dir)?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o011 != 0o011 {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o011))?;
+        }
+    }
+    Ok(())
+}

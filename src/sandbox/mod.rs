@@ -1,0 +1,15 @@
+//! Confinement of every child: per-agent uids, namespaces (bubblewrap run
+//! without capabilities), landlock, seccomp, no_new_privs, rlimits and
+//! cgroups, layered so that each holds where another is missing, with the
+//! level reached reported honestly ([`report`]) and strict mode failing
+//! closed.
+
+pub mod cgroup;
+pub mod identity;
+pub mod plan;
+pub mod probes;
+pub mod profile;
+pub mod report;
+pub mod seccomp;
+pub mod stage2;
+pub mod verify;

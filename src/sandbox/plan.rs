@@ -1,0 +1,251 @@
+//! Turning a role profile, an agent and the host's [`SandboxReport`] into a
+//! concrete launch: which program runs (bubblewrap or this binary's stage
+//! 2), with which mounts, as which uid, in which cgroup, under which limits,
+//! and what stage 2 must apply to itself.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::profile::{Network, Resolved};
+use super::report::{Isolation, Level, SandboxReport};
+use super::stage2::StagePolicy;
+
+/// System paths every role may read and execute.
+pub const SYSTEM_READ_EXEC: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
+
+/// The narrow part of `/etc` children need (spec §c.5).
+pub const SYSTEM_READ_ONLY: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/gitconfig",
+    "/proc",
+    "/dev/urandom",
+    "/dev/random",
+];
+
+/// Device files children may write (discarding or producing data only).
+pub const DEV_WRITABLE: &[&str] = &["/dev/null", "/dev/zero", "/dev/tty", "/dev/full"];
+
+/// Resource limits applied with setrlimit before exec.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Rlimits {
+    pub nofile: u64,
+    pub fsize: u64,
+    /// Only effective for a non-root uid (the kernel exempts uid 0).
+    pub nproc: u64,
+}
+
+/// Everything the launcher needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaunchPlan {
+    pub level: Level,
+    pub isolation: Isolation,
+    /// Program to exec (bwrap, or this binary).
+    pub program: PathBuf,
+    /// Arguments before this binary's `__child` stage (bwrap's).
+    pub wrapper_args: Vec<OsString>,
+    /// The stage-2 policy, when any layer applies.
+    pub stage: Option<StagePolicy>,
+    /// Switch to this uid/gid (supervisor running as root).
+    pub uid: Option<u32>,
+    pub rlimits: Option<Rlimits>,
+    /// `cgroup.procs` files to join before exec.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// `TMPDIR` for the child.
+    pub tmpdir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "isolation {isolation:?} needs level L0 or L2 but this host reaches {level:?} ({missing}); \
+         pass --isolation degraded to accept fewer layers, or off for none"
+    )]
+    Refused {
+        isolation: Isolation,
+        level: Level,
+        missing: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Inputs of [`plan`].
+pub struct PlanInput<'a> {
+    pub report: &'a SandboxReport,
+    pub isolation: Isolation,
+    pub home: &'a Path,
+    pub agent_dir: &'a Path,
+    pub agent_id: &'a str,
+    pub tmp_dir: &'a Path,
+    pub resolved: &'a Resolved,
+    pub exe: &'a Path,
+    pub uid: Option<u32>,
+}
+
+/// Decide how to launch, or refuse.
+pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
+    let r = input.report;
+    if input.isolation == Isolation::Off {
+        return Ok(LaunchPlan {
+            level: Level::None,
+            isolation: Isolation::Off,
+            program: input.exe.to_path_buf(),
+            wrapper_args: Vec::new(),
+            stage: None,
+            uid: None,
+            rlimits: None,
+            cgroup_procs: Vec::new(),
+            tmpdir: PathBuf::from("/tmp"),
+        });
+    }
+    if !input.isolation.accepts(r.level) {
+        return Err(PlanError::Refused {
+            isolation: input.isolation,
+            level: r.level,
+            missing: if r.missing.is_empty() {
+                "no layer missing".into()
+            } else {
+                r.missing.join("; ")
+            },
+        });
+    }
+    let res = input.resolved;
+    let exe_dir = input.exe.to_path_buf();
+    let mut read_exec: Vec<PathBuf> = SYSTEM_READ_EXEC.iter().map(PathBuf::from).collect();
+    read_exec.push(exe_dir);
+    let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
+    // The agent directory itself must be traversable to reach its parts.
+    read_only.push(input.agent_dir.to_path_buf());
+    read_only.extend(res.read_only.iter().cloned());
+    let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
+    writable.extend(res.writable.iter().cloned());
+    let namespaces = r.namespaces.available;
+    let stage = StagePolicy {
+        landlock: r.landlock.available,
+        scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
+        read_exec,
+        read_only,
+        writable,
+        seccomp: r.seccomp.available,
+        no_network: res.network == Network::None,
+        require_no_caps: true,
+    };
+    let uid = if r.uid_switch.available {
+        input.uid
+    } else {
+        None
+    };
+    let cgroup_procs = cgroup_procs(r, input.agent_id, &res.role);
+    let rlimits = Rlimits {
+        nofile: res.limits.open_files,
+        fsize: res.limits.file_size_mb.saturating_mul(1024 * 1024),
+        nproc: res.limits.pids,
+    };
+    let (program, wrapper_args, tmpdir) = match (&r.bwrap, namespaces) {
+        (Some(bwrap), true) => (
+            bwrap.clone(),
+            bwrap_args(input, &res.writable),
+            PathBuf::from("/tmp"),
+        ),
+        _ => (
+            input.exe.to_path_buf(),
+            Vec::new(),
+            input.tmp_dir.to_path_buf(),
+        ),
+    };
+    Ok(LaunchPlan {
+        level: r.level,
+        isolation: input.isolation,
+        program,
+        wrapper_args,
+        stage: Some(stage),
+        uid,
+        rlimits: Some(rlimits),
+        cgroup_procs,
+        tmpdir,
+    })
+}
+
+fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
+    r.cgroup_info
+        .roots
+        .iter()
+        .map(|root| root.join(agent).join(role).join("cgroup.procs"))
+        .collect()
+}
+
+/// bubblewrap arguments: new user, pid, net, ipc and uts namespaces, no
+/// capabilities, no nested user namespaces, a read-only root with private
+/// `/tmp`, `/run`, `/dev`, `/proc`, the mini-letta home and users' homes
+/// masked, the agent's own directory re-bound read-only and its writable
+/// parts read-write.
+fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
+    let mut a: Vec<OsString> = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/var/tmp",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/home",
+        "--tmpfs",
+        "/root",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    // Mask the whole home (other agents, the control socket, config), then
+    // bring back this binary, the agent's directory (read-only) and its
+    // writable parts.
+    a.push("--tmpfs".into());
+    a.push(input.home.as_os_str().to_owned());
+    let mut bind = |flag: &str, p: &Path| {
+        a.push(flag.into());
+        a.push(p.as_os_str().to_owned());
+        a.push(p.as_os_str().to_owned());
+    };
+    bind("--ro-bind", input.exe);
+    bind("--ro-bind", input.agent_dir);
+    for w in writable.iter().filter(|w| w.exists()) {
+        bind("--bind", w);
+    }
+    a
+}

@@ -1,0 +1,149 @@
+//! Code planted for the unconfined side: git hooks and config of the own
+//! memory repository, shell rc and tool config files read later outside
+//! (§d rows 42–44). Existing files are only opened for appending (nothing
+//! written); new files have unique names and are deleted at once.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::util::{io_name, join, private_tmpfs, unique};
+use super::{ProbeContext, Verdict};
+
+/// Create `path` (must not exist); remove it again on success.
+fn create_then_remove(path: &Path) -> Result<(), String> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(path)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+            Ok(())
+        }
+        Err(e) => Err(format!("create {}: {}", path.display(), io_name(&e))),
+    }
+}
+
+/// Open an existing file for appending; nothing is written.
+fn open_append(path: &Path) -> Result<(), String> {
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("open {} for writing: {}", path.display(), io_name(&e)))
+}
+
+/// Row 42: create `hooks/post-merge` in the own `memory.git` (a uniquely
+/// named hook if one exists; `hooks/` itself if it is missing). Escaped if
+/// anything is created there (removed at once).
+pub fn hook_write(ctx: &ProbeContext) -> Verdict {
+    let hooks = ctx.own_memory_git_dir.join("hooks");
+    if !hooks.is_dir() {
+        return match std::fs::create_dir(&hooks) {
+            Ok(()) => {
+                let _ = std::fs::remove_dir(&hooks);
+                Verdict::escaped(format!("created {} (removed)", hooks.display()))
+            }
+            Err(e) => Verdict::blocked(format!("mkdir {}: {}", hooks.display(), io_name(&e))),
+        };
+    }
+    let hook = hooks.join("post-merge");
+    let target = if hook.exists() {
+        hooks.join(unique("hook"))
+    } else {
+        hook
+    };
+    match create_then_remove(&target) {
+        Ok(()) => Verdict::escaped(format!("created the hook {} (removed)", target.display())),
+        Err(e) => Verdict::blocked(e),
+    }
+}
+
+/// Row 43: open the own `memory.git/config` for writing and create a file
+/// beside it (how git rewrites config: a lock file renamed over it).
+/// Escaped if either works (nothing written; the new file is removed).
+pub fn config_write(ctx: &ProbeContext) -> Verdict {
+    let config = ctx.own_memory_git_dir.join("config");
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    if config.exists() {
+        match open_append(&config) {
+            Ok(()) => got.push(format!(
+                "opened {} for writing (core.hooksPath/core.fsmonitor/core.sshCommand could be set; nothing written)",
+                config.display()
+            )),
+            Err(e) => refused.push(e),
+        }
+    } else {
+        refused.push(format!("{}: absent", config.display()));
+    }
+    let beside = ctx.own_memory_git_dir.join(unique("config"));
+    match create_then_remove(&beside) {
+        Ok(()) => got.push(format!(
+            "created {} beside it (a config.lock could replace config)",
+            beside.display()
+        )),
+        Err(e) => refused.push(e),
+    }
+    if got.is_empty() {
+        Verdict::blocked(join(&refused))
+    } else {
+        Verdict::escaped(join(&got))
+    }
+}
+
+/// Row 44: write shell rc / tool config files in home directories that an
+/// unconfined process reads later: `$HOME` unless it lies inside the own
+/// agent dir (the agent's own), and `/root`. Existing `.bashrc`, `.profile`, `.gitconfig`, `.mcp.json`
+/// are opened for appending; a new dotfile is created and removed.
+/// Escaped if any of this works; a home that is a tmpfs mask private to
+/// the sandbox is not attacked (nothing there is read outside).
+pub fn rc_poisoning(ctx: &ProbeContext) -> Verdict {
+    let mut homes: Vec<PathBuf> = Vec::new();
+    let mut notes = Vec::new();
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(h) if h.starts_with(&ctx.own_agent_dir) => {
+            notes.push(format!("HOME {} is the agent's own", h.display()));
+        }
+        Some(h) => homes.push(h),
+        None => notes.push("HOME unset".into()),
+    }
+    homes.push("/root".into());
+    homes.dedup();
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    for home in &homes {
+        if private_tmpfs(home, ctx.supervisor_pid) {
+            notes.push(format!(
+                "{} is a tmpfs mask private to this sandbox",
+                home.display()
+            ));
+            continue;
+        }
+        for name in [".bashrc", ".profile", ".gitconfig", ".mcp.json"] {
+            let p = home.join(name);
+            if p.is_file() {
+                match open_append(&p) {
+                    Ok(()) => got.push(format!(
+                        "opened {} for writing (nothing written)",
+                        p.display()
+                    )),
+                    Err(e) => refused.push(e),
+                }
+            }
+        }
+        match create_then_remove(&home.join(unique("rc"))) {
+            Ok(()) => got.push(format!("created a dotfile in {} (removed)", home.display())),
+            Err(e) => refused.push(e),
+        }
+    }
+    refused.extend(notes.iter().cloned());
+    if got.is_empty() {
+        Verdict::blocked(join(&refused))
+    } else {
+        got.extend(notes);
+        Verdict::escaped(join(&got))
+    }
+}

@@ -1,0 +1,503 @@
+//! The escape-attack catalogue (spec `sandbox.md` §d) as probes that run
+//! *inside* a confined child and report, per attack, whether it was
+//! `blocked`, `escaped` or `skipped` (with a precise reason), always with
+//! evidence: the errno of the refusal or what was read, created or reached.
+//!
+//! Every probe makes the attack for real with plain system calls, but is
+//! safe to run unconfined on a host (the unconfined run is the control column
+//! that proves each probe can see an escape):
+//! * signals are signal 0, ptrace is `PTRACE_SEIZE` from a throwaway process
+//!   (detached by its exit), descriptors are opened for writing but never
+//!   written when the target is a system or supervisor file;
+//! * files created outside the own directory have unique names and are
+//!   deleted at once; a renamed file is renamed back;
+//! * mounts happen in a throwaway process, in a private mount namespace when
+//!   it can make one, and are undone at once otherwise;
+//! * the fork bomb, memory bomb and disk fill are bounded and cleaned up;
+//! * network probes only reach loopback, the given abstract socket, and the
+//!   TEST-NET address 192.0.2.1 — the latter only when no route covers it.
+//!
+//! The hidden `mini-letta __probe ID --context JSON` command calls
+//! [`run_one`] and prints its result.
+
+mod channel;
+mod fs;
+mod git;
+mod ipc;
+mod kernel;
+mod mount;
+mod net;
+mod privilege;
+mod proc;
+mod resources;
+mod util;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// What a probe knows about the layout it attacks. Paths are as they exist
+/// on the host; inside the sandbox they may be hidden, which is the point.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeContext {
+    /// The confined agent's own directory (as seen inside).
+    pub own_agent_dir: PathBuf,
+    /// Its `memory.git` (must be read-only inside).
+    pub own_memory_git_dir: PathBuf,
+    /// Decoy agent B's directory, as it exists on the host.
+    pub other_agent_dir: PathBuf,
+    /// A file in B's directory containing `secret_marker`.
+    pub other_secret_file: PathBuf,
+    /// Text that must never be readable.
+    pub secret_marker: String,
+    /// `<home>/agents` on the host.
+    pub agents_dir: PathBuf,
+    /// Host pid of the supervisor.
+    pub supervisor_pid: u32,
+    /// Host pid of a sibling child (another agent's); must stay alive.
+    pub sibling_pid: u32,
+    /// A variable the supervisor holds (e.g. `OPENAI_API_KEY`).
+    pub env_secret_name: String,
+    /// Its value; must not be visible anywhere.
+    pub env_secret_value: String,
+    /// `<home>/run/supervisor.sock` on the host.
+    pub control_socket: PathBuf,
+    /// A TCP listener on 127.0.0.1 in the host network namespace.
+    pub host_tcp_port: u16,
+    /// An abstract Unix socket name listening on the host (without `@`).
+    pub host_abstract_socket: String,
+    /// A symlink in the own directory to `other_secret_file`, planted before
+    /// confinement.
+    pub planted_symlink: Option<PathBuf>,
+    /// A hard link in the own directory to `other_secret_file`, planted
+    /// before confinement (a documented residual of path-based layers).
+    pub planted_hardlink: Option<PathBuf>,
+    /// A setuid-root copy of `id` in the own directory, planted before
+    /// confinement.
+    pub planted_setuid: Option<PathBuf>,
+    /// A host IPC object: a SysV shm key (decimal or `0x` hex) or a POSIX
+    /// shm name (a file under `/dev/shm`). Visible ⇒ documented residual.
+    pub host_shm_name: Option<String>,
+    /// Expected pids limit (the fork bomb must stop at or below it).
+    pub pids_limit: Option<u64>,
+    /// `RLIMIT_FSIZE` in bytes.
+    pub fsize_limit: Option<u64>,
+    /// A writable directory inside the sandbox for temporary files.
+    pub scratch_dir: PathBuf,
+}
+
+/// The outcome of one attack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The attack failed the expected way (errno or observation).
+    Blocked { evidence: String },
+    /// The attack worked; `evidence` says what was reached.
+    Escaped { evidence: String },
+    /// The attack could not be attempted meaningfully here.
+    Skipped { reason: String },
+}
+
+impl Verdict {
+    pub fn blocked(evidence: impl Into<String>) -> Self {
+        Self::Blocked {
+            evidence: evidence.into(),
+        }
+    }
+
+    pub fn escaped(evidence: impl Into<String>) -> Self {
+        Self::Escaped {
+            evidence: evidence.into(),
+        }
+    }
+
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        Self::Skipped {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        matches!(self, Self::Blocked { .. })
+    }
+
+    pub fn is_escaped(&self) -> bool {
+        matches!(self, Self::Escaped { .. })
+    }
+
+    pub fn is_skipped(&self) -> bool {
+        matches!(self, Self::Skipped { .. })
+    }
+
+    /// `blocked`, `escaped` or `skipped`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Blocked { .. } => "blocked",
+            Self::Escaped { .. } => "escaped",
+            Self::Skipped { .. } => "skipped",
+        }
+    }
+
+    /// The evidence or the skip reason.
+    pub fn detail(&self) -> &str {
+        match self {
+            Self::Blocked { evidence } | Self::Escaped { evidence } => evidence,
+            Self::Skipped { reason } => reason,
+        }
+    }
+}
+
+/// One row of the catalogue.
+pub struct Attack {
+    /// Stable id, e.g. `01-read-other-agent`.
+    pub id: &'static str,
+    /// The §d row it covers.
+    pub number: u32,
+    pub title: &'static str,
+    pub run: fn(&ProbeContext) -> Verdict,
+}
+
+impl std::fmt::Debug for Attack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attack")
+            .field("id", &self.id)
+            .field("number", &self.number)
+            .field("title", &self.title)
+            .finish()
+    }
+}
+
+const fn attack(
+    id: &'static str,
+    number: u32,
+    title: &'static str,
+    run: fn(&ProbeContext) -> Verdict,
+) -> Attack {
+    Attack {
+        id,
+        number,
+        title,
+        run,
+    }
+}
+
+static CATALOGUE: &[Attack] = &[
+    attack(
+        "01-read-other-agent",
+        1,
+        "Read B's memory",
+        fs::read_other_agent,
+    ),
+    attack(
+        "02-enumerate-agents",
+        2,
+        "Enumerate agents",
+        fs::enumerate_agents,
+    ),
+    attack(
+        "03-write-outside",
+        3,
+        "Write outside own dir",
+        fs::write_outside,
+    ),
+    attack(
+        "04-symlink-to-other",
+        4,
+        "Symlink to B",
+        fs::symlink_to_other,
+    ),
+    attack(
+        "05-planted-symlink",
+        5,
+        "Pre-existing symlink planted in A",
+        fs::planted_symlink,
+    ),
+    attack(
+        "06-hardlink-other-in",
+        6,
+        "Hard link B's file into A",
+        fs::hardlink_other_in,
+    ),
+    attack(
+        "07-hardlink-system-file",
+        7,
+        "Hard link a system file into A",
+        fs::hardlink_system_file,
+    ),
+    attack(
+        "08-planted-hardlink",
+        8,
+        "Pre-existing hard link to B's file inside A",
+        fs::planted_hardlink,
+    ),
+    attack(
+        "09-rename-across",
+        9,
+        "Rename across directories",
+        fs::rename_across,
+    ),
+    attack(
+        "10-proc-self-root",
+        10,
+        "/proc/self/root walk",
+        fs::proc_self_root,
+    ),
+    attack(
+        "11-supervisor-root-cwd",
+        11,
+        "Supervisor root/cwd",
+        proc::supervisor_root_cwd,
+    ),
+    attack(
+        "12-supervisor-environ",
+        12,
+        "Supervisor environment",
+        proc::supervisor_environ,
+    ),
+    attack(
+        "13-supervisor-memory",
+        13,
+        "Supervisor memory",
+        proc::supervisor_memory,
+    ),
+    attack(
+        "14-supervisor-exe-write",
+        14,
+        "Overwrite supervisor binary",
+        proc::supervisor_exe_write,
+    ),
+    attack(
+        "15-visible-pids",
+        15,
+        "Count visible pids",
+        proc::visible_pids,
+    ),
+    attack(
+        "16-signal-supervisor",
+        16,
+        "Kill supervisor",
+        proc::signal_supervisor,
+    ),
+    attack(
+        "17-signal-sibling",
+        17,
+        "Kill a sibling",
+        proc::signal_sibling,
+    ),
+    attack(
+        "18-ptrace",
+        18,
+        "ptrace supervisor / sibling / parent agent",
+        proc::ptrace_attach,
+    ),
+    attack("19-pidfd-getfd", 19, "Steal fds", proc::pidfd_getfd),
+    attack(
+        "20-env-secrets",
+        20,
+        "Parent's env secrets",
+        proc::env_secrets,
+    ),
+    attack("21-leaked-fds", 21, "Leaked descriptor", proc::leaked_fds),
+    attack(
+        "22-control-socket",
+        22,
+        "Supervisor control socket",
+        ipc::control_socket,
+    ),
+    attack(
+        "23-channel-privileged-rpc",
+        23,
+        "Own control socket abuse",
+        channel::privileged_rpc,
+    ),
+    attack(
+        "24-abstract-socket",
+        24,
+        "Abstract Unix socket of the host",
+        ipc::abstract_socket,
+    ),
+    attack(
+        "25-tcp-localhost",
+        25,
+        "TCP to supervisor/localhost services",
+        net::tcp_localhost,
+    ),
+    attack("26-tcp-egress", 26, "TCP egress", net::tcp_egress),
+    attack("27-udp-egress", 27, "UDP / DNS egress", net::udp_egress),
+    attack(
+        "28-raw-sockets",
+        28,
+        "Raw/packet/vsock sockets",
+        net::raw_sockets,
+    ),
+    attack(
+        "29-mount-unmask",
+        29,
+        "Mount / unmount the mask",
+        mount::mount_unmask,
+    ),
+    attack(
+        "30-remount-root-rw",
+        30,
+        "Remount / read-write",
+        mount::remount_root,
+    ),
+    attack(
+        "31-new-user-namespace",
+        31,
+        "New user namespace",
+        privilege::new_user_namespace,
+    ),
+    attack(
+        "32-setuid-binary",
+        32,
+        "Setuid binary",
+        privilege::setuid_binary,
+    ),
+    attack(
+        "33-capabilities",
+        33,
+        "Capabilities",
+        privilege::capabilities,
+    ),
+    attack(
+        "34-device-nodes",
+        34,
+        "Device nodes",
+        privilege::device_nodes,
+    ),
+    attack(
+        "35-kernel-tunables",
+        35,
+        "Kernel tunables",
+        kernel::tunables,
+    ),
+    attack(
+        "36-cgroup-escape",
+        36,
+        "Cgroup escape",
+        kernel::cgroup_escape,
+    ),
+    attack("37-fork-bomb", 37, "Fork bomb", resources::fork_bomb),
+    attack("38-memory-bomb", 38, "Memory bomb", resources::memory_bomb),
+    attack("39-disk-fill", 39, "Disk fill", resources::disk_fill),
+    attack(
+        "40-orphan-survival",
+        40,
+        "Orphan survival",
+        resources::orphan_survival,
+    ),
+    attack(
+        "41-terminal-injection",
+        41,
+        "Terminal injection",
+        privilege::terminal_injection,
+    ),
+    attack(
+        "42-git-hook",
+        42,
+        "Git hook for the unconfined side",
+        git::hook_write,
+    ),
+    attack(
+        "43-git-config",
+        43,
+        "Git config for the unconfined side",
+        git::config_write,
+    ),
+    attack(
+        "44-rc-poisoning",
+        44,
+        "Shell rc / tool config poisoning",
+        git::rc_poisoning,
+    ),
+    attack(
+        "45-ipc-namespace",
+        45,
+        "SysV / POSIX IPC channel to other agents",
+        ipc::shared_ipc,
+    ),
+    attack("46-io-uring", 46, "io_uring side door", kernel::io_uring),
+    attack(
+        "47-keyring-bpf-perf",
+        47,
+        "Keyring / bpf / perf",
+        kernel::keyring_bpf_perf,
+    ),
+    attack(
+        "48-sandbox-off-switches",
+        48,
+        "Sandbox-off switches",
+        channel::env_switches,
+    ),
+    attack(
+        "49-secret-commit",
+        49,
+        "Secret committed to memory",
+        channel::secret_commit,
+    ),
+];
+
+/// Every attack, in §d order.
+pub fn catalogue() -> &'static [Attack] {
+    CATALOGUE
+}
+
+/// The attack with this id (or with this §d number, given as digits).
+pub fn find(id: &str) -> Option<&'static Attack> {
+    CATALOGUE.iter().find(|a| a.id == id).or_else(|| {
+        let n: u32 = id.parse().ok()?;
+        CATALOGUE.iter().find(|a| a.number == n)
+    })
+}
+
+/// Run one attack; a panicking probe is reported as skipped, never fatal.
+pub fn run(attack: &Attack, ctx: &ProbeContext) -> Verdict {
+    let run = attack.run;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ctx))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Verdict::skipped(format!("probe failed: {msg}"))
+        }
+    }
+}
+
+/// Entry used by the hidden `mini-letta __probe ID --context JSON` command:
+/// runs one attack and returns the JSON line to print:
+/// `{"id","number","title","verdict","evidence"|"reason","elapsed_ms"}`.
+pub fn run_one(id: &str, ctx: &ProbeContext) -> Value {
+    let Some(attack) = find(id) else {
+        return json!({
+            "id": id,
+            "number": null,
+            "title": null,
+            "verdict": "skipped",
+            "reason": format!("unknown probe id {id:?}"),
+            "elapsed_ms": 0,
+        });
+    };
+    let started = Instant::now();
+    let verdict = run(attack, ctx);
+    let mut out = json!({
+        "id": attack.id,
+        "number": attack.number,
+        "title": attack.title,
+    });
+    if let (Some(o), Ok(Value::Object(v))) = (out.as_object_mut(), serde_json::to_value(&verdict)) {
+        o.extend(v);
+    }
+    if let Some(o) = out.as_object_mut() {
+        o.insert(
+            "elapsed_ms".into(),
+            json!(started.elapsed().as_millis() as u64),
+        );
+    }
+    out
+}

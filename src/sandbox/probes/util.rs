@@ -1,0 +1,355 @@
+//! Helpers shared by the probes: errno names, bounded reads, unique names,
+//! pid-namespace awareness, and throwaway child processes.
+//!
+//! Throwaway children are forked from a process that may have other threads
+//! (the in-process tests), so the closures they run must stick to raw system
+//! calls on data prepared before the fork: no allocation, no locks.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+/// `EACCES`-style name of an errno value.
+pub fn errno_name(code: i32) -> String {
+    let e = Errno::from_raw(code);
+    if e == Errno::UnknownErrno {
+        format!("errno {code}")
+    } else {
+        format!("{e:?}")
+    }
+}
+
+/// The errno name of an I/O error, else its text.
+pub fn io_name(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => errno_name(code),
+        None => e.to_string(),
+    }
+}
+
+/// The errno name of the last failed libc call.
+pub fn last_errno() -> String {
+    errno_name(Errno::last_raw())
+}
+
+/// A name no other probe run uses: `.mini-letta-probe-<pid>-<tag>-<n>`.
+pub fn unique(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        ".mini-letta-probe-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A path as a C string (`None` if it holds a NUL byte).
+pub fn cpath(p: &Path) -> Option<CString> {
+    CString::new(p.as_os_str().as_bytes()).ok()
+}
+
+/// `base` with an absolute `path` appended below it (`/proc/1/root` + `/a/b`).
+pub fn below(base: &Path, path: &Path) -> PathBuf {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    base.join(rel)
+}
+
+/// Read at most `max` bytes of a file.
+pub fn read_limited(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Read `path` looking for the secret marker: readable ⇒ escaped (saying
+/// whether the marker was there), refused ⇒ blocked with the errno.
+pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> crate::sandbox::probes::Verdict {
+    use crate::sandbox::probes::Verdict;
+    match read_limited(path, 1 << 20) {
+        Ok(bytes) if contains(&bytes, marker.as_bytes()) => Verdict::escaped(format!(
+            "{what}: read {} bytes from {}, the secret marker is in them",
+            bytes.len(),
+            path.display()
+        )),
+        Ok(bytes) => Verdict::escaped(format!(
+            "{what}: {} is readable ({} bytes, marker absent)",
+            path.display(),
+            bytes.len()
+        )),
+        Err(e) => Verdict::blocked(format!(
+            "{what}: open/read {}: {}",
+            path.display(),
+            io_name(&e)
+        )),
+    }
+}
+
+/// One `key: value` line of `/proc/self/status`.
+pub fn self_status(key: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key).then(|| v.trim().to_string())
+    })
+}
+
+/// The filesystem type mounted exactly at `path`, from `/proc/self/mountinfo`.
+pub fn mount_at(path: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.to_str()?;
+    let mut found = None;
+    for line in info.lines() {
+        let mut halves = line.splitn(2, " - ");
+        let (Some(head), Some(tail)) = (halves.next(), halves.next()) else {
+            continue;
+        };
+        let Some(mp) = head.split(' ').nth(4) else {
+            continue;
+        };
+        if unescape(mp) == want {
+            found = tail.split(' ').next().map(str::to_string);
+        }
+    }
+    found
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `dir` is a tmpfs mounted exactly there *inside this sandbox's own
+/// mount namespace* (a mask such as `--tmpfs /root`): what is written there
+/// never reaches the host. The namespace is taken as private when this
+/// process is in its own pid namespace (the sandbox then always has its own
+/// mount namespace) or when the supervisor's differs from ours.
+pub fn private_tmpfs(dir: &Path, supervisor_pid: u32) -> bool {
+    if mount_at(dir).as_deref() != Some("tmpfs") {
+        return false;
+    }
+    if pid_view().nested {
+        return true;
+    }
+    let ours = std::fs::read_link("/proc/self/ns/mnt");
+    let sup = std::fs::read_link(format!("/proc/{supervisor_pid}/ns/mnt"));
+    matches!((ours, sup), (Ok(a), Ok(b)) if a != b)
+}
+
+/// How pid numbers given by the host are to be read here.
+#[derive(Debug, Clone, Copy)]
+pub struct PidView {
+    /// This process is in a pid namespace below the host's: kill/ptrace/
+    /// pidfd with a host pid number reach a sandbox-local process, if any.
+    pub nested: bool,
+    /// `/proc` shows the host's numbering (not a procfs of our namespace).
+    pub proc_is_host: bool,
+}
+
+pub fn pid_view() -> PidView {
+    let nested = self_status("NSpid")
+        .map(|v| v.split_whitespace().count() > 1)
+        .unwrap_or(false);
+    let own = nix::unistd::getpid().as_raw();
+    let proc_self = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse::<i32>().ok()));
+    let proc_is_host = !nested || proc_self.is_some_and(|p| p != own);
+    PidView {
+        nested,
+        proc_is_host,
+    }
+}
+
+/// Evidence that a host pid cannot be addressed by system calls here.
+pub fn nested_note(pid: u32) -> String {
+    format!(
+        "this process is in its own pid namespace: host pid {pid} cannot be named by system calls here"
+    )
+}
+
+/// How a throwaway child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+}
+
+impl std::fmt::Display for ChildEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Code(c) => write!(f, "exit {c}"),
+            Self::Signal(s) => write!(f, "killed by signal {s}"),
+            Self::TimedOut => write!(f, "timed out"),
+        }
+    }
+}
+
+/// Wait for `pid` up to `timeout`; past it the child is killed and reaped.
+pub fn wait_child(pid: libc::pid_t, timeout: Duration) -> ChildEnd {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut status = 0;
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) };
+        if r == pid {
+            return decode_status(status);
+        }
+        if r < 0 && Errno::last() != Errno::EINTR {
+            return ChildEnd::Code(-1);
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: signalling and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, libc::__WALL);
+            }
+            return ChildEnd::TimedOut;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn decode_status(status: i32) -> ChildEnd {
+    if libc::WIFEXITED(status) {
+        ChildEnd::Code(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        ChildEnd::Signal(libc::WTERMSIG(status))
+    } else {
+        ChildEnd::Code(-1)
+    }
+}
+
+/// Number of `i64` slots a throwaway child can report.
+pub const SLOTS: usize = 8;
+
+/// Fork a throwaway child that runs `f` (raw system calls only — see the
+/// module doc), which fills report slots; returns the slots and how the
+/// child ended. Slots the child never wrote stay `i64::MIN`.
+pub fn in_child<F>(timeout: Duration, f: F) -> Result<([i64; SLOTS], ChildEnd), String>
+where
+    F: FnOnce(&mut [i64; SLOTS]),
+{
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe2: {}", last_errno()));
+    }
+    let (rfd, wfd) = (fds[0], fds[1]);
+    // SAFETY: the child runs only `f` (raw system calls on prepared data),
+    // writes its report and leaves with `_exit`, never returning here.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = last_errno();
+        // SAFETY: closing our own pipe.
+        unsafe {
+            libc::close(rfd);
+            libc::close(wfd);
+        }
+        return Err(format!("fork: {e}"));
+    }
+    if pid == 0 {
+        let mut slots = [i64::MIN; SLOTS];
+        f(&mut slots);
+        // SAFETY: writing a plain array to our pipe, then leaving.
+        unsafe {
+            libc::write(wfd, slots.as_ptr().cast(), std::mem::size_of_val(&slots));
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the parent's copy of the write end is no longer needed.
+    unsafe { libc::close(wfd) };
+    let end = wait_child(pid, timeout);
+    let mut slots = [i64::MIN; SLOTS];
+    let want = std::mem::size_of_val(&slots);
+    // SAFETY: reading at most `want` bytes into the array; the child has
+    // ended, so the read cannot block.
+    let got = unsafe { libc::read(rfd, slots.as_mut_ptr().cast(), want) };
+    // SAFETY: closing our read end.
+    unsafe { libc::close(rfd) };
+    if got != want as isize {
+        slots = [i64::MIN; SLOTS];
+    }
+    Ok((slots, end))
+}
+
+/// The errno of the last failed call, for a child's report slot.
+pub fn raw_errno() -> i64 {
+    i64::from(Errno::last_raw())
+}
+
+/// `0` ⇒ `ok`, positive ⇒ errno name, `i64::MIN` ⇒ `not reached`.
+pub fn slot_result(v: i64) -> String {
+    match v {
+        0 => "ok".into(),
+        i64::MIN => "not reached".into(),
+        v => i32::try_from(v)
+            .map(errno_name)
+            .unwrap_or_else(|_| format!("{v}")),
+    }
+}
+
+/// Whether a route in this network namespace covers `addr` (IPv4 only,
+/// from `/proc/net/route`): `Ok(Some(iface))` if one does.
+pub fn route_to(addr: std::net::Ipv4Addr) -> Result<Option<String>, String> {
+    let table = std::fs::read_to_string("/proc/net/route")
+        .map_err(|e| format!("cannot read /proc/net/route: {}", io_name(&e)))?;
+    let target = u32::from_ne_bytes(addr.octets());
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(iface), Some(dest), Some(flags), Some(mask)) =
+            (f.first(), f.get(1), f.get(3), f.get(7))
+        else {
+            continue;
+        };
+        let parse = |s: &str| u32::from_str_radix(s, 16).ok();
+        let (Some(dest), Some(flags), Some(mask)) = (parse(dest), parse(flags), parse(mask)) else {
+            continue;
+        };
+        // RTF_UP
+        if flags & 1 == 0 {
+            continue;
+        }
+        if target & mask == dest & mask {
+            return Ok(Some((*iface).to_string()));
+        }
+    }
+    Ok(None)
+}
+
+/// Close a raw descriptor returned by a probe call.
+pub fn close(fd: i32) {
+    if fd >= 0 {
+        // SAFETY: the caller owns `fd` and does not use it again.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Join the pieces of evidence of a multi-step probe.
+pub fn join(parts: &[String]) -> String {
+    parts.join("; ")
+}

@@ -1,0 +1,377 @@
+//! Which confinement layers this host offers, probed once at supervisor start,
+//! and the isolation level they add up to (spec sandbox.md §c.9).
+//!
+//! | level | layers |
+//! |---|---|
+//! | L0 | per-agent uid + namespaces (bwrap) + landlock ≥ V6 + seccomp + cgroup |
+//! | L2 | no namespaces: uid + landlock ≥ V6 + seccomp (+ cgroup) |
+//! | L3 | as L2 with landlock V4/V5 (no signal/abstract-socket scopes) |
+//! | L4 | no landlock and no namespaces: uid + seccomp only |
+//!
+//! `strict` accepts L0 and L2; `degraded` accepts anything but nothing at all;
+//! `off` runs unconfined. (L1, a refused `/proc` mount, does not occur with
+//! our bwrap invocation and is not distinguished.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+/// Landlock ABI below which signal and abstract-socket scopes are missing.
+pub const LANDLOCK_SCOPES_ABI: i32 = 6;
+
+/// Layers an operator may switch off for testing the fallbacks
+/// (`MINI_LETTA_SANDBOX_DISABLE=namespaces,landlock,seccomp,cgroup` in the
+/// *supervisor's* environment; never read by children). Switching a layer
+/// off lowers the reported level, so strict mode still refuses when the
+/// remainder is not enough.
+pub const DISABLE_ENV: &str = "MINI_LETTA_SANDBOX_DISABLE";
+
+/// The isolation level reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Level {
+    L0,
+    L2,
+    L3,
+    L4,
+    /// No confinement layer at all.
+    None,
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    Strict,
+    Degraded,
+    Off,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "strict" => Ok(Self::Strict),
+            "degraded" => Ok(Self::Degraded),
+            "off" => Ok(Self::Off),
+            other => Err(format!(
+                "unknown isolation level {other:?} (strict, degraded, off)"
+            )),
+        }
+    }
+}
+
+impl Isolation {
+    /// Whether `level` is enough for this mode.
+    pub fn accepts(self, level: Level) -> bool {
+        match self {
+            Self::Strict => matches!(level, Level::L0 | Level::L2),
+            Self::Degraded => level != Level::None,
+            Self::Off => true,
+        }
+    }
+}
+
+/// One layer's probe result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layer {
+    pub available: bool,
+    /// Why it is missing, or what was found.
+    pub detail: String,
+}
+
+impl Layer {
+    fn yes(detail: impl Into<String>) -> Self {
+        Self {
+            available: true,
+            detail: detail.into(),
+        }
+    }
+    fn no(detail: impl Into<String>) -> Self {
+        Self {
+            available: false,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Cgroup facts.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupInfo {
+    /// `"v2"`, `"v1"` or `"none"`.
+    pub version: String,
+    /// Directories where per-agent groups are made (v1: one per controller).
+    pub roots: Vec<PathBuf>,
+}
+
+/// The host's confinement capabilities.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxReport {
+    pub level: Level,
+    pub backend: String,
+    pub bwrap: Option<PathBuf>,
+    pub namespaces: Layer,
+    pub landlock: Layer,
+    pub landlock_abi: i32,
+    pub seccomp: Layer,
+    pub cgroup: Layer,
+    pub cgroup_info: CgroupInfo,
+    pub uid_switch: Layer,
+    pub no_new_privs: Layer,
+    /// Layers switched off by the operator.
+    pub disabled: Vec<String>,
+    /// One line per missing layer.
+    pub missing: Vec<String>,
+}
+
+impl SandboxReport {
+    /// Probe this host.
+    pub fn probe() -> Self {
+        let disabled: Vec<String> = std::env::var(DISABLE_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let off = |name: &str| disabled.iter().any(|d| d == name);
+
+        let landlock_abi = landlock_abi();
+        let landlock = if off("landlock") {
+            Layer::no(format!("disabled by {DISABLE_ENV}"))
+        } else if landlock_abi <= 0 {
+            Layer::no("the kernel has no landlock (landlock_create_ruleset failed)")
+        } else {
+            Layer::yes(format!("ABI {landlock_abi}"))
+        };
+        let seccomp = if off("seccomp") {
+            Layer::no(format!("disabled by {DISABLE_ENV}"))
+        } else {
+            match std::fs::read_to_string("/proc/self/status") {
+                Ok(s) if s.contains("Seccomp:") => Layer::yes("seccomp filter mode available"),
+                _ => Layer::no("/proc/self/status has no Seccomp field"),
+            }
+        };
+        let is_root = nix::unistd::geteuid().is_root();
+        let uid_switch = if is_root {
+            Layer::yes("supervisor is root: each agent runs as its own uid")
+        } else {
+            Layer::no("supervisor is not root: children keep its uid")
+        };
+        let bwrap = find_bwrap();
+        let namespaces = if off("namespaces") {
+            Layer::no(format!("disabled by {DISABLE_ENV}"))
+        } else {
+            match &bwrap {
+                None => Layer::no("bwrap (bubblewrap) not found on PATH"),
+                Some(b) => match try_bwrap(b, is_root) {
+                    Ok(()) => Layer::yes(format!("{} works unprivileged", b.display())),
+                    Err(e) => Layer::no(format!("{} cannot create namespaces: {e}", b.display())),
+                },
+            }
+        };
+        let cgroup_info = if off("cgroup") {
+            CgroupInfo {
+                version: "none".into(),
+                roots: Vec::new(),
+            }
+        } else {
+            probe_cgroup()
+        };
+        let cgroup = if off("cgroup") {
+            Layer::no(format!("disabled by {DISABLE_ENV}"))
+        } else if cgroup_info.roots.is_empty() {
+            Layer::no("no writable pids/memory cgroup hierarchy")
+        } else {
+            Layer::yes(format!(
+                "cgroup {} at {:?}",
+                cgroup_info.version, cgroup_info.roots
+            ))
+        };
+        let no_new_privs = Layer::yes("prctl(PR_SET_NO_NEW_PRIVS) before exec");
+
+        let level = compute_level(
+            namespaces.available,
+            landlock.available,
+            landlock_abi,
+            seccomp.available,
+        );
+        let mut missing = Vec::new();
+        for (name, l) in [
+            ("namespaces", &namespaces),
+            ("landlock", &landlock),
+            ("seccomp", &seccomp),
+            ("cgroup", &cgroup),
+            ("uid", &uid_switch),
+        ] {
+            if !l.available {
+                missing.push(format!("{name}: {}", l.detail));
+            }
+        }
+        if landlock.available && landlock_abi < LANDLOCK_SCOPES_ABI {
+            missing.push(format!(
+                "landlock scopes: ABI {landlock_abi} < {LANDLOCK_SCOPES_ABI} (signals and abstract sockets unscoped)"
+            ));
+        }
+        let backend = [
+            (namespaces.available, "bwrap"),
+            (landlock.available, "landlock"),
+            (seccomp.available, "seccomp"),
+            (cgroup.available, "cgroup"),
+            (uid_switch.available, "uid"),
+        ]
+        .iter()
+        .filter(|(a, _)| *a)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join("+");
+        Self {
+            level,
+            backend,
+            bwrap,
+            namespaces,
+            landlock,
+            landlock_abi,
+            seccomp,
+            cgroup,
+            cgroup_info,
+            uid_switch,
+            no_new_privs,
+            disabled,
+            missing,
+        }
+    }
+}
+
+/// The level the available layers add up to.
+pub fn compute_level(namespaces: bool, landlock: bool, abi: i32, seccomp: bool) -> Level {
+    match (namespaces, landlock, seccomp) {
+        (true, true, true) if abi >= LANDLOCK_SCOPES_ABI => Level::L0,
+        (_, true, true) if abi >= LANDLOCK_SCOPES_ABI => Level::L2,
+        (_, true, true) => Level::L3,
+        (_, false, true) | (_, true, false) => Level::L4,
+        (true, false, false) => Level::L4,
+        (false, false, false) => Level::None,
+    }
+}
+
+/// The kernel's landlock ABI version (0 when unavailable).
+pub fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the documented version query: no ruleset, size 0, flag VERSION.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v < 0 { 0 } else { v as i32 }
+}
+
+fn find_bwrap() -> Option<PathBuf> {
+    // Fixed locations first: the supervisor's PATH may name writable dirs.
+    for p in ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"] {
+        if Path::new(p).is_file() {
+            return Some(PathBuf::from(p));
+        }
+    }
+    None
+}
+
+/// Run `bwrap … true` the way children are run (unprivileged) and report
+/// whether it could create its namespaces.
+fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(bwrap);
+    cmd.args([
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/bin/true",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    if as_root {
+        // Probe as an unprivileged uid, as the children will run.
+        cmd.uid(crate::sandbox::identity::PROBE_UID)
+            .gid(crate::sandbox::identity::PROBE_UID);
+    }
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn probe_cgroup() -> CgroupInfo {
+    let base = Path::new("/sys/fs/cgroup");
+    // v2: a unified hierarchy with the controllers we need enabled.
+    if let Ok(ctrl) = std::fs::read_to_string(base.join("cgroup.controllers"))
+        && ctrl.split_whitespace().any(|c| c == "pids")
+    {
+        let root = base.join("mini-letta");
+        if std::fs::create_dir_all(&root).is_ok() {
+            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids +memory");
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
+            return CgroupInfo {
+                version: "v2".into(),
+                roots: vec![root],
+            };
+        }
+    }
+    // v1: separate pids and memory hierarchies.
+    let mut roots = Vec::new();
+    for ctrl in ["pids", "memory"] {
+        let dir = base.join(ctrl);
+        if dir.join("cgroup.procs").exists() {
+            let root = dir.join("mini-letta");
+            if std::fs::create_dir_all(&root).is_ok() {
+                roots.push(root);
+            }
+        }
+    }
+    CgroupInfo {
+        version: if roots.is_empty() {
+            "none".into()
+        } else {
+            "v1".into()
+        },
+        roots,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels() {
+        assert_eq!(compute_level(true, true, 7, true), Level::L0);
+        assert_eq!(compute_level(false, true, 7, true), Level::L2);
+        assert_eq!(compute_level(false, true, 5, true), Level::L3);
+        assert_eq!(compute_level(true, true, 5, true), Level::L3);
+        assert_eq!(compute_level(false, false, 0, true), Level::L4);
+        assert_eq!(compute_level(false, false, 0, false), Level::None);
+        assert!(Isolation::Strict.accepts(Level::L2));
+        assert!(!Isolation::Strict.accepts(Level::L3));
+        assert!(Isolation::Degraded.accepts(Level::L4));
+        assert!(!Isolation::Degraded.accepts(Level::None));
+    }
+}

@@ -1,0 +1,370 @@
+//! Confinement with real confined children, at the full level (L0) and with
+//! namespaces switched off (L2: uid + landlock + seccomp), plus strict mode
+//! refusing when a needed layer is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{bin, stderr, stdout};
+use serde_json::Value;
+
+/// Skip (loudly) unless this host can confine at all.
+fn require_layers() -> bool {
+    let o = Command::new(bin())
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    if v["landlock"]["available"] != true || v["seccomp"]["available"] != true {
+        eprintln!(
+            "SKIPPED (loudly): this kernel lacks landlock or seccomp: {}",
+            v["missing"]
+        );
+        return false;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED (loudly): confinement tests need root to switch agent uids");
+        return false;
+    }
+    true
+}
+
+struct Home {
+    dir: tempfile::TempDir,
+    a: String,
+    b: String,
+}
+
+fn home_with_two_agents() -> Home {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for name in ["alice", "bob"] {
+        let o = common::run(dir.path(), &["agent", "create", name, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        ids.push(
+            serde_json::from_str::<Value>(&stdout(&o)).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let b = ids.pop().unwrap();
+    let a = ids.pop().unwrap();
+    let h = Home { dir, a, b };
+    std::fs::write(h.agent_dir(&h.b).join("memory/secret.md"), "BOB-SECRET\n").unwrap();
+    h
+}
+
+impl Home {
+    fn agent_dir(&self, id: &str) -> std::path::PathBuf {
+        self.dir.path().join("agents").join(id)
+    }
+
+    /// `sandbox run` as agent A with an embedded supervisor.
+    fn run_as_a(&self, level_env: Option<&str>, isolation: &str, script: &str) -> Output {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "sandbox",
+            "run",
+            "-a",
+            "alice",
+            "--role",
+            "tool",
+            "--isolation",
+            isolation,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("MINI_LETTA_HOME", self.dir.path())
+        .env("OPENAI_API_KEY", "sk-test-secret-in-supervisor");
+        match level_env {
+            Some(v) => cmd.env("MINI_LETTA_SANDBOX_DISABLE", v),
+            None => cmd.env_remove("MINI_LETTA_SANDBOX_DISABLE"),
+        };
+        cmd.output().unwrap()
+    }
+}
+
+/// Each line `name=rc` from a script that tries things and records `$?`.
+fn results(o: &Output) -> std::collections::BTreeMap<String, String> {
+    stdout(o)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn attack_script(h: &Home) -> String {
+    let b = h.agent_dir(&h.b);
+    let a = h.agent_dir(&h.a);
+    let agents = h.dir.path().join("agents");
+    let git = a.join("memory.git");
+    format!(
+        r#"
+cd {a}
+cat {b}/memory/secret.md >/dev/null 2>&1; echo read_other=$?
+ls {b} >/dev/null 2>&1; echo list_other=$?
+echo x > {b}/memory/pwned 2>/dev/null; echo write_other=$?
+ln {b}/memory/secret.md {a}/memory/l 2>/dev/null; echo link_other=$?
+mv {a}/memory/human.md {b}/memory/h 2>/dev/null; echo rename_into_other=$?
+n=$(ls {agents} 2>/dev/null | wc -l); echo agents_visible=$n
+if cat /proc/$PPID/environ /proc/1/environ 2>/dev/null | tr '\0' '\n' | grep -q sk-test-secret; then echo environ_leak=1; else echo environ_leak=0; fi
+if env | grep -q sk-test-secret; then echo env_leak=1; else echo env_leak=0; fi
+echo '#!/bin/sh' > {git}/hooks/post-merge 2>/dev/null; echo write_hook=$?
+echo '[core]' >> {git}/config 2>/dev/null; echo write_config=$?
+echo hello > {a}/memory/ok.md; echo write_own=$?
+cat {a}/memory/persona.md >/dev/null; echo read_own=$?
+echo x > /etc/mini-letta-probe 2>/dev/null; echo write_etc=$?
+grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status; echo nnp=$?
+grep -q '^Seccomp:[[:space:]]*2' /proc/self/status; echo seccomp=$?
+grep '^CapEff' /proc/self/status | grep -q '0000000000000000'; echo caps_zero=$?
+echo uid=$(id -u)
+"#,
+        a = a.display(),
+        b = b.display(),
+        agents = agents.display(),
+        git = git.display()
+    )
+}
+
+fn assert_contained(h: &Home, o: &Output, level: &str) {
+    assert!(o.status.success(), "[{level}] {}\n{}", stderr(o), stdout(o));
+    let r = results(o);
+    let fail = |k: &str| r.get(k).map(|v| v != "0").unwrap_or(false);
+    for k in [
+        "read_other",
+        "list_other",
+        "write_other",
+        "link_other",
+        "rename_into_other",
+        "write_hook",
+        "write_config",
+        "write_etc",
+    ] {
+        assert!(fail(k), "[{level}] {k} should fail: {r:?}");
+    }
+    for k in ["write_own", "read_own", "nnp", "seccomp", "caps_zero"] {
+        assert_eq!(
+            r.get(k).map(String::as_str),
+            Some("0"),
+            "[{level}] {k}: {r:?}"
+        );
+    }
+    assert!(
+        r["agents_visible"] == "0" || r["agents_visible"] == "1",
+        "[{level}] {r:?}"
+    );
+    assert_ne!(r["uid"], "0", "[{level}] runs as the agent's own uid");
+    assert_eq!(
+        r.get("environ_leak").map(String::as_str),
+        Some("0"),
+        "[{level}] supervisor environ leaked: {r:?}"
+    );
+    assert_eq!(
+        r.get("env_leak").map(String::as_str),
+        Some("0"),
+        "[{level}] env leaked: {r:?}"
+    );
+    // From outside: B untouched, A's write landed.
+    assert_eq!(
+        std::fs::read_to_string(h.agent_dir(&h.b).join("memory/secret.md")).unwrap(),
+        "BOB-SECRET\n"
+    );
+    assert!(!h.agent_dir(&h.b).join("memory/pwned").exists());
+    assert!(
+        !h.agent_dir(&h.a)
+            .join("memory.git/hooks/post-merge")
+            .exists()
+    );
+    assert!(!Path::new("/etc/mini-letta-probe").exists());
+}
+
+#[test]
+fn full_level_contains_agent_a() {
+    if !require_layers() {
+        return;
+    }
+    let h = home_with_two_agents();
+    let o = h.run_as_a(None, "strict", &attack_script(&h));
+    assert_contained(&h, &o, "L0");
+}
+
+#[test]
+fn degraded_level_without_namespaces_still_contains_agent_a() {
+    if !require_layers() {
+        return;
+    }
+    let h = home_with_two_agents();
+    let o = h.run_as_a(Some("namespaces"), "strict", &attack_script(&h));
+    assert_contained(&h, &o, "L2");
+}
+
+#[test]
+fn no_tcp_egress_and_no_signals_out() {
+    if !require_layers() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let h = home_with_two_agents();
+    for level in [None, Some("namespaces")] {
+        let script = format!(
+            "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; echo tcp=$?; kill -0 {pid} 2>/dev/null; echo signal=$?",
+            pid = sleeper.id()
+        );
+        let o = h.run_as_a(level, "strict", &format!("exec bash -c '{script}'"));
+        let r = results(&o);
+        assert_ne!(
+            r.get("tcp").map(String::as_str),
+            Some("0"),
+            "{level:?}: {r:?} {}",
+            stderr(&o)
+        );
+        assert_ne!(
+            r.get("signal").map(String::as_str),
+            Some("0"),
+            "{level:?}: {r:?}"
+        );
+        assert!(r.contains_key("tcp"), "{level:?}: {}", stderr(&o));
+    }
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn fork_bomb_stops_at_the_pids_limit() {
+    if !require_layers() {
+        return;
+    }
+    let h = home_with_two_agents();
+    // The tool profile allows 128 pids; try 400 sleeping children.
+    // dash exits when a fork fails, so the last line printed is the count.
+    let script =
+        "n=0; for i in $(seq 1 400); do sleep 3 & n=$((n+1)); echo started=$n; done; echo done=1";
+    let o = h.run_as_a(None, "strict", script);
+    let r = results(&o);
+    let n: u32 = r.get("started").and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(
+        n > 10,
+        "the shell could not start anything: {r:?} {}",
+        stderr(&o)
+    );
+    assert!(
+        n < 400 && !r.contains_key("done"),
+        "fork bomb was not stopped: {r:?}"
+    );
+}
+
+#[test]
+fn strict_refuses_without_landlock_and_degraded_accepts() {
+    if !require_layers() {
+        return;
+    }
+    let h = home_with_two_agents();
+    let o = h.run_as_a(Some("landlock,namespaces"), "strict", "echo ran");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("isolation Strict needs level L0 or L2"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("ran"));
+    let o = h.run_as_a(Some("landlock,namespaces"), "degraded", "echo ran; id -u");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ran\n"));
+    assert!(!stdout(&o).contains("\n0\n"), "degraded still switches uid");
+}
+
+#[test]
+fn status_reports_what_a_confined_child_sees() {
+    if !require_layers() {
+        return;
+    }
+    let o = Command::new(bin())
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["landlock_abi"].as_i64().unwrap(),
+        mini_letta::sandbox::report::landlock_abi() as i64
+    );
+    let h = home_with_two_agents();
+    let o = h.run_as_a(
+        None,
+        "strict",
+        "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status",
+    );
+    let s = stdout(&o);
+    assert!(s.contains("NoNewPrivs:\t1"), "{s}");
+    assert!(s.contains("Seccomp:\t2"), "{s}");
+    let level = v["level"].as_str().unwrap();
+    if v["namespaces"]["available"] == true {
+        assert_eq!(level, "L0");
+        // A pid namespace: the child sees only its own few processes.
+        let o = h.run_as_a(None, "strict", "ls /proc | grep -c '^[0-9]'");
+        let n: u32 = stdout(&o).trim().parse().unwrap();
+        assert!(n < 10, "{n} pids visible");
+    } else {
+        assert_eq!(level, "L2");
+    }
+}
+
+#[test]
+fn child_dies_with_the_supervisor() {
+    if !require_layers() {
+        return;
+    }
+    let d = common::Daemon::start(&["a"]);
+    let mut c = d.client();
+    let v = c
+        .call(mini_letta::protocol::Call::Spawn(
+            mini_letta::protocol::SpawnParams {
+                agent: d.agents[0].clone(),
+                role: "tool".into(),
+                argv: vec!["sleep".into(), "1000".into()],
+                stdio: mini_letta::protocol::StdioMode::Null,
+                workspace: None,
+                isolation: None,
+            },
+        ))
+        .unwrap();
+    let pid = v["pid"].as_u64().unwrap() as u32;
+    let sup = d.pid();
+    // Every process of the sandbox: the launched one and its descendants.
+    let tree = descendants(pid);
+    assert!(!tree.is_empty());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for p in tree {
+        assert!(
+            common::wait_until(5, || common::process_gone(p)),
+            "sandbox process {p} survived"
+        );
+    }
+}
+
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            out.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    out
+}
