@@ -83,15 +83,25 @@ fn spawn_params(agent: &str, argv: Vec<String>) -> Call {
     })
 }
 
+/// Send a request and wait for its result, keeping `child.exit` events
+/// (a short-lived child's exit can arrive before its spawn response).
+fn call_keeping_exits(c: &mut Client, call: Call, seen: &mut Vec<Value>) -> Value {
+    let id = c.send_request(call).unwrap();
+    c.wait_response(id, |event, data| {
+        if event == "child.exit" {
+            seen.push(data.clone());
+        }
+    })
+    .unwrap()
+}
+
 /// Wait for the `child.exit` events of `children` (the client subscribed).
 fn wait_exits(c: &mut Client, children: &[u64], seen: &mut Vec<Value>) {
     while !children
         .iter()
         .all(|id| seen.iter().any(|e| e["child"].as_u64() == Some(*id)))
     {
-        let f = c.read_frame().unwrap();
-        eprintln!("DBG {f:?}");
-        if let ServerFrame::Event { event, data } = f
+        if let ServerFrame::Event { event, data } = c.read_frame().unwrap()
             && event == "child.exit"
         {
             seen.push(data);
@@ -140,9 +150,11 @@ fn main() {
         "exec '{BIN}' channel ping --count {channel_pings} > '{}'",
         out.display()
     );
-    let v = c
-        .call(spawn_params(&agent, vec!["sh".into(), "-c".into(), script]))
-        .unwrap();
+    let v = call_keeping_exits(
+        &mut c,
+        spawn_params(&agent, vec!["sh".into(), "-c".into(), script]),
+        &mut exits,
+    );
     let child = v["child"].as_u64().unwrap();
     wait_exits(&mut c, &[child], &mut exits);
     let exit = exits
@@ -157,7 +169,11 @@ fn main() {
     let mut ids = Vec::with_capacity(launches);
     for _ in 0..launches {
         let t = Instant::now();
-        let v = c.call(spawn_params(&agent, vec!["true".into()])).unwrap();
+        let v = call_keeping_exits(
+            &mut c,
+            spawn_params(&agent, vec!["true".into()]),
+            &mut exits,
+        );
         spawn_rt.push(micros(t.elapsed()));
         ids.push(v["child"].as_u64().unwrap());
     }
@@ -191,6 +207,11 @@ fn main() {
     let t = Instant::now();
     drop(running);
     let stop_took = t.elapsed();
+    // The pid file is released just before the process exits: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !process_gone(sup_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let gone = process_gone(sup_pid);
 
     println!();
@@ -243,7 +264,7 @@ fn main() {
     println!("{}", "-".repeat(87));
     if first_frame.len() < launches {
         println!(
-            "note: {} of {launches} children have no first_frame_us (exited before their hello was handled)",
+            "note: {} of {launches} children have no first_frame_us (their exit was recorded before their hello)",
             launches - first_frame.len()
         );
     }

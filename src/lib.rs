@@ -6,6 +6,7 @@ pub mod child;
 pub mod cli;
 pub mod fsutil;
 pub mod memfs;
+pub mod model;
 pub mod paths;
 pub mod protocol;
 pub mod sandbox;

@@ -80,6 +80,11 @@ impl Home {
         self.run_dir().join("supervisor.pid")
     }
 
+    /// Line-editing history of interactive chats.
+    pub fn chat_history_file(&self) -> PathBuf {
+        self.root.join("chat-history")
+    }
+
     pub fn agents_dir(&self) -> PathBuf {
         self.root.join("agents")
     }
@@ -130,6 +135,16 @@ pub fn is_valid_agent_id(id: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPaths {
     dir: PathBuf,
+}
+
+impl AgentPaths {
+    /// The paths of the agent whose directory is `dir` (inside a child,
+    /// which knows its own directory but not the home around it).
+    pub fn from_dir(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+        }
+    }
 }
 
 /// Name of the memory working tree inside the agent directory.
@@ -207,6 +222,11 @@ impl ConversationPaths {
 
     pub fn system_prompt_json(&self) -> PathBuf {
         self.dir.join("system-prompt.json")
+    }
+
+    /// The last model request sent for this conversation (for operators).
+    pub fn last_request_json(&self) -> PathBuf {
+        self.dir.join("last-request.json")
     }
 
     pub fn pending_reminders_json(&self) -> PathBuf {

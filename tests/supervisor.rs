@@ -417,7 +417,11 @@ fn model_complete_streams_then_answers() {
     let mut c = d.client();
     let id = c
         .send_request(Call::ModelComplete {
-            request: json!({ "messages": [{ "role": "user", "content": "hi" }] }),
+            request: json!({
+                "model": "mock",
+                "system": "S",
+                "messages": [{ "role": "user", "parts": [{ "type": "text", "text": "hi" }] }]
+            }),
         })
         .unwrap();
     let mut deltas = Vec::new();
@@ -428,8 +432,16 @@ fn model_complete_streams_then_answers() {
             }
         })
         .unwrap();
-    assert_eq!(deltas, ["stub model: hi"]);
-    assert_eq!(v["content"][0]["text"], "stub model: hi");
+    assert_eq!(deltas.concat(), "mock: hi");
+    assert_eq!(v["parts"][0]["text"], "mock: hi");
+    assert_eq!(v["stop"], "end_turn");
+    // A request that is not a model request is refused, not fatal.
+    let err = c
+        .call(Call::ModelComplete {
+            request: json!({"messages": 3}),
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidParams), "{err}");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use time::format_description::well_known::Rfc3339;
 use super::{Cli, output};
 use crate::agent::store;
 use crate::memfs::commit::{CommitOptions, CommitOutcome};
-use crate::memfs::compiler::{CORE_MEMORY_VARIABLE, CompileOptions, compile_dir};
+use crate::memfs::compiler::{CORE_MEMORY_VARIABLE, CompileOptions, compile_dir, compile_repo};
 use crate::memfs::hook::{self, EnsureMode};
 use crate::memfs::layout::{MemoryFormat, role_of};
 use crate::memfs::ops::{self, OpError, Writer};
@@ -530,7 +530,12 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
         now,
         previous_message_count: args.message_count,
     };
-    let compiled = compile_dir(&memory_dir, &opts)?;
+    // An agent's repository is opened by its git directory (its working
+    // tree may belong to the agent's uid); a plain directory as given.
+    let compiled = match (&args.memory_dir, &agent) {
+        (None, Some((_, paths))) => compile_repo(&repo::open_agent(paths)?, &opts)?,
+        _ => compile_dir(&memory_dir, &opts)?,
+    };
     if args.json {
         output::json(&compiled)?;
     } else {

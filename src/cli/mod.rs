@@ -3,6 +3,7 @@
 
 mod agent;
 mod channel;
+mod chat;
 mod memory;
 mod output;
 mod prompt;
@@ -43,6 +44,16 @@ enum Command {
     Memory(memory::MemoryCommand),
     /// Print an agent's compiled system prompt.
     Prompt(prompt::PromptArgs),
+    /// Talk to an agent: one turn with -p, else an interactive session.
+    Chat(chat::ChatArgs),
+    /// Follow a conversation's messages as they are stored (from another terminal).
+    Attach(chat::AttachArgs),
+    /// The confined agent child's entry: runs the turn given on stdin (internal).
+    #[command(name = "__agent", hide = true)]
+    AgentChild {
+        #[arg(long)]
+        agent_dir: PathBuf,
+    },
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -139,6 +150,9 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Memory(cmd) => memory::run(cli, cmd),
         Command::Prompt(args) => prompt::run(cli, args),
         Command::Supervisor(cmd) => supervisor::run(cli, cmd),
+        Command::Chat(args) => chat::chat(cli, args),
+        Command::Attach(args) => chat::attach(cli, args),
+        Command::AgentChild { agent_dir } => chat::agent_child(agent_dir),
         Command::Ps { json } => supervisor::ps(cli, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Channel(cmd) => channel::run(cmd),

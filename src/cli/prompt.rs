@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use super::{Cli, output};
 use crate::agent::store;
-use crate::memfs::compiler::{CompileOptions, compile_dir};
+use crate::memfs::compiler::{CompileOptions, compile_repo};
 
 #[derive(Debug, Args)]
 pub struct PromptArgs {
@@ -38,7 +38,8 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
         now: OffsetDateTime::now_utc(),
         previous_message_count: 0,
     };
-    let compiled = compile_dir(&paths.memory_dir(), &opts)?;
+    let repo = crate::memfs::repo::open_agent(&paths)?;
+    let compiled = compile_repo(&repo, &opts)?;
     output::raw(compiled.content.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

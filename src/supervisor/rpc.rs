@@ -11,6 +11,9 @@ use super::server::{Peer, State, error};
 use crate::agent::store;
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
 use crate::memfs::repo;
+use crate::model::{
+    ModelError, ModelEvent, ModelRequest, ModelResponse, ProviderConfig, open_model,
+};
 use crate::protocol::{ErrorBody, ErrorCode, LogLevel, Outcome, ServerFrame};
 
 /// The agent a request acts on: a child's own agent (a different `agent`
@@ -119,33 +122,53 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
     }
 }
 
-/// Model calls: the providers arrive with the agent runtime. Until then the
-/// built-in stub answers deterministically, streaming one `model.delta`
-/// event before its response, so peers can rely on the frame shape.
-pub fn model_complete(peer: &Peer, id: u64, request: Value, sender: &FrameSender) -> Outcome {
-    let last_user = request
-        .get("messages")
-        .and_then(Value::as_array)
-        .and_then(|m| {
-            m.iter()
-                .rev()
-                .find(|x| x.get("role").and_then(Value::as_str) == Some("user"))
+/// Model calls, made here because only the supervisor holds credentials
+/// and network. The request's text deltas stream back as `model.delta`
+/// events (tagged with the request id) before the response.
+pub async fn model_complete(
+    state: &Arc<State>,
+    peer: &Peer,
+    id: u64,
+    request: Value,
+    sender: &FrameSender,
+) -> Outcome {
+    let request: ModelRequest = match serde_json::from_value(request) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                ErrorCode::InvalidParams,
+                format!("invalid model request: {e}"),
+            );
+        }
+    };
+    tracing::debug!(?peer, model = %request.model, "model.complete");
+    let home = state.home.clone();
+    let sender = sender.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<ModelResponse, ModelError> {
+        let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
+        let model = open_model(&request.model, &cfg)?;
+        model.complete(&request, &mut |event| {
+            if let ModelEvent::TextDelta { text } = event {
+                sender.send(&ServerFrame::Event {
+                    event: "model.delta".into(),
+                    data: json!({ "request": id, "text": text }),
+                });
+            }
         })
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let text = format!("stub model: {last_user}");
-    tracing::debug!(?peer, "model.complete (stub provider)");
-    sender.send(&ServerFrame::Event {
-        event: "model.delta".into(),
-        data: json!({ "request": id, "text": text }),
-    });
-    Outcome::Result(json!({
-        "model": "stub",
-        "stop_reason": "end_turn",
-        "content": [{ "type": "text", "text": text }],
-        "usage": { "input_tokens": 0, "output_tokens": 0 },
-    }))
+    })
+    .await;
+    match result {
+        Ok(Ok(response)) => match serde_json::to_value(&response) {
+            Ok(v) => Outcome::Result(v),
+            Err(e) => error(ErrorCode::Internal, e.to_string()),
+        },
+        Ok(Err(e)) => Outcome::Error(ErrorBody {
+            code: ErrorCode::Unavailable,
+            message: e.to_string(),
+            data: serde_json::to_value(&e).ok(),
+        }),
+        Err(e) => error(ErrorCode::Internal, format!("model task failed: {e}")),
+    }
 }
 
 pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {

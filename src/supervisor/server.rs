@@ -510,7 +510,9 @@ async fn handle(
             agent,
         } => rpc::memory_commit(state, peer, paths, message, agent).await,
         Call::MemoryStatus { agent } => rpc::memory_status(state, peer, agent).await,
-        Call::ModelComplete { request } => rpc::model_complete(peer, id, request, sender),
+        Call::ModelComplete { request } => {
+            rpc::model_complete(state, peer, id, request, sender).await
+        }
         Call::Log { level, message } => rpc::log(peer, level, &message),
     }
 }

@@ -59,6 +59,10 @@ pub enum OpError {
     },
     #[error("memory replace: old text was not found in the target memory file {0}")]
     TextNotFound(String),
+    /// The supervisor refused a remote commit; the text is its message
+    /// (for a validation failure, the validator's block).
+    #[error("{0}")]
+    Refused(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -91,12 +95,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpError + '_ {
     }
 }
 
+/// A commit made elsewhere: a confined child cannot write its git directory,
+/// so its writer asks the supervisor (over the child's channel) to commit.
+pub type RemoteCommit =
+    Box<dyn Fn(&[String], &str) -> Result<CommitOutcome, OpError> + Send + Sync>;
+
 /// Commits on behalf of one author into one memory repository.
 pub struct Writer {
     repo: Repository,
     work_tree: PathBuf,
     author: Signature<'static>,
     opts: CommitOptions,
+    remote: Option<RemoteCommit>,
 }
 
 /// What to do to the working tree if the commit does not happen.
@@ -210,7 +220,23 @@ impl Writer {
             work_tree,
             author,
             opts,
+            remote: None,
         })
+    }
+
+    /// A writer whose commits are made by `commit` (e.g. the supervisor);
+    /// edits, path checks and undo on refusal work as for [`Writer::new`].
+    pub fn with_remote_commit(repo: Repository, commit: RemoteCommit) -> Result<Self, OpError> {
+        let author = Signature::now("mini-letta", "agent@mini-letta.local").map_err(|source| {
+            OpError::Commit(CommitError::Git {
+                what: "make a signature",
+                source,
+            })
+        })?;
+        let opts = CommitOptions::for_repo(&repo, false);
+        let mut w = Self::new(repo, author, opts)?;
+        w.remote = Some(commit);
+        Ok(w)
     }
 
     pub fn repo(&self) -> &Repository {
@@ -224,6 +250,9 @@ impl Writer {
     /// Commit edits already made in the working tree (files, deletions or
     /// whole directories); nothing is written or restored.
     pub fn commit(&self, paths: &[String], message: &str) -> Result<CommitOutcome, OpError> {
+        if let Some(remote) = &self.remote {
+            return remote(paths, message);
+        }
         Ok(commit_paths(
             &self.repo,
             paths,

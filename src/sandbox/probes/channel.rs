@@ -255,6 +255,7 @@ pub fn secret_commit(ctx: &ProbeContext) -> Verdict {
                     .lines()
                     .find(|l| l.contains("secret"))
                     .unwrap_or_else(|| body.message.lines().next().unwrap_or(""))
+                    .trim()
             ))
         }
         Err(ClientError::Remote(body)) => Verdict::blocked(format!(

@@ -29,11 +29,13 @@ fn open_each_for_write(paths: &[&str]) -> (Vec<String>, Vec<String>) {
 }
 
 /// Row 35: open kernel tunables under `/proc/sys` and `/sys` for writing.
-/// Escaped if any opens.
+/// Escaped if any opens. Conservative: a capability a handler checks only
+/// at `write` time (e.g. `core_pattern`) is not exercised, so uid 0 of a
+/// user namespace mapped to host root counts as escaped here.
 pub fn tunables(_ctx: &ProbeContext) -> Verdict {
     let (got, refused) = open_each_for_write(&[
         "/proc/sys/kernel/hostname",
-        "/proc/sys/vm/drop_caches",
+        "/proc/sys/vm/swappiness",
         "/proc/sys/kernel/core_pattern",
         "/sys/kernel/mm/transparent_hugepage/enabled",
         "/sys/kernel/uevent_helper",

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::util::{
-    close, contains, errno_name, in_child, io_name, join, last_errno, nested_note, pid_view,
-    read_limited, slot_result,
+    close, contains, errno_name, in_child, io_name, join, last_errno, pid_view, reached_host_pid,
+    read_limited, same_session, slot_result,
 };
 use super::{ProbeContext, Verdict};
 use crate::supervisor::client::CHANNEL_FD_ENV;
@@ -21,9 +21,9 @@ fn proc_dir(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}"))
 }
 
-/// `Some(verdict)` when `/proc` here cannot show host pid `pid` at all.
+/// `Some(verdict)` when `/proc` here does not show the supervisor `pid`.
 fn proc_hidden(pid: u32) -> Option<Verdict> {
-    let view = pid_view();
+    let view = pid_view(pid);
     if view.proc_is_host {
         return None;
     }
@@ -33,7 +33,7 @@ fn proc_hidden(pid: u32) -> Option<Verdict> {
         "is absent"
     };
     Some(Verdict::blocked(format!(
-        "/proc belongs to this sandbox's pid namespace: host pid {pid} is not visible (/proc/{pid} {here})"
+        "/proc does not show the supervisor: host pid {pid} is not visible here (/proc/{pid} {here})"
     )))
 }
 
@@ -118,9 +118,8 @@ pub fn supervisor_memory(ctx: &ProbeContext) -> Verdict {
             }
         }
     }
-    if pid_view().nested {
-        refused.push(format!("process_vm_readv: {}", nested_note(pid)));
-    } else {
+    let view = pid_view(pid);
+    {
         let mut byte = [0u8; 1];
         let local = libc::iovec {
             iov_base: byte.as_mut_ptr().cast(),
@@ -137,9 +136,14 @@ pub fn supervisor_memory(ctx: &ProbeContext) -> Verdict {
         // read by the kernel on the target's side.
         let r = unsafe { libc::process_vm_readv(raw, &local, 1, &remote, 1, 0) };
         let e = nix::errno::Errno::last();
-        if r >= 0 {
+        let passed = r >= 0 || e == nix::errno::Errno::EFAULT;
+        if passed && !reached_host_pid(view, pid) {
+            refused.push(format!(
+                "process_vm_readv on {pid} reached a sandbox-local process of that number, not the supervisor"
+            ));
+        } else if r >= 0 {
             got.push(format!("process_vm_readv read {r} bytes"));
-        } else if e == nix::errno::Errno::EFAULT {
+        } else if passed {
             got.push(
                 "process_vm_readv passed the permission check (EFAULT on address 0x1000)".into(),
             );
@@ -204,7 +208,8 @@ pub fn supervisor_exe_write(ctx: &ProbeContext) -> Verdict {
 }
 
 /// Row 15: count the pids in `/proc`. Escaped if the supervisor's or the
-/// sibling's pid is visible there.
+/// sibling's pid is visible there (and is not a sandbox-local process of
+/// the same number).
 pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
     let entries = match std::fs::read_dir("/proc") {
         Ok(e) => e,
@@ -214,13 +219,13 @@ pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
         .collect();
-    let view = pid_view();
+    let view = pid_view(ctx.supervisor_pid);
     let mut seen = Vec::new();
     for (what, pid) in [
         ("supervisor", ctx.supervisor_pid),
         ("sibling", ctx.sibling_pid),
     ] {
-        if view.proc_is_host && pids.contains(&pid) {
+        if view.proc_is_host && pids.contains(&pid) && (view.init_ns || !same_session(pid)) {
             seen.push(format!("{what} pid {pid}"));
         }
     }
@@ -228,10 +233,10 @@ pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
         Verdict::blocked(format!(
             "{} pids visible in /proc; supervisor and sibling not among them{}",
             pids.len(),
-            if view.proc_is_host {
-                ""
-            } else {
+            if view.nested {
                 " (own pid namespace)"
+            } else {
+                ""
             }
         ))
     } else {
@@ -244,10 +249,8 @@ pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
 }
 
 /// `kill(pid, 0)`: can this process signal `pid`?
-fn signal_zero(pid: u32, what: &str) -> Verdict {
-    if pid_view().nested {
-        return Verdict::blocked(nested_note(pid));
-    }
+fn signal_zero(ctx: &ProbeContext, pid: u32, what: &str) -> Verdict {
+    let view = pid_view(ctx.supervisor_pid);
     let Ok(raw) = libc::pid_t::try_from(pid) else {
         return Verdict::skipped(format!("pid {pid} out of range"));
     };
@@ -256,50 +259,60 @@ fn signal_zero(pid: u32, what: &str) -> Verdict {
     }
     // SAFETY: signal 0 only checks permission and existence.
     if unsafe { libc::kill(raw, 0) } == 0 {
-        Verdict::escaped(format!(
-            "kill({pid}, 0) succeeded: the {what} can be signalled (no real signal sent)"
-        ))
+        if reached_host_pid(view, pid) {
+            Verdict::escaped(format!(
+                "kill({pid}, 0) succeeded: the {what} can be signalled (no real signal sent)"
+            ))
+        } else {
+            Verdict::blocked(format!(
+                "kill({pid}, 0) reached a sandbox-local process of that number, not the {what}"
+            ))
+        }
     } else {
-        Verdict::blocked(format!("kill({pid}, 0): {}", last_errno()))
+        let ns = if view.nested {
+            " (own pid namespace)"
+        } else {
+            ""
+        };
+        Verdict::blocked(format!("kill({pid}, 0): {}{ns}", last_errno()))
     }
 }
 
 /// Row 16: signal the supervisor. Uses signal 0 (permission and existence
 /// check only) so that a probe never kills it; escaped if it succeeds.
 pub fn signal_supervisor(ctx: &ProbeContext) -> Verdict {
-    signal_zero(ctx.supervisor_pid, "supervisor")
+    signal_zero(ctx, ctx.supervisor_pid, "supervisor")
 }
 
 /// Row 17: signal a sibling (another agent's child). Signal 0 as in row 16;
 /// escaped if it succeeds.
 pub fn signal_sibling(ctx: &ProbeContext) -> Verdict {
-    signal_zero(ctx.sibling_pid, "sibling")
+    signal_zero(ctx, ctx.sibling_pid, "sibling")
 }
 
 /// Row 18: `PTRACE_SEIZE` the supervisor, the sibling and the parent
 /// process, from a throwaway process whose exit detaches at once (seize
-/// sends no signal, so the tracee never stops). Escaped if any seize works.
+/// sends no signal, so the tracee never stops). Escaped if any seize works
+/// (on the real supervisor/sibling, not a sandbox-local namesake).
 pub fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
-    let view = pid_view();
+    let view = pid_view(ctx.supervisor_pid);
     let ppid = nix::unistd::getppid().as_raw();
-    let mut targets: Vec<(String, libc::pid_t)> = Vec::new();
-    let mut refused = Vec::new();
+    // (label, pid, whether a success must be checked against namesakes)
+    let mut targets: Vec<(String, libc::pid_t, bool)> = Vec::new();
     for (what, pid) in [
         ("supervisor", ctx.supervisor_pid),
         ("sibling", ctx.sibling_pid),
     ] {
-        if view.nested {
-            refused.push(format!("{what}: {}", nested_note(pid)));
-        } else if let Ok(p) = libc::pid_t::try_from(pid)
+        if let Ok(p) = libc::pid_t::try_from(pid)
             && p > 1
         {
-            targets.push((format!("{what} {pid}"), p));
+            targets.push((format!("{what} {pid}"), p, true));
         }
     }
-    // The parent agent process; pid 1 of the host (our parent when
-    // orphaned) is left alone, pid 1 of our own namespace is the launcher.
+    // The parent agent process; the host's pid 1 (our parent when orphaned)
+    // is left alone, pid 1 of our own namespace is the launcher.
     if ppid > 1 || (ppid == 1 && view.nested) {
-        targets.push((format!("parent {ppid}"), ppid));
+        targets.push((format!("parent {ppid}"), ppid, false));
     }
     let pids: Vec<libc::pid_t> = targets.iter().map(|t| t.1).collect();
     let result = in_child(Duration::from_secs(5), |slots| {
@@ -322,14 +335,21 @@ pub fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
         Err(e) => return Verdict::skipped(format!("cannot start the tracer process: {e}")),
     };
     let mut got = Vec::new();
-    for (i, (what, _)) in targets.iter().enumerate() {
+    let mut refused = Vec::new();
+    for (i, (what, pid, check)) in targets.iter().enumerate() {
+        let host = u32::try_from(*pid)
+            .map(|p| reached_host_pid(view, p))
+            .unwrap_or(false);
         match slots.get(i).copied().unwrap_or(i64::MIN) {
+            0 if *check && !host => refused.push(format!(
+                "PTRACE_SEIZE {what} reached a sandbox-local process of that number"
+            )),
             0 => got.push(format!("PTRACE_SEIZE {what} succeeded (detached by exit)")),
             v => refused.push(format!("PTRACE_SEIZE {what}: {}", slot_result(v))),
         }
     }
     if got.is_empty() {
-        if targets.is_empty() && refused.is_empty() {
+        if targets.is_empty() {
             return Verdict::skipped("no pid to trace");
         }
         refused.push(format!("tracer {end}"));
@@ -341,11 +361,9 @@ pub fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
 
 /// Row 19: `pidfd_open` the supervisor and the sibling, then
 /// `pidfd_getfd(pidfd, 0)` to steal their stdin. Escaped if a descriptor
-/// is obtained (closed at once).
+/// is obtained (closed at once) from the real process.
 pub fn pidfd_getfd(ctx: &ProbeContext) -> Verdict {
-    if pid_view().nested {
-        return Verdict::blocked(nested_note(ctx.supervisor_pid));
-    }
+    let view = pid_view(ctx.supervisor_pid);
     let mut got = Vec::new();
     let mut refused = Vec::new();
     for (what, pid) in [
@@ -364,8 +382,14 @@ pub fn pidfd_getfd(ctx: &ProbeContext) -> Verdict {
         // SAFETY: pidfd_getfd(pidfd, 0, 0) returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) } as i32;
         if fd >= 0 {
-            got.push(format!("pidfd_getfd stole fd 0 of the {what} {pid}"));
             close(fd);
+            if reached_host_pid(view, pid) {
+                got.push(format!("pidfd_getfd stole fd 0 of the {what} {pid}"));
+            } else {
+                refused.push(format!(
+                    "pidfd {pid} names a sandbox-local process, not the {what}"
+                ));
+            }
         } else {
             refused.push(format!("pidfd_getfd {what} {pid}: {}", last_errno()));
         }

@@ -384,7 +384,7 @@ pub fn orphan_survival(ctx: &ProbeContext) -> Verdict {
         return Verdict::skipped(format!("second fork failed: {}", slot_result(-report)));
     }
     let adopter = report;
-    let view = pid_view();
+    let view = pid_view(ctx.supervisor_pid);
     if view.nested && adopter == 1 {
         return Verdict::blocked(
             "the orphan was adopted by pid 1 of the sandbox's own pid namespace: it dies with the sandbox",
@@ -408,8 +408,8 @@ pub fn orphan_survival(ctx: &ProbeContext) -> Verdict {
         )),
         (a, s) => Verdict::skipped(format!(
             "cannot decide from inside: no own pid namespace (orphan adopted by pid {adopter}); own cgroup {}, supervisor cgroup {}",
-            a.unwrap_or_else(|e| e),
-            s.unwrap_or_else(|e| e)
+            a.unwrap_or_else(|e| e).replace('\n', " "),
+            s.unwrap_or_else(|e| e).replace('\n', " ")
         )),
     }
 }

@@ -102,24 +102,41 @@ pub fn self_status(key: &str) -> Option<String> {
     })
 }
 
-/// The filesystem type mounted exactly at `path`, from `/proc/self/mountinfo`.
+/// `(mount point, filesystem type)` of every mount, in mountinfo order.
+fn mounts() -> Vec<(String, String)> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (head, tail) = line.split_once(" - ")?;
+            let mp = head.split(' ').nth(4)?;
+            Some((unescape(mp), tail.split(' ').next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The filesystem type mounted exactly at `path` (the topmost mount there).
 pub fn mount_at(path: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = path.to_str()?;
-    let mut found = None;
-    for line in info.lines() {
-        let mut halves = line.splitn(2, " - ");
-        let (Some(head), Some(tail)) = (halves.next(), halves.next()) else {
-            continue;
-        };
-        let Some(mp) = head.split(' ').nth(4) else {
-            continue;
-        };
-        if unescape(mp) == want {
-            found = tail.split(' ').next().map(str::to_string);
+    mounts()
+        .into_iter()
+        .rev()
+        .find(|(mp, _)| mp == want)
+        .map(|(_, fs)| fs)
+}
+
+/// The filesystem type of the mount holding `path` (longest mount point
+/// above it; the topmost one when several are stacked).
+pub fn mount_holding(path: &Path) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for (mp, fs) in mounts() {
+        if path.starts_with(Path::new(&mp)) && best.as_ref().is_none_or(|(len, _)| mp.len() >= *len)
+        {
+            best = Some((mp.len(), fs));
         }
     }
-    found
+    best.map(|(_, fs)| fs)
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
@@ -142,16 +159,16 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether `dir` is a tmpfs mounted exactly there *inside this sandbox's own
-/// mount namespace* (a mask such as `--tmpfs /root`): what is written there
+/// Whether `dir` lies on a tmpfs *of this sandbox's own mount namespace* (a
+/// mask such as `--tmpfs /root` or `--tmpfs /tmp`): what is written there
 /// never reaches the host. The namespace is taken as private when this
 /// process is in its own pid namespace (the sandbox then always has its own
 /// mount namespace) or when the supervisor's differs from ours.
 pub fn private_tmpfs(dir: &Path, supervisor_pid: u32) -> bool {
-    if mount_at(dir).as_deref() != Some("tmpfs") {
+    if mount_holding(dir).as_deref() != Some("tmpfs") {
         return false;
     }
-    if pid_view().nested {
+    if pid_view(supervisor_pid).nested {
         return true;
     }
     let ours = std::fs::read_link("/proc/self/ns/mnt");
@@ -162,33 +179,61 @@ pub fn private_tmpfs(dir: &Path, supervisor_pid: u32) -> bool {
 /// How pid numbers given by the host are to be read here.
 #[derive(Debug, Clone, Copy)]
 pub struct PidView {
-    /// This process is in a pid namespace below the host's: kill/ptrace/
-    /// pidfd with a host pid number reach a sandbox-local process, if any.
+    /// This process is not in the supervisor's pid namespace: system calls
+    /// with a host pid number reach nothing, or a sandbox-local process.
     pub nested: bool,
-    /// `/proc` shows the host's numbering (not a procfs of our namespace).
+    /// `/proc` shows the supervisor (host numbering, or at least an
+    /// ancestor namespace's).
     pub proc_is_host: bool,
+    /// This process is in the kernel's initial pid namespace, where a pid
+    /// number can only ever mean one process.
+    pub init_ns: bool,
 }
 
-pub fn pid_view() -> PidView {
-    let nested = self_status("NSpid")
+/// `/proc/self/ns/pid` of the initial pid namespace (`PROC_PID_INIT_INO`).
+const INIT_PID_NS: &str = "pid:[4026531836]";
+
+/// Whether `pid` is in this process's own session. The launcher gives every
+/// child a session of its own and the supervisor has its own, so such a pid
+/// is a sandbox-local process that merely carries the same number.
+pub fn same_session(pid: u32) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: getsid only reads process attributes.
+    let (theirs, ours) = unsafe { (libc::getsid(raw), libc::getsid(0)) };
+    theirs >= 0 && theirs == ours
+}
+
+/// Work out whether the supervisor's pid numbering applies here. `NSpid`
+/// alone is not enough: a procfs mounted inside a pid namespace shows only
+/// that namespace's level, so the supervisor's visibility and pid namespace
+/// are checked too. Outside the initial pid namespace a pid in this
+/// process's own session is taken for a sandbox-local namesake.
+pub fn pid_view(supervisor_pid: u32) -> PidView {
+    let nspid_nested = self_status("NSpid")
         .map(|v| v.split_whitespace().count() > 1)
         .unwrap_or(false);
-    let own = nix::unistd::getpid().as_raw();
-    let proc_self = std::fs::read_link("/proc/self")
-        .ok()
-        .and_then(|p| p.to_str().and_then(|s| s.parse::<i32>().ok()));
-    let proc_is_host = !nested || proc_self.is_some_and(|p| p != own);
+    let own_ns = std::fs::read_link("/proc/self/ns/pid");
+    let init_ns = !nspid_nested && own_ns.as_ref().is_ok_and(|l| l.as_os_str() == INIT_PID_NS);
+    let sup_dir = PathBuf::from(format!("/proc/{supervisor_pid}"));
+    let sup_seen =
+        supervisor_pid > 1 && sup_dir.exists() && (init_ns || !same_session(supervisor_pid));
+    let ns_differs = matches!(
+        (own_ns, std::fs::read_link(sup_dir.join("ns/pid"))),
+        (Ok(a), Ok(b)) if a != b
+    );
     PidView {
-        nested,
-        proc_is_host,
+        nested: nspid_nested || !sup_seen || ns_differs,
+        proc_is_host: sup_seen,
+        init_ns,
     }
 }
 
-/// Evidence that a host pid cannot be addressed by system calls here.
-pub fn nested_note(pid: u32) -> String {
-    format!(
-        "this process is in its own pid namespace: host pid {pid} cannot be named by system calls here"
-    )
+/// Whether a successful pid-addressed call on `pid` really reached the host
+/// process of that number (not a sandbox-local one).
+pub fn reached_host_pid(view: PidView, pid: u32) -> bool {
+    !view.nested && (view.init_ns || !same_session(pid))
 }
 
 /// How a throwaway child ended.

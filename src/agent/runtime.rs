@@ -1,0 +1,477 @@
+//! The turn loop (spec agent-loop.md §2), run inside the confined `agent`
+//! child. A step is one model request (made by the supervisor on our
+//! behalf); tool calls run here, under our confinement; memory edits are
+//! committed by the supervisor.
+//!
+//! Stop reasons: `end_turn`, `max_steps`, `error`, `cancelled` (and
+//! `requires_approval` internally between a tool call and its result).
+//! Transient provider errors are retried at most three times with backoff.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
+use super::prompt_cache::{self, PromptError};
+use super::record::AgentRecord;
+use super::tools::{self, ToolContext};
+use crate::model::{Message, ModelError, ModelRequest, ModelResponse, Part, Purpose, Role, Usage};
+use crate::paths::AgentPaths;
+use crate::protocol::Call;
+use crate::supervisor::client::{Client, ClientError};
+
+/// Steps per turn unless the input says otherwise.
+pub const DEFAULT_MAX_STEPS: u32 = 20;
+/// Retries of a transient model error (after the first attempt).
+pub const MAX_RETRIES: u32 = 3;
+
+/// What starts a turn (sent to the agent child on its stdin).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TurnInput {
+    pub text: String,
+    #[serde(default = "default_conversation")]
+    pub conversation: String,
+    /// Model handle overriding the agent's.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Recompile the system prompt before the first step.
+    #[serde(default)]
+    pub recompile: bool,
+}
+
+fn default_conversation() -> String {
+    "default".into()
+}
+
+/// Events of a turn, streamed to whoever runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnEvent {
+    Reminders {
+        items: Vec<String>,
+    },
+    Step {
+        n: u32,
+    },
+    MemoryUpdate {
+        revision: Option<String>,
+    },
+    TextDelta {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    ToolResult {
+        id: String,
+        name: String,
+        text: String,
+        is_error: bool,
+    },
+    Retry {
+        attempt: u32,
+        error: String,
+    },
+    Done {
+        stop_reason: String,
+        text: String,
+        steps: u32,
+        usage: Usage,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Conversation(#[from] ConversationError),
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    #[error("supervisor channel: {0}")]
+    Channel(#[from] ClientError),
+}
+
+fn now() -> String {
+    OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Reminder text wrapped as the harness does.
+pub fn wrap_reminder(text: &str) -> String {
+    format!("<system-reminder>\n{}\n</system-reminder>", text.trim_end())
+}
+
+fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
+    format!(
+        "Agent info:\n- Agent ID (also AGENT_ID): {}\n- Conversation ID (also CONVERSATION_ID): {}\n- Memory directory (also MEMORY_DIR): {}\n- Agent name: {}",
+        record.id,
+        conversation,
+        agent.memory_dir().display(),
+        record.name
+    )
+}
+
+/// Settle tool calls left without results by a turn that died.
+fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
+    let context = conv.context()?;
+    let Some(last) = context.last() else {
+        return Ok(());
+    };
+    if last.role != Role::Assistant {
+        return Ok(());
+    }
+    let calls: Vec<(String, String)> = last
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { id, name, .. } => Some((id.clone(), name.clone())),
+            _ => None,
+        })
+        .collect();
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let id = conv.next_id();
+    conv.append(StoredMessage {
+        id,
+        role: Role::Tool,
+        parts: calls
+            .into_iter()
+            .map(|(call_id, name)| Part::ToolResult {
+                call_id,
+                name,
+                text: "Turn did not complete".into(),
+                is_error: true,
+            })
+            .collect(),
+        kind: None,
+        usage: None,
+        stop: None,
+        model: None,
+        ts: now(),
+    })?;
+    Ok(())
+}
+
+/// Run one turn. `emit` sees every event.
+pub fn run_turn(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    input: &TurnInput,
+    channel: Arc<Mutex<Client>>,
+    emit: &mut dyn FnMut(&TurnEvent),
+) -> Result<TurnEvent, RuntimeError> {
+    let mut conv = Conversation::open(agent, &input.conversation)?;
+    settle_dangling(&mut conv)?;
+    let model = input.model.clone().unwrap_or_else(|| record.model.clone());
+
+    // Reminders go in front of the user's text, as parts of the same message.
+    let mut reminders: Vec<Reminder> = vec![Reminder {
+        id: "agent-info".into(),
+        text: agent_info(record, agent, &input.conversation),
+    }];
+    reminders.extend(conv.pending_reminders()?);
+    emit(&TurnEvent::Reminders {
+        items: reminders.iter().map(|r| r.id.clone()).collect(),
+    });
+    let mut parts: Vec<Part> = reminders
+        .iter()
+        .map(|r| Part::Text {
+            text: wrap_reminder(&r.text),
+        })
+        .collect();
+    parts.push(Part::Text {
+        text: input.text.clone(),
+    });
+    let id = conv.next_id();
+    conv.append(StoredMessage {
+        id,
+        role: Role::User,
+        parts,
+        kind: None,
+        usage: None,
+        stop: None,
+        model: None,
+        ts: now(),
+    })?;
+    conv.set_pending_reminders(&[])?;
+
+    let ctx = ToolContext {
+        agent: agent.clone(),
+        agent_id: record.id.clone(),
+        conversation_id: input.conversation.clone(),
+        workspace: input.workspace.as_ref().map(std::path::PathBuf::from),
+        channel: channel.clone(),
+    };
+    let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
+    let mut usage = Usage::default();
+    let mut last_text = String::new();
+    let mut recompile = input.recompile;
+    let mut step = 0;
+    let stop = loop {
+        if step >= max_steps {
+            break "max_steps".to_string();
+        }
+        step += 1;
+        emit(&TurnEvent::Step { n: step });
+        let context_len = conv.context()?.len() as u64;
+        let prompt =
+            prompt_cache::resolve(agent, record, &input.conversation, context_len, recompile)?;
+        recompile = false;
+        let mut system = prompt.system.clone();
+        if let Some(update) = &prompt.memory_update {
+            emit(&TurnEvent::MemoryUpdate {
+                revision: update
+                    .lines()
+                    .nth(1)
+                    .and_then(|l| l.rsplit(' ').next())
+                    .map(|r| r.trim_end_matches('.').to_string()),
+            });
+            system = format!("{system}\n\n{update}");
+        }
+        let messages: Vec<Message> = conv.context()?.iter().map(|m| m.to_message()).collect();
+        let request = ModelRequest {
+            model: model.clone(),
+            system,
+            messages,
+            tools: tools::specs(),
+            max_tokens: None,
+            purpose: Purpose::Turn,
+        };
+        // What the model was sent, for operators (and tests).
+        if let Ok(json) = serde_json::to_vec_pretty(&request) {
+            let _ = crate::fsutil::atomic_write(&conv.paths().last_request_json(), &json);
+        }
+        let response = match complete_with_retries(&channel, &request, emit) {
+            Ok(r) => r,
+            Err(e) => {
+                let id = conv.next_id();
+                conv.append(StoredMessage {
+                    id,
+                    role: Role::Assistant,
+                    parts: vec![Part::Text {
+                        text: format!("[error] {e}"),
+                    }],
+                    kind: Some("error".into()),
+                    usage: None,
+                    stop: Some("error".into()),
+                    model: Some(model.clone()),
+                    ts: now(),
+                })?;
+                last_text = format!("error: {e}");
+                break "error".to_string();
+            }
+        };
+        usage.input_tokens += response.usage.input_tokens;
+        usage.output_tokens += response.usage.output_tokens;
+        let calls: Vec<(String, String, Value)> = response
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => Some((id.clone(), name.clone(), arguments.clone())),
+                _ => None,
+            })
+            .collect();
+        let text: String = response
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("");
+        if !text.is_empty() {
+            last_text = text;
+        }
+        let id = conv.next_id();
+        conv.append(StoredMessage {
+            id,
+            role: Role::Assistant,
+            parts: response.parts.clone(),
+            kind: None,
+            usage: Some(response.usage),
+            stop: Some(
+                if calls.is_empty() {
+                    "end_turn"
+                } else {
+                    "requires_approval"
+                }
+                .into(),
+            ),
+            model: Some(response.model.clone()),
+            ts: now(),
+        })?;
+        if calls.is_empty() {
+            break "end_turn".to_string();
+        }
+        let mut results = Vec::new();
+        for (call_id, name, arguments) in calls {
+            emit(&TurnEvent::ToolCall {
+                id: call_id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            });
+            let out = tools::execute(&ctx, &name, &arguments);
+            emit(&TurnEvent::ToolResult {
+                id: call_id.clone(),
+                name: name.clone(),
+                text: out.text.clone(),
+                is_error: out.is_error,
+            });
+            results.push(Part::ToolResult {
+                call_id,
+                name,
+                text: out.text,
+                is_error: out.is_error,
+            });
+        }
+        let id = conv.next_id();
+        conv.append(StoredMessage {
+            id,
+            role: Role::Tool,
+            parts: results,
+            kind: None,
+            usage: None,
+            stop: None,
+            model: None,
+            ts: now(),
+        })?;
+    };
+    after_turn(agent, &conv);
+    let done = TurnEvent::Done {
+        stop_reason: stop,
+        text: last_text,
+        steps: step,
+        usage,
+    };
+    emit(&done);
+    Ok(done)
+}
+
+/// After a turn: uncommitted memory edits become a `MEMORY COMMIT NEEDED`
+/// reminder for the next one.
+fn after_turn(agent: &AgentPaths, conv: &Conversation) {
+    let Ok(repo) = crate::memfs::repo::open_agent(agent) else {
+        return;
+    };
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true);
+    let Ok(statuses) = repo.statuses(Some(&mut opts)) else {
+        return;
+    };
+    let n = statuses
+        .iter()
+        .filter(|s| s.path().map(|p| p != ".git").unwrap_or(true))
+        .count();
+    if n > 0 {
+        let text = format!(
+            "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\nMemory directory: {}\nStatus: {n} uncommitted memory change(s).\n\nCommit these memory changes (the memory tool commits for you; files edited by other means need a commit) when appropriate.",
+            agent.memory_dir().display()
+        );
+        let _ = conv.queue_reminder("memory-commit-needed", &text);
+    }
+}
+
+/// Ask the supervisor for a completion, retrying transient failures.
+fn complete_with_retries(
+    channel: &Arc<Mutex<Client>>,
+    request: &ModelRequest,
+    emit: &mut dyn FnMut(&TurnEvent),
+) -> Result<ModelResponse, ModelError> {
+    let mut attempt = 0;
+    loop {
+        match complete_once(channel, request, emit) {
+            Ok(r) => return Ok(r),
+            Err(ModelError::Transient {
+                status,
+                message,
+                retry_after_ms,
+            }) if attempt < MAX_RETRIES => {
+                attempt += 1;
+                let err = ModelError::Transient {
+                    status,
+                    message,
+                    retry_after_ms,
+                };
+                emit(&TurnEvent::Retry {
+                    attempt,
+                    error: err.to_string(),
+                });
+                let backoff = 200u64 << (attempt - 1);
+                let wait = retry_after_ms.unwrap_or(backoff).min(60_000);
+                std::thread::sleep(Duration::from_millis(wait));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn complete_once(
+    channel: &Arc<Mutex<Client>>,
+    request: &ModelRequest,
+    emit: &mut dyn FnMut(&TurnEvent),
+) -> Result<ModelResponse, ModelError> {
+    let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+    let req = serde_json::to_value(request).map_err(|e| ModelError::Fatal {
+        status: None,
+        message: e.to_string(),
+    })?;
+    let id = client
+        .send_request(Call::ModelComplete { request: req })
+        .map_err(|e| ModelError::Fatal {
+            status: None,
+            message: format!("cannot reach the supervisor: {e}"),
+        })?;
+    let result = client.wait_response(id, |event, data| {
+        if event == "model.delta"
+            && data["request"].as_u64() == Some(id)
+            && let Some(t) = data["text"].as_str()
+        {
+            emit(&TurnEvent::TextDelta {
+                text: t.to_string(),
+            });
+        }
+    });
+    match result {
+        Ok(v) => serde_json::from_value(v).map_err(|e| ModelError::Fatal {
+            status: None,
+            message: format!("unreadable model response: {e}"),
+        }),
+        Err(ClientError::Remote(body)) => Err(body
+            .data
+            .and_then(|d| serde_json::from_value::<ModelError>(d).ok())
+            .unwrap_or(ModelError::Fatal {
+                status: None,
+                message: body.message,
+            })),
+        Err(e) => Err(ModelError::Fatal {
+            status: None,
+            message: format!("supervisor channel: {e}"),
+        }),
+    }
+}
+
+/// Events go out as NDJSON on stdout (the agent child's protocol with the
+/// CLI that started it).
+pub fn emit_json_line(event: &TurnEvent) {
+    use std::io::Write;
+    let line = json!(event).to_string();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}

@@ -1,0 +1,370 @@
+//! `mini-letta chat` and `mini-letta attach`, and the hidden `__agent`
+//! entry the confined agent child runs.
+//!
+//! A turn: the CLI asks the supervisor (embedded if none runs) to start a
+//! confined `agent` child, hands it the turn on stdin, and reads the turn's
+//! events (NDJSON) from the child's stdout; model calls and memory commits
+//! go from the child to the supervisor over the child's channel.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Cli, output};
+use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
+use crate::agent::store;
+use crate::paths::{AgentPaths, Home};
+use crate::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
+use crate::supervisor::Session;
+use crate::supervisor::client::Client;
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    /// One message, one turn: print the reply and exit.
+    #[arg(short = 'p', long = "prompt", value_name = "PROMPT")]
+    prompt: Option<String>,
+    /// Model handle for this chat (e.g. mock, openai/gpt-4o-mini, anthropic/claude-sonnet-4-5).
+    #[arg(long, value_name = "M")]
+    model: Option<String>,
+    /// Conversation id.
+    #[arg(long, value_name = "ID", default_value = "default")]
+    conversation: String,
+    /// With -p: print {"text", "stop_reason", "events": [...]} instead of the reply.
+    #[arg(long)]
+    json: bool,
+    /// A project directory the agent may read and write.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Confinement of the agent child: strict (default), degraded or off.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "degraded", "off"])]
+    isolation: String,
+    /// Most model requests in one turn.
+    #[arg(long, value_name = "N")]
+    max_steps: Option<u32>,
+    /// Recompile the system prompt before the first step.
+    #[arg(long)]
+    recompile: bool,
+}
+
+pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (record, _) = store::find(&home, args.agent.as_deref())?;
+    let workspace = match &args.workspace {
+        Some(w) => {
+            Some(std::fs::canonicalize(w).with_context(|| format!("workspace {}", w.display()))?)
+        }
+        None => None,
+    };
+    let mut session = Session::open(&home)?;
+    let input = |text: &str, recompile: bool| TurnInput {
+        text: text.to_string(),
+        conversation: args.conversation.clone(),
+        model: args.model.clone(),
+        max_steps: args.max_steps,
+        workspace: workspace.as_ref().map(|w| w.display().to_string()),
+        recompile,
+    };
+    if let Some(prompt) = &args.prompt {
+        let mut events = Vec::new();
+        let done = turn(
+            &mut session,
+            &home,
+            &record.id,
+            &args.isolation,
+            workspace.as_deref(),
+            &input(prompt, args.recompile),
+            &mut |e| {
+                if args.json {
+                    events.push(json!(e));
+                } else {
+                    render_live(e);
+                }
+            },
+        )?;
+        session.close();
+        let TurnEvent::Done {
+            stop_reason, text, ..
+        } = &done
+        else {
+            bail!("the turn ended without a result");
+        };
+        if args.json {
+            output::json(&json!({ "text": text, "stop_reason": stop_reason, "events": events }))?;
+        } else {
+            println!();
+        }
+        return Ok(if stop_reason == "error" {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    interactive(&mut session, &home, &record, args, &input)
+}
+
+fn interactive(
+    session: &mut Session,
+    home: &Home,
+    record: &crate::agent::record::AgentRecord,
+    args: &ChatArgs,
+    input: &dyn Fn(&str, bool) -> TurnInput,
+) -> anyhow::Result<ExitCode> {
+    use rustyline::error::ReadlineError;
+    let mut rl = rustyline::DefaultEditor::new().context("cannot start line editing")?;
+    let history = home.chat_history_file();
+    let _ = rl.load_history(&history);
+    eprintln!(
+        "chatting with {} ({}); /recompile, /quit; Ctrl-D to leave",
+        record.name, record.id
+    );
+    let mut recompile = args.recompile;
+    loop {
+        let line = match rl.readline("> ") {
+            Ok(l) => l,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let _ = rl.add_history_entry(line);
+        match line {
+            "/quit" | "/exit" => break,
+            "/recompile" => {
+                recompile = true;
+                eprintln!("(the next turn recompiles the system prompt)");
+                continue;
+            }
+            _ => {}
+        }
+        let ws = args.workspace.clone();
+        match turn(
+            session,
+            home,
+            &record.id,
+            &args.isolation,
+            ws.as_deref(),
+            &input(line, recompile),
+            &mut render_live,
+        ) {
+            Ok(_) => println!(),
+            Err(e) => eprintln!("mini-letta: error: {e:#}"),
+        }
+        recompile = false;
+    }
+    let _ = rl.save_history(&history);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print a turn's events as they arrive: reply text on stdout, activity on stderr.
+fn render_live(e: &TurnEvent) {
+    match e {
+        TurnEvent::TextDelta { text } => {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+        }
+        TurnEvent::ToolCall {
+            name, arguments, ..
+        } => {
+            let what = arguments
+                .get("command")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            eprintln!("· {name} {what}");
+        }
+        TurnEvent::ToolResult {
+            text,
+            is_error: true,
+            ..
+        } => {
+            eprintln!("· tool error: {}", text.lines().next().unwrap_or_default());
+        }
+        TurnEvent::Retry { attempt, error } => eprintln!("· retry {attempt}: {error}"),
+        TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
+            eprintln!("· stopped: {stop_reason}")
+        }
+        _ => {}
+    }
+}
+
+/// Run one turn in a confined agent child; returns its `done` event.
+pub fn turn(
+    session: &mut Session,
+    home: &Home,
+    agent_id: &str,
+    isolation: &str,
+    workspace: Option<&std::path::Path>,
+    input: &TurnInput,
+    on_event: &mut dyn FnMut(&TurnEvent),
+) -> anyhow::Result<TurnEvent> {
+    let agent = home.agent(agent_id)?;
+    let exe = std::env::current_exe().context("cannot find this program's executable")?;
+    let (in_r, mut in_w) = std::io::pipe()?;
+    let (out_r, out_w) = std::io::pipe()?;
+    let in_r = OwnedFd::from(in_r);
+    let out_w = OwnedFd::from(out_w);
+    let client = &mut session.client;
+    client.call(Call::Subscribe {})?;
+    let req = client.send_request_with_fds(
+        Call::Spawn(SpawnParams {
+            agent: agent_id.to_string(),
+            role: "agent".into(),
+            argv: vec![
+                exe.display().to_string(),
+                "__agent".into(),
+                "--agent-dir".into(),
+                agent.dir().display().to_string(),
+            ],
+            stdio: StdioMode::Passed,
+            workspace: workspace.map(|w| w.display().to_string()),
+            isolation: Some(isolation.to_string()),
+        }),
+        &[in_r.as_raw_fd(), out_w.as_raw_fd(), 2],
+    )?;
+    drop(in_r);
+    drop(out_w);
+    serde_json::to_writer(&mut in_w, input)?;
+    drop(in_w);
+    let mut exits: Vec<Value> = Vec::new();
+    let spawned = client.wait_response(req, |event, data| {
+        if event == "child.exit" {
+            exits.push(data.clone());
+        }
+    })?;
+    let child = spawned["child"]
+        .as_u64()
+        .context("supervisor gave no child id")?;
+    let mut done = None;
+    for line in BufReader::new(out_r).lines() {
+        let line = line?;
+        match serde_json::from_str::<TurnEvent>(&line) {
+            Ok(e) => {
+                on_event(&e);
+                if matches!(e, TurnEvent::Done { .. }) {
+                    done = Some(e);
+                }
+            }
+            Err(_) => eprintln!("{line}"),
+        }
+    }
+    let exit = loop {
+        if let Some(e) = exits.iter().find(|e| e["child"].as_u64() == Some(child)) {
+            break e.clone();
+        }
+        if let ServerFrame::Event { event, data } = client.read_frame()?
+            && event == "child.exit"
+        {
+            exits.push(data);
+        }
+    };
+    done.with_context(|| {
+        format!(
+            "the agent process ended without finishing the turn (exit {}); the conversation is intact",
+            exit.get("code").or_else(|| exit.get("signal")).cloned().unwrap_or(Value::Null)
+        )
+    })
+}
+
+/// The hidden `__agent` entry: run the turn read from stdin.
+pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+    let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
+    let agent = AgentPaths::from_dir(agent_dir);
+    let record = store::load(&agent)?;
+    let client = Client::from_channel_env()?;
+    run_turn(
+        &agent,
+        &record,
+        &input,
+        Arc::new(Mutex::new(client)),
+        &mut emit_json_line,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    #[arg(long, value_name = "ID", default_value = "default")]
+    conversation: String,
+    /// Messages of history to show before following.
+    #[arg(long, default_value_t = 10)]
+    last: usize,
+    /// Print each message as a JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Print the history and stop instead of following.
+    #[arg(long)]
+    no_follow: bool,
+}
+
+/// Follow a conversation's messages as they are stored.
+pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (_, agent) = store::find(&home, args.agent.as_deref())?;
+    let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
+    let mut seen = conv.messages().len();
+    let show = |m: &crate::agent::conversation::StoredMessage| {
+        if args.json {
+            println!("{}", json!(m));
+        } else {
+            println!("[{}] {:?}: {}", m.id, m.role, summarize(m));
+        }
+    };
+    for m in conv.messages().iter().skip(seen.saturating_sub(args.last)) {
+        show(m);
+    }
+    if args.no_follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
+        for m in conv.messages().iter().skip(seen) {
+            show(m);
+        }
+        seen = conv.messages().len();
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn summarize(m: &crate::agent::conversation::StoredMessage) -> String {
+    use crate::model::Part;
+    m.parts
+        .iter()
+        .filter(|p| !matches!(p, Part::Text { text } if text.starts_with("<system-reminder>")))
+        .map(|p| match p {
+            Part::Text { text } => text.clone(),
+            Part::ToolCall {
+                name, arguments, ..
+            } => format!("→ {name} {arguments}"),
+            Part::ToolResult {
+                name,
+                text,
+                is_error,
+                ..
+            } => {
+                format!(
+                    "← {name}{}: {}",
+                    if *is_error { " (error)" } else { "" },
+                    text.lines().next().unwrap_or("")
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}

@@ -1,0 +1,281 @@
+//! Provider configuration: `<home>/config.toml` plus the usual environment
+//! variables. Only the supervisor reads it — it alone holds credentials and
+//! network — so nothing here is ever passed to an agent child.
+//!
+//! ```toml
+//! [model]
+//! default = "mock"            # handle used when an agent names none
+//! context_window = 128000     # optional, tokens, applies to every model
+//!
+//! [providers.openai]          # any OpenAI-compatible server (Ollama, vLLM, llama.cpp)
+//! base_url = "https://api.openai.com/v1"   # else $OPENAI_BASE_URL, else this default
+//! api_key_env = "OPENAI_API_KEY"           # variable holding the key (the default)
+//! # api_key = "sk-..."        # discouraged (a secret in a file), but allowed; wins over the env
+//!
+//! [providers.anthropic]
+//! base_url = "https://api.anthropic.com"   # else $ANTHROPIC_BASE_URL, else this default
+//! api_key_env = "ANTHROPIC_API_KEY"
+//!
+//! [providers.mock]
+//! context_window = 900        # optional: the mock answers ContextOverflow above it
+//! ```
+//!
+//! The file may be absent: everything has a default and the default model is
+//! `mock`, so a fresh machine works offline. Other top-level tables are left
+//! to other subsystems; unknown keys inside `[model]` and `[providers.*]` are
+//! errors, because a typo there would silently send requests elsewhere.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::paths::Home;
+
+use super::ModelError;
+
+/// Default OpenAI endpoint.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Default Anthropic endpoint.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The model used when nothing is configured.
+pub const DEFAULT_MODEL: &str = "mock";
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration in {}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl From<ConfigError> for ModelError {
+    fn from(e: ConfigError) -> Self {
+        ModelError::fatal(e.to_string())
+    }
+}
+
+/// Where one real provider lives and how it authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Base URL without a trailing `/`.
+    pub base_url: String,
+    /// The key, from the file's `api_key` or the `api_key_env` variable.
+    pub api_key: Option<String>,
+    /// The variable the key is read from (named in error messages).
+    pub api_key_env: String,
+}
+
+/// Everything the model factory needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// `[model] default`.
+    pub default_model: Option<String>,
+    /// `[model] context_window`.
+    pub context_window: Option<u64>,
+    /// `[providers.mock] context_window`.
+    pub mock_context_window: Option<u64>,
+    pub openai: EndpointConfig,
+    pub anthropic: EndpointConfig,
+    /// The file read, when it existed.
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct FileConfig {
+    #[serde(default)]
+    model: ModelSection,
+    #[serde(default)]
+    providers: ProvidersSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelSection {
+    default: Option<String>,
+    context_window: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProvidersSection {
+    #[serde(default)]
+    openai: EndpointSection,
+    #[serde(default)]
+    anthropic: EndpointSection,
+    #[serde(default)]
+    mock: MockSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndpointSection {
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    api_key: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MockSection {
+    context_window: Option<u64>,
+}
+
+impl ProviderConfig {
+    /// Reads `<home>/config.toml` (if present) and the process environment.
+    pub fn load(home: &Home) -> Result<Self, ConfigError> {
+        Self::load_from(&home.config_file(), &|k| std::env::var(k).ok())
+    }
+
+    /// Reads `path` (if present) with `env` standing in for the environment.
+    pub fn load_from(
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let (text, source) = match std::fs::read_to_string(path) {
+            Ok(t) => (t, Some(path.to_path_buf())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file: FileConfig = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        let openai = endpoint(
+            file.providers.openai,
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            OPENAI_DEFAULT_BASE_URL,
+            &env,
+        )
+        .map_err(|m| invalid(format!("[providers.openai] {m}")))?;
+        let anthropic = endpoint(
+            file.providers.anthropic,
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            ANTHROPIC_DEFAULT_BASE_URL,
+            &env,
+        )
+        .map_err(|m| invalid(format!("[providers.anthropic] {m}")))?;
+        if let Some(d) = &file.model.default
+            && d.trim().is_empty()
+        {
+            return Err(invalid("[model] default must not be empty".into()));
+        }
+        for (name, w) in [
+            ("[model] context_window", file.model.context_window),
+            (
+                "[providers.mock] context_window",
+                file.providers.mock.context_window,
+            ),
+        ] {
+            if w == Some(0) {
+                return Err(invalid(format!("{name} must be greater than 0")));
+            }
+        }
+        Ok(Self {
+            default_model: file.model.default,
+            context_window: file.model.context_window,
+            mock_context_window: file.providers.mock.context_window,
+            openai,
+            anthropic,
+            source,
+        })
+    }
+
+    /// The configuration with nothing configured (no file, no environment).
+    pub fn offline() -> Self {
+        let ep = |env_name: &str, url: &str| EndpointConfig {
+            base_url: url.to_string(),
+            api_key: None,
+            api_key_env: env_name.to_string(),
+        };
+        Self {
+            default_model: None,
+            context_window: None,
+            mock_context_window: None,
+            openai: ep("OPENAI_API_KEY", OPENAI_DEFAULT_BASE_URL),
+            anthropic: ep("ANTHROPIC_API_KEY", ANTHROPIC_DEFAULT_BASE_URL),
+            source: None,
+        }
+    }
+
+    /// The context window configured for `handle`: `[providers.mock]
+    /// context_window` for mock handles, else `[model] context_window`.
+    pub fn context_window_for(&self, handle: &str) -> Option<u64> {
+        if handle == "mock" || handle.starts_with("mock/") {
+            self.mock_context_window.or(self.context_window)
+        } else {
+            self.context_window
+        }
+    }
+}
+
+fn endpoint(
+    section: EndpointSection,
+    default_key_env: &str,
+    base_url_env: &str,
+    default_base_url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EndpointConfig, String> {
+    let base_url = section
+        .base_url
+        .or_else(|| env(base_url_env))
+        .unwrap_or_else(|| default_base_url.to_string());
+    let base_url = base_url.trim().trim_end_matches('/').to_string();
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(format!(
+            "base_url {base_url:?} must start with http:// or https://"
+        ));
+    }
+    let api_key_env = section
+        .api_key_env
+        .unwrap_or_else(|| default_key_env.to_string());
+    if api_key_env.trim().is_empty() {
+        return Err("api_key_env must not be empty".into());
+    }
+    let api_key = section
+        .api_key
+        .filter(|k| !k.trim().is_empty())
+        .or_else(|| env(&api_key_env));
+    Ok(EndpointConfig {
+        base_url,
+        api_key,
+        api_key_env,
+    })
+}
+
+/// The model handle to use when an agent names none: `[model] default`,
+/// else `mock`.
+pub fn default_model(cfg: &ProviderConfig) -> String {
+    cfg.default_model
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODEL.to_string())
+}
+
+/// Whether `base_url` points at this machine (a local Ollama or llama.cpp
+/// server needs no key).
+pub fn is_loopback_url(base_url: &str) -> bool {
+    let rest = base_url
+        .strip_prefix("http://")
+        .or_else(|| base_url.strip_prefix("https://"))
+        .unwrap_or(base_url);
+    let authority = rest.split('/').next().unwrap_or("");
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost") || host.starts_with("127.") || host == "::1"
+}

@@ -1,0 +1,60 @@
+//! Model handles → models. The handle names the provider so that one agent
+//! record (`"model": "openai/gpt-4o-mini"`) is enough to reach it; the
+//! endpoint and key come from the supervisor's [`ProviderConfig`].
+
+use std::path::Path;
+
+use super::anthropic::AnthropicModel;
+use super::config::{EndpointConfig, ProviderConfig, is_loopback_url};
+use super::mock::MockModel;
+use super::openai::OpenAiModel;
+use super::scripted::ScriptedModel;
+use super::{Model, ModelError};
+
+const VALID_FORMS: &str = "valid forms: `mock`, `mock/scripted:<path to JSON script>`, \
+`openai/<model>` (OpenAI-compatible Chat Completions), `anthropic/<model>`";
+
+/// Builds the model a handle names.
+pub fn open_model(handle: &str, cfg: &ProviderConfig) -> Result<Box<dyn Model>, ModelError> {
+    let handle = handle.trim();
+    if handle == "mock" {
+        let window = cfg.context_window_for(handle);
+        return Ok(Box::new(MockModel::new().with_context_window(window)));
+    }
+    if let Some(path) = handle.strip_prefix("mock/scripted:") {
+        if path.is_empty() {
+            return Err(ModelError::fatal(format!(
+                "model {handle:?} names no script file; {VALID_FORMS}"
+            )));
+        }
+        return Ok(Box::new(ScriptedModel::open(Path::new(path))?));
+    }
+    if let Some(name) = handle.strip_prefix("openai/") {
+        check(handle, name, &cfg.openai)?;
+        return Ok(Box::new(OpenAiModel::new(name, &cfg.openai)));
+    }
+    if let Some(name) = handle.strip_prefix("anthropic/") {
+        check(handle, name, &cfg.anthropic)?;
+        return Ok(Box::new(AnthropicModel::new(name, &cfg.anthropic)));
+    }
+    Err(ModelError::fatal(format!(
+        "unknown model {handle:?}; {VALID_FORMS}"
+    )))
+}
+
+/// A real provider needs a model name and a key, unless its server runs on
+/// this machine (Ollama, llama.cpp).
+fn check(handle: &str, name: &str, ep: &EndpointConfig) -> Result<(), ModelError> {
+    if name.trim().is_empty() {
+        return Err(ModelError::fatal(format!(
+            "model {handle:?} names no model; {VALID_FORMS}"
+        )));
+    }
+    if ep.api_key.is_none() && !is_loopback_url(&ep.base_url) {
+        return Err(ModelError::fatal(format!(
+            "no API key for {handle:?} at {}: set {} (or api_key_env / api_key in config.toml)",
+            ep.base_url, ep.api_key_env
+        )));
+    }
+    Ok(())
+}

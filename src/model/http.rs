@@ -1,0 +1,165 @@
+//! The blocking HTTP side shared by the real providers: one `ureq` agent per
+//! model, a streamed POST whose body is read incrementally, and the mapping
+//! of failures onto [`ModelError`] so that the agent loop can tell what to
+//! retry (429/5xx/transport), what to compact (context overflow) and what to
+//! report (everything else). The trait is blocking; the supervisor calls it
+//! from `spawn_blocking`, so a sync client is the simple, honest choice.
+
+use std::io::Read;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::ModelError;
+use super::config::is_loopback_url;
+
+/// Provider request timeout (letta-code's default is 5 minutes too).
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// How much of an error body is read.
+const ERROR_BODY_LIMIT: u64 = 64 * 1024;
+
+/// Markers of "the request does not fit the window" (letta-code's list in
+/// `context-window-overflow.ts`, lower-cased).
+const OVERFLOW_MARKERS: &[&str] = &[
+    "context_length_exceeded",
+    "maximum context length",
+    "prompt is too long",
+    "too many tokens",
+    "context window",
+    "exceeds the context",
+    "input is too long",
+];
+
+/// Whether an error message says the prompt did not fit.
+pub(crate) fn is_context_overflow(message: &str) -> bool {
+    let m = message.to_lowercase();
+    OVERFLOW_MARKERS.iter().any(|k| m.contains(k))
+}
+
+/// A `ureq` agent that hands back error statuses as responses, with the
+/// provider timeout. Loopback servers are reached directly, never through a
+/// proxy from the environment.
+pub(crate) fn agent_for(base_url: &str) -> ureq::Agent {
+    let mut b = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(REQUEST_TIMEOUT));
+    if is_loopback_url(base_url) {
+        b = b.proxy(None);
+    }
+    ureq::Agent::new_with_config(b.build())
+}
+
+/// POSTs `body` as JSON and returns a reader of the (streamed) response
+/// body, or the error the status and body describe.
+pub(crate) fn post_json_stream(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Result<impl Read + use<>, ModelError> {
+    let payload = serde_json::to_vec(body)
+        .map_err(|e| ModelError::fatal(format!("cannot encode the request: {e}")))?;
+    let mut req = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send(&payload[..]).map_err(transport_error)?;
+    let status = resp.status().as_u16();
+    if (200..300).contains(&status) {
+        return Ok(resp.into_body().into_reader());
+    }
+    let retry_after_ms = retry_after_ms(resp.headers());
+    let text = resp
+        .into_body()
+        .with_config()
+        .limit(ERROR_BODY_LIMIT)
+        .lossy_utf8(true)
+        .read_to_string()
+        .unwrap_or_default();
+    Err(status_error(status, &text, retry_after_ms))
+}
+
+/// Maps a non-2xx status and its body.
+pub(crate) fn status_error(status: u16, body: &str, retry_after_ms: Option<u64>) -> ModelError {
+    let message = error_message(body);
+    if is_context_overflow(&message) || is_context_overflow(body) {
+        return ModelError::ContextOverflow { message };
+    }
+    if status == 429 || status == 408 || status >= 500 {
+        return ModelError::Transient {
+            status: Some(status),
+            message,
+            retry_after_ms,
+        };
+    }
+    ModelError::Fatal {
+        status: Some(status),
+        message,
+    }
+}
+
+/// The server's own words: `error.message` of an OpenAI or Anthropic error
+/// body, else the body itself (shortened).
+pub(crate) fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        let err = v.get("error").unwrap_or(&v);
+        if let Some(m) = err.get("message").and_then(Value::as_str) {
+            return m.to_string();
+        }
+        if let Some(m) = err.as_str() {
+            return m.to_string();
+        }
+    }
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
+        return "empty error body".to_string();
+    }
+    trimmed.chars().take(2000).collect()
+}
+
+/// Maps a failure to reach the server or read from it.
+pub(crate) fn transport_error(e: ureq::Error) -> ModelError {
+    use ureq::Error as E;
+    match e {
+        E::Io(_) | E::Timeout(_) | E::HostNotFound | E::ConnectionFailed | E::Protocol(_) => {
+            ModelError::Transient {
+                status: None,
+                message: e.to_string(),
+                retry_after_ms: None,
+            }
+        }
+        other => ModelError::fatal(format!("HTTP request failed: {other}")),
+    }
+}
+
+/// A read error in the middle of a stream: the connection broke.
+pub(crate) fn stream_read_error(e: &std::io::Error) -> ModelError {
+    ModelError::Transient {
+        status: None,
+        message: format!("reading the response stream failed: {e}"),
+        retry_after_ms: None,
+    }
+}
+
+/// `retry-after-ms` (OpenAI) or `retry-after` in seconds.
+fn retry_after_ms(headers: &ureq::http::HeaderMap) -> Option<u64> {
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(ms.max(0.0) as u64);
+    }
+    get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|s| (s.max(0.0) * 1000.0) as u64)
+}
+
+/// Parses accumulated tool-call arguments: empty → `{}`, valid JSON → the
+/// value, anything else → the raw string (the runtime reports a tool error).
+pub(crate) fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}

@@ -1,0 +1,563 @@
+//! The deterministic offline model, the default when nothing is configured.
+//! It lets a fresh machine (and every test) run whole turns — memory tool
+//! calls, tool-result follow-ups, compaction summaries, reflections — with no
+//! network and byte-stable answers, while still reporting usage so that the
+//! context-window paths are exercised.
+//!
+//! Rules, applied to the last user message's text (the last text part once
+//! `<system-reminder>…</system-reminder>` blocks are removed, trimmed; a
+//! captured `X` is trimmed of whitespace and trailing `。.!！`):
+//!
+//! | user text | answer |
+//! |---|---|
+//! | `run: CMD` (start, any case) | `Bash {"command":CMD,"description":"run CMD"}` |
+//! | `忘掉: X` / `forget: X` | `memory str_replace human.md old_string X, new_string ""` (deletes the lines containing X) |
+//! | `记住: X` / `remember: X` | `memory insert human.md insert_text "- X"` |
+//! | `设定: X` | `memory insert persona.md insert_text "- X"` |
+//! | `别再叫我 X 了，叫我 Y` / `don't call me X, call me Y` | `memory str_replace human.md X → Y` |
+//! | anything else | text `mock: <user text>` |
+//!
+//! When the last message (reminder-only user messages skipped) holds tool
+//! results: `操作失败：<first error text>`
+//! if one failed, else `好的，已更新记忆。` after `memory`, else
+//! `工具结果：<first result, 200 chars>`.
+//!
+//! [`Purpose::Summary`]: `Summary of N messages:` then one line per message,
+//! `[role] <first line of its text, 80 chars>`.
+//!
+//! [`Purpose::Reflection`]: the line after `Additional user-provided
+//! reflection instruction` gives keywords (words split on anything not a
+//! letter or digit and on a few Chinese function words, lower-cased, at least
+//! 3 characters (2 for non-ASCII), minus filter words such as `only`, `facts`);
+//! every `- ` line of the request's messages that contains one of them is a
+//! kept fact (all of them when there is no instruction). The answer is
+//!
+//! ```text
+//! Reflection instruction: <instruction or (none)>
+//! Keywords: <k1, k2, …>
+//! Matching facts:
+//! - fact one
+//! ```
+//!
+//! or `Matching facts: (none)` when nothing matched.
+//!
+//! Usage is always reported: `input_tokens = ceil(request chars / 4)`
+//! ([`request_chars`]), `output_tokens = ceil(response chars / 4)`. With a
+//! context window set, a request above it fails with
+//! [`ModelError::ContextOverflow`], as a real provider would.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use regex::Regex;
+use serde_json::{Value, json};
+
+use super::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Purpose, Role,
+    StopKind, Usage,
+};
+
+/// The rule-based deterministic model.
+#[derive(Debug, Clone, Default)]
+pub struct MockModel {
+    context_window: Option<u64>,
+}
+
+impl MockModel {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fail requests whose input tokens exceed `window` with a context
+    /// overflow (Lab 4 uses 900).
+    pub fn with_context_window(mut self, window: Option<u64>) -> Self {
+        self.context_window = window;
+        self
+    }
+}
+
+impl Model for MockModel {
+    fn complete(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut dyn FnMut(ModelEvent),
+    ) -> Result<ModelResponse, ModelError> {
+        let input_tokens = tokens(request_chars(request));
+        if let Some(w) = self.context_window
+            && input_tokens > w
+        {
+            return Err(ModelError::ContextOverflow {
+                message: format!(
+                    "prompt is too long: {input_tokens} tokens > {w} maximum (mock context window)"
+                ),
+            });
+        }
+        let parts = match request.purpose {
+            Purpose::Summary => vec![Part::text(summarize(&request.messages))],
+            Purpose::Reflection => vec![Part::text(reflect(&request.messages))],
+            Purpose::Turn => answer_turn(&request.messages),
+        };
+        Ok(finish(parts, input_tokens, None, "mock", on_event))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Rules
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    Run,
+    Forget,
+    Remember,
+    Persona,
+    Rename,
+}
+
+const RULE_PATTERNS: &[(Rule, &str)] = &[
+    (Rule::Run, r"(?i)^run:\s*(.+)"),
+    (Rule::Forget, r"忘掉[:：]\s*(.+)"),
+    (Rule::Forget, r"(?i)forget:\s*(.+)"),
+    (Rule::Rename, r"别再叫我\s*(.+?)\s*了[，,]\s*叫我\s*(.+)"),
+    (
+        Rule::Rename,
+        r"(?i)don[’']?t call me\s+(.+?),?\s+call me\s+(.+)",
+    ),
+    (Rule::Remember, r"记住[:：]\s*(.+)"),
+    (Rule::Remember, r"(?i)remember:\s*(.+)"),
+    (Rule::Persona, r"设定[:：]\s*(.+)"),
+];
+
+/// Compiled rules, in priority order. Patterns are constants (a unit test
+/// checks that all compile), so a failure here drops the rule, never panics.
+static RULES: LazyLock<Vec<(Rule, Regex)>> = LazyLock::new(|| {
+    RULE_PATTERNS
+        .iter()
+        .filter_map(|(r, p)| Regex::new(p).ok().map(|re| (*r, re)))
+        .collect()
+});
+
+static REMINDER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?s)<system-reminder>.*?</system-reminder>").ok());
+
+/// Removes `<system-reminder>…</system-reminder>` blocks.
+pub fn strip_reminders(text: &str) -> String {
+    match REMINDER.as_ref() {
+        Some(re) => re.replace_all(text, "").into_owned(),
+        None => text.to_string(),
+    }
+}
+
+/// The user's own words: the last text part, not only reminders, of the
+/// last user message that has one, trimmed.
+pub fn last_user_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .find_map(|m| {
+            m.parts.iter().rev().find_map(|p| match p {
+                Part::Text { text } => {
+                    let s = strip_reminders(text);
+                    let s = s.trim();
+                    (!s.is_empty()).then(|| s.to_string())
+                }
+                _ => None,
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// A user message carrying nothing but `<system-reminder>` blocks (the
+/// runtime may send one after tool results).
+fn is_reminder_only(m: &Message) -> bool {
+    m.role == Role::User
+        && m.parts.iter().all(|p| match p {
+            Part::Text { text } => strip_reminders(text).trim().is_empty(),
+            _ => false,
+        })
+}
+
+fn clean_capture(s: &str) -> String {
+    s.trim()
+        .trim_end_matches(['。', '.', '!', '！'])
+        .trim()
+        .to_string()
+}
+
+fn answer_turn(messages: &[Message]) -> Vec<Part> {
+    let last = messages.iter().rev().find(|m| !is_reminder_only(m));
+    if let Some(last) = last
+        && last
+            .parts
+            .iter()
+            .any(|p| matches!(p, Part::ToolResult { .. }))
+    {
+        return vec![Part::text(follow_up(last))];
+    }
+    let text = last_user_text(messages);
+    for (rule, re) in RULES.iter() {
+        let Some(c) = re.captures(&text) else {
+            continue;
+        };
+        let group = |i: usize| c.get(i).map(|m| m.as_str()).unwrap_or("");
+        let (name, args) = match rule {
+            Rule::Run => {
+                let cmd = group(1).trim();
+                (
+                    "Bash",
+                    json!({"command": cmd, "description": format!("run {cmd}")}),
+                )
+            }
+            Rule::Forget => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "str_replace", "file_path": "human.md",
+                           "old_string": x, "new_string": "", "reason": format!("forget: {x}")}),
+                )
+            }
+            Rule::Remember => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "insert", "file_path": "human.md",
+                           "insert_text": format!("- {x}"), "reason": format!("remember: {x}")}),
+                )
+            }
+            Rule::Persona => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "insert", "file_path": "persona.md",
+                           "insert_text": format!("- {x}"), "reason": format!("persona: {x}")}),
+                )
+            }
+            Rule::Rename => {
+                let (x, y) = (clean_capture(group(1)), clean_capture(group(2)));
+                (
+                    "memory",
+                    json!({"command": "str_replace", "file_path": "human.md",
+                           "old_string": x, "new_string": y, "reason": format!("rename: {x} -> {y}")}),
+                )
+            }
+        };
+        return vec![Part::ToolCall {
+            id: next_call_id(),
+            name: name.to_string(),
+            arguments: args,
+        }];
+    }
+    vec![Part::text(format!("mock: {text}"))]
+}
+
+/// The fixed reply to a message of tool results.
+fn follow_up(results: &Message) -> String {
+    let results: Vec<(&str, &str, bool)> = results
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolResult {
+                name,
+                text,
+                is_error,
+                ..
+            } => Some((name.as_str(), text.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    if let Some((_, text, _)) = results.iter().find(|r| r.2) {
+        return format!("操作失败：{text}");
+    }
+    match results.first() {
+        Some(("memory", _, _)) => "好的，已更新记忆。".to_string(),
+        Some((_, text, _)) => format!("工具结果：{}", text.chars().take(200).collect::<String>()),
+        None => "工具结果：".to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Summary and reflection
+
+/// The text of a message as the summary and reflection rules read it.
+fn message_text(m: &Message) -> String {
+    let pieces: Vec<String> = m
+        .parts
+        .iter()
+        .map(|p| match p {
+            Part::Text { text } => strip_reminders(text).trim().to_string(),
+            Part::ToolCall {
+                name, arguments, ..
+            } => format!("{name} {arguments}"),
+            Part::ToolResult { name, text, .. } => format!("{name}: {text}"),
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    pieces.join("\n")
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn summarize(messages: &[Message]) -> String {
+    let mut out = format!("Summary of {} messages:", messages.len());
+    for m in messages {
+        let text = message_text(m);
+        let first: String = text.lines().next().unwrap_or("").chars().take(80).collect();
+        out.push('\n');
+        out.push_str(&format!("[{}] {first}", role_name(m.role)));
+    }
+    out
+}
+
+const REFLECTION_MARKER: &str = "Additional user-provided reflection instruction";
+
+fn reflect(messages: &[Message]) -> String {
+    let texts: Vec<String> = messages.iter().map(message_text).collect();
+    let all = texts.join("\n");
+    let lines: Vec<&str> = all.lines().collect();
+    let instruction = lines
+        .iter()
+        .position(|l| l.contains(REFLECTION_MARKER))
+        .and_then(|i| {
+            lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+        })
+        .map(str::to_string);
+    let keywords = instruction.as_deref().map(keywords).unwrap_or_default();
+    let mut facts: Vec<&str> = Vec::new();
+    for l in &lines {
+        let t = l.trim();
+        let Some(fact) = t.strip_prefix("- ") else {
+            continue;
+        };
+        if Some(t) == instruction.as_deref() || facts.contains(&fact) {
+            continue;
+        }
+        let lower = fact.to_lowercase();
+        if keywords.is_empty() || keywords.iter().any(|k| lower.contains(k.as_str())) {
+            facts.push(fact);
+        }
+    }
+    let mut out = format!(
+        "Reflection instruction: {}\nKeywords: {}\n",
+        instruction.as_deref().unwrap_or("(none)"),
+        keywords.join(", ")
+    );
+    if facts.is_empty() {
+        out.push_str("Matching facts: (none)");
+    } else {
+        out.push_str("Matching facts:");
+        for f in facts {
+            out.push_str("\n- ");
+            out.push_str(f);
+        }
+    }
+    out
+}
+
+/// Instruction words that say how to filter, not what to keep.
+const STOPWORDS: &[&str] = &[
+    "only",
+    "keep",
+    "fact",
+    "facts",
+    "about",
+    "the",
+    "and",
+    "for",
+    "with",
+    "that",
+    "this",
+    "those",
+    "these",
+    "related",
+    "relevant",
+    "things",
+    "anything",
+    "everything",
+    "information",
+    "user",
+    "remember",
+    "record",
+    "store",
+    "save",
+    "any",
+    "all",
+    "from",
+    "into",
+    "are",
+    "is",
+];
+/// Chinese function words that separate keywords in an unspaced instruction.
+const CJK_SEPARATORS: &[&str] = &[
+    "相关", "有关", "关于", "事实", "记录", "保留", "只", "的", "与", "和", "及", "或", "请",
+];
+
+/// Keywords of a reflection instruction (see the module doc).
+pub fn keywords(instruction: &str) -> Vec<String> {
+    let mut text = instruction.to_lowercase();
+    for sep in CJK_SEPARATORS {
+        text = text.replace(sep, " ");
+    }
+    let mut out: Vec<String> = Vec::new();
+    for w in text.split(|c: char| !c.is_alphanumeric()) {
+        let w = w.to_string();
+        let n = w.chars().count();
+        let long_enough = if w.is_ascii() { n >= 3 } else { n >= 2 };
+        if long_enough && !STOPWORDS.contains(&w.as_str()) && !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Accounting, ids, streaming (shared with the scripted mode)
+
+/// Characters of a request as the mock counts them: the system prompt, the
+/// JSON of the tool specs, every text and tool-result text, and each tool
+/// call's name and JSON arguments.
+pub fn request_chars(request: &ModelRequest) -> usize {
+    let tools = if request.tools.is_empty() {
+        0
+    } else {
+        serde_json::to_string(&request.tools)
+            .map(|s| s.chars().count())
+            .unwrap_or(0)
+    };
+    request.system.chars().count()
+        + tools
+        + request
+            .messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .map(part_chars)
+            .sum::<usize>()
+}
+
+/// Characters of one part (see [`request_chars`]).
+pub fn part_chars(part: &Part) -> usize {
+    match part {
+        Part::Text { text } => text.chars().count(),
+        Part::ToolCall {
+            name, arguments, ..
+        } => name.chars().count() + arguments_text(arguments).chars().count(),
+        Part::ToolResult { text, .. } => text.chars().count(),
+    }
+}
+
+fn arguments_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `ceil(chars / 4)`.
+pub fn tokens(chars: usize) -> u64 {
+    (chars as u64).div_ceil(4)
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(1);
+static NONCE: LazyLock<String> = LazyLock::new(|| {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}{:x}", std::process::id(), nanos & 0xffff)
+});
+
+fn next_n() -> u64 {
+    COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A fresh response id (`mock-resp-<process nonce>-<n>`).
+pub fn next_response_id() -> String {
+    format!("mock-resp-{}-{}", *NONCE, next_n())
+}
+
+/// A fresh tool-call id (`call_<process nonce>_<n>`).
+pub fn next_call_id() -> String {
+    format!("call_{}_{}", *NONCE, next_n())
+}
+
+/// Streams `parts` (text in small deltas, each tool call as one event) and
+/// builds the response with usage computed from the characters.
+pub(crate) fn finish(
+    parts: Vec<Part>,
+    input_tokens: u64,
+    stop: Option<StopKind>,
+    model: &str,
+    on_event: &mut dyn FnMut(ModelEvent),
+) -> ModelResponse {
+    let mut has_tool = false;
+    for p in &parts {
+        match p {
+            Part::Text { text } => {
+                let chars: Vec<char> = text.chars().collect();
+                for chunk in chars.chunks(24) {
+                    on_event(ModelEvent::TextDelta {
+                        text: chunk.iter().collect(),
+                    });
+                }
+            }
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                has_tool = true;
+                on_event(ModelEvent::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                });
+            }
+            Part::ToolResult { .. } => {}
+        }
+    }
+    let output_chars: usize = parts.iter().map(part_chars).sum();
+    let stop = stop.unwrap_or(if has_tool {
+        StopKind::ToolUse
+    } else {
+        StopKind::EndTurn
+    });
+    ModelResponse {
+        parts,
+        usage: Usage {
+            input_tokens,
+            output_tokens: tokens(output_chars),
+            ..Usage::default()
+        },
+        stop,
+        response_id: next_response_id(),
+        model: model.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_pattern_compiles() {
+        assert_eq!(RULES.len(), RULE_PATTERNS.len());
+        assert!(REMINDER.is_some());
+    }
+
+    #[test]
+    fn keywords_split_and_filter() {
+        assert_eq!(
+            keywords("Only keep facts about Rust, Editors"),
+            vec!["rust", "editors"]
+        );
+        assert_eq!(keywords("只记录与编程相关的事实"), vec!["编程"]);
+    }
+}
