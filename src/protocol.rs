@@ -336,6 +336,11 @@ impl LineSplitter {
         Self::default()
     }
 
+    /// Whether part of a line is buffered, waiting for its end.
+    pub fn is_pending(&self) -> bool {
+        !self.buf.is_empty() || self.discarding
+    }
+
     /// Feed bytes; returns the complete lines found.
     pub fn push(&mut self, mut bytes: &[u8]) -> Vec<Line> {
         let mut out = Vec::new();

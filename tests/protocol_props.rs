@@ -147,7 +147,8 @@ fn arb_server_frame() -> impl Strategy<Value = ServerFrame> {
             any::<u64>(),
             arb_error_code(),
             any::<String>(),
-            prop::option::of(arb_json())
+            // `Some(null)` reads back as `None` (`"data":null`); the server never sends it.
+            prop::option::of(arb_json().prop_filter("not null", |v| !v.is_null()))
         )
             .prop_map(|(id, code, message, data)| ServerFrame::Response {
                 id,

@@ -368,3 +368,46 @@ fn descendants(pid: u32) -> Vec<u32> {
     }
     out
 }
+
+#[test]
+fn sigterm_reaches_the_confined_program() {
+    if !require_layers() {
+        return;
+    }
+    let d = common::Daemon::start(&["a"]);
+    let mut c = d.client();
+    c.call(mini_letta::protocol::Call::Subscribe {}).unwrap();
+    let v = c
+        .call(mini_letta::protocol::Call::Spawn(
+            mini_letta::protocol::SpawnParams {
+                agent: d.agents[0].clone(),
+                role: "tool".into(),
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "trap 'exit 42' TERM; while true; do sleep 0.1; done".into(),
+                ],
+                stdio: mini_letta::protocol::StdioMode::Null,
+                workspace: None,
+                isolation: None,
+            },
+        ))
+        .unwrap();
+    let child = v["child"].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    c.call(mini_letta::protocol::Call::Kill {
+        child,
+        signal: None,
+    })
+    .unwrap();
+    let exit = loop {
+        if let mini_letta::protocol::ServerFrame::Event { event, data } = c.read_frame().unwrap()
+            && event == "child.exit"
+            && data["child"].as_u64() == Some(child)
+        {
+            break data;
+        }
+    };
+    assert_eq!(exit["state"], "exited", "{exit}");
+    assert_eq!(exit["code"], 42, "the program's TERM handler ran: {exit}");
+}

@@ -343,6 +343,10 @@ cd memory
 if {me} channel call memory.commit '{{"paths":["human.md"],"message":"x","agent":"{other}"}}' 2>err1; then exit 10; fi
 grep -q "cannot act for {other}" err1 || exit 11
 if {me} channel call memory.commit '{{"paths":["../../{other}/memory/human.md"],"message":"x"}}' 2>err2; then exit 12; fi
+# Children may not watch every agent's children.
+if {me} channel call events.subscribe 2>err3; then exit 13; fi
+grep -q "not available to children" err3 || exit 14
+rm -f err3
 rm -f err1 err2
 mkdir -p notes
 printf '# Notes\n' > notes/MEMORY.md

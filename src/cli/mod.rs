@@ -108,9 +108,12 @@ fn init_logging(verbose: u8) {
     } else {
         EnvFilter::new(default)
     };
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // No colour escapes in log files (the daemon's supervisor.log).
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

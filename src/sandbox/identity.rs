@@ -23,7 +23,7 @@ static ALLOCATION: Mutex<()> = Mutex::new(());
 
 /// Host-wide record of the uids handed out, shared by every home (tenant)
 /// on this machine so that two tenants' agents never share a uid.
-pub const REGISTRY: &str = "/var/lib/mini-letta/agent-uids";
+pub const REGISTRY: &str = "/var/lib/mini-letta/.agent-uids";
 
 /// The agent's uid, assigning the lowest uid free on this host on first use.
 pub fn ensure_uid(

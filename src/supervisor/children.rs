@@ -138,12 +138,16 @@ impl ChildTable {
         self.rows.get(&id)
     }
 
+    /// The child's first frame arrived. Its timing is kept even when the
+    /// reaper already saw it exit (a short-lived child).
     pub fn mark_running(&mut self, id: u64) {
-        if let Some(c) = self.rows.get_mut(&id)
-            && c.state == ChildState::Starting
-        {
-            c.state = ChildState::Running;
-            c.first_frame = Some(c.started.elapsed());
+        if let Some(c) = self.rows.get_mut(&id) {
+            if c.first_frame.is_none() {
+                c.first_frame = Some(c.started.elapsed());
+            }
+            if c.state == ChildState::Starting {
+                c.state = ChildState::Running;
+            }
         }
     }
 
@@ -407,3 +411,40 @@ pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
 
 /// Shared handle to the table.
 pub type SharedTable = Arc<Mutex<ChildTable>>;
+
+/// Send `signal` to the program a child runs, not just to its launcher: a
+/// confined child's recorded pid is bubblewrap's, and the program lives in
+/// its own session inside bwrap's pid namespace, so a signal to bwrap alone
+/// would never reach it (bwrap would only kill it with SIGKILL on exit).
+pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            tree.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    let is_bwrap = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .map(|c| c.trim() == "bwrap")
+            .unwrap_or(false)
+    };
+    let targets: Vec<u32> = tree.iter().copied().filter(|p| !is_bwrap(*p)).collect();
+    if targets.is_empty() {
+        return nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+    }
+    let mut result = Ok(());
+    for p in targets {
+        if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), signal)
+            && e != nix::errno::Errno::ESRCH
+        {
+            result = Err(e);
+        }
+    }
+    result
+}

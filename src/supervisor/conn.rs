@@ -74,11 +74,20 @@ impl FrameReader {
             if n == 0 {
                 return Ok(None);
             }
+            // A sender attaches descriptors to the first byte of its frame,
+            // and the kernel never merges bytes across that boundary into one
+            // read: they belong to the first line that *starts* in this
+            // chunk, which is the second completed one if an earlier frame
+            // was still pending.
+            let mut skip = usize::from(self.splitter.is_pending() && !fds.is_empty());
             self.fds.extend(fds);
             for line in self.splitter.push(&buf[..n]) {
-                // Descriptors belong to the first frame completed after they
-                // arrived (a sender attaches them to its frame's first byte).
-                let fds = std::mem::take(&mut self.fds);
+                let fds = if skip > 0 {
+                    skip -= 1;
+                    Vec::new()
+                } else {
+                    std::mem::take(&mut self.fds)
+                };
                 self.ready.push_back((line, fds));
             }
         }

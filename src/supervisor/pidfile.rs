@@ -107,16 +107,26 @@ impl PidFile {
         }))
     }
 
-    /// Pid recorded in the file at `path` when a live supervisor holds it.
+    /// Pid recorded in the file at `path` when that process is alive. Read
+    /// without taking the lock, so polling never makes a concurrent start
+    /// think the home is taken.
     pub fn holder(path: &Path) -> Option<u32> {
-        let file = File::open(path).ok()?;
-        match file.try_lock_shared() {
-            Ok(()) => None, // nobody holds it
-            Err(_) => {
-                let text = fs::read_to_string(path).ok()?;
-                text.lines().next()?.trim().parse().ok()
-            }
-        }
+        let text = fs::read_to_string(path).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let alive = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false);
+        // A recycled pid must never be mistaken for (and signalled as) ours.
+        let ours = fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains("supervisor"))
+            .unwrap_or(false);
+        (alive && ours).then_some(pid)
     }
 }
 

@@ -97,9 +97,10 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
         Err(o) => return o,
     };
     let home = state.home.clone();
-    let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
-        let (_, paths) = store::find(&home, Some(&agent)).map_err(|e| e.to_string())?;
-        let repo = repo::open_agent(&paths).map_err(|e| e.to_string())?;
+    let result = tokio::task::spawn_blocking(move || -> Result<Value, (ErrorCode, String)> {
+        let (_, paths) =
+            store::find(&home, Some(&agent)).map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
+        let repo = repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?;
         let head = repo
             .head()
             .ok()
@@ -107,7 +108,9 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
             .map(|c| c.id().to_string());
         let mut opts = git2::StatusOptions::new();
         opts.include_untracked(true).recurse_untracked_dirs(true);
-        let statuses = repo.statuses(Some(&mut opts)).map_err(|e| e.to_string())?;
+        let statuses = repo
+            .statuses(Some(&mut opts))
+            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
         let dirty: Vec<String> = statuses
             .iter()
             .filter_map(|s| s.path().ok().map(str::to_string))
@@ -117,7 +120,7 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
     .await;
     match result {
         Ok(Ok(v)) => Outcome::Result(v),
-        Ok(Err(e)) => error(ErrorCode::Internal, e),
+        Ok(Err((code, e))) => error(code, e),
         Err(e) => error(ErrorCode::Internal, format!("status task failed: {e}")),
     }
 }

@@ -234,10 +234,7 @@ async fn shutdown(state: &Arc<State>) {
             }
         }
         for c in &live {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ = super::children::signal_child_tree(c.pid, nix::sys::signal::Signal::SIGTERM);
         }
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline {
@@ -405,6 +402,17 @@ async fn serve_frames_inner(
                     });
                     continue;
                 }
+                if matches!(call, Call::Subscribe {}) && matches!(peer, Peer::Child { .. }) {
+                    // Events name every agent's children: not for children.
+                    sender.send(&ServerFrame::Response {
+                        id,
+                        outcome: error(
+                            ErrorCode::Forbidden,
+                            "events.subscribe is not available to children",
+                        ),
+                    });
+                    continue;
+                }
                 if matches!(call, Call::Subscribe {}) {
                     if subscription.is_none() {
                         subscription = Some(forward_events(state.clone(), sender.clone()));
@@ -551,7 +559,13 @@ fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
     let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
         return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
     };
-    match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(info.pid as i32), sig) {
+    let result = if sig == nix::sys::signal::Signal::SIGKILL {
+        // The launcher's whole group; the sandbox dies with it.
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(info.pid as i32), sig)
+    } else {
+        super::children::signal_child_tree(info.pid, sig)
+    };
+    match result {
         Ok(()) => Outcome::Result(json!({ "signalled": child })),
         Err(e) => error(
             ErrorCode::Internal,

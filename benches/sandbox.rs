@@ -1,0 +1,256 @@
+//! Confinement benchmark: median time from a launch request to the child's
+//! first frame on its channel, per isolation level (L0 full stack, L2 without
+//! namespaces, off), next to a bare `bwrap … true` and a bare fork+exec of
+//! `true` measured in the same run; then the memory footprint of 500 idle
+//! confined children.
+//!
+//! Run: `cargo bench --bench sandbox` (or `scripts/bench-sandbox`); pass
+//! `--quick` for fewer runs and 100 idle children. Needs root for uid
+//! switching (as in production); prints SKIPPED otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mini_letta::paths::Home;
+use mini_letta::protocol::{Call, SpawnParams, StdioMode};
+use mini_letta::supervisor::client::Client;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn p90(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[(v.len() * 9 / 10).min(v.len() - 1)]
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mini-letta")
+}
+
+fn run(home: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut c = Command::new(bin());
+    c.args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn create_agents(home: &Path, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let out = run(home, &[], &["agent", "create", &format!("a{i}"), "--json"]);
+            serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+fn spawn(c: &mut Client, agent: &str, isolation: &str, argv: &[&str]) -> (u64, u32) {
+    let v = c
+        .call(Call::Spawn(SpawnParams {
+            agent: agent.into(),
+            role: "agent".into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            stdio: StdioMode::Null,
+            workspace: None,
+            isolation: Some(isolation.into()),
+        }))
+        .unwrap();
+    (
+        v["child"].as_u64().unwrap(),
+        v["pid"].as_u64().unwrap() as u32,
+    )
+}
+
+/// Launch → first frame (µs), from the supervisor's child table.
+fn first_frames(home: &Path, disable: Option<&str>, isolation: &str, runs: usize) -> Vec<f64> {
+    let env: Vec<(&str, &str)> = disable
+        .map(|d| vec![("MINI_LETTA_SANDBOX_DISABLE", d)])
+        .unwrap_or_default();
+    run(home, &env, &["supervisor", "start"]);
+    let agent = create_agents(home, 1).remove(0);
+    let mut c = Client::connect(&Home::at(home).supervisor_socket()).unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..runs {
+        ids.push(spawn(&mut c, &agent, isolation, &["true"]).0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let ps = c.call(Call::Ps {}).unwrap();
+    let out = ps["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| ids.contains(&r["id"].as_u64().unwrap_or(0)))
+        .filter_map(|r| r["first_frame_us"].as_f64())
+        .collect();
+    run(home, &[], &["supervisor", "stop"]);
+    out
+}
+
+fn time_cmd(mut make: impl FnMut() -> Command, runs: usize) -> Vec<f64> {
+    (0..runs)
+        .map(|_| {
+            let mut c = make();
+            c.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let t = Instant::now();
+            let s = c.status().unwrap();
+            assert!(s.success());
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            out.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Proportional set size of a process, in KiB.
+fn pss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        println!(
+            "SKIPPED: the sandbox benchmark needs root (per-agent uids), as the supervisor does in production"
+        );
+        return;
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
+    let runs = if quick { 10 } else { 30 };
+    let idle = if quick { 100 } else { 500 };
+
+    let bare = time_cmd(|| Command::new("/bin/true"), runs);
+    let bwrap = time_cmd(
+        || {
+            let mut c = Command::new("/usr/bin/bwrap");
+            c.args([
+                "--unshare-user",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--disable-userns",
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--",
+                "/bin/true",
+            ]);
+            std::os::unix::process::CommandExt::uid(&mut c, 299_998);
+            std::os::unix::process::CommandExt::gid(&mut c, 299_998);
+            c
+        },
+        runs,
+    );
+    let mut rows = vec![
+        ("bare fork+exec of true (µs, exit)", bare),
+        ("bare bwrap --unshare-all true (µs, exit)", bwrap),
+    ];
+    for (label, disable, iso) in [
+        (
+            "L0 strict: uid+bwrap+landlock+seccomp+cgroup (µs, 1st frame)",
+            None,
+            "strict",
+        ),
+        (
+            "L2 strict: uid+landlock+seccomp+cgroup (µs, 1st frame)",
+            Some("namespaces"),
+            "strict",
+        ),
+        ("off: no confinement (µs, 1st frame)", None, "off"),
+    ] {
+        let home = tempfile::tempdir().unwrap();
+        rows.push((label, first_frames(home.path(), disable, iso, runs)));
+    }
+    println!("{:<64} {:>10} {:>10}", "launch", "median", "p90");
+    let bwrap_median = median(rows[1].1.clone());
+    for (label, v) in &rows {
+        println!(
+            "{label:<64} {:>10.0} {:>10.0}",
+            median(v.clone()),
+            p90(v.clone())
+        );
+    }
+    let l0 = median(rows[2].1.clone());
+    println!(
+        "full stack / bare bwrap: {:.2}x (target <= 1.2x)",
+        l0 / bwrap_median
+    );
+
+    // Memory of idle confined children (50 agents, spread to stay under
+    // each agent's pids limit).
+    let home = tempfile::tempdir().unwrap();
+    run(home.path(), &[], &["supervisor", "start"]);
+    let agents = create_agents(home.path(), 50);
+    let mut c = Client::connect(&Home::at(home.path()).supervisor_socket()).unwrap();
+    let mut pids = Vec::new();
+    let t = Instant::now();
+    for i in 0..idle {
+        pids.push(
+            spawn(
+                &mut c,
+                &agents[i % agents.len()],
+                "strict",
+                &["sleep", "600"],
+            )
+            .1,
+        );
+    }
+    let spawn_secs = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let procs: Vec<u32> = pids.iter().flat_map(|p| descendants(*p)).collect();
+    let total_kib: u64 = procs.iter().map(|p| pss_kib(*p)).sum();
+    println!(
+        "{idle} idle confined children: {} processes, {:.1} MiB PSS in total, {:.0} KiB per child; launched in {spawn_secs:.1} s",
+        procs.len(),
+        total_kib as f64 / 1024.0,
+        total_kib as f64 / idle as f64
+    );
+    run(home.path(), &[], &["supervisor", "stop", "--timeout", "30"]);
+}
