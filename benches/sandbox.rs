@@ -161,27 +161,8 @@ fn main() {
     let bwrap = time_cmd(
         || {
             let mut c = Command::new("/usr/bin/bwrap");
-            c.args([
-                "--unshare-user",
-                "--unshare-pid",
-                "--unshare-net",
-                "--unshare-ipc",
-                "--unshare-uts",
-                "--disable-userns",
-                "--die-with-parent",
-                "--new-session",
-                "--cap-drop",
-                "ALL",
-                "--ro-bind",
-                "/",
-                "/",
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--",
-                "/bin/true",
-            ]);
+            c.args(mini_letta::sandbox::plan::BWRAP_BASE_ARGS)
+                .args(["--", "/bin/true"]);
             std::os::unix::process::CommandExt::uid(&mut c, 299_998);
             std::os::unix::process::CommandExt::gid(&mut c, 299_998);
             c

@@ -40,6 +40,16 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> ConversationErro
     }
 }
 
+/// Replace `path` atomically with pretty JSON and a final newline.
+fn write_json<T: Serialize>(path: &std::path::Path, value: &T) -> Result<(), ConversationError> {
+    let mut json = serde_json::to_vec_pretty(value).map_err(|e| ConversationError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    json.push(b'\n');
+    atomic_write(path, &json).map_err(io(path))
+}
+
 /// One stored message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredMessage {
@@ -232,16 +242,12 @@ impl Conversation {
     }
 
     pub fn set_context_ids(&self, ids: &[String]) -> Result<(), ConversationError> {
-        let path = self.paths.context_json();
-        let mut json = serde_json::to_vec_pretty(&ContextFile {
-            in_context_message_ids: ids.to_vec(),
-        })
-        .map_err(|e| ConversationError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        json.push(b'\n');
-        atomic_write(&path, &json).map_err(io(&path))
+        write_json(
+            &self.paths.context_json(),
+            &ContextFile {
+                in_context_message_ids: ids.to_vec(),
+            },
+        )
     }
 
     /// The in-context messages, in order (unknown ids are skipped).
@@ -270,16 +276,12 @@ impl Conversation {
 
     /// Replace the reminder queue.
     pub fn set_pending_reminders(&self, items: &[Reminder]) -> Result<(), ConversationError> {
-        let path = self.paths.pending_reminders_json();
-        let mut json = serde_json::to_vec_pretty(&RemindersFile {
-            items: items.to_vec(),
-        })
-        .map_err(|e| ConversationError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        json.push(b'\n');
-        atomic_write(&path, &json).map_err(io(&path))
+        write_json(
+            &self.paths.pending_reminders_json(),
+            &RemindersFile {
+                items: items.to_vec(),
+            },
+        )
     }
 
     /// Queue one reminder (replacing one with the same id).

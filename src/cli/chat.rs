@@ -20,7 +20,7 @@ use super::{Cli, output};
 use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
+use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::supervisor::Session;
 use crate::supervisor::client::Client;
 
@@ -258,16 +258,7 @@ pub fn turn(
             Err(_) => eprintln!("{line}"),
         }
     }
-    let exit = loop {
-        if let Some(e) = exits.iter().find(|e| e["child"].as_u64() == Some(child)) {
-            break e.clone();
-        }
-        if let ServerFrame::Event { event, data } = client.read_frame()?
-            && event == "child.exit"
-        {
-            exits.push(data);
-        }
-    };
+    let exit = client.wait_child_exit(child, &mut exits)?;
     done.with_context(|| {
         format!(
             "the agent process ended without finishing the turn (exit {}); the conversation is intact",

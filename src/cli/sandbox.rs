@@ -107,17 +107,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let child = spawned["child"]
         .as_u64()
         .context("supervisor gave no child id")?;
-    let exit = loop {
-        if let Some(e) = exits.iter().find(|e| e["child"].as_u64() == Some(child)) {
-            break e.clone();
-        }
-        match client.read_frame()? {
-            crate::protocol::ServerFrame::Event { event, data } if event == "child.exit" => {
-                exits.push(data)
-            }
-            _ => {}
-        }
-    };
+    let exit = client.wait_child_exit(child, &mut exits)?;
     session.close();
     Ok(match (exit["code"].as_i64(), exit["signal"].as_i64()) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),

@@ -198,40 +198,41 @@ fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
 /// `/tmp`, `/run`, `/dev`, `/proc`, the mini-letta home and users' homes
 /// masked, the agent's own directory re-bound read-only and its writable
 /// parts read-write.
+/// The namespaces and root every bubblewrap launch uses (also what the
+/// layer probe and the benchmark run): new user, pid, net, ipc and uts
+/// namespaces, no capabilities, no nested user namespaces, death with the
+/// parent, a new session, a read-only root with private `/dev` and `/proc`.
+pub const BWRAP_BASE_ARGS: &[&str] = &[
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+];
+
 fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
-    let mut a: Vec<OsString> = [
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/var/tmp",
-        "--tmpfs",
-        "/run",
-        "--tmpfs",
-        "/home",
-        "--tmpfs",
-        "/root",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
+    let mut a: Vec<OsString> = BWRAP_BASE_ARGS.iter().map(OsString::from).collect();
+    a.extend(
+        [
+            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/home",
+            "--tmpfs", "/root",
+        ]
+        .iter()
+        .map(OsString::from),
+    );
     // Mask the whole home (other agents, the control socket, config), then
     // bring back this binary, the agent's directory (read-only) and its
     // writable parts.

@@ -284,30 +284,11 @@ fn find_bwrap() -> Option<PathBuf> {
 fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(bwrap);
-    cmd.args([
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "/bin/true",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.args(super::plan::BWRAP_BASE_ARGS)
+        .args(["--", "/bin/true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     if as_root {
         // Probe as an unprivileged uid, as the children will run.
         cmd.uid(crate::sandbox::identity::PROBE_UID)

@@ -25,7 +25,7 @@ use super::probes::{self, ProbeContext, Verdict};
 use super::report::{Isolation, SandboxReport};
 use crate::agent::store;
 use crate::paths::Home;
-use crate::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
+use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::supervisor::Session;
 
 /// Attacks that must actually run (not be skipped) for strict mode to pass.
@@ -329,15 +329,9 @@ fn run_attack(
     };
     let mut output = String::new();
     let _ = out_r.read_to_string(&mut output);
-    let exit = loop {
-        if let Some(e) = exits.iter().find(|e| e["child"].as_u64() == Some(child)) {
-            break e.clone();
-        }
-        match client.read_frame() {
-            Ok(ServerFrame::Event { event, data }) if event == "child.exit" => exits.push(data),
-            Ok(_) => {}
-            Err(e) => return Verdict::skipped(format!("lost the supervisor: {e}")),
-        }
+    let exit = match client.wait_child_exit(child, &mut exits) {
+        Ok(e) => e,
+        Err(e) => return Verdict::skipped(format!("lost the supervisor: {e}")),
     };
     let last = output
         .lines()

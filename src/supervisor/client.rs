@@ -217,6 +217,26 @@ impl Client {
         }
     }
 
+    /// Wait for the `child.exit` event of `child` (on a subscribed
+    /// connection). `seen` holds exit events that arrived earlier, e.g.
+    /// while waiting for the spawn response; others read meanwhile are kept.
+    pub fn wait_child_exit(
+        &mut self,
+        child: u64,
+        seen: &mut Vec<Value>,
+    ) -> Result<Value, ClientError> {
+        loop {
+            if let Some(pos) = seen.iter().position(|e| e["child"].as_u64() == Some(child)) {
+                return Ok(seen.remove(pos));
+            }
+            if let ServerFrame::Event { event, data } = self.read_frame()?
+                && event == "child.exit"
+            {
+                seen.push(data);
+            }
+        }
+    }
+
     /// Send a request and wait for its result, ignoring events.
     pub fn call(&mut self, call: Call) -> Result<Value, ClientError> {
         let id = self.send_request(call)?;

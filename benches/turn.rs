@@ -1,0 +1,117 @@
+//! One mock turn end to end — CLI → supervisor → confined agent child →
+//! supervisor (model, commit) — and its split: the CLI process alone, the
+//! child's launch to first frame, one `model.complete` round trip, and the
+//! remainder (turn loop, prompt compile, conversation writes, pipes).
+//!
+//! Run: `cargo bench --bench turn` (or `scripts/bench-turn`); `--quick`
+//! for fewer runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use mini_letta::paths::Home;
+use mini_letta::protocol::Call;
+use mini_letta::supervisor::client::Client;
+use serde_json::json;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mini-letta")
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn run(home: &Path, args: &[&str]) -> std::process::Output {
+    let o = Command::new(bin())
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let runs = if quick { 5 } else { 20 };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    run(h, &["agent", "create", "bench"]);
+    run(h, &["supervisor", "start"]);
+    let mut c = Client::connect(&Home::at(h).supervisor_socket()).unwrap();
+
+    let cli_only: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            run(h, &["ps", "--json"]);
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    let model_rtt: Vec<f64> = (0..runs * 10)
+        .map(|_| {
+            let t = Instant::now();
+            c.call(Call::ModelComplete {
+                request: json!({"model": "mock", "system": "S", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+            })
+            .unwrap();
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    let rootless = !nix::unistd::geteuid().is_root();
+    let mut lines = Vec::new();
+    for iso in ["strict", "off"] {
+        if iso == "strict" && rootless {
+            lines.push("strict: SKIPPED (needs root for per-agent uids)".to_string());
+            continue;
+        }
+        let turns: Vec<f64> = (0..runs)
+            .map(|i| {
+                let t = Instant::now();
+                run(
+                    h,
+                    &[
+                        "chat",
+                        "-p",
+                        &format!("hello {i}"),
+                        "--isolation",
+                        iso,
+                        "--json",
+                    ],
+                );
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        let ps = c.call(Call::Ps {}).unwrap();
+        let first: Vec<f64> = ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(runs)
+            .filter_map(|r| r["first_frame_us"].as_f64().map(|u| u / 1000.0))
+            .collect();
+        let (t, f, m, cli) = (
+            median(turns),
+            median(first),
+            median(model_rtt.clone()),
+            median(cli_only.clone()),
+        );
+        lines.push(format!(
+            "{iso:<7} whole turn {t:>7.1} ms = CLI process {cli:>5.1} + child launch→first frame {f:>5.1} + model.complete {m:>5.2} + rest {:>5.1}",
+            t - cli - f - m
+        ));
+    }
+    println!("one mock turn (`chat -p`, {runs} runs each, medians):");
+    for l in lines {
+        println!("  {l}");
+    }
+    run(h, &["supervisor", "stop"]);
+}
