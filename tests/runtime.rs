@@ -472,3 +472,66 @@ fn malformed_tool_arguments_become_a_tool_error() {
     );
     assert_eq!(v["text"], "sorry");
 }
+
+#[test]
+fn interactive_session_conversations_and_recompile() {
+    let d = Daemon::start(&["owl"]);
+    let mut child = Command::new(bin())
+        .args(["chat"])
+        .env("MINI_LETTA_HOME", d.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"first\nsecond\n/quit\n").unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("mock: first") && out.contains("mock: second"),
+        "{out}"
+    );
+    // One session: the agent-info reminder went with the first turn only.
+    let log = std::fs::read_to_string(conv_file(&d, "messages.jsonl")).unwrap();
+    let users: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(users.len(), 2);
+    assert!(users[0].to_string().contains("Agent info"));
+    assert!(!users[1].to_string().contains("Agent info"));
+
+    let o = Command::new(bin())
+        .args(["conversations", "--json"])
+        .env("MINI_LETTA_HOME", d.path())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["conversations"][0]["id"], "default");
+    assert_eq!(v["conversations"][0]["messages"], 4);
+
+    // A memory change, then an explicit recompile: the cache holds it and
+    // the next turn sends no <memory_update>.
+    let o = Command::new(bin())
+        .args(["memory", "insert", "human.md", "--text", "- likes owls"])
+        .env("MINI_LETTA_HOME", d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = Command::new(bin())
+        .args(["recompile", "--json"])
+        .env("MINI_LETTA_HOME", d.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cached: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(cached["content"].as_str().unwrap().contains("- likes owls"));
+    let v = chat_json(d.path(), "third", &[]);
+    assert!(events_of(&v, "memory_update").is_empty(), "{v}");
+}

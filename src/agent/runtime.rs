@@ -45,6 +45,14 @@ pub struct TurnInput {
     /// Recompile the system prompt before the first step.
     #[serde(default)]
     pub recompile: bool,
+    /// First turn of a session: the agent-info reminder is sent once per
+    /// session (an interactive chat is one session; each `chat -p` is one).
+    #[serde(default = "yes")]
+    pub new_session: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_conversation() -> String {
@@ -176,10 +184,13 @@ pub fn run_turn(
     let model = input.model.clone().unwrap_or_else(|| record.model.clone());
 
     // Reminders go in front of the user's text, as parts of the same message.
-    let mut reminders: Vec<Reminder> = vec![Reminder {
-        id: "agent-info".into(),
-        text: agent_info(record, agent, &input.conversation),
-    }];
+    let mut reminders: Vec<Reminder> = Vec::new();
+    if input.new_session {
+        reminders.push(Reminder {
+            id: "agent-info".into(),
+            text: agent_info(record, agent, &input.conversation),
+        });
+    }
     reminders.extend(conv.pending_reminders()?);
     emit(&TurnEvent::Reminders {
         items: reminders.iter().map(|r| r.id.clone()).collect(),

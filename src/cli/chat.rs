@@ -65,13 +65,14 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut session = Session::open(&home)?;
-    let input = |text: &str, recompile: bool| TurnInput {
+    let input = |text: &str, recompile: bool, new_session: bool| TurnInput {
         text: text.to_string(),
         conversation: args.conversation.clone(),
         model: args.model.clone(),
         max_steps: args.max_steps,
         workspace: workspace.as_ref().map(|w| w.display().to_string()),
         recompile,
+        new_session,
     };
     if let Some(prompt) = &args.prompt {
         let mut events = Vec::new();
@@ -81,7 +82,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
             &record.id,
             &args.isolation,
             workspace.as_deref(),
-            &input(prompt, args.recompile),
+            &input(prompt, args.recompile, true),
             &mut |e| {
                 if args.json {
                     events.push(json!(e));
@@ -116,7 +117,7 @@ fn interactive(
     home: &Home,
     record: &crate::agent::record::AgentRecord,
     args: &ChatArgs,
-    input: &dyn Fn(&str, bool) -> TurnInput,
+    input: &dyn Fn(&str, bool, bool) -> TurnInput,
 ) -> anyhow::Result<ExitCode> {
     use rustyline::error::ReadlineError;
     let mut rl = rustyline::DefaultEditor::new().context("cannot start line editing")?;
@@ -127,6 +128,7 @@ fn interactive(
         record.name, record.id
     );
     let mut recompile = args.recompile;
+    let mut new_session = true;
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
@@ -155,10 +157,13 @@ fn interactive(
             &record.id,
             &args.isolation,
             ws.as_deref(),
-            &input(line, recompile),
+            &input(line, recompile, new_session),
             &mut render_live,
         ) {
-            Ok(_) => println!(),
+            Ok(_) => {
+                println!();
+                new_session = false;
+            }
             Err(e) => eprintln!("mini-letta: error: {e:#}"),
         }
         recompile = false;
@@ -358,4 +363,96 @@ fn summarize(m: &crate::agent::conversation::StoredMessage) -> String {
         })
         .collect::<Vec<_>>()
         .join(" | ")
+}
+
+#[derive(Debug, Args)]
+pub struct ConversationsArgs {
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    /// Print {"conversations": [{id, messages, in_context, last_message_at}]}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `mini-letta conversations`: an agent's conversations.
+pub fn conversations(cli: &Cli, args: &ConversationsArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    let mut rows = Vec::new();
+    let dir = agent.conversations_dir();
+    let mut names: Vec<String> = match std::fs::read_dir(&dir) {
+        Ok(r) => r
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(anyhow::anyhow!("{}: {e}", dir.display())),
+    };
+    names.sort();
+    for name in names {
+        let Ok(conv) = crate::agent::conversation::Conversation::open(&agent, &name) else {
+            continue;
+        };
+        rows.push(json!({
+            "id": name,
+            "messages": conv.messages().len(),
+            "in_context": conv.context_ids()?.len(),
+            "last_message_at": conv.messages().last().map(|m| m.ts.clone()),
+        }));
+    }
+    if args.json {
+        output::json(&json!({ "agent": record.id, "conversations": rows }))?;
+    } else if rows.is_empty() {
+        println!("{} has no conversations yet", record.name);
+    } else {
+        for r in &rows {
+            println!(
+                "{:<24} {:>5} messages  {:>5} in context  last {}",
+                r["id"].as_str().unwrap_or(""),
+                r["messages"],
+                r["in_context"],
+                r["last_message_at"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct RecompileArgs {
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    #[arg(long, value_name = "ID", default_value = "default")]
+    conversation: String,
+    /// Print the new cached prompt {content, coreMemory, compiledAt, rawSystemHash, memfsRevision}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `mini-letta recompile`: compile the conversation's system prompt from
+/// HEAD now and cache it (the next turn sends it instead of a memory update).
+pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
+    let count = conv.context_ids()?.len() as u64;
+    let prompt =
+        crate::agent::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
+    let cached = crate::agent::cache::load(&agent, &args.conversation)?;
+    if args.json {
+        output::json(&cached)?;
+    } else {
+        println!(
+            "recompiled {} / {} ({} bytes, memory revision {})",
+            record.name,
+            args.conversation,
+            prompt.system.len(),
+            cached
+                .and_then(|c| c.memfs_revision)
+                .unwrap_or_else(|| "none".into())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -48,6 +48,10 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Follow a conversation's messages as they are stored (from another terminal).
     Attach(chat::AttachArgs),
+    /// List an agent's conversations.
+    Conversations(chat::ConversationsArgs),
+    /// Compile a conversation's system prompt from memory now and cache it.
+    Recompile(chat::RecompileArgs),
     /// The confined agent child's entry: runs the turn given on stdin (internal).
     #[command(name = "__agent", hide = true)]
     AgentChild {
@@ -155,6 +159,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Supervisor(cmd) => supervisor::run(cli, cmd),
         Command::Chat(args) => chat::chat(cli, args),
         Command::Attach(args) => chat::attach(cli, args),
+        Command::Conversations(args) => chat::conversations(cli, args),
+        Command::Recompile(args) => chat::recompile(cli, args),
         Command::AgentChild { agent_dir } => chat::agent_child(agent_dir),
         Command::Ps { json } => supervisor::ps(cli, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
