@@ -336,6 +336,17 @@ fn child_dies_with_the_supervisor() {
         ))
         .unwrap();
     let pid = v["pid"].as_u64().unwrap() as u32;
+    let child = v["child"].as_u64().unwrap();
+    // An established child (its stage 2 said hello): bubblewrap has armed
+    // its own parent-death signal by then.
+    assert!(common::wait_until(10, || {
+        let ps = d.client().call(mini_letta::protocol::Call::Ps {}).unwrap();
+        ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"].as_u64() == Some(child) && r["state"] == "running")
+    }));
     let sup = d.pid();
     // Every process of the sandbox: the launched one and its descendants.
     let tree = descendants(pid);
@@ -410,4 +421,47 @@ fn sigterm_reaches_the_confined_program() {
     };
     assert_eq!(exit["state"], "exited", "{exit}");
     assert_eq!(exit["code"], 42, "the program's TERM handler ran: {exit}");
+}
+
+#[test]
+fn a_new_supervisor_kills_leftovers_of_its_agents() {
+    if !require_layers() {
+        return;
+    }
+    let d = common::Daemon::start(&["a"]);
+    let mut c = d.client();
+    let v = c
+        .call(mini_letta::protocol::Call::Spawn(
+            mini_letta::protocol::SpawnParams {
+                agent: d.agents[0].clone(),
+                role: "tool".into(),
+                argv: vec!["sleep".into(), "1000".into()],
+                stdio: mini_letta::protocol::StdioMode::Null,
+                workspace: None,
+                isolation: None,
+            },
+        ))
+        .unwrap();
+    let pid = v["pid"].as_u64().unwrap() as u32;
+    // Plant a leftover: a process of the agent's uid that no supervisor owns.
+    let uid = std::fs::metadata(format!("/proc/{pid}"))
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    let mut stray = std::process::Command::new("sleep");
+    stray.arg("1000");
+    std::os::unix::process::CommandExt::uid(&mut stray, uid);
+    let mut stray = stray.spawn().unwrap();
+    let stray_pid = stray.id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let o = common::run(d.path(), &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = stray.wait();
+    assert!(
+        common::wait_until(5, || common::process_gone(stray_pid)),
+        "the leftover survived a new start"
+    );
 }

@@ -141,3 +141,45 @@ pub fn make_traversable(home: &Home) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Kill every process still running as one of this home's agent uids.
+///
+/// Called when a supervisor starts: nothing of an agent may outlive its
+/// supervisor, but a sandbox launched in the instant before the previous
+/// supervisor was killed can miss its parent-death signal (bubblewrap
+/// re-arms it only after its own set-up). Each agent uid belongs to one
+/// home (the host-wide registry), so these processes can only be leftovers
+/// of this home. Returns how many were killed.
+pub fn kill_leftovers(home: &Home) -> usize {
+    let uids: std::collections::HashSet<u32> = store::list(home)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|a| a.sandbox_uid)
+        .collect();
+    if uids.is_empty() {
+        return 0;
+    }
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = std::fs::metadata(entry.path()) else {
+            continue;
+        };
+        if uids.contains(&meta.uid())
+            && nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .is_ok()
+        {
+            killed += 1;
+        }
+    }
+    killed
+}

@@ -132,6 +132,14 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let rt = tokio::runtime::Handle::current();
     let launcher = Launcher::start(rt).map_err(io)?;
     let (events, _) = broadcast::channel(1024);
+    if nix::unistd::geteuid().is_root() {
+        let n = crate::sandbox::identity::kill_leftovers(home);
+        if n > 0 {
+            tracing::warn!(
+                "killed {n} leftover process(es) of this home's agents from an earlier supervisor"
+            );
+        }
+    }
     let sandbox = crate::sandbox::report::SandboxReport::probe();
     tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
     for m in &sandbox.missing {
