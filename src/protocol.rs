@@ -90,6 +90,10 @@ pub enum Call {
     /// A model request; answered by `model.delta` events then a response.
     #[serde(rename = "model.complete")]
     ModelComplete { request: Value },
+    /// A turn event from an agent child, re-broadcast to subscribers as
+    /// `turn.event` (how `attach` follows a running turn).
+    #[serde(rename = "turn.event")]
+    TurnEvent { conversation: String, event: Value },
     /// A log line from a child, re-emitted through the supervisor's tracing.
     #[serde(rename = "log")]
     Log { level: LogLevel, message: String },
@@ -237,6 +241,7 @@ pub const METHODS: &[&str] = &[
     "memory.commit",
     "memory.status",
     "model.complete",
+    "turn.event",
     "log",
 ];
 

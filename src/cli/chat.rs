@@ -279,14 +279,23 @@ pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
     let agent = AgentPaths::from_dir(agent_dir);
     let record = store::load(&agent)?;
-    let client = Client::from_channel_env()?;
-    run_turn(
-        &agent,
-        &record,
-        &input,
-        Arc::new(Mutex::new(client)),
-        &mut emit_json_line,
-    )?;
+    let client = Arc::new(Mutex::new(Client::from_channel_env()?));
+    let channel = client.clone();
+    let conversation = input.conversation.clone();
+    // Events go to the CLI that started us (stdout) and, for `attach`, to
+    // the supervisor (which sees the text deltas itself).
+    let mut emit = |e: &TurnEvent| {
+        emit_json_line(e);
+        if !matches!(e, TurnEvent::TextDelta { .. })
+            && let Ok(mut c) = channel.try_lock()
+        {
+            let _ = c.send_request(Call::TurnEvent {
+                conversation: conversation.clone(),
+                event: json!(e),
+            });
+        }
+    };
+    run_turn(&agent, &record, &input, client.clone(), &mut emit)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -308,7 +317,9 @@ pub struct AttachArgs {
     no_follow: bool,
 }
 
-/// Follow a conversation's messages as they are stored.
+/// Follow a conversation: its stored history, then the running turns'
+/// events live through the supervisor (or, without one, messages as they
+/// are stored).
 pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (_, agent) = store::find(&home, args.agent.as_deref())?;
@@ -326,6 +337,59 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     }
     if args.no_follow {
         return Ok(ExitCode::SUCCESS);
+    }
+    // With a supervisor running: its live events, text as it streams.
+    if let Ok(mut client) = crate::supervisor::connect(&home) {
+        client.call(Call::Subscribe {})?;
+        let me = agent
+            .dir()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        loop {
+            let crate::protocol::ServerFrame::Event { event, data } = client.read_frame()? else {
+                continue;
+            };
+            if data["agent"].as_str() != Some(me.as_str()) {
+                continue;
+            }
+            match event.as_str() {
+                "turn.delta" if !args.json => {
+                    print!("{}", data["text"].as_str().unwrap_or(""));
+                }
+                "turn.event"
+                    if data["conversation"].as_str() == Some(args.conversation.as_str()) =>
+                {
+                    if args.json {
+                        println!("{}", data["event"]);
+                    } else if let Ok(e) = serde_json::from_value::<TurnEvent>(data["event"].clone())
+                    {
+                        match e {
+                            TurnEvent::Step { n } => println!("· step {n}"),
+                            TurnEvent::ToolCall {
+                                name, arguments, ..
+                            } => println!("\n→ {name} {arguments}"),
+                            TurnEvent::ToolResult {
+                                name,
+                                text,
+                                is_error,
+                                ..
+                            } => println!(
+                                "← {name}{}: {}",
+                                if is_error { " (error)" } else { "" },
+                                text.lines().next().unwrap_or("")
+                            ),
+                            TurnEvent::Done { stop_reason, .. } => {
+                                println!("\n· done ({stop_reason})")
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let _ = std::io::stdout().flush();
+        }
     }
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));

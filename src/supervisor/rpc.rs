@@ -147,11 +147,20 @@ pub async fn model_complete(
     tracing::debug!(?peer, model = %request.model, "model.complete");
     let home = state.home.clone();
     let sender = sender.clone();
+    // Deltas also go to subscribers (attach), tagged with the agent.
+    let st = state.clone();
+    let who = match peer {
+        Peer::Child { id, agent, .. } => json!({ "agent": agent, "child": id }),
+        Peer::Cli => json!({ "agent": null, "child": null }),
+    };
     let result = tokio::task::spawn_blocking(move || -> Result<ModelResponse, ModelError> {
         let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
         let model = open_model(&request.model, &cfg)?;
         model.complete(&request, &mut |event| {
             if let ModelEvent::TextDelta { text } = event {
+                let mut delta = who.clone();
+                delta["text"] = json!(text);
+                st.emit("turn.delta", delta);
                 sender.send(&ServerFrame::Event {
                     event: "model.delta".into(),
                     data: json!({ "request": id, "text": text }),

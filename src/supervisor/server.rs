@@ -346,6 +346,7 @@ async fn serve_frames_inner(
     peer: Peer,
 ) {
     let mut greeted = matches!(peer, Peer::Child { .. });
+    let mut unclaimed: PassedFds = Vec::new();
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let next = match reader.next().await {
@@ -357,6 +358,10 @@ async fn serve_frames_inner(
             }
         };
         let (line, fds) = next;
+        // Descriptors wait on the connection until a request that takes
+        // them (a spawn with passed stdio) claims them, whichever frame
+        // the kernel delivered them with.
+        unclaimed.extend(fds);
         let frame = match line {
             Line::TooLarge => Err(FrameError {
                 id: None,
@@ -431,6 +436,13 @@ async fn serve_frames_inner(
                     });
                     continue;
                 }
+                let fds = match &call {
+                    Call::Spawn(p) if p.stdio == StdioMode::Passed => {
+                        let n = unclaimed.len().min(3);
+                        unclaimed.drain(..n).collect()
+                    }
+                    _ => Vec::new(),
+                };
                 let state = state.clone();
                 let sender = sender.clone();
                 let peer = peer.clone();
@@ -530,6 +542,22 @@ async fn handle(
             rpc::model_complete(state, peer, id, request, sender).await
         }
         Call::Log { level, message } => rpc::log(peer, level, &message),
+        Call::TurnEvent {
+            conversation,
+            event,
+        } => match peer {
+            Peer::Child { id, agent, .. } => {
+                state.emit(
+                    "turn.event",
+                    json!({ "agent": agent, "child": id, "conversation": conversation, "event": event }),
+                );
+                Outcome::Result(json!({}))
+            }
+            Peer::Cli => error(
+                ErrorCode::Forbidden,
+                "turn.event comes from agent children only",
+            ),
+        },
     }
 }
 
