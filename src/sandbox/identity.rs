@@ -171,13 +171,31 @@ pub fn kill_leftovers(home: &Home) -> usize {
         let Ok(meta) = std::fs::metadata(entry.path()) else {
             continue;
         };
-        if uids.contains(&meta.uid())
+        // Zombies are already dead (waiting for a reaper that is not us).
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie
+            && uids.contains(&meta.uid())
             && nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             )
             .is_ok()
         {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            tracing::warn!(
+                pid,
+                uid = meta.uid(),
+                command = comm.trim(),
+                "killed a leftover agent process"
+            );
             killed += 1;
         }
     }

@@ -379,12 +379,19 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                 libc::_exit(1);
             }
             // Nothing but 0–3 survives exec, whatever the supervisor holds.
-            libc::syscall(
+            let closed = libc::syscall(
                 libc::SYS_close_range,
                 4u32,
                 u32::MAX,
                 libc::CLOSE_RANGE_CLOEXEC,
             );
+            if closed != 0 {
+                // Kernels before 5.11: mark them one by one.
+                let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
+                for fd in 4..max {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
             Ok(())
         });
     }
