@@ -129,15 +129,17 @@ fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> S
     )
 }
 
-/// Settle tool calls left without results by a turn that died.
+/// Settle tool calls left without results by a turn that died. The stored
+/// log decides, not the context: a crash between appending the assistant's
+/// calls and updating `context.json` must not leave them half-recorded.
 fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
-    let context = conv.context()?;
-    let Some(last) = context.last() else {
+    let Some(last) = conv.messages().last() else {
         return Ok(());
     };
     if last.role != Role::Assistant {
         return Ok(());
     }
+    let last_id = last.id.clone();
     let calls: Vec<(String, String)> = last
         .parts
         .iter()
@@ -148,6 +150,11 @@ fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
         .collect();
     if calls.is_empty() {
         return Ok(());
+    }
+    let mut ids = conv.context_ids()?;
+    if !ids.contains(&last_id) {
+        ids.push(last_id);
+        conv.set_context_ids(&ids)?;
     }
     let id = conv.next_id();
     conv.append(StoredMessage {

@@ -97,7 +97,10 @@ pub struct PlanInput<'a> {
     pub agent_id: &'a str,
     pub tmp_dir: &'a Path,
     pub resolved: &'a Resolved,
+    /// The mini-letta binary (the programs children run may be it).
     pub exe: &'a Path,
+    /// The stage-2 program children start with.
+    pub stage_exe: &'a Path,
     pub uid: Option<u32>,
 }
 
@@ -132,6 +135,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let exe_dir = input.exe.to_path_buf();
     let mut read_exec: Vec<PathBuf> = SYSTEM_READ_EXEC.iter().map(PathBuf::from).collect();
     read_exec.push(exe_dir);
+    read_exec.push(input.stage_exe.to_path_buf());
     let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
     // The agent directory itself must be traversable to reach its parts.
     read_only.push(input.agent_dir.to_path_buf());
@@ -244,6 +248,9 @@ fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
         a.push(p.as_os_str().to_owned());
     };
     bind("--ro-bind", input.exe);
+    if input.stage_exe != input.exe {
+        bind("--ro-bind", input.stage_exe);
+    }
     bind("--ro-bind", input.agent_dir);
     for w in writable.iter().filter(|w| w.exists()) {
         bind("--bind", w);

@@ -281,14 +281,19 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
 
 fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
     let plan = &spec.plan;
-    let mut cmd = tokio::process::Command::new(&plan.program);
-    if !plan.wrapper_args.is_empty() {
-        cmd.args(&plan.wrapper_args).arg("--").arg(exe);
+    let stage = stage_exe(exe);
+    // Without a wrapper, the stage program is what we exec directly.
+    let mut cmd = if plan.wrapper_args.is_empty() {
+        tokio::process::Command::new(&stage)
+    } else {
+        let mut c = tokio::process::Command::new(&plan.program);
+        c.args(&plan.wrapper_args).arg("--").arg(&stage);
+        c
+    };
+    if stage == exe {
+        cmd.arg("__child");
     }
-    cmd.arg("__child")
-        .arg(&spec.role)
-        .arg("--agent")
-        .arg(&spec.agent_id);
+    cmd.arg(&spec.role).arg("--agent").arg(&spec.agent_id);
     if let Some(stage) = &plan.stage {
         let policy = serde_json::to_string(stage)
             .map_err(|e| LaunchError::Spawn(std::io::Error::other(e)))?;
@@ -405,6 +410,17 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
         pid,
         started,
     })
+}
+
+/// The stage-2 program: the small `mini-letta-stage2` next to this binary
+/// when it is there (it starts much faster), else this binary's `__child`.
+pub fn stage_exe(exe: &std::path::Path) -> PathBuf {
+    let small = exe.with_file_name("mini-letta-stage2");
+    if small.is_file() {
+        small
+    } else {
+        exe.to_path_buf()
+    }
 }
 
 /// How a finished child ended.

@@ -823,6 +823,7 @@ fn plan_child(
         tmp_dir: &agent.tmp_dir(),
         resolved: &resolved,
         exe: &exe,
+        stage_exe: &super::children::stage_exe(&exe),
         uid,
     })
     .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;

@@ -1,0 +1,31 @@
+//! The child stage as a small program of its own: what every confined
+//! child runs first (capability check, landlock, seccomp, hello on the
+//! channel, exec of the real program). It does exactly what
+//! `mini-letta __child` does, but without the full binary's start-up cost,
+//! which matters on every launch. The supervisor uses it when it sits next
+//! to `mini-letta`, and falls back to `mini-letta __child` otherwise.
+//!
+//! Usage (by the supervisor only): `mini-letta-stage2 ROLE --agent ID
+//! [--policy JSON] -- PROGRAM ARGS…`
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(split) = args.iter().position(|a| a == "--") else {
+        eprintln!("mini-letta-stage2: usage: ROLE --agent ID [--policy JSON] -- PROGRAM ARGS…");
+        return ExitCode::from(mini_letta::child::STAGE_FAILURE as u8);
+    };
+    let (head, argv) = (&args[..split], &args[split + 1..]);
+    let role = head.first().map(String::as_str).unwrap_or("");
+    let value = |flag: &str| {
+        head.iter()
+            .position(|a| a == flag)
+            .and_then(|i| head.get(i + 1))
+            .map(String::as_str)
+    };
+    let agent = value("--agent").unwrap_or("");
+    let err = mini_letta::child::run(role, agent, value("--policy"), argv);
+    eprintln!("mini-letta: child stage failed: {err}");
+    ExitCode::from(mini_letta::child::STAGE_FAILURE as u8)
+}
