@@ -71,6 +71,22 @@ pub struct StoredMessage {
 }
 
 impl StoredMessage {
+    /// A message written now, with no usage, kind or stop reason.
+    pub fn new(id: String, role: Role, parts: Vec<Part>) -> Self {
+        Self {
+            id,
+            role,
+            parts,
+            kind: None,
+            usage: None,
+            stop: None,
+            model: None,
+            ts: time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+        }
+    }
+
     pub fn to_message(&self) -> Message {
         Message {
             role: self.role,

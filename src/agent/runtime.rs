@@ -157,24 +157,16 @@ fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
         conv.set_context_ids(&ids)?;
     }
     let id = conv.next_id();
-    conv.append(StoredMessage {
-        id,
-        role: Role::Tool,
-        parts: calls
-            .into_iter()
-            .map(|(call_id, name)| Part::ToolResult {
-                call_id,
-                name,
-                text: "Turn did not complete".into(),
-                is_error: true,
-            })
-            .collect(),
-        kind: None,
-        usage: None,
-        stop: None,
-        model: None,
-        ts: now(),
-    })?;
+    let results = calls
+        .into_iter()
+        .map(|(call_id, name)| Part::ToolResult {
+            call_id,
+            name,
+            text: "Turn did not complete".into(),
+            is_error: true,
+        })
+        .collect();
+    conv.append(StoredMessage::new(id, Role::Tool, results))?;
     Ok(())
 }
 
@@ -212,16 +204,7 @@ pub fn run_turn(
         text: input.text.clone(),
     });
     let id = conv.next_id();
-    conv.append(StoredMessage {
-        id,
-        role: Role::User,
-        parts,
-        kind: None,
-        usage: None,
-        stop: None,
-        model: None,
-        ts: now(),
-    })?;
+    conv.append(StoredMessage::new(id, Role::User, parts))?;
     conv.set_pending_reminders(&[])?;
 
     let ctx = ToolContext {
@@ -359,16 +342,7 @@ pub fn run_turn(
             });
         }
         let id = conv.next_id();
-        conv.append(StoredMessage {
-            id,
-            role: Role::Tool,
-            parts: results,
-            kind: None,
-            usage: None,
-            stop: None,
-            model: None,
-            ts: now(),
-        })?;
+        conv.append(StoredMessage::new(id, Role::Tool, results))?;
     };
     after_turn(agent, &conv);
     let done = TurnEvent::Done {
