@@ -530,6 +530,9 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
         now,
         previous_message_count: args.message_count,
     };
+    // A read-only, one-shot compile: skip re-hashing every object read
+    // (corrupt objects still fail to inflate or parse and are reported).
+    git2::opts::strict_hash_verification(false);
     // An agent's repository is opened by its git directory (its working
     // tree may belong to the agent's uid); a plain directory as given.
     let compiled = match (&args.memory_dir, &agent) {
