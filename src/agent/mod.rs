@@ -1,4 +1,5 @@
-//! Agents: their records on disk and (in later modules) their runtime.
+//! Agents: their records and conversations on disk, and the runtime (turn
+//! loop, tools, prompt cache) that runs inside the confined agent child.
 
 pub mod cache;
 pub mod conversation;
