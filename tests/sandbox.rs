@@ -323,18 +323,7 @@ fn child_dies_with_the_supervisor() {
     }
     let d = common::Daemon::start(&["a"]);
     let mut c = d.client();
-    let v = c
-        .call(mini_letta::protocol::Call::Spawn(
-            mini_letta::protocol::SpawnParams {
-                agent: d.agents[0].clone(),
-                role: "tool".into(),
-                argv: vec!["sleep".into(), "1000".into()],
-                stdio: mini_letta::protocol::StdioMode::Null,
-                workspace: None,
-                isolation: None,
-            },
-        ))
-        .unwrap();
+    let v = spawn_strict(&mut c, &d.agents[0], &["sleep", "1000"]);
     let pid = v["pid"].as_u64().unwrap() as u32;
     let child = v["child"].as_u64().unwrap();
     // An established child (its stage 2 said hello): bubblewrap has armed
@@ -388,22 +377,15 @@ fn sigterm_reaches_the_confined_program() {
     let d = common::Daemon::start(&["a"]);
     let mut c = d.client();
     c.call(mini_letta::protocol::Call::Subscribe {}).unwrap();
-    let v = c
-        .call(mini_letta::protocol::Call::Spawn(
-            mini_letta::protocol::SpawnParams {
-                agent: d.agents[0].clone(),
-                role: "tool".into(),
-                argv: vec![
-                    "sh".into(),
-                    "-c".into(),
-                    "trap 'exit 42' TERM; while true; do sleep 0.1; done".into(),
-                ],
-                stdio: mini_letta::protocol::StdioMode::Null,
-                workspace: None,
-                isolation: None,
-            },
-        ))
-        .unwrap();
+    let v = spawn_strict(
+        &mut c,
+        &d.agents[0],
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 42' TERM; while true; do sleep 0.1; done",
+        ],
+    );
     let child = v["child"].as_u64().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
     c.call(mini_letta::protocol::Call::Kill {
@@ -430,18 +412,7 @@ fn a_new_supervisor_kills_leftovers_of_its_agents() {
     }
     let d = common::Daemon::start(&["a"]);
     let mut c = d.client();
-    let v = c
-        .call(mini_letta::protocol::Call::Spawn(
-            mini_letta::protocol::SpawnParams {
-                agent: d.agents[0].clone(),
-                role: "tool".into(),
-                argv: vec!["sleep".into(), "1000".into()],
-                stdio: mini_letta::protocol::StdioMode::Null,
-                workspace: None,
-                isolation: None,
-            },
-        ))
-        .unwrap();
+    let v = spawn_strict(&mut c, &d.agents[0], &["sleep", "1000"]);
     let pid = v["pid"].as_u64().unwrap() as u32;
     // Plant a leftover: a process of the agent's uid that no supervisor owns.
     let uid = std::fs::metadata(format!("/proc/{pid}"))
@@ -464,4 +435,23 @@ fn a_new_supervisor_kills_leftovers_of_its_agents() {
         common::wait_until(5, || common::process_gone(stray_pid)),
         "the leftover survived a new start"
     );
+}
+
+/// Start a strictly confined `tool` child of `agent` running `argv`.
+fn spawn_strict(
+    c: &mut mini_letta::supervisor::client::Client,
+    agent: &str,
+    argv: &[&str],
+) -> Value {
+    c.call(mini_letta::protocol::Call::Spawn(
+        mini_letta::protocol::SpawnParams {
+            agent: agent.to_string(),
+            role: "tool".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            stdio: mini_letta::protocol::StdioMode::Null,
+            workspace: None,
+            isolation: None,
+        },
+    ))
+    .unwrap()
 }
