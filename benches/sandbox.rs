@@ -175,7 +175,7 @@ fn main() {
     ];
     for (label, disable, iso) in [
         (
-            "L0 strict: uid+bwrap+landlock+seccomp+cgroup (µs, 1st frame)",
+            "L0 strict: uid+namespaces+landlock+seccomp+cgroup (µs, 1st frame)",
             None,
             "strict",
         ),

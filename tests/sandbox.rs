@@ -65,7 +65,19 @@ impl Home {
 
     /// `sandbox run` as agent A with an embedded supervisor.
     fn run_as_a(&self, level_env: Option<&str>, isolation: &str, script: &str) -> Output {
+        self.run_as_a_with(level_env, isolation, script, &[])
+    }
+
+    /// As [`Home::run_as_a`], with more environment for the supervisor.
+    fn run_as_a_with(
+        &self,
+        level_env: Option<&str>,
+        isolation: &str,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> Output {
         let mut cmd = Command::new(bin());
+        cmd.envs(env.iter().copied());
         cmd.args([
             "sandbox",
             "run",
@@ -192,6 +204,53 @@ fn full_level_contains_agent_a() {
     let h = home_with_two_agents();
     let o = h.run_as_a(None, "strict", &attack_script(&h));
     assert_contained(&h, &o, "L0");
+}
+
+/// The default namespace backend is the native one; bubblewrap, on request,
+/// contains agent A just as well (both build the same view).
+#[test]
+fn both_namespace_backends_contain_agent_a() {
+    if !require_layers() {
+        return;
+    }
+    let backend = |env: &[(&str, &str)]| {
+        let o = Command::new(bin())
+            .args(["sandbox", "status", "--json"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["ns_backend"].clone()
+    };
+    if backend(&[]) != "native" {
+        eprintln!(
+            "SKIPPED (loudly): native namespaces unavailable here: {}",
+            backend(&[])
+        );
+        return;
+    }
+    let h = home_with_two_agents();
+    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
+    if backend(&bwrap) != "bwrap" {
+        eprintln!("SKIPPED (loudly): bubblewrap backend unavailable here");
+        return;
+    }
+    let o = h.run_as_a_with(None, "strict", &attack_script(&h), &bwrap);
+    assert_contained(&h, &o, "L0");
+    // The same view: the home is masked, the agent's directory is there.
+    let probe = format!(
+        "test -d {a} && echo own=0; ls {home}/agents | wc -l",
+        a = h.agent_dir(&h.a).display(),
+        home = h.dir.path().display()
+    );
+    let native = h.run_as_a(None, "strict", &probe);
+    let wrapped = h.run_as_a_with(None, "strict", &probe, &bwrap);
+    assert_eq!(stdout(&native), stdout(&wrapped), "{}", stderr(&native));
+    assert!(
+        stdout(&native).starts_with("own=0\n"),
+        "{}",
+        stdout(&native)
+    );
 }
 
 #[test]

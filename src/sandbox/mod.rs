@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod identity;
+pub mod namespaces;
 pub mod plan;
 pub mod probes;
 pub mod profile;

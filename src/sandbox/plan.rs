@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::namespaces::{MountStep, NamespacePlan};
 use super::profile::{Network, Resolved};
-use super::report::{Isolation, Level, SandboxReport};
+use super::report::{Isolation, Level, NsBackend, SandboxReport};
 use super::stage2::StagePolicy;
 
 /// System paths every role may read and execute.
@@ -143,7 +144,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
     let namespaces = r.namespaces.available;
-    let stage = StagePolicy {
+    let mut stage = StagePolicy {
         landlock: r.landlock.available,
         scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
         read_exec,
@@ -152,6 +153,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         seccomp: r.seccomp.available,
         no_network: res.network == Network::None,
         require_no_caps: true,
+        namespaces: None,
     };
     let uid = if r.uid_switch.available {
         input.uid
@@ -164,8 +166,18 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         fsize: res.limits.file_size_mb.saturating_mul(1024 * 1024),
         nproc: res.limits.pids,
     };
-    let (program, wrapper_args, tmpdir) = match (&r.bwrap, namespaces) {
-        (Some(bwrap), true) => (
+    let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
+        (true, Some(NsBackend::Native), _) => {
+            stage.namespaces = Some(NamespacePlan {
+                mounts: view_steps(input, &res.writable),
+            });
+            (
+                input.stage_exe.to_path_buf(),
+                Vec::new(),
+                PathBuf::from("/tmp"),
+            )
+        }
+        (true, Some(NsBackend::Bwrap), Some(bwrap)) => (
             bwrap.clone(),
             bwrap_args(input, &res.writable),
             PathBuf::from("/tmp"),
@@ -197,11 +209,6 @@ fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// bubblewrap arguments: new user, pid, net, ipc and uts namespaces, no
-/// capabilities, no nested user namespaces, a read-only root with private
-/// `/tmp`, `/run`, `/dev`, `/proc`, the mini-letta home and users' homes
-/// masked, the agent's own directory re-bound read-only and its writable
-/// parts read-write.
 /// The namespaces and root every bubblewrap launch uses (also what the
 /// layer probe and the benchmark run): new user, pid, net, ipc and uts
 /// namespaces, no capabilities, no nested user namespaces, death with the
@@ -227,33 +234,50 @@ pub const BWRAP_BASE_ARGS: &[&str] = &[
     "/proc",
 ];
 
+/// The child's filesystem view on top of the read-only root with private
+/// `/dev` and `/proc`, in order: temporary and users' directories and the
+/// whole mini-letta home masked, then this binary, the agent's own
+/// directory (read-only) and its writable parts brought back. Both
+/// namespace backends build exactly this.
+pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep> {
+    let mut steps: Vec<MountStep> = ["/tmp", "/var/tmp", "/run", "/home", "/root"]
+        .iter()
+        .map(|d| MountStep::Tmpfs {
+            dest: PathBuf::from(d),
+        })
+        .collect();
+    steps.push(MountStep::Tmpfs {
+        dest: input.home.to_path_buf(),
+    });
+    let ro = |p: &Path| MountStep::RoBind {
+        src: p.to_path_buf(),
+        dest: p.to_path_buf(),
+    };
+    steps.push(ro(input.exe));
+    if input.stage_exe != input.exe {
+        steps.push(ro(input.stage_exe));
+    }
+    steps.push(ro(input.agent_dir));
+    for w in writable.iter().filter(|w| w.exists()) {
+        steps.push(MountStep::Bind {
+            src: w.clone(),
+            dest: w.clone(),
+        });
+    }
+    steps
+}
+
 fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
     let mut a: Vec<OsString> = BWRAP_BASE_ARGS.iter().map(OsString::from).collect();
-    a.extend(
-        [
-            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/home",
-            "--tmpfs", "/root",
-        ]
-        .iter()
-        .map(OsString::from),
-    );
-    // Mask the whole home (other agents, the control socket, config), then
-    // bring back this binary, the agent's directory (read-only) and its
-    // writable parts.
-    a.push("--tmpfs".into());
-    a.push(input.home.as_os_str().to_owned());
-    let mut bind = |flag: &str, p: &Path| {
+    for step in view_steps(input, writable) {
+        let (flag, src, dest) = match step {
+            MountStep::Tmpfs { dest } => ("--tmpfs", None, dest),
+            MountStep::RoBind { src, dest } => ("--ro-bind", Some(src), dest),
+            MountStep::Bind { src, dest } => ("--bind", Some(src), dest),
+        };
         a.push(flag.into());
-        a.push(p.as_os_str().to_owned());
-        a.push(p.as_os_str().to_owned());
-    };
-    bind("--ro-bind", input.exe);
-    if input.stage_exe != input.exe {
-        bind("--ro-bind", input.stage_exe);
-    }
-    bind("--ro-bind", input.agent_dir);
-    for w in writable.iter().filter(|w| w.exists()) {
-        bind("--bind", w);
+        a.extend(src.map(PathBuf::into_os_string));
+        a.push(dest.into_os_string());
     }
     a
 }

@@ -110,6 +110,8 @@ pub struct SandboxReport {
     pub level: Level,
     pub backend: String,
     pub bwrap: Option<PathBuf>,
+    /// How namespaces are made, when they are.
+    pub ns_backend: Option<NsBackend>,
     pub namespaces: Layer,
     pub landlock: Layer,
     pub landlock_abi: i32,
@@ -158,16 +160,10 @@ impl SandboxReport {
             Layer::no("supervisor is not root: children keep its uid")
         };
         let bwrap = find_bwrap();
-        let namespaces = if off("namespaces") {
-            Layer::no(format!("disabled by {DISABLE_ENV}"))
+        let (namespaces, ns_backend) = if off("namespaces") {
+            (Layer::no(format!("disabled by {DISABLE_ENV}")), None)
         } else {
-            match &bwrap {
-                None => Layer::no("bwrap (bubblewrap) not found on PATH"),
-                Some(b) => match try_bwrap(b, is_root) {
-                    Ok(()) => Layer::yes(format!("{} works unprivileged", b.display())),
-                    Err(e) => Layer::no(format!("{} cannot create namespaces: {e}", b.display())),
-                },
-            }
+            probe_namespaces(bwrap.as_deref(), is_root)
         };
         let cgroup_info = if off("cgroup") {
             CgroupInfo {
@@ -213,7 +209,13 @@ impl SandboxReport {
             ));
         }
         let backend = [
-            (namespaces.available, "bwrap"),
+            (
+                namespaces.available,
+                match ns_backend {
+                    Some(NsBackend::Bwrap) => "bwrap",
+                    _ => "namespaces",
+                },
+            ),
             (landlock.available, "landlock"),
             (seccomp.available, "seccomp"),
             (cgroup.available, "cgroup"),
@@ -228,6 +230,7 @@ impl SandboxReport {
             level,
             backend,
             bwrap,
+            ns_backend,
             namespaces,
             landlock,
             landlock_abi,
@@ -267,6 +270,53 @@ pub fn landlock_abi() -> i32 {
         )
     };
     if v < 0 { 0 } else { v as i32 }
+}
+
+/// Which namespace backend to use: `MINI_LETTA_NAMESPACES=native` (the
+/// default: the child stage makes its own) or `bwrap` (the Debian
+/// bubblewrap binary), read by the supervisor at start.
+pub const NAMESPACES_ENV: &str = "MINI_LETTA_NAMESPACES";
+
+/// How a child's namespaces are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NsBackend {
+    Native,
+    Bwrap,
+}
+
+/// Native namespaces unless bubblewrap is asked for; bubblewrap when the
+/// native probe fails (and it works).
+fn probe_namespaces(bwrap: Option<&Path>, is_root: bool) -> (Layer, Option<NsBackend>) {
+    let via_bwrap = || match bwrap {
+        None => Err("bwrap (bubblewrap) not found".to_string()),
+        Some(b) => try_bwrap(b, is_root)
+            .map(|()| format!("{} works unprivileged", b.display()))
+            .map_err(|e| format!("{} cannot create namespaces: {e}", b.display())),
+    };
+    let want_bwrap = std::env::var(NAMESPACES_ENV).is_ok_and(|v| v == "bwrap");
+    if want_bwrap {
+        return match via_bwrap() {
+            Ok(d) => (Layer::yes(d), Some(NsBackend::Bwrap)),
+            Err(e) => (Layer::no(e), None),
+        };
+    }
+    let uid = is_root.then_some(crate::sandbox::identity::PROBE_UID);
+    match super::namespaces::probe(uid) {
+        Ok(()) => (
+            Layer::yes(
+                "native: user, mount, pid, net, ipc, uts and cgroup namespaces made unprivileged by the child stage",
+            ),
+            Some(NsBackend::Native),
+        ),
+        Err(native) => match via_bwrap() {
+            Ok(d) => (
+                Layer::yes(format!("{d} (native namespaces unavailable: {native})")),
+                Some(NsBackend::Bwrap),
+            ),
+            Err(e) => (Layer::no(format!("native: {native}; {e}")), None),
+        },
+    }
 }
 
 fn find_bwrap() -> Option<PathBuf> {

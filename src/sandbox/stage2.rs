@@ -32,6 +32,10 @@ pub struct StagePolicy {
     pub no_network: bool,
     /// Refuse to run with any effective or permitted capability.
     pub require_no_caps: bool,
+    /// Build namespaces and the filesystem view natively first (instead of
+    /// having been started by bubblewrap).
+    #[serde(default)]
+    pub namespaces: Option<super::namespaces::NamespacePlan>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +48,8 @@ pub enum StageError {
     NotEnforced(RulesetStatus),
     #[error("seccomp: {0}")]
     Seccomp(String),
+    #[error("{0}")]
+    Namespaces(#[from] super::namespaces::NsError),
     #[error("cannot read /proc/self/status: {0}")]
     Status(std::io::Error),
 }
@@ -54,6 +60,10 @@ const FS_ABI: ABI = ABI::V5;
 
 /// Apply `policy` to this (single-threaded) process.
 pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
+    if let Some(ns) = &policy.namespaces {
+        // Returns in the program process only, capabilities dropped.
+        super::namespaces::enter(ns)?;
+    }
     if policy.require_no_caps {
         let (eff, prm) = capabilities()?;
         if eff != 0 || prm != 0 {

@@ -452,10 +452,15 @@ pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Res
         }
         i += 1;
     }
+    // The wrappers in front of the program: bubblewrap, or our own
+    // namespace monitor and init (which forward signals themselves).
     let is_bwrap = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/comm"))
-            .map(|c| c.trim() == "bwrap")
-            .unwrap_or(false)
+        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| {
+            let c = c.trim();
+            c == "bwrap"
+                || c == crate::sandbox::namespaces::MONITOR_COMM
+                || c == crate::sandbox::namespaces::INIT_COMM
+        })
     };
     let targets: Vec<u32> = tree.iter().copied().filter(|p| !is_bwrap(*p)).collect();
     if targets.is_empty() {
