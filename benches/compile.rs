@@ -4,7 +4,8 @@
 //! `mini-letta memory compile`, with the ratio to letta-code's figures
 //! measured on the same class of machine (spec/compiler.md §12).
 //!
-//! Run: `cargo bench --bench compile` (or `scripts/bench-compile`).
+//! Run: `cargo bench --bench compile` (or `scripts/bench-compile`); 31 runs
+//! per case, medians; `--quick` for 3.
 //! Repository shape (as the spec's generator): core = min(20, N/2) files (root
 //! files for v2, `system/` for v1), the rest on-demand in `area-NNN/`
 //! directories of ~40 files, half of them one level deeper, each directory
@@ -127,47 +128,72 @@ fn median(mut v: Vec<Duration>) -> f64 {
 fn main() {
     let bin = env!("CARGO_BIN_EXE_mini-letta");
     let quick = std::env::args().any(|a| a == "--quick");
-    let runs = if quick { 3 } else { 15 };
+    let runs = if quick { 3 } else { 31 };
+    let opts = CompileOptions {
+        agent_id: "agent-bench",
+        conversation_id: "c",
+        system: "{CORE_MEMORY}",
+        now: OffsetDateTime::now_utc(),
+        previous_message_count: 0,
+    };
+    let repos: Vec<_> = LETTA_PROCESS_MS
+        .iter()
+        .map(|(format, n, _)| {
+            let dir = tempfile::tempdir().unwrap();
+            build(dir.path(), format, *n);
+            let bytes = compile_dir(dir.path(), &opts).unwrap().core_memory.len(); // warm-up
+            (dir, bytes)
+        })
+        .collect();
+    // What any process costs through the same harness: `/bin/true`, and
+    // this binary doing nothing but print its version.
+    let floor = |cmd: &[&str]| {
+        median(
+            (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    let o = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+                    assert!(o.status.success());
+                    t.elapsed()
+                })
+                .collect(),
+        )
+    };
+    let (true_ms, version_ms) = (floor(&["/bin/true"]), floor(&[bin, "--version"]));
+    // Runs go round-robin over the repositories, so a burst of host noise
+    // is spread over every case instead of landing on one.
+    let mut inproc = vec![Vec::new(); repos.len()];
+    let mut process = vec![Vec::new(); repos.len()];
+    for _ in 0..runs {
+        for (i, (dir, _)) in repos.iter().enumerate() {
+            let t = Instant::now();
+            std::hint::black_box(compile_dir(dir.path(), &opts).unwrap());
+            inproc[i].push(t.elapsed());
+            let t = Instant::now();
+            let o = Command::new(bin)
+                .args(["memory", "compile", "--memory-dir"])
+                .arg(dir.path())
+                .output()
+                .unwrap();
+            process[i].push(t.elapsed());
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    println!(
+        "process floor: /bin/true {true_ms:.3} ms, mini-letta --version {version_ms:.3} ms (same harness)"
+    );
     println!(
         "format  files  in-process ms  process ms  letta-code process ms  speed-up  coreMemory bytes"
     );
-    for (format, n, letta_ms) in LETTA_PROCESS_MS {
-        let dir = tempfile::tempdir().unwrap();
-        build(dir.path(), format, n);
-        let opts = CompileOptions {
-            agent_id: "agent-bench",
-            conversation_id: "c",
-            system: "{CORE_MEMORY}",
-            now: OffsetDateTime::now_utc(),
-            previous_message_count: 0,
-        };
-        let out = compile_dir(dir.path(), &opts).unwrap(); // warm-up
-        let inproc: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                let c = compile_dir(dir.path(), &opts).unwrap();
-                std::hint::black_box(c);
-                t.elapsed()
-            })
-            .collect();
-        let process: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                let o = Command::new(bin)
-                    .args(["memory", "compile", "--memory-dir"])
-                    .arg(dir.path())
-                    .output()
-                    .unwrap();
-                let e = t.elapsed();
-                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-                e
-            })
-            .collect();
-        let (i_ms, p_ms) = (median(inproc), median(process));
+    for (i, (format, n, letta_ms)) in LETTA_PROCESS_MS.iter().enumerate() {
+        let (i_ms, p_ms) = (
+            median(std::mem::take(&mut inproc[i])),
+            median(std::mem::take(&mut process[i])),
+        );
         println!(
             "{format:<6}  {n:>5}  {i_ms:>13.3}  {p_ms:>10.3}  {letta_ms:>21.1}  {:>7.0}x  {:>16}",
             letta_ms / p_ms,
-            out.core_memory.len()
+            repos[i].1
         );
     }
 }

@@ -13,7 +13,7 @@ mod supervisor;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::paths::Home;
 
@@ -21,6 +21,16 @@ use crate::paths::Home;
 #[derive(Debug, Parser)]
 #[command(name = "mini-letta", version, about, long_about = None)]
 pub struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+struct Globals {
     /// Home directory holding agents, config and runtime files
     /// [default: $MINI_LETTA_HOME, else ~/.mini-letta].
     #[arg(long, global = true, value_name = "DIR")]
@@ -29,9 +39,6 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG also works.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
-
-    #[command(subcommand)]
-    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,7 +102,7 @@ enum Command {
 
 impl Cli {
     fn home(&self) -> anyhow::Result<Home> {
-        Ok(Home::resolve(self.home.as_deref())?)
+        Ok(Home::resolve(self.globals.home.as_deref())?)
     }
 }
 
@@ -123,14 +130,128 @@ fn init_logging(verbose: u8) {
 
 /// Parse the arguments, run the command, and turn errors into exit codes.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = parse_hot(&args).unwrap_or_else(|| Cli::parse_from(&args));
+    init_logging(cli.globals.verbose);
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("mini-letta: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// One-shot commands that scripts run in loops (`memory compile`, `prompt`)
+/// are parsed against a tree holding only them: building clap's whole
+/// command tree costs about a millisecond, a fifth of such a run. Any
+/// failure (help, version, a typo) returns `None` and the full parser runs,
+/// so messages and behaviour are exactly the full tree's; the definitions
+/// are the same derived ones, so a successful parse means the same.
+fn parse_hot(args: &[std::ffi::OsString]) -> Option<Cli> {
+    let mut words = args
+        .iter()
+        .skip(1)
+        .scan(false, |after_home, a| {
+            // Skip global flags and the value of `--home DIR`.
+            let skip = *after_home || a.to_str().is_none_or(|s| s.starts_with('-'));
+            *after_home = a == "--home";
+            Some((skip, a))
+        })
+        .filter(|(skip, _)| !skip)
+        .map(|(_, a)| a.to_str().unwrap_or(""));
+    let tree = match (words.next()?, words.next()) {
+        ("memory", Some("compile")) => clap::Command::new("memory").subcommand(
+            memory::CompileArgs::augment_args(clap::Command::new("compile")),
+        ),
+        ("prompt", _) => prompt::PromptArgs::augment_args(clap::Command::new("prompt")),
+        _ => return None,
+    };
+    let root = Globals::augment_args(clap::Command::new(Cli::command_name())).subcommand(tree);
+    let matches = root.try_get_matches_from(args).ok()?;
+    Cli::from_arg_matches(&matches).ok()
+}
+
+impl Cli {
+    /// The program's name as the full parser knows it.
+    fn command_name() -> &'static str {
+        "mini-letta"
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<std::ffi::OsString> {
+        args.iter().map(std::ffi::OsString::from).collect()
+    }
+
+    /// The narrow parse gives what the full one gives, or declines.
+    #[test]
+    fn hot_parse_matches_the_full_parser() {
+        let cases: &[&[&str]] = &[
+            &["mini-letta", "memory", "compile", "--memory-dir", "/x"],
+            &[
+                "mini-letta",
+                "-v",
+                "--home",
+                "/h",
+                "memory",
+                "compile",
+                "-a",
+                "bob",
+                "--json",
+            ],
+            &[
+                "mini-letta",
+                "memory",
+                "compile",
+                "--memory-dir",
+                "/x",
+                "--home",
+                "/h",
+                "-vv",
+            ],
+            &["mini-letta", "--home=/h", "prompt", "-a", "x", "--fresh"],
+            &["mini-letta", "prompt"],
+        ];
+        for case in cases {
+            let hot = parse_hot(&os(case)).unwrap_or_else(|| panic!("declined {case:?}"));
+            let full = Cli::try_parse_from(os(case)).unwrap();
+            assert_eq!(format!("{hot:?}"), format!("{full:?}"), "{case:?}");
+        }
+        let declined: &[&[&str]] = &[
+            &["mini-letta", "memory", "compile", "--help"],
+            &["mini-letta", "memory", "compile"],
+            &[
+                "mini-letta",
+                "memory",
+                "compile",
+                "--memory-dir",
+                "/x",
+                "-a",
+                "y",
+            ],
+            &["mini-letta", "--version"],
+            &["mini-letta", "memory", "show", "x"],
+            &[
+                "mini-letta",
+                "--home",
+                "memory",
+                "compile",
+                "--memory-dir",
+                "/x",
+            ],
+            &["mini-letta", "agent", "list"],
+        ];
+        for case in declined {
+            assert!(parse_hot(&os(case)).is_none(), "{case:?}");
+        }
+        assert_eq!(
+            <Cli as clap::CommandFactory>::command().get_name(),
+            Cli::command_name()
+        );
     }
 }
 
