@@ -179,6 +179,64 @@ impl Cli {
     }
 }
 
+/// The error and its causes on one line, without repeating a cause that the
+/// message already contains.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
+fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Agent(cmd) => agent::run(cli, cmd),
+        Command::Memory(cmd) => memory::run(cli, cmd),
+        Command::Prompt(args) => prompt::run(cli, args),
+        Command::Supervisor(cmd) => supervisor::run(cli, cmd),
+        Command::Chat(args) => chat::chat(cli, args),
+        Command::Attach(args) => chat::attach(cli, args),
+        Command::Conversations(args) => chat::conversations(cli, args),
+        Command::Recompile(args) => chat::recompile(cli, args),
+        Command::AgentChild { agent_dir } => chat::agent_child(agent_dir),
+        Command::Ps { json } => supervisor::ps(cli, *json),
+        Command::Sandbox(cmd) => sandbox::run(cli, cmd),
+        Command::Channel(cmd) => channel::run(cmd),
+        Command::Probe { id, context } => {
+            let text = if context == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+                s
+            } else {
+                context.clone()
+            };
+            let ctx: crate::sandbox::probes::ProbeContext = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("invalid probe context: {e}"))?;
+            let result = crate::sandbox::probes::run_one(id, &ctx);
+            output::raw(format!("{result}\n").as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Child {
+            role,
+            agent,
+            policy,
+            argv,
+        } => {
+            let err = crate::child::run(role, agent, policy.as_deref(), argv);
+            eprintln!("mini-letta: child stage failed: {err}");
+            Ok(ExitCode::from(crate::child::STAGE_FAILURE as u8))
+        }
+    }
+}
+
 #[cfg(test)]
 mod parse_tests {
     use super::*;
@@ -252,63 +310,5 @@ mod parse_tests {
             <Cli as clap::CommandFactory>::command().get_name(),
             Cli::command_name()
         );
-    }
-}
-
-/// The error and its causes on one line, without repeating a cause that the
-/// message already contains.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out.replace('\n', " ")
-}
-
-fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
-    match &cli.command {
-        Command::Agent(cmd) => agent::run(cli, cmd),
-        Command::Memory(cmd) => memory::run(cli, cmd),
-        Command::Prompt(args) => prompt::run(cli, args),
-        Command::Supervisor(cmd) => supervisor::run(cli, cmd),
-        Command::Chat(args) => chat::chat(cli, args),
-        Command::Attach(args) => chat::attach(cli, args),
-        Command::Conversations(args) => chat::conversations(cli, args),
-        Command::Recompile(args) => chat::recompile(cli, args),
-        Command::AgentChild { agent_dir } => chat::agent_child(agent_dir),
-        Command::Ps { json } => supervisor::ps(cli, *json),
-        Command::Sandbox(cmd) => sandbox::run(cli, cmd),
-        Command::Channel(cmd) => channel::run(cmd),
-        Command::Probe { id, context } => {
-            let text = if context == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
-                s
-            } else {
-                context.clone()
-            };
-            let ctx: crate::sandbox::probes::ProbeContext = serde_json::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("invalid probe context: {e}"))?;
-            let result = crate::sandbox::probes::run_one(id, &ctx);
-            output::raw(format!("{result}\n").as_bytes())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Child {
-            role,
-            agent,
-            policy,
-            argv,
-        } => {
-            let err = crate::child::run(role, agent, policy.as_deref(), argv);
-            eprintln!("mini-letta: child stage failed: {err}");
-            Ok(ExitCode::from(crate::child::STAGE_FAILURE as u8))
-        }
     }
 }
