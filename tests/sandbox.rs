@@ -340,6 +340,55 @@ fn strict_refuses_without_landlock_and_degraded_accepts() {
     assert!(!stdout(&o).contains("\n0\n"), "degraded still switches uid");
 }
 
+/// A child's per-agent cgroups do not outlive its supervisor.
+#[test]
+fn agent_cgroups_are_removed_when_the_supervisor_stops() {
+    if !require_layers() {
+        return;
+    }
+    let o = Command::new(bin())
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let roots: Vec<std::path::PathBuf> = v["cgroup_info"]["roots"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|p| p.as_str())
+                .map(Into::into)
+                .collect()
+        })
+        .unwrap_or_default();
+    if roots.is_empty() {
+        eprintln!(
+            "SKIPPED (loudly): no cgroup hierarchy here: {}",
+            v["cgroup"]
+        );
+        return;
+    }
+    let h = home_with_two_agents();
+    // While it runs, the child's agent has its groups (the child itself
+    // sees only its own cgroup namespace).
+    let mut run = Command::new(bin())
+        .args(["sandbox", "run", "-a", "alice", "--", "sleep", "2"])
+        .env("MINI_LETTA_HOME", h.dir.path())
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .spawn()
+        .unwrap();
+    let seen = common::wait_until(10, || roots.iter().all(|r| r.join(&h.a).is_dir()));
+    assert!(run.wait().unwrap().success());
+    assert!(seen, "the child's groups never appeared under {roots:?}");
+    // The embedded supervisor has stopped: the groups are gone.
+    for root in &roots {
+        assert!(
+            !root.join(&h.a).exists(),
+            "{} left behind",
+            root.join(&h.a).display()
+        );
+    }
+}
+
 #[test]
 fn status_reports_what_a_confined_child_sees() {
     if !require_layers() {

@@ -40,6 +40,26 @@ pub fn prepare(
     Ok(procs)
 }
 
+/// Remove the (empty) groups of `agents` under every root: their children
+/// are gone. A group still holding a process stays (the kernel refuses with
+/// EBUSY); so does one of another home, whose agent ids differ. Without
+/// this, every agent ever run leaves two groups behind on the host.
+pub fn prune(info: &CgroupInfo, agents: &[String]) -> usize {
+    let mut removed = 0;
+    for root in &info.roots {
+        for agent in agents {
+            let dir = root.join(agent);
+            for role in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if role.path().is_dir() && std::fs::remove_dir(role.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+    removed
+}
+
 fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
     std::fs::write(dir.join(file), value)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}/{file}: {e}", dir.display())))

@@ -141,6 +141,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
         }
     }
     let sandbox = crate::sandbox::report::SandboxReport::probe();
+    prune_cgroups(home, &sandbox);
     tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
     for m in &sandbox.missing {
         tracing::warn!("sandbox layer missing: {m}");
@@ -222,10 +223,26 @@ impl Bound {
             }
         }
         shutdown(&state).await;
+        prune_cgroups(&state.home, &state.sandbox);
         let _ = std::fs::remove_file(&socket);
         tracing::info!("supervisor stopped");
         // `_pid` drops here: the pid file is removed and unlocked last.
     }
+}
+
+/// Drop the empty cgroups of this home's agents (left by an earlier
+/// supervisor, or by the children of this one once they are gone).
+fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
+    if !sandbox.cgroup.available {
+        return;
+    }
+    let agents: Vec<String> = crate::agent::store::list(home)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let n = crate::sandbox::cgroup::prune(&sandbox.cgroup_info, &agents);
+    tracing::debug!(removed = n, "empty agent cgroups pruned");
 }
 
 async fn shutdown(state: &Arc<State>) {
