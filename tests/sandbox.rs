@@ -11,13 +11,19 @@ use std::process::{Command, Output};
 use common::{bin, stderr, stdout};
 use serde_json::Value;
 
-/// Skip (loudly) unless this host can confine at all.
-fn require_layers() -> bool {
+/// `sandbox status --json`, with more environment for the prober.
+fn status_json(env: &[(&str, &str)]) -> Value {
     let o = Command::new(bin())
         .args(["sandbox", "status", "--json"])
+        .envs(env.iter().copied())
         .output()
         .unwrap();
-    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+/// Skip (loudly) unless this host can confine at all.
+fn require_layers() -> bool {
+    let v = status_json(&[]);
     if v["landlock"]["available"] != true || v["seccomp"]["available"] != true {
         eprintln!(
             "SKIPPED (loudly): this kernel lacks landlock or seccomp: {}",
@@ -213,15 +219,7 @@ fn both_namespace_backends_contain_agent_a() {
     if !require_layers() {
         return;
     }
-    let backend = |env: &[(&str, &str)]| {
-        let o = Command::new(bin())
-            .args(["sandbox", "status", "--json"])
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
-        v["ns_backend"].clone()
-    };
+    let backend = |env: &[(&str, &str)]| status_json(env)["ns_backend"].clone();
     if backend(&[]) != "native" {
         eprintln!(
             "SKIPPED (loudly): native namespaces unavailable here: {}",
@@ -346,11 +344,7 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
     if !require_layers() {
         return;
     }
-    let o = Command::new(bin())
-        .args(["sandbox", "status", "--json"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = status_json(&[]);
     let roots: Vec<std::path::PathBuf> = v["cgroup_info"]["roots"]
         .as_array()
         .map(|r| {
@@ -394,11 +388,7 @@ fn status_reports_what_a_confined_child_sees() {
     if !require_layers() {
         return;
     }
-    let o = Command::new(bin())
-        .args(["sandbox", "status", "--json"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let v = status_json(&[]);
     assert_eq!(
         v["landlock_abi"].as_i64().unwrap(),
         mini_letta::sandbox::report::landlock_abi() as i64

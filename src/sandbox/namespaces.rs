@@ -135,16 +135,24 @@ pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
 /// The stage outside the pid namespace: wait for init, exit as it did.
 fn monitor(child: libc::pid_t, alive: OwnedFd) -> ! {
     set_comm(MONITOR_COMM);
+    stand_by(child, false, alive)
+}
+
+/// What the monitor and init do once their child runs: pass signals on,
+/// hold no capability and none of the child's descriptors, wait for it
+/// (reaping every orphan too, as pid 1 must), and exit as it did. The
+/// `alive` pipe closes only when we exit.
+fn stand_by(child: libc::pid_t, reap_all: bool, alive: OwnedFd) -> ! {
     forward_signals_to(child);
     let _ = drop_capabilities();
-    // SAFETY: closing our copies of stdio and the channel; the program has
-    // its own. The pipe stays open until we exit.
+    // SAFETY: closing our copies of stdio and the channel; the child has
+    // its own.
     unsafe {
         for fd in 0..=3 {
             libc::close(fd);
         }
     }
-    let code = wait_exit_code(child);
+    let code = wait_for(child, reap_all);
     drop(alive);
     // SAFETY: leaving without running destructors of a forked state.
     unsafe { libc::_exit(code) }
@@ -184,20 +192,7 @@ fn init(
             }
             drop_capabilities()
         }
-        program => {
-            forward_signals_to(program);
-            let _ = drop_capabilities();
-            // SAFETY: as in `monitor`.
-            unsafe {
-                for fd in 0..=3 {
-                    libc::close(fd);
-                }
-            }
-            let code = reap_until(program);
-            drop(alive);
-            // SAFETY: see `monitor`.
-            unsafe { libc::_exit(code) }
-        }
+        program => stand_by(program, true, alive),
     }
 }
 
@@ -569,27 +564,14 @@ fn code_of(status: libc::c_int) -> libc::c_int {
     }
 }
 
-fn wait_exit_code(child: libc::pid_t) -> libc::c_int {
+/// Wait until `child` exits (with `reap_all`, reaping any other child of
+/// ours meanwhile) and return its exit code.
+fn wait_for(child: libc::pid_t, reap_all: bool) -> libc::c_int {
     let mut status = 0;
     loop {
-        // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(child, &mut status, 0) };
+        // SAFETY: waiting for our own children.
+        let r = unsafe { libc::waitpid(if reap_all { -1 } else { child }, &mut status, 0) };
         if r == child {
-            return code_of(status);
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return 1;
-        }
-    }
-}
-
-/// As pid 1: reap every orphan until `program` exits, then report it.
-fn reap_until(program: libc::pid_t) -> libc::c_int {
-    let mut status = 0;
-    loop {
-        // SAFETY: reaping any child of ours.
-        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if r == program {
             return code_of(status);
         }
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
