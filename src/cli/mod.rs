@@ -107,25 +107,29 @@ impl Cli {
 }
 
 fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = if verbose == 0 {
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
-    } else {
-        EnvFilter::new(default)
-    };
     use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
+    let level = match verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        2 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    };
+    let fmt = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // No colour escapes in log files (the daemon's supervisor.log).
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_ansi(std::io::stderr().is_terminal());
+    // A plain level unless RUST_LOG asks for more: building an EnvFilter
+    // compiles its directive regexes, a noticeable part of a one-shot run.
+    let from_env = (verbose == 0)
+        .then(|| std::env::var_os(EnvFilter::DEFAULT_ENV))
+        .flatten()
+        .and_then(|_| EnvFilter::try_from_default_env().ok());
+    let _ = match from_env {
+        Some(filter) => fmt.with_env_filter(filter).try_init(),
+        None => fmt.with_max_level(level).try_init(),
+    };
 }
 
 /// Parse the arguments, run the command, and turn errors into exit codes.

@@ -180,17 +180,21 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
         })
     } else {
         let mut files = Vec::new();
-        for entry in head.all_blobs()?.iter().filter(|e| e.path.ends_with(".md")) {
+        for entry in head
+            .all_blobs()?
+            .into_iter()
+            .filter(|e| e.path.ends_with(".md"))
+        {
             // Only `system/` files are rendered with their contents; the rest
             // appear in the external listing by path alone, so they are not
             // read (letta-code reads every file, which makes v1 cost grow
             // with the number of on-demand files).
             if entry.path.starts_with("system/") {
-                files.push(read_file(&head, entry)?);
+                files.push(read_file(&head, &entry)?);
             } else {
                 files.push(MemoryFile {
                     label: label_of(&entry.path).to_string(),
-                    path: entry.path.clone(),
+                    path: entry.path,
                     value: String::new(),
                     description: String::new(),
                 });
@@ -370,24 +374,24 @@ fn render_system_node<'a>(
 
 /// A directory of the external listing. Entries keep insertion order (as a
 /// JS `Map` does); `index` finds a name without a linear scan, which matters
-/// for repositories with thousands of files.
+/// for repositories with thousands of files. Names borrow from the paths.
 #[derive(Default)]
-struct ExternalDir {
-    entries: Vec<(String, Option<ExternalDir>)>,
-    index: std::collections::HashMap<String, usize>,
+struct ExternalDir<'a> {
+    entries: Vec<(&'a str, Option<ExternalDir<'a>>)>,
+    index: std::collections::HashMap<&'a str, usize>,
 }
 
-impl ExternalDir {
+impl<'a> ExternalDir<'a> {
     /// `Map.set`: an existing key keeps its position, its value is replaced.
-    fn set(&mut self, name: &str, value: Option<ExternalDir>) -> usize {
+    fn set(&mut self, name: &'a str, value: Option<ExternalDir<'a>>) -> usize {
         match self.index.get(name) {
             Some(&p) => {
                 self.entries[p].1 = value;
                 p
             }
             None => {
-                self.entries.push((name.to_string(), value));
-                self.index.insert(name.to_string(), self.entries.len() - 1);
+                self.entries.push((name, value));
+                self.index.insert(name, self.entries.len() - 1);
                 self.entries.len() - 1
             }
         }
@@ -395,7 +399,7 @@ impl ExternalDir {
 
     /// The subdirectory `name`, created (replacing a file of that name) if
     /// it is not a directory yet.
-    fn subdir(&mut self, name: &str) -> &mut ExternalDir {
+    fn subdir(&mut self, name: &'a str) -> &mut ExternalDir<'a> {
         let pos = match self.index.get(name) {
             Some(&p) if self.entries[p].1.is_some() => p,
             _ => self.set(name, Some(ExternalDir::default())),
@@ -407,26 +411,26 @@ impl ExternalDir {
 fn render_external_tree(files: &[&MemoryFile]) -> String {
     let mut root = ExternalDir::default();
     for file in files {
-        let parts: Vec<&str> = file.path.split('/').filter(|p| !p.is_empty()).collect();
-        let Some((leaf, dirs)) = parts.split_last() else {
-            continue;
-        };
+        let mut parts = file.path.split('/').filter(|p| !p.is_empty()).peekable();
         let mut node = &mut root;
-        for part in dirs {
-            node = node.subdir(part);
+        while let Some(part) = parts.next() {
+            if parts.peek().is_some() {
+                node = node.subdir(part);
+            } else {
+                node.set(part, None);
+            }
         }
-        node.set(leaf, None);
     }
-    let mut lines = vec![
-        "<external_projection>".to_string(),
-        "${MEMORY_DIR}/".to_string(),
-    ];
-    render_external_dir(&mut root, "", &mut lines);
-    lines.push("</external_projection>".to_string());
-    lines.join("\n")
+    let mut out = String::from("<external_projection>\n${MEMORY_DIR}/\n");
+    let mut prefix = String::new();
+    render_external_dir(&mut root, &mut prefix, &mut out);
+    out.push_str("</external_projection>");
+    out
 }
 
-fn render_external_dir(dir: &mut ExternalDir, prefix: &str, lines: &mut Vec<String>) {
+/// Append `dir`'s lines to `out`; `prefix` is the indentation drawn so far
+/// (restored before returning).
+fn render_external_dir(dir: &mut ExternalDir<'_>, prefix: &mut String, out: &mut String) {
     let dir = &mut dir.entries;
     dir.sort_by(|(a, av), (b, bv)| match (av.is_some(), bv.is_some()) {
         (true, false) => std::cmp::Ordering::Less,
@@ -436,14 +440,18 @@ fn render_external_dir(dir: &mut ExternalDir, prefix: &str, lines: &mut Vec<Stri
     let count = dir.len();
     for (i, (name, child)) in dir.iter_mut().enumerate() {
         let last = i + 1 == count;
-        let connector = if last { "└── " } else { "├── " };
+        out.push_str(prefix);
+        out.push_str(if last { "└── " } else { "├── " });
+        out.push_str(name);
         match child {
             Some(sub) => {
-                lines.push(format!("{prefix}{connector}{name}/"));
-                let next = format!("{prefix}{}", if last { "    " } else { "│   " });
-                render_external_dir(sub, &next, lines);
+                out.push_str("/\n");
+                let len = prefix.len();
+                prefix.push_str(if last { "    " } else { "│   " });
+                render_external_dir(sub, prefix, out);
+                prefix.truncate(len);
             }
-            None => lines.push(format!("{prefix}{connector}{name}")),
+            None => out.push('\n'),
         }
     }
 }
