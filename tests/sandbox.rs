@@ -553,3 +553,27 @@ fn spawn_strict(
     ))
     .unwrap()
 }
+
+/// A home below a directory agent uids cannot traverse (`~/.mini-letta`
+/// under a 0700 `/root`) is refused with the reason and the fix, not with
+/// a confusing failure inside the child stage.
+#[test]
+fn a_home_agent_uids_cannot_reach_is_refused_clearly() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_layers() {
+        return;
+    }
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let home = private.path().join("home");
+    let o = common::run(&home, &["agent", "create", "alice"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = common::run(&home, &["sandbox", "run", "-a", "alice", "--", "true"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("agent uids cannot reach the home"), "{err}");
+    assert!(
+        err.contains(&format!("{} is not searchable", private.path().display())),
+        "{err}"
+    );
+}

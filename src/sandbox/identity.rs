@@ -132,6 +132,27 @@ fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
 /// Let agent uids traverse (not list) the home and `agents/` so that
 /// bubblewrap, running as the agent, can reach the agent's own directory.
 pub fn make_traversable(home: &Home) -> std::io::Result<()> {
+    // The directories above the home are the host's: never loosened here,
+    // but a private one (a 0700 `/root` holding `~/.mini-letta`) would
+    // stop every confined child at its first step, so say so plainly.
+    for dir in home.root().ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "agent uids cannot reach the home {}: {} is not searchable by others (mode {:o}); \
+                     put the home elsewhere (MINI_LETTA_HOME=/var/lib/mini-letta) or allow traversal (chmod o+x {})",
+                    home.root().display(),
+                    dir.display(),
+                    meta.permissions().mode() & 0o7777,
+                    dir.display()
+                ),
+            ));
+        }
+    }
     for dir in [home.root().to_path_buf(), home.agents_dir()] {
         let meta = std::fs::metadata(&dir)?;
         let mode = meta.permissions().mode() & 0o7777;
