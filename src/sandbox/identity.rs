@@ -135,29 +135,40 @@ pub fn make_traversable(home: &Home) -> std::io::Result<()> {
     // The directories above the home are the host's: never loosened here,
     // but a private one (a 0700 `/root` holding `~/.mini-letta`) would
     // stop every confined child at its first step, so say so plainly.
-    for dir in home.root().ancestors().skip(1) {
-        let Ok(meta) = std::fs::metadata(dir) else {
-            continue;
-        };
-        if meta.permissions().mode() & 0o001 == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "agent uids cannot reach the home {}: {} is not searchable by others (mode {:o}); \
-                     put the home elsewhere (MINI_LETTA_HOME=/var/lib/mini-letta) or allow traversal (chmod o+x {})",
-                    home.root().display(),
-                    dir.display(),
-                    meta.permissions().mode() & 0o7777,
-                    dir.display()
-                ),
-            ));
-        }
-    }
+    check_reachable(
+        home.root(),
+        "reach the home",
+        "put the home elsewhere (MINI_LETTA_HOME=/var/lib/mini-letta)",
+    )?;
     for dir in [home.root().to_path_buf(), home.agents_dir()] {
         let meta = std::fs::metadata(&dir)?;
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o011 != 0o011 {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o011))?;
+        }
+    }
+    Ok(())
+}
+
+/// Fail with the reason and the fix when a directory above `path` is not
+/// searchable by other uids (agent uids could not `what`).
+pub fn check_reachable(path: &Path, what: &str, elsewhere: &str) -> std::io::Result<()> {
+    for dir in path.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o001 == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "agent uids cannot {what} {}: {} is not searchable by others (mode {mode:o}); \
+                     {elsewhere} or allow traversal (chmod o+x {})",
+                    path.display(),
+                    dir.display(),
+                    dir.display()
+                ),
+            ));
         }
     }
     Ok(())

@@ -826,6 +826,12 @@ fn plan_child(
     if confined && report.uid_switch.available {
         let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
         identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
+        identity::check_reachable(
+            &super::children::stage_exe(&exe),
+            "run",
+            "install mini-letta where every user can run it (e.g. /usr/local/bin)",
+        )
+        .map_err(|e| internal(&e))?;
         identity::own_agent_dir(agent, u).map_err(|e| internal(&e))?;
         uid = Some(u);
     } else if confined {
