@@ -119,19 +119,7 @@ fn time_cmd(mut make: impl FnMut() -> Command, runs: usize) -> Vec<f64> {
 }
 
 fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
-            out.extend(
-                kids.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            );
-        }
-        i += 1;
-    }
-    out
+    mini_letta::supervisor::children::process_tree(pid)
 }
 
 /// Proportional set size of a process, in KiB.

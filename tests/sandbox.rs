@@ -424,8 +424,8 @@ fn child_dies_with_the_supervisor() {
     let v = spawn_strict(&mut c, &d.agents[0], &["sleep", "1000"]);
     let pid = v["pid"].as_u64().unwrap() as u32;
     let child = v["child"].as_u64().unwrap();
-    // An established child (its stage 2 said hello): bubblewrap has armed
-    // its own parent-death signal by then.
+    // An established child (its stage 2 said hello): the namespace init
+    // (or bubblewrap) has armed its own parent-death signal by then.
     assert!(common::wait_until(10, || {
         let ps = d.client().call(mini_letta::protocol::Call::Ps {}).unwrap();
         ps["children"]
@@ -452,19 +452,7 @@ fn child_dies_with_the_supervisor() {
 }
 
 fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
-            out.extend(
-                kids.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            );
-        }
-        i += 1;
-    }
-    out
+    mini_letta::supervisor::children::process_tree(pid)
 }
 
 #[test]
@@ -572,6 +560,36 @@ fn a_home_agent_uids_cannot_reach_is_refused_clearly() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("agent uids cannot reach the home"), "{err}");
+    assert!(
+        err.contains(&format!("{} is not searchable", private.path().display())),
+        "{err}"
+    );
+}
+
+/// The child stage program installed where agent uids cannot reach it (as
+/// `cargo install` does under a 0700 `/root`) is refused with the reason.
+#[test]
+fn a_stage_program_agent_uids_cannot_run_is_refused_clearly() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_layers() {
+        return;
+    }
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bin_dir = private.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    for exe in [bin(), env!("CARGO_BIN_EXE_mini-letta-stage2").into()] {
+        std::fs::copy(&exe, bin_dir.join(exe.file_name().unwrap())).unwrap();
+    }
+    let h = home_with_two_agents();
+    let o = Command::new(bin_dir.join("mini-letta"))
+        .args(["sandbox", "run", "-a", "alice", "--", "true"])
+        .env("MINI_LETTA_HOME", h.dir.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("agent uids cannot run"), "{err}");
     assert!(
         err.contains(&format!("{} is not searchable", private.path().display())),
         "{err}"

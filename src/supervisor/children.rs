@@ -432,14 +432,9 @@ pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
     }
 }
 
-/// Shared handle to the table.
-pub type SharedTable = Arc<Mutex<ChildTable>>;
-
-/// Send `signal` to the program a child runs, not just to its launcher: a
-/// confined child's recorded pid is bubblewrap's, and the program lives in
-/// its own session inside bwrap's pid namespace, so a signal to bwrap alone
-/// would never reach it (bwrap would only kill it with SIGKILL on exit).
-pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+/// `pid` and all its descendants, parents before children (from each
+/// process's `/proc/<pid>/task/<pid>/children`).
+pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut tree = vec![pid];
     let mut i = 0;
     while i < tree.len() {
@@ -452,6 +447,18 @@ pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Res
         }
         i += 1;
     }
+    tree
+}
+
+/// Shared handle to the table.
+pub type SharedTable = Arc<Mutex<ChildTable>>;
+
+/// Send `signal` to the program a child runs, not just to its launcher: a
+/// confined child's recorded pid is bubblewrap's, and the program lives in
+/// its own session inside bwrap's pid namespace, so a signal to bwrap alone
+/// would never reach it (bwrap would only kill it with SIGKILL on exit).
+pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+    let tree = process_tree(pid);
     // The wrappers in front of the program: bubblewrap, or our own
     // namespace monitor and init (which forward signals themselves).
     let is_bwrap = |p: u32| {
