@@ -69,6 +69,7 @@ fn spawn(c: &mut Client, agent: &str, isolation: &str, argv: &[&str]) -> (u64, u
             stdio: StdioMode::Null,
             workspace: None,
             isolation: Some(isolation.into()),
+            model: None,
         }))
         .unwrap();
     (

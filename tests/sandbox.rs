@@ -537,6 +537,7 @@ fn spawn_strict(
             stdio: mini_letta::protocol::StdioMode::Null,
             workspace: None,
             isolation: None,
+            model: None,
         },
     ))
     .unwrap()

@@ -23,6 +23,7 @@ fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {
             stdio: StdioMode::Null,
             workspace: None,
             isolation: Some("off".into()),
+            model: None,
         }))
         .unwrap();
     (
@@ -460,6 +461,7 @@ fn bad_spawn_requests_are_refused() {
             stdio: StdioMode::Null,
             workspace: None,
             isolation: isolation.map(String::from),
+            model: None,
         })
     };
     let err = c

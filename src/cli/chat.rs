@@ -234,6 +234,7 @@ pub fn turn(
             stdio: StdioMode::Passed,
             workspace: workspace.map(|w| w.display().to_string()),
             isolation: Some(isolation.to_string()),
+            model: input.model.clone(),
         }),
         &[in_r.as_raw_fd(), out_w.as_raw_fd(), 2],
     )?;
@@ -279,7 +280,7 @@ pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
     let agent = AgentPaths::from_dir(agent_dir);
     let record = store::load(&agent)?;
-    let client = Arc::new(Mutex::new(Client::from_channel_env()?));
+    let client = Arc::new(Mutex::new(Client::take_channel_env()?));
     let channel = client.clone();
     let conversation = input.conversation.clone();
     // Events go to the CLI that started us (stdout) and, for `attach`, to

@@ -94,6 +94,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
             stdio: StdioMode::Passed,
             workspace,
             isolation: Some(args.isolation.clone()),
+            model: None,
         }),
         &[0, 1, 2],
     )?;

@@ -68,6 +68,10 @@ pub struct ChildInfo {
     /// Launch → first frame, once known.
     pub first_frame: Option<std::time::Duration>,
     pub ended: Option<Instant>,
+    /// The launcher's own processes in front of the program (namespace
+    /// monitor and init, or bubblewrap), fixed when the child stage said
+    /// hello — before the program existed, so it cannot be among them.
+    pub wrappers: Option<Vec<u32>>,
 }
 
 /// What `ps` shows of a child.
@@ -129,6 +133,7 @@ impl ChildTable {
                 state: ChildState::Starting,
                 first_frame: None,
                 ended: None,
+                wrappers: None,
             },
         );
         id
@@ -144,6 +149,18 @@ impl ChildTable {
         if let Some(c) = self.rows.get_mut(&id) {
             if c.first_frame.is_none() {
                 c.first_frame = Some(c.started.elapsed());
+            }
+            if c.wrappers.is_none() && c.state == ChildState::Starting {
+                // At the stage's hello the tree is a chain of wrappers
+                // ending in the stage itself (about to exec the program):
+                // every process with a child is a wrapper.
+                let tree = process_tree(c.pid);
+                c.wrappers = Some(
+                    tree.iter()
+                        .copied()
+                        .filter(|p| !children_of(*p).is_empty())
+                        .collect(),
+                );
             }
             if c.state == ChildState::Starting {
                 c.state = ChildState::Running;
@@ -438,38 +455,73 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut tree = vec![pid];
     let mut i = 0;
     while i < tree.len() {
-        let p = tree[i];
-        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
-            tree.extend(
-                kids.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            );
-        }
+        let kids = children_of(tree[i]);
+        tree.extend(kids);
         i += 1;
     }
     tree
 }
 
+/// Children of `pid` forked by any of its threads (each thread has its own
+/// `children` list; reading only the main thread's would miss a child
+/// forked from another thread).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut kids = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return kids;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            kids.extend(
+                text.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+    }
+    kids
+}
+
 /// Shared handle to the table.
 pub type SharedTable = Arc<Mutex<ChildTable>>;
 
+/// SIGKILL a child: its launcher's process group (in a pid namespace the
+/// namespace dies with its init) and every process of its tree, which a
+/// program that left the group with `setsid` is still part of.
+pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
+    let kill = nix::sys::signal::Signal::SIGKILL;
+    let group = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), kill);
+    for p in process_tree(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), kill);
+    }
+    group
+}
+
 /// Send `signal` to the program a child runs, not just to its launcher: a
-/// confined child's recorded pid is bubblewrap's, and the program lives in
-/// its own session inside bwrap's pid namespace, so a signal to bwrap alone
-/// would never reach it (bwrap would only kill it with SIGKILL on exit).
-pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+/// confined child's recorded pid is its namespace monitor's (or
+/// bubblewrap's), and the program lives in a pid namespace behind it, so a
+/// signal to the launcher alone would never reach it (bubblewrap would only
+/// kill it with SIGKILL on exit).
+///
+/// The wrappers spared are known by identity — `wrappers`, recorded when
+/// the stage said hello — never by name: a program can call itself
+/// anything. Before that hello there is no program yet, and the names seen
+/// are the wrappers' own.
+pub fn signal_child_tree(
+    pid: u32,
+    wrappers: Option<&[u32]>,
+    signal: nix::sys::signal::Signal,
+) -> nix::Result<()> {
     let tree = process_tree(pid);
-    // The wrappers in front of the program: bubblewrap, or our own
-    // namespace monitor and init (which forward signals themselves).
-    let is_bwrap = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| {
+    let spared = |p: u32| match wrappers {
+        Some(w) => w.contains(&p),
+        None => std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| {
             let c = c.trim();
             c == "bwrap"
                 || c == crate::sandbox::namespaces::MONITOR_COMM
                 || c == crate::sandbox::namespaces::INIT_COMM
-        })
+        }),
     };
-    let targets: Vec<u32> = tree.iter().copied().filter(|p| !is_bwrap(*p)).collect();
+    let targets: Vec<u32> = tree.iter().copied().filter(|p| !spared(*p)).collect();
     if targets.is_empty() {
         return nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
     }

@@ -4,28 +4,93 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::protocol::{Line, LineSplitter, ServerFrame, encode};
 
 /// Descriptors passed with a frame.
 pub type PassedFds = Vec<OwnedFd>;
 
-/// Sends frames to the peer; cheap to clone.
+/// Frames queued for one peer before it counts as not reading.
+pub const MAX_QUEUED_FRAMES: usize = 1024;
+/// Bytes queued for one peer before it counts as not reading.
+pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
+/// Descriptors a control-socket peer may have waiting for their frame.
+const MAX_PENDING_FDS: usize = 16;
+
+/// Sends frames to the peer; cheap to clone. The queue is bounded: a peer
+/// that stops reading is cut off (its connection closed) rather than let
+/// grow the supervisor's memory.
 #[derive(Clone, Debug)]
 pub struct FrameSender {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::Sender<Vec<u8>>,
+    link: Arc<Link>,
+}
+
+/// What the reader, the writer and every sender of one connection share.
+#[derive(Debug, Default)]
+struct Link {
+    queued_bytes: AtomicUsize,
+    cut: AtomicBool,
+    cut_notify: Notify,
+}
+
+impl Link {
+    fn cut(&self) {
+        if !self.cut.swap(true, Ordering::SeqCst) {
+            self.cut_notify.notify_waiters();
+            self.cut_notify.notify_one();
+        }
+    }
 }
 
 impl FrameSender {
-    /// Queue a frame; false when the peer is gone.
+    /// Queue a frame; false when the peer is gone or was cut off.
     pub fn send(&self, frame: &ServerFrame) -> bool {
-        self.tx.send(encode(frame)).is_ok()
+        if self.link.cut.load(Ordering::SeqCst) {
+            return false;
+        }
+        let bytes = encode(frame);
+        let len = bytes.len();
+        let queued = self.link.queued_bytes.fetch_add(len, Ordering::SeqCst) + len;
+        if queued > MAX_QUEUED_BYTES {
+            self.link.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+            self.link.cut();
+            return false;
+        }
+        match self.tx.try_send(bytes) {
+            Ok(()) => true,
+            Err(e) => {
+                self.link.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+                if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                    self.link.cut();
+                }
+                false
+            }
+        }
+    }
+
+    /// Whether the connection was cut off for not reading.
+    pub fn is_cut(&self) -> bool {
+        self.link.cut.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the connection is cut off.
+    pub async fn cut_off(&self) {
+        loop {
+            let notified = self.link.cut_notify.notified();
+            if self.is_cut() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -35,30 +100,58 @@ pub struct FrameReader {
     splitter: LineSplitter,
     ready: VecDeque<(Line, PassedFds)>,
     fds: PassedFds,
+    /// Children may pass no descriptors: theirs are closed as they arrive
+    /// and counted here for the refusal.
+    accept_fds: bool,
+    refused_fds: usize,
 }
 
 /// Split a stream into a reader and a sender backed by a writer task.
-pub fn split(stream: UnixStream) -> (FrameReader, FrameSender) {
+/// `accept_fds` is false for child channels.
+pub fn split(stream: UnixStream, accept_fds: bool) -> (FrameReader, FrameSender) {
     let (read, write) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(writer(write, rx));
+    let (tx, rx) = mpsc::channel(MAX_QUEUED_FRAMES);
+    let link = Arc::new(Link::default());
+    tokio::spawn(writer(write, rx, link.clone()));
     (
         FrameReader {
             read,
             splitter: LineSplitter::new(),
             ready: VecDeque::new(),
             fds: Vec::new(),
+            accept_fds,
+            refused_fds: 0,
         },
-        FrameSender { tx },
+        FrameSender { tx, link },
     )
 }
 
-async fn writer(mut write: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
-    while let Some(bytes) = rx.recv().await {
+async fn writer(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>, link: Arc<Link>) {
+    loop {
+        let bytes = tokio::select! {
+            b = rx.recv() => match b {
+                Some(b) => b,
+                None => break,
+            },
+            _ = async {
+                loop {
+                    let n = link.cut_notify.notified();
+                    if link.cut.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    n.await;
+                }
+            } => break,
+        };
+        link.queued_bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
         if write.write_all(&bytes).await.is_err() {
             break;
         }
     }
+    // Whatever stopped us, the connection is over: later sends fail fast.
+    link.cut.store(true, Ordering::SeqCst);
+    link.cut_notify.notify_waiters();
+    rx.close();
     let _ = write.shutdown().await;
 }
 
@@ -79,8 +172,18 @@ impl FrameReader {
             // read: they belong to the first line that *starts* in this
             // chunk, which is the second completed one if an earlier frame
             // was still pending.
+            // Closed at once: a child's descriptors never wait in our table.
+            let fds = if self.accept_fds {
+                fds
+            } else {
+                self.refused_fds += fds.len();
+                Vec::new()
+            };
             let mut skip = usize::from(self.splitter.is_pending() && !fds.is_empty());
             self.fds.extend(fds);
+            // A peer sending descriptors without ever finishing a line must
+            // not pile them up here.
+            self.fds.truncate(MAX_PENDING_FDS);
             for line in self.splitter.push(&buf[..n]) {
                 let fds = if skip > 0 {
                     skip -= 1;
@@ -91,6 +194,11 @@ impl FrameReader {
                 self.ready.push_back((line, fds));
             }
         }
+    }
+
+    /// Descriptors refused (closed) since the last call.
+    pub fn take_refused_fds(&mut self) -> usize {
+        std::mem::take(&mut self.refused_fds)
     }
 
     async fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, PassedFds)> {

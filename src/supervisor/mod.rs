@@ -11,8 +11,10 @@ pub mod children;
 pub mod client;
 pub mod conn;
 pub mod pidfile;
+pub mod policy;
 pub mod rpc;
 pub mod server;
+pub mod untrusted;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -93,6 +93,7 @@ pub fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
                 stdio: StdioMode::Null,
                 workspace: None,
                 isolation: Some("off".into()),
+                model: None,
             }),
         ),
     ];
@@ -167,6 +168,7 @@ pub fn env_switches(ctx: &ProbeContext) -> Verdict {
                 stdio: StdioMode::Null,
                 workspace: None,
                 isolation: Some("off".into()),
+                model: None,
             });
             match ask(&mut client, "child.spawn with isolation off", call) {
                 Answer::Accepted(e) => got.push(e),
