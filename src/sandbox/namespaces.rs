@@ -15,8 +15,9 @@
 //! new pid namespace as a monitor (it is the pid the supervisor knows), an
 //! init (pid 1) reaps and forwards signals — a pid-1 program would ignore
 //! SIGTERM from outside — and the program runs as pid 2. The monitor and
-//! init name themselves ([`MONITOR_COMM`], [`INIT_COMM`]) so the supervisor
-//! signals the program, not them. Why not bubblewrap: it costs one more
+//! init name themselves ([`MONITOR_COMM`], [`INIT_COMM`]) for `ps` readers;
+//! the supervisor tells them from the program by their depth in the tree
+//! (`LaunchPlan::wrapper_depth`), never by name. Why not bubblewrap: it costs one more
 //! exec with four shared libraries and remounts every mount of the host one
 //! by one; one `mount_setattr(AT_RECURSIVE)` does the same here, and the
 //! launch is several milliseconds faster (`scripts/bench-sandbox`).

@@ -71,6 +71,21 @@ pub struct LaunchPlan {
     pub tmpdir: PathBuf,
 }
 
+impl LaunchPlan {
+    /// How many levels of the launched process tree are the launcher's own
+    /// wrappers rather than the program: the namespace monitor and init, or
+    /// bubblewrap and its pid-1; none when the stage execs the program
+    /// itself. Fixed by the plan, so a program cannot change it.
+    pub fn wrapper_depth(&self) -> usize {
+        let native = self.stage.as_ref().is_some_and(|s| s.namespaces.is_some());
+        if native || !self.wrapper_args.is_empty() {
+            2
+        } else {
+            0
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error(
@@ -167,6 +182,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         nproc: res.limits.pids,
     };
     let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
+        // TMPDIR is the agent's own `tmp/` in every view: the `/tmp` of a
+        // namespaced child is a root-owned tmpfs it cannot write.
         (true, Some(NsBackend::Native), _) => {
             stage.namespaces = Some(NamespacePlan {
                 mounts: view_steps(input, &res.writable),
@@ -174,13 +191,13 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
             (
                 input.stage_exe.to_path_buf(),
                 Vec::new(),
-                PathBuf::from("/tmp"),
+                input.tmp_dir.to_path_buf(),
             )
         }
         (true, Some(NsBackend::Bwrap), Some(bwrap)) => (
             bwrap.clone(),
             bwrap_args(input, &res.writable),
-            PathBuf::from("/tmp"),
+            input.tmp_dir.to_path_buf(),
         ),
         _ => (
             input.exe.to_path_buf(),

@@ -68,10 +68,9 @@ pub struct ChildInfo {
     /// Launch → first frame, once known.
     pub first_frame: Option<std::time::Duration>,
     pub ended: Option<Instant>,
-    /// The launcher's own processes in front of the program (namespace
-    /// monitor and init, or bubblewrap), fixed when the child stage said
-    /// hello — before the program existed, so it cannot be among them.
-    pub wrappers: Option<Vec<u32>>,
+    /// Levels of the process tree that are the launcher's wrappers (see
+    /// `LaunchPlan::wrapper_depth`), spared by graceful signals.
+    pub wrapper_depth: usize,
 }
 
 /// What `ps` shows of a child.
@@ -118,7 +117,14 @@ pub struct ChildTable {
 const KEEP_EXITED: usize = 256;
 
 impl ChildTable {
-    pub fn insert(&mut self, agent: &str, role: &str, pid: u32, started: Instant) -> u64 {
+    pub fn insert(
+        &mut self,
+        agent: &str,
+        role: &str,
+        pid: u32,
+        started: Instant,
+        wrapper_depth: usize,
+    ) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         self.rows.insert(
@@ -133,7 +139,7 @@ impl ChildTable {
                 state: ChildState::Starting,
                 first_frame: None,
                 ended: None,
-                wrappers: None,
+                wrapper_depth,
             },
         );
         id
@@ -150,18 +156,7 @@ impl ChildTable {
             if c.first_frame.is_none() {
                 c.first_frame = Some(c.started.elapsed());
             }
-            if c.wrappers.is_none() && c.state == ChildState::Starting {
-                // At the stage's hello the tree is a chain of wrappers
-                // ending in the stage itself (about to exec the program):
-                // every process with a child is a wrapper.
-                let tree = process_tree(c.pid);
-                c.wrappers = Some(
-                    tree.iter()
-                        .copied()
-                        .filter(|p| !children_of(*p).is_empty())
-                        .collect(),
-                );
-            }
+
             if c.state == ChildState::Starting {
                 c.state = ChildState::Running;
             }
@@ -452,11 +447,16 @@ pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
 /// `pid` and all its descendants, parents before children (from each
 /// process's `/proc/<pid>/task/<pid>/children`).
 pub fn process_tree(pid: u32) -> Vec<u32> {
-    let mut tree = vec![pid];
+    process_levels(pid).into_iter().map(|(p, _)| p).collect()
+}
+
+/// [`process_tree`] with each process's depth below `pid` (0 for `pid`).
+fn process_levels(pid: u32) -> Vec<(u32, usize)> {
+    let mut tree = vec![(pid, 0)];
     let mut i = 0;
     while i < tree.len() {
-        let kids = children_of(tree[i]);
-        tree.extend(kids);
+        let (p, level) = tree[i];
+        tree.extend(children_of(p).into_iter().map(|k| (k, level + 1)));
         i += 1;
     }
     tree
@@ -502,26 +502,20 @@ pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
 /// signal to the launcher alone would never reach it (bubblewrap would only
 /// kill it with SIGKILL on exit).
 ///
-/// The wrappers spared are known by identity — `wrappers`, recorded when
-/// the stage said hello — never by name: a program can call itself
-/// anything. Before that hello there is no program yet, and the names seen
-/// are the wrappers' own.
+/// The wrappers spared are the first `wrapper_depth` levels of the tree —
+/// known from the launch plan, never from names, which a program chooses.
+/// No process of the program can sit at those levels: the monitor forks
+/// only init, and orphans in a pid namespace go to its init.
 pub fn signal_child_tree(
     pid: u32,
-    wrappers: Option<&[u32]>,
+    wrapper_depth: usize,
     signal: nix::sys::signal::Signal,
 ) -> nix::Result<()> {
-    let tree = process_tree(pid);
-    let spared = |p: u32| match wrappers {
-        Some(w) => w.contains(&p),
-        None => std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| {
-            let c = c.trim();
-            c == "bwrap"
-                || c == crate::sandbox::namespaces::MONITOR_COMM
-                || c == crate::sandbox::namespaces::INIT_COMM
-        }),
-    };
-    let targets: Vec<u32> = tree.iter().copied().filter(|p| !spared(*p)).collect();
+    let targets: Vec<u32> = process_levels(pid)
+        .into_iter()
+        .filter(|(_, level)| *level >= wrapper_depth)
+        .map(|(p, _)| p)
+        .collect();
     if targets.is_empty() {
         return nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
     }

@@ -18,19 +18,25 @@ use crate::protocol::{Line, LineSplitter, ServerFrame, encode};
 /// Descriptors passed with a frame.
 pub type PassedFds = Vec<OwnedFd>;
 
-/// Frames queued for one peer before it counts as not reading.
-pub const MAX_QUEUED_FRAMES: usize = 1024;
-/// Bytes queued for one peer before it counts as not reading.
+/// Frames waiting to be written to one peer before we stop reading its
+/// requests (backpressure: its own answers must drain first).
+pub const HIGH_WATER_FRAMES: usize = 256;
+/// How long a peer may leave its answers unread (the queue above the high
+/// water mark, nothing drained) before it is disconnected.
+pub const MAX_STALL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bytes waiting for one peer before it is disconnected at once (events
+/// and streamed deltas are not held back by backpressure).
 pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
 /// Descriptors a control-socket peer may have waiting for their frame.
 const MAX_PENDING_FDS: usize = 16;
 
-/// Sends frames to the peer; cheap to clone. The queue is bounded: a peer
-/// that stops reading is cut off (its connection closed) rather than let
-/// grow the supervisor's memory.
+/// Sends frames to the peer; cheap to clone. What waits for the peer is
+/// bounded (see [`HIGH_WATER_FRAMES`], [`MAX_STALL`], [`MAX_QUEUED_BYTES`]):
+/// a peer that stops reading is cut off rather than let grow the
+/// supervisor's memory.
 #[derive(Clone, Debug)]
 pub struct FrameSender {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
     link: Arc<Link>,
 }
 
@@ -38,16 +44,36 @@ pub struct FrameSender {
 #[derive(Debug, Default)]
 struct Link {
     queued_bytes: AtomicUsize,
+    queued_frames: AtomicUsize,
+    /// The peer left its answers unread (as opposed to going away).
+    overflowed: AtomicBool,
     cut: AtomicBool,
     cut_notify: Notify,
+    /// Signalled by the writer after each frame it wrote.
+    drained: Notify,
 }
 
 impl Link {
+    async fn wait_cut(&self) {
+        loop {
+            let notified = self.cut_notify.notified();
+            if self.cut.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     fn cut(&self) {
         if !self.cut.swap(true, Ordering::SeqCst) {
             self.cut_notify.notify_waiters();
             self.cut_notify.notify_one();
         }
+    }
+
+    fn overflow(&self) {
+        self.overflowed.store(true, Ordering::SeqCst);
+        self.cut();
     }
 }
 
@@ -62,35 +88,55 @@ impl FrameSender {
         let queued = self.link.queued_bytes.fetch_add(len, Ordering::SeqCst) + len;
         if queued > MAX_QUEUED_BYTES {
             self.link.queued_bytes.fetch_sub(len, Ordering::SeqCst);
-            self.link.cut();
+            self.link.overflow();
             return false;
         }
-        match self.tx.try_send(bytes) {
-            Ok(()) => true,
-            Err(e) => {
-                self.link.queued_bytes.fetch_sub(len, Ordering::SeqCst);
-                if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                    self.link.cut();
-                }
-                false
-            }
+        self.link.queued_frames.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(bytes).is_err() {
+            self.link.queued_bytes.fetch_sub(len, Ordering::SeqCst);
+            self.link.queued_frames.fetch_sub(1, Ordering::SeqCst);
+            return false;
         }
+        true
     }
 
-    /// Whether the connection was cut off for not reading.
-    pub fn is_cut(&self) -> bool {
-        self.link.cut.load(Ordering::SeqCst)
-    }
-
-    /// Resolves when the connection is cut off.
-    pub async fn cut_off(&self) {
+    /// Wait until the peer's queue is below the high water mark; false (and
+    /// the connection cut) when it stays above it for [`MAX_STALL`] without
+    /// draining, or the connection is over.
+    pub async fn room(&self) -> bool {
+        let link = &self.link;
+        let mut deadline = tokio::time::Instant::now() + MAX_STALL;
         loop {
-            let notified = self.link.cut_notify.notified();
-            if self.is_cut() {
-                return;
+            let drained = link.drained.notified();
+            if link.cut.load(Ordering::SeqCst) {
+                return false;
             }
-            notified.await;
+            if link.queued_frames.load(Ordering::SeqCst) < HIGH_WATER_FRAMES {
+                return true;
+            }
+            tokio::select! {
+                _ = drained => {
+                    // Progress: the peer reads, however slowly.
+                    deadline = tokio::time::Instant::now() + MAX_STALL;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    link.overflow();
+                    return false;
+                }
+                _ = link.wait_cut() => return false,
+            }
         }
+    }
+
+    /// Whether the peer was cut off for not reading its frames.
+    pub fn overflowed(&self) -> bool {
+        self.link.overflowed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the connection is over on our side (the peer did not
+    /// read, or writing to it failed).
+    pub async fn cut_off(&self) {
+        self.link.wait_cut().await
     }
 }
 
@@ -110,7 +156,7 @@ pub struct FrameReader {
 /// `accept_fds` is false for child channels.
 pub fn split(stream: UnixStream, accept_fds: bool) -> (FrameReader, FrameSender) {
     let (read, write) = stream.into_split();
-    let (tx, rx) = mpsc::channel(MAX_QUEUED_FRAMES);
+    let (tx, rx) = mpsc::unbounded_channel();
     let link = Arc::new(Link::default());
     tokio::spawn(writer(write, rx, link.clone()));
     (
@@ -126,25 +172,28 @@ pub fn split(stream: UnixStream, accept_fds: bool) -> (FrameReader, FrameSender)
     )
 }
 
-async fn writer(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>, link: Arc<Link>) {
+async fn writer(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    link: Arc<Link>,
+) {
     loop {
         let bytes = tokio::select! {
             b = rx.recv() => match b {
                 Some(b) => b,
                 None => break,
             },
-            _ = async {
-                loop {
-                    let n = link.cut_notify.notified();
-                    if link.cut.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    n.await;
-                }
-            } => break,
+            _ = link.wait_cut() => break,
+        };
+        // A write blocked on a peer that never reads ends with the cut too.
+        let written = tokio::select! {
+            r = write.write_all(&bytes) => r.is_ok(),
+            _ = link.wait_cut() => false,
         };
         link.queued_bytes.fetch_sub(bytes.len(), Ordering::SeqCst);
-        if write.write_all(&bytes).await.is_err() {
+        link.queued_frames.fetch_sub(1, Ordering::SeqCst);
+        link.drained.notify_waiters();
+        if !written {
             break;
         }
     }

@@ -283,7 +283,7 @@ async fn shutdown(state: &Arc<State>) {
         for c in &live {
             let _ = super::children::signal_child_tree(
                 c.pid,
-                c.wrappers.as_deref(),
+                c.wrapper_depth,
                 nix::sys::signal::Signal::SIGTERM,
             );
         }
@@ -388,10 +388,16 @@ async fn serve_frames_inner(
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     loop {
+        // Backpressure: no new request is read while this peer's answers
+        // pile up unread; one that never reads is cut off.
+        if !sender.room().await {
+            report_cut_off(&peer, &sender);
+            break;
+        }
         let next = tokio::select! {
             next = reader.next() => next,
             _ = sender.cut_off() => {
-                report_cut_off(&peer);
+                report_cut_off(&peer, &sender);
                 break;
             }
         };
@@ -508,7 +514,7 @@ async fn serve_frames_inner(
                         Err(_) => break,
                     },
                     _ = sender.cut_off() => {
-                        report_cut_off(&peer);
+                        report_cut_off(&peer, &sender);
                         break;
                     }
                 };
@@ -532,10 +538,13 @@ async fn serve_frames_inner(
 /// Requests of one connection handled at the same time.
 pub const MAX_INFLIGHT_PER_CONNECTION: usize = 64;
 
-fn report_cut_off(peer: &Peer) {
+fn report_cut_off(peer: &Peer, sender: &FrameSender) {
+    if !sender.overflowed() {
+        return;
+    }
     let limits = format!(
-        "more than {} frames or {} bytes queued",
-        super::conn::MAX_QUEUED_FRAMES,
+        "answers unread for {:?} or more than {} bytes queued",
+        super::conn::MAX_STALL,
         super::conn::MAX_QUEUED_BYTES
     );
     match peer {
@@ -685,7 +694,7 @@ fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
     let result = if sig == nix::sys::signal::Signal::SIGKILL {
         super::children::kill_child_tree(info.pid)
     } else {
-        super::children::signal_child_tree(info.pid, info.wrappers.as_deref(), sig)
+        super::children::signal_child_tree(info.pid, info.wrapper_depth, sig)
     };
     match result {
         Ok(()) => Outcome::Result(json!({ "signalled": child })),
@@ -762,6 +771,7 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
             );
         }
     };
+    let wrapper_depth = plan.wrapper_depth();
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -777,7 +787,13 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
         Err(e) => return error(ErrorCode::Internal, e.to_string()),
     };
     let id = match state.table.lock() {
-        Ok(mut t) => t.insert(&record.id, &params.role, launched.pid, launched.started),
+        Ok(mut t) => t.insert(
+            &record.id,
+            &params.role,
+            launched.pid,
+            launched.started,
+            wrapper_depth,
+        ),
         Err(_) => return error(ErrorCode::Internal, "child table poisoned"),
     };
     // What this child may do is fixed here, from the operator's request
