@@ -547,3 +547,61 @@ fn uids_are_never_handed_out_again() {
     // Put the first home back so its drop stops nothing stray.
     std::fs::rename(moved.path().join("home"), first.path()).unwrap();
 }
+
+/// Attack 9: every role could list and read the whole agent directory
+/// (`conversations/`, `reflections/`), which their profiles leave out. Each
+/// role sees exactly what `sandbox-profiles/<role>.toml` lists.
+#[test]
+fn each_role_sees_exactly_its_profile() {
+    if !confinement_or_skip("each_role_sees_exactly_its_profile") {
+        return;
+    }
+    // (entry, [agent, tool, memory-worker, reflection]): "rw", "r" or "-",
+    // as the profiles say.
+    let table: &[(&str, [&str; 4])] = &[
+        (".", ["-", "-", "-", "-"]),
+        ("agent.json", ["r", "r", "r", "r"]),
+        ("memory", ["rw", "rw", "r", "r"]),
+        ("memory.git", ["r", "r", "r", "r"]),
+        ("conversations", ["rw", "-", "-", "r"]),
+        ("reflections", ["r", "-", "-", "r"]),
+        ("tmp", ["rw", "rw", "rw", "rw"]),
+        ("memory-worktrees", ["-", "-", "-", "-"]),
+    ];
+    let roles = ["agent", "tool", "memory-worker", "reflection"];
+    let d = Daemon::start(&["a"]);
+    let dir = d.path().join("agents").join(&d.agents[0]);
+    // One confined run first: it creates the agent-owned directories.
+    assert_eq!(run_script(&d, 0, "tool", "strict", "true")["code"], 0);
+    for sub in ["conversations/default", "reflections", "memory-worktrees"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("conversations/default/messages.jsonl"), "{}\n").unwrap();
+    let mut script = String::from("out=tmp/visibility-$ROLE.txt; : > $out\n");
+    for (entry, _) in table {
+        script.push_str(&format!(
+            "if [ -d {entry} ]; then ls {entry} >/dev/null 2>&1 && r=r || r=-; \
+             touch {entry}/.probe 2>/dev/null && w=w || w=-; rm -f {entry}/.probe 2>/dev/null; \
+             else cat {entry} >/dev/null 2>&1 && r=r || r=-; \
+             (: >> {entry}) 2>/dev/null && w=w || w=-; fi; echo \"{entry} $r$w\" >> $out\n"
+        ));
+    }
+    for (i, role) in roles.iter().enumerate() {
+        let s = script.replace("$ROLE", role);
+        let exit = run_script(&d, 0, role, "strict", &s);
+        assert_eq!(exit["code"], 0, "{role}: {exit}");
+        let seen = read(&dir.join(format!("tmp/visibility-{role}.txt")));
+        for (entry, want) in table {
+            let want = match want[i] {
+                "rw" => "rw",
+                "r" => "r-",
+                _ => "--",
+            };
+            let line = format!("{entry} {want}");
+            assert!(
+                seen.lines().any(|l| l == line),
+                "{role} should see {line}; saw:\n{seen}"
+            );
+        }
+    }
+}

@@ -153,8 +153,9 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     read_exec.push(exe_dir);
     read_exec.push(input.stage_exe.to_path_buf());
     let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
-    // The agent directory itself must be traversable to reach its parts.
-    read_only.push(input.agent_dir.to_path_buf());
+    // Only the parts the role's profile lists: the agent directory itself
+    // is not granted (landlock does not need it to reach its parts), so a
+    // role never lists or reads a sibling its profile leaves out.
     read_only.extend(res.read_only.iter().cloned());
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
@@ -253,8 +254,8 @@ pub const BWRAP_BASE_ARGS: &[&str] = &[
 
 /// The child's filesystem view on top of the read-only root with private
 /// `/dev` and `/proc`, in order: temporary and users' directories and the
-/// whole mini-letta home masked, then this binary, the agent's own
-/// directory (read-only) and its writable parts brought back. Both
+/// whole mini-letta home masked, then this binary and exactly the paths the
+/// role's profile lists (read-only or writable) brought back. Both
 /// namespace backends build exactly this.
 pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep> {
     let mut steps: Vec<MountStep> = ["/tmp", "/var/tmp", "/run", "/home", "/root"]
@@ -274,11 +275,25 @@ pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep>
     if input.stage_exe != input.exe {
         steps.push(ro(input.stage_exe));
     }
-    steps.push(ro(input.agent_dir));
-    for w in writable.iter().filter(|w| w.exists()) {
-        steps.push(MountStep::Bind {
-            src: w.clone(),
-            dest: w.clone(),
+    // The profile's paths one by one (never the whole agent directory),
+    // parents before what lies below them.
+    let mut binds: Vec<(&PathBuf, bool)> = input
+        .resolved
+        .read_only
+        .iter()
+        .map(|p| (p, true))
+        .chain(writable.iter().map(|p| (p, false)))
+        .filter(|(p, _)| p.exists())
+        .collect();
+    binds.sort_by_key(|(p, _)| p.components().count());
+    for (p, read_only) in binds {
+        steps.push(if read_only {
+            ro(p)
+        } else {
+            MountStep::Bind {
+                src: p.clone(),
+                dest: p.clone(),
+            }
         });
     }
     steps
