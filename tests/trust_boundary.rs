@@ -605,3 +605,94 @@ fn each_role_sees_exactly_its_profile() {
         }
     }
 }
+
+/// Attack 10: a child under `sandbox run` got the operator's terminal: it
+/// turned echo off for good, resized the window and wrote OSC 0 (title) and
+/// OSC 52 (clipboard) sequences to it. Now it gets a pty of its own.
+#[test]
+fn the_operators_terminal_is_relayed_never_handed_over() {
+    use nix::sys::termios::{LocalFlags, tcgetattr};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let d = Daemon::start(&["a"]);
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // The operator's terminal: the slave side of a pty this test reads.
+    let operator = nix::pty::openpty(Some(&size), None).unwrap();
+    let echo = |fd: &std::os::fd::OwnedFd| {
+        tcgetattr(fd)
+            .unwrap()
+            .local_flags
+            .contains(LocalFlags::ECHO)
+    };
+    let window = |fd: &std::os::fd::OwnedFd| {
+        let mut ws = nix::pty::Winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ fills the struct.
+        assert_eq!(
+            unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) },
+            0
+        );
+        (ws.ws_row, ws.ws_col)
+    };
+    assert!(echo(&operator.slave));
+    let hostile = "stty -echo; stty rows 5 cols 7; \
+                   printf '\\033]52;c;SGVsbG8=\\007\\033]0;pwned\\007\\033[2Jvisible \\033[1;32mgreen\\033[0m\\n'";
+    let status = std::process::Command::new(bin())
+        .args([
+            "sandbox",
+            "run",
+            "-a",
+            "a",
+            "--isolation",
+            "off",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(hostile)
+        .env("MINI_LETTA_HOME", d.path())
+        .stdin(operator.slave.try_clone().unwrap())
+        .stdout(operator.slave.try_clone().unwrap())
+        .stderr(operator.slave.try_clone().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(echo(&operator.slave), "echo was left off");
+    assert_eq!(window(&operator.slave), (24, 80), "the window was resized");
+    // What reached the operator's terminal.
+    nix::fcntl::fcntl(
+        &operator.master,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut master = std::fs::File::from(operator.master);
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("visible"), "{text:?}");
+    assert!(
+        text.contains("\u{1b}[1;32mgreen"),
+        "colour is kept: {text:?}"
+    );
+    for bad in ["\u{1b}]52", "\u{1b}]0", "\u{1b}[2J", "pwned"] {
+        assert!(
+            !text.contains(bad),
+            "{bad:?} reached the terminal: {text:?}"
+        );
+    }
+}

@@ -9,6 +9,7 @@ mod output;
 mod prompt;
 mod sandbox;
 mod supervisor;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
