@@ -696,3 +696,103 @@ fn the_operators_terminal_is_relayed_never_handed_over() {
         );
     }
 }
+
+/// The operator's own commands on an agent whose working tree belongs to
+/// the agent's uid: libgit2's owner check refused them ("repository path …
+/// is not owned by current user"). Exactly the agent directories of the
+/// operator's home are trusted; a foreign repository still is not.
+#[test]
+fn the_operators_memory_commands_work_on_agent_owned_trees() {
+    if !confinement_or_skip("the_operators_memory_commands_work_on_agent_owned_trees") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let d = Daemon::start(&["a"]);
+    assert_eq!(run_script(&d, 0, "tool", "strict", "true")["code"], 0);
+    let mem = d.memory_dir(0);
+    assert_ne!(
+        std::fs::metadata(&mem).unwrap().uid(),
+        0,
+        "the agent owns its tree"
+    );
+    let mem_s = mem.to_str().unwrap();
+    std::fs::write(
+        mem.join("persona.md"),
+        read(&mem.join("persona.md")) + "- speaks plainly\n",
+    )
+    .unwrap();
+    let commands: &[&[&str]] = &[
+        &["memory", "compile", "--memory-dir", mem_s],
+        &["memory", "show", "-a", "a", "human.md"],
+        &["memory", "tree", "-a", "a"],
+        &["memory", "validate", "-a", "a"],
+        &["memory", "validate", "--staged", "-a", "a"],
+        &["memory", "validate", "--rev", "HEAD", "-a", "a"],
+        &["memory", "log", "-a", "a"],
+        &["memory", "diff", "-a", "a"],
+        &[
+            "memory",
+            "commit",
+            "-a",
+            "a",
+            "--message",
+            "persona",
+            "persona.md",
+        ],
+        &[
+            "memory",
+            "insert",
+            "-a",
+            "a",
+            "human.md",
+            "--text",
+            "- likes tea",
+        ],
+        &[
+            "memory",
+            "set-description",
+            "-a",
+            "a",
+            "human.md",
+            "--description",
+            "About the human",
+        ],
+        &["prompt", "-a", "a", "--fresh"],
+    ];
+    for args in commands {
+        let o = run(d.path(), args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let log = common::stdout(&run(d.path(), &["memory", "log", "-a", "a"]));
+    assert!(log.contains("persona"), "{log}");
+
+    // A repository of someone else's outside any home stays refused.
+    let foreign = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("git")
+        .args(["init", "-q", "-b", "main"])
+        .arg(foreign.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    nix::unistd::chown(
+        foreign.path(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let o = run(
+        d.path(),
+        &[
+            "memory",
+            "compile",
+            "--memory-dir",
+            foreign.path().to_str().unwrap(),
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not owned by current user"),
+        "{}",
+        stderr(&o)
+    );
+}
