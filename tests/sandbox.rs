@@ -25,15 +25,13 @@ fn status_json(env: &[(&str, &str)]) -> Value {
 fn require_layers() -> bool {
     let v = status_json(&[]);
     if v["landlock"]["available"] != true || v["seccomp"]["available"] != true {
-        eprintln!(
-            "SKIPPED (loudly): this kernel lacks landlock or seccomp: {}",
+        return common::skip(&format!(
+            "this kernel lacks landlock or seccomp: {}",
             v["missing"]
-        );
-        return false;
+        ));
     }
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED (loudly): confinement tests need root to switch agent uids");
-        return false;
+        return common::skip("confinement tests need root to switch agent uids");
     }
     true
 }
@@ -221,16 +219,16 @@ fn both_namespace_backends_contain_agent_a() {
     }
     let backend = |env: &[(&str, &str)]| status_json(env)["ns_backend"].clone();
     if backend(&[]) != "native" {
-        eprintln!(
-            "SKIPPED (loudly): native namespaces unavailable here: {}",
+        common::skip(&format!(
+            "native namespaces unavailable here: {}",
             backend(&[])
-        );
+        ));
         return;
     }
     let h = home_with_two_agents();
     let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
     if backend(&bwrap) != "bwrap" {
-        eprintln!("SKIPPED (loudly): bubblewrap backend unavailable here");
+        common::skip("bubblewrap backend unavailable here");
         return;
     }
     let o = h.run_as_a_with(None, "strict", &attack_script(&h), &bwrap);
@@ -355,10 +353,7 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
         })
         .unwrap_or_default();
     if roots.is_empty() {
-        eprintln!(
-            "SKIPPED (loudly): no cgroup hierarchy here: {}",
-            v["cgroup"]
-        );
+        common::skip(&format!("no cgroup hierarchy here: {}", v["cgroup"]));
         return;
     }
     let h = home_with_two_agents();

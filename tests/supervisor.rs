@@ -285,8 +285,8 @@ fn a_foreign_uid_is_refused() {
     assert!(mini_letta::supervisor::server::peer_allowed(0, 0));
     assert!(!mini_letta::supervisor::server::peer_allowed(65534, 0));
     if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIPPED (loudly): a_foreign_uid_is_refused needs root to connect as another uid; only the check function was tested"
+        common::skip(
+            "a_foreign_uid_is_refused needs root to connect as another uid; only the check function was tested",
         );
         return;
     }

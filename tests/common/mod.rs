@@ -213,14 +213,19 @@ pub fn confinement_or_skip(test: &str) -> bool {
     };
     match why {
         None => true,
-        Some(why) => {
-            if std::env::var("MINI_LETTA_REQUIRE_SANDBOX").as_deref() == Ok("1") {
-                panic!("{test}: MINI_LETTA_REQUIRE_SANDBOX=1 but {why}");
-            }
-            eprintln!("SKIPPED (loudly) {test}: {why}");
-            false
-        }
+        Some(why) => skip(&format!("{test}: {why}")),
     }
+}
+
+/// Skip a test that needs something this host lacks: loudly, and never
+/// silently in CI — under `MINI_LETTA_REQUIRE_SANDBOX=1` this fails the
+/// test instead. Returns false, for `if !… { return skip(…) }`.
+pub fn skip(why: &str) -> bool {
+    if std::env::var("MINI_LETTA_REQUIRE_SANDBOX").as_deref() == Ok("1") {
+        panic!("MINI_LETTA_REQUIRE_SANDBOX=1 but {why}");
+    }
+    eprintln!("SKIPPED (loudly): {why}");
+    false
 }
 
 /// The hostile test child (`tests/hostile/child.c`), built once per test
