@@ -796,3 +796,100 @@ fn the_operators_memory_commands_work_on_agent_owned_trees() {
         stderr(&o)
     );
 }
+
+/// Attack 11: a tool child wrote 200 MB into its `tmp/` and made 5,000
+/// files on the filesystem every tenant shares. With a quota its agent
+/// lives on a volume of its own: the child gets ENOSPC, the other agent's
+/// turn and the supervisor's commits go on.
+#[test]
+fn an_agent_that_fills_its_quota_stops_alone() {
+    if !confinement_or_skip("an_agent_that_fills_its_quota_stops_alone") {
+        return;
+    }
+    struct Home(tempfile::TempDir, Vec<String>);
+    impl Drop for Home {
+        fn drop(&mut self) {
+            let _ = run(self.0.path(), &["supervisor", "stop", "--timeout", "5"]);
+            let home = mini_letta::paths::Home::at(self.0.path());
+            for id in &self.1 {
+                let _ = mini_letta::sandbox::volume::unmount(&home, id);
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[quota]\ndisk_mb = 16\ninodes = 600\n",
+    )
+    .unwrap();
+    let mut h = Home(dir, Vec::new());
+    let create = |h: &mut Home, args: &[&str]| {
+        let mut all = vec!["agent", "create"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let o = run(h.0.path(), &all);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        h.1.push(v["id"].as_str().unwrap().to_string());
+        v
+    };
+    let q = create(&mut h, &["q"]);
+    assert_eq!(q["quota"], json!({"disk_mb": 16, "inodes": 600}));
+    let b = create(&mut h, &["b", "--disk-mb", "32", "--inodes", "2000"]);
+    assert_eq!(b["quota"], json!({"disk_mb": 32, "inodes": 2000}));
+    let agent_dir = |i: usize| h.0.path().join("agents").join(&h.1[i]);
+    for i in 0..2 {
+        assert!(mini_letta::sandbox::volume::is_mounted(&agent_dir(i)));
+    }
+    let fs = nix::sys::statvfs::statvfs(&agent_dir(0)).unwrap();
+    let bytes = fs.blocks() as u64 * fs.fragment_size() as u64;
+    assert!(bytes <= 16 << 20 && bytes > 12 << 20, "{bytes}");
+    assert!(fs.files() <= 600, "{}", fs.files());
+
+    let o = run(h.0.path(), &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Reports go to stdout: the volume has no room left for them.
+    let fill = "dd if=/dev/zero of=tmp/big bs=1M count=64 2>&1 | head -1; \
+                i=0; while [ $i -lt 2000 ]; do touch tmp/f$i 2>/dev/null || break; i=$((i+1)); done; \
+                echo files=$i";
+    let o = run(
+        h.0.path(),
+        &["sandbox", "run", "-a", "q", "--", "sh", "-c", fill],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = common::stdout(&o);
+    let tmp = agent_dir(0).join("tmp");
+    let big = std::fs::metadata(tmp.join("big"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(big < 16 << 20, "wrote {big} bytes past the quota");
+    assert!(out.contains("No space left"), "{out}");
+    let files: u64 = out
+        .split("files=")
+        .nth(1)
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap();
+    assert!(files < 600, "{files} files past the inode quota");
+
+    // The other tenant's turn, with a memory commit, and the supervisor.
+    let o = run(h.0.path(), &["chat", "-a", "b", "-p", "记住: likes tea"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = common::stdout(&run(h.0.path(), &["memory", "log", "-a", "b"]));
+    assert!(log.contains("memory insert"), "{log}");
+    let mut c = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(h.0.path())).unwrap();
+    let t = Instant::now();
+    c.call(Call::MemoryStatus {
+        agent: Some("q".into()),
+    })
+    .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // The full agent gets a clear error, not a hang.
+    let o = run(h.0.path(), &["chat", "-a", "q", "-p", "记住: coffee"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
+}

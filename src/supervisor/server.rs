@@ -161,6 +161,11 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
             );
         }
     }
+    match crate::sandbox::volume::ensure_mounted(home) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("mounted {n} agent quota volume(s)"),
+        Err(e) => tracing::error!("cannot mount the agents' quota volumes: {e}"),
+    }
     let sandbox = crate::sandbox::report::SandboxReport::probe();
     prune_cgroups(home, &sandbox);
     tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
