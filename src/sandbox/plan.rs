@@ -82,6 +82,8 @@ pub enum PlanError {
         level: Level,
         missing: String,
     },
+    #[error("no seccomp allow-list for role {0:?}; refusing to launch")]
+    UnknownRole(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -144,6 +146,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
     let namespaces = r.namespaces.available;
+    let seccomp_role = super::seccomp::Role::parse(&res.role)
+        .ok_or_else(|| PlanError::UnknownRole(res.role.clone()))?;
     let mut stage = StagePolicy {
         landlock: r.landlock.available,
         scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
@@ -151,6 +155,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         read_only,
         writable,
         seccomp: r.seccomp.available,
+        seccomp_role,
         no_network: res.network == Network::None,
         require_no_caps: true,
         namespaces: None,
