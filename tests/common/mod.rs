@@ -191,3 +191,17 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 pub mod http;
+
+/// The variable that turns a missing sandbox prerequisite from a skip into
+/// a failure (CI on a host that must confine sets it).
+pub const REQUIRE_SANDBOX_ENV: &str = "MINI_LETTA_REQUIRE_SANDBOX";
+
+/// Skip a test whose kernel feature or privilege is missing: say so
+/// loudly, and fail instead when `MINI_LETTA_REQUIRE_SANDBOX=1`, so a CI job
+/// that expects confinement cannot pass by skipping it.
+pub fn skip_or_fail(reason: &str) {
+    eprintln!("SKIPPED (loudly): {reason}");
+    if std::env::var(REQUIRE_SANDBOX_ENV).as_deref() == Ok("1") {
+        panic!("{REQUIRE_SANDBOX_ENV}=1 but the test had to be skipped: {reason}");
+    }
+}
