@@ -17,6 +17,10 @@
 //! * network probes only reach loopback, the given abstract socket, and the
 //!   TEST-NET address 192.0.2.1 — the latter only when no route covers it.
 //!
+//! Rows 1–49 are §d's; rows 50–63 (`syscalls.rs`) are regression rows for
+//! the seccomp allow-list: calls the kernel mostly refuses anyway, checked
+//! to be refused by the filter first.
+//!
 //! The hidden `mini-letta __probe ID --context JSON` command calls
 //! [`run_one`] and prints its result.
 

@@ -153,7 +153,6 @@ pub fn int80(_ctx: &ProbeContext) -> Verdict {
                 );
             }
             slots[0] = if ret > 0 { 0 } else { -ret };
-            slots[1] = ret;
         });
         // Without 32-bit emulation in the kernel the instruction faults
         // (SIGSEGV): refused as well, by the kernel.
