@@ -136,7 +136,11 @@ fn pss_kib(pid: u32) -> u64 {
 
 /// The seccomp programs one child installs, per role.
 fn seccomp_programs(role: mini_letta::sandbox::seccomp::Role) -> Vec<seccompiler::BpfProgram> {
-    vec![mini_letta::sandbox::seccomp::program(role, true).unwrap()]
+    let opts = mini_letta::sandbox::seccomp::Options {
+        no_network: true,
+        private_ipc: true,
+    };
+    vec![mini_letta::sandbox::seccomp::program(role, opts).unwrap()]
 }
 
 /// Size of the seccomp filter, and the time to build it and to install it

@@ -157,6 +157,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         seccomp: r.seccomp.available,
         seccomp_role,
         no_network: res.network == Network::None,
+        // Set below once the namespace backend is chosen.
+        private_ipc: false,
         require_no_caps: true,
         namespaces: None,
     };
@@ -173,6 +175,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     };
     let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
         (true, Some(NsBackend::Native), _) => {
+            stage.private_ipc = true;
             stage.namespaces = Some(NamespacePlan {
                 mounts: view_steps(input, &res.writable),
             });
@@ -182,11 +185,15 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
                 PathBuf::from("/tmp"),
             )
         }
-        (true, Some(NsBackend::Bwrap), Some(bwrap)) => (
-            bwrap.clone(),
-            bwrap_args(input, &res.writable),
-            PathBuf::from("/tmp"),
-        ),
+        (true, Some(NsBackend::Bwrap), Some(bwrap)) => {
+            // BWRAP_BASE_ARGS has --unshare-ipc.
+            stage.private_ipc = true;
+            (
+                bwrap.clone(),
+                bwrap_args(input, &res.writable),
+                PathBuf::from("/tmp"),
+            )
+        }
         _ => (
             input.exe.to_path_buf(),
             Vec::new(),

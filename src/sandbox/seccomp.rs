@@ -192,30 +192,62 @@ const BASE_ARCH: &[Syscall] = &[
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const BASE_ARCH: &[Syscall] = &[];
 
-/// What arbitrary tool commands may also need: SysV and POSIX message IPC
-/// (databases, test suites; private to the sandbox's IPC namespace at L0,
-/// shared with the host at L2 — see row 45), scheduler tuning (`taskset`,
-/// `chrt`, `ionice`), `personality` (`setarch`) and Linux AIO.
+/// SysV IPC and POSIX message queues (databases, test suites). Objects
+/// live in an IPC namespace: private to the sandbox at L0, the host's at L2
+/// (a channel to other agents — row 45), hence granted only with a
+/// private one.
 #[rustfmt::skip]
-const TOOL_EXTRA: &[Syscall] = calls![
+const IPC: &[Syscall] = calls![
     SYS_shmget, SYS_shmat, SYS_shmdt, SYS_shmctl, SYS_semget, SYS_semop, SYS_semtimedop,
     SYS_semctl, SYS_msgget, SYS_msgsnd, SYS_msgrcv, SYS_msgctl, SYS_mq_open, SYS_mq_unlink,
     SYS_mq_timedsend, SYS_mq_timedreceive, SYS_mq_notify, SYS_mq_getsetattr,
+];
+
+/// What else arbitrary tool commands may need: scheduler tuning
+/// (`taskset`, `chrt`, `ionice`), `personality` (`setarch`) and Linux AIO.
+#[rustfmt::skip]
+const TOOLS: &[Syscall] = calls![
     SYS_sched_setaffinity, SYS_sched_setparam, SYS_sched_setscheduler, SYS_sched_getattr,
     SYS_sched_setattr, SYS_ioprio_get, SYS_ioprio_set, SYS_personality, SYS_io_setup,
     SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents,
 ];
 
+/// A group of calls a role may get on top of [`BASE`].
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    calls: &'static [Syscall],
+    /// Only when the child has an IPC namespace of its own.
+    needs_private_ipc: bool,
+}
+
+const IPC_GROUP: Group = Group {
+    calls: IPC,
+    needs_private_ipc: true,
+};
+const TOOLS_GROUP: Group = Group {
+    calls: TOOLS,
+    needs_private_ipc: false,
+};
+
 /// The per-role differences, in one table: the groups each role gets on
 /// top of [`BASE`]. The agent's in-process tools, the memory worker and
 /// reflection run our binary, git and shell pipelines; only `tool` runs
 /// arbitrary programs.
-const ROLE_EXTRAS: &[(Role, &[&[Syscall]])] = &[
+const ROLE_EXTRAS: &[(Role, &[Group])] = &[
     (Role::Agent, &[]),
-    (Role::Tool, &[TOOL_EXTRA]),
+    (Role::Tool, &[IPC_GROUP, TOOLS_GROUP]),
     (Role::MemoryWorker, &[]),
     (Role::Reflection, &[]),
 ];
+
+/// What the filter depends on besides the role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// No sockets but Unix ones (every role today).
+    pub no_network: bool,
+    /// The child has its own IPC namespace (the namespace layer is on).
+    pub private_ipc: bool,
+}
 
 /// Calls that escape or widen a sandbox, refused with `EPERM` in every
 /// role (a clear "not permitted", where `ENOSYS` would invite a fallback).
@@ -319,7 +351,7 @@ fn arg_rules(no_network: bool) -> Vec<ArgRule> {
 }
 
 /// Every call `role` may make without an argument check.
-pub fn allowed(role: Role) -> Vec<Syscall> {
+pub fn allowed(role: Role, opts: Options) -> Vec<Syscall> {
     let mut v: Vec<Syscall> = BASE
         .iter()
         .chain(BASE_RAW)
@@ -328,8 +360,11 @@ pub fn allowed(role: Role) -> Vec<Syscall> {
         .collect();
     for (r, groups) in ROLE_EXTRAS {
         if *r == role {
-            for g in *groups {
-                v.extend_from_slice(g);
+            for g in groups
+                .iter()
+                .filter(|g| opts.private_ipc || !g.needs_private_ipc)
+            {
+                v.extend_from_slice(g.calls);
             }
         }
     }
@@ -473,7 +508,7 @@ fn emit_arg_rule(prog: &mut BpfProgram, rule: &ArgRule) {
 }
 
 /// The whole program for `role`.
-pub fn program(role: Role, no_network: bool) -> Result<BpfProgram, SeccompError> {
+pub fn program(role: Role, opts: Options) -> Result<BpfProgram, SeccompError> {
     let arch = audit_arch()?;
     let mut prog: BpfProgram = vec![
         stmt(BPF_LD_W_ABS, OFF_ARCH),
@@ -487,10 +522,10 @@ pub fn program(role: Role, no_network: bool) -> Result<BpfProgram, SeccompError>
     }
     // Denials first: a call on both lists (none today) is refused.
     emit_list(&mut prog, &denied(), RET_EPERM);
-    for rule in arg_rules(no_network) {
+    for rule in arg_rules(opts.no_network) {
         emit_arg_rule(&mut prog, &rule);
     }
-    emit_list(&mut prog, &allowed(role), RET_ALLOW);
+    emit_list(&mut prog, &allowed(role, opts), RET_ALLOW);
     prog.push(stmt(BPF_RET_K, RET_ENOSYS));
     if prog.len() > 4096 {
         return Err(SeccompError::TooLarge(prog.len()));
@@ -499,8 +534,8 @@ pub fn program(role: Role, no_network: bool) -> Result<BpfProgram, SeccompError>
 }
 
 /// Install the filter of `role` on this thread (no_new_privs is set first).
-pub fn install(role: Role, no_network: bool) -> Result<(), SeccompError> {
-    let prog = program(role, no_network)?;
+pub fn install(role: Role, opts: Options) -> Result<(), SeccompError> {
+    let prog = program(role, opts)?;
     seccompiler::apply_filter(&prog).map_err(|e| SeccompError::Install(e.to_string()))
 }
 
@@ -550,12 +585,12 @@ mod tests {
     }
 
     fn run(role: Role, nr: i64, args: [u64; 6]) -> u32 {
-        let prog = program(role, true).unwrap();
+        let prog = program(role, STRICT).unwrap();
         evaluate(&prog, arch(), u32::try_from(nr).unwrap(), args).unwrap()
     }
 
     fn nr(name: &str) -> i64 {
-        allowed(Role::Tool)
+        allowed(Role::Tool, STRICT)
             .into_iter()
             .chain(denied())
             .find(|c| c.0 == name)
@@ -564,6 +599,12 @@ mod tests {
     }
 
     const NONE: [u64; 6] = [0; 6];
+
+    /// Every role's situation at L0.
+    const STRICT: Options = Options {
+        no_network: true,
+        private_ipc: true,
+    };
 
     /// What each role may do: (call, expected verdict) per role, in one
     /// table. ENOSYS = not on the role's list.
@@ -663,6 +704,23 @@ mod tests {
                 assert_eq!(run(role, nr(name), NONE), want, "{role}: {name}");
             }
         }
+        // Without an IPC namespace of its own (L2), tool loses the IPC
+        // group (a channel to other agents) but keeps the rest.
+        let shared = program(
+            Tool,
+            Options {
+                private_ipc: false,
+                ..STRICT
+            },
+        )
+        .unwrap();
+        let at = |name: &str| evaluate(&shared, arch(), u32::try_from(nr(name)).unwrap(), NONE);
+        for name in ["SYS_shmget", "SYS_semop", "SYS_msgget", "SYS_mq_open"] {
+            assert_eq!(at(name), Some(RET_ENOSYS), "{name}");
+        }
+        for name in ["SYS_sched_setaffinity", "SYS_personality", "SYS_read"] {
+            assert_eq!(at(name), Some(RET_ALLOW), "{name}");
+        }
     }
 
     #[test]
@@ -730,7 +788,14 @@ mod tests {
             assert_eq!(mknodat(libc::S_IFBLK | 0o600), RET_EPERM);
         }
         // With network (no role has it today) every family passes.
-        let prog = program(Role::Tool, false).unwrap();
+        let prog = program(
+            Role::Tool,
+            Options {
+                no_network: false,
+                ..STRICT
+            },
+        )
+        .unwrap();
         let v = evaluate(
             &prog,
             arch(),
@@ -743,7 +808,7 @@ mod tests {
     #[test]
     fn foreign_architectures_are_killed_and_x32_refused() {
         for role in Role::ALL {
-            let prog = program(role, true).unwrap();
+            let prog = program(role, STRICT).unwrap();
             // AUDIT_ARCH_I386 (int 0x80), AUDIT_ARCH_ARM, the other 64-bit one.
             for foreign in [0x4000_0003u32, 0x4000_0028, 0xC000_00B7, 0xC000_003E] {
                 if foreign == arch() {
@@ -763,7 +828,7 @@ mod tests {
     #[test]
     fn lists_are_sane() {
         for role in Role::ALL {
-            let allowed = allowed(role);
+            let allowed = allowed(role, STRICT);
             let denied = denied();
             let checked = checked(true);
             for (name, n) in allowed.iter().chain(&denied) {
@@ -781,7 +846,7 @@ mod tests {
                     c.0
                 );
             }
-            let len = program(role, true).unwrap().len();
+            let len = program(role, STRICT).unwrap().len();
             // Kept small: it is checked and emulated on every launch.
             assert!(len < 400, "{role}: {len} instructions");
             eprintln!(
@@ -814,7 +879,7 @@ mod tests {
             p.len()
         };
         let theirs = build(
-            allowed(Role::Agent),
+            allowed(Role::Agent, STRICT),
             SeccompAction::Errno(libc::ENOSYS as u32),
             SeccompAction::Allow,
         ) + build(
@@ -822,7 +887,7 @@ mod tests {
             SeccompAction::Allow,
             SeccompAction::Errno(libc::EPERM as u32),
         );
-        let ours = program(Role::Agent, true).unwrap().len();
+        let ours = program(Role::Agent, STRICT).unwrap().len();
         eprintln!("seccompiler: {theirs} instructions; here: {ours}");
         assert!(ours * 3 < theirs, "{ours} vs {theirs}");
     }
@@ -833,7 +898,7 @@ mod tests {
     fn installs_and_enforces() {
         // Built before the fork: the test harness has other threads, so the
         // child must not allocate.
-        let prog = program(Role::MemoryWorker, true).unwrap();
+        let prog = program(Role::MemoryWorker, STRICT).unwrap();
         // SAFETY: the child only makes raw calls and leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {

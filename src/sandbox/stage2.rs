@@ -32,6 +32,10 @@ pub struct StagePolicy {
     pub seccomp_role: seccomp::Role,
     /// Forbid sockets other than Unix ones.
     pub no_network: bool,
+    /// The child gets an IPC namespace of its own (native namespaces or
+    /// bubblewrap), so SysV/POSIX IPC reaches nobody else.
+    #[serde(default)]
+    pub private_ipc: bool,
     /// Refuse to run with any effective or permitted capability.
     pub require_no_caps: bool,
     /// Build namespaces and the filesystem view natively first (instead of
@@ -84,11 +88,13 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
         apply_landlock(policy)?;
     }
     if policy.seccomp {
-        seccomp::install(policy.seccomp_role, policy.no_network).map_err(|source| {
-            StageError::Seccomp {
-                role: policy.seccomp_role,
-                source,
-            }
+        let opts = seccomp::Options {
+            no_network: policy.no_network,
+            private_ipc: policy.private_ipc,
+        };
+        seccomp::install(policy.seccomp_role, opts).map_err(|source| StageError::Seccomp {
+            role: policy.seccomp_role,
+            source,
         })?;
     }
     Ok(())
