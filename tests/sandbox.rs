@@ -69,18 +69,17 @@ impl Home {
         self.dir.path().join("agents").join(id)
     }
 
-    /// `sandbox run` of `sh -c script` as agent A in `role`, at the full
-    /// level (`level_env` None) or with layers disabled.
-    fn run_role(&self, role: &str, level_env: Option<&str>, script: &str) -> Output {
+    /// `sandbox run` of `sh -c script` as agent A in `role`, with more
+    /// environment for the supervisor (a namespace backend, layers off).
+    fn run_role(&self, role: &str, env: &[(&str, &str)], script: &str) -> Output {
         let mut cmd = Command::new(bin());
         cmd.args([
             "sandbox", "run", "-a", "alice", "--role", role, "--", "sh", "-c", script,
         ])
-        .env("MINI_LETTA_HOME", self.dir.path());
-        match level_env {
-            Some(v) => cmd.env("MINI_LETTA_SANDBOX_DISABLE", v),
-            None => cmd.env_remove("MINI_LETTA_SANDBOX_DISABLE"),
-        };
+        .env("MINI_LETTA_HOME", self.dir.path())
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .env_remove("MINI_LETTA_NAMESPACES")
+        .envs(env.iter().copied());
         cmd.output().unwrap()
     }
 
@@ -609,7 +608,8 @@ fn a_stage_program_agent_uids_cannot_run_is_refused_clearly() {
 }
 
 /// The seccomp allow-list must not break real tools: in every role, at the
-/// full level and without namespaces, a shell pipeline of coreutils, a git
+/// full level (both namespace backends) and without namespaces, a shell
+/// pipeline of coreutils, a git
 /// repository made and committed to with the git CLI, and python3 (when
 /// installed) with threads and a subprocess all work in `$AGENT/tmp`, while
 /// the filter is on (`Seccomp: 2`).
@@ -659,11 +659,21 @@ echo done=1
 "#,
         tmp = tmp.display()
     );
-    for level in [None, Some("namespaces")] {
+    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
+    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
+        ("L0 native", &[]),
+        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
+    ];
+    if status_json(&bwrap)["ns_backend"] == "bwrap" {
+        levels.push(("L0 bwrap", &bwrap));
+    } else {
+        common::skip_or_fail("bubblewrap backend unavailable: real tools not tried under it");
+    }
+    for (level, env) in levels {
         for role in ["agent", "tool", "memory-worker", "reflection"] {
-            let o = h.run_role(role, level, &script);
+            let o = h.run_role(role, env, &script);
             let r = results(&o);
-            let ctx = format!("{role} {level:?}: {}\n{}", stdout(&o), stderr(&o));
+            let ctx = format!("{role} {level}: {}\n{}", stdout(&o), stderr(&o));
             assert!(o.status.success(), "{ctx}");
             for (k, v) in [
                 ("seccomp", "on"),
