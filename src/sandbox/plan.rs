@@ -97,6 +97,8 @@ pub enum PlanError {
         level: Level,
         missing: String,
     },
+    #[error("no seccomp allow-list for role {0:?}; refusing to launch")]
+    UnknownRole(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -160,6 +162,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
     let namespaces = r.namespaces.available;
+    let seccomp_role = super::seccomp::Role::parse(&res.role)
+        .ok_or_else(|| PlanError::UnknownRole(res.role.clone()))?;
     let mut stage = StagePolicy {
         landlock: r.landlock.available,
         scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
@@ -167,7 +171,10 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         read_only,
         writable,
         seccomp: r.seccomp.available,
+        seccomp_role,
         no_network: res.network == Network::None,
+        // Set below once the namespace backend is chosen.
+        private_ipc: false,
         require_no_caps: true,
         namespaces: None,
     };
@@ -186,6 +193,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         // TMPDIR is the agent's own `tmp/` in every view: the `/tmp` of a
         // namespaced child is a root-owned tmpfs it cannot write.
         (true, Some(NsBackend::Native), _) => {
+            stage.private_ipc = true;
             stage.namespaces = Some(NamespacePlan {
                 mounts: view_steps(input, &res.writable),
             });
@@ -195,11 +203,15 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
                 input.tmp_dir.to_path_buf(),
             )
         }
-        (true, Some(NsBackend::Bwrap), Some(bwrap)) => (
-            bwrap.clone(),
-            bwrap_args(input, &res.writable),
-            input.tmp_dir.to_path_buf(),
-        ),
+        (true, Some(NsBackend::Bwrap), Some(bwrap)) => {
+            // BWRAP_BASE_ARGS has --unshare-ipc.
+            stage.private_ipc = true;
+            (
+                bwrap.clone(),
+                bwrap_args(input, &res.writable),
+                input.tmp_dir.to_path_buf(),
+            )
+        }
         _ => (
             input.exe.to_path_buf(),
             Vec::new(),

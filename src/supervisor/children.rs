@@ -222,6 +222,11 @@ pub enum LaunchError {
     SelfExe(std::io::Error),
     #[error("cannot start child: {0}")]
     Spawn(std::io::Error),
+    #[error("cannot start child: confinement step {step:?} failed before exec: {source}")]
+    PreExec {
+        step: &'static str,
+        source: std::io::Error,
+    },
     #[error("the launcher thread is gone")]
     LauncherGone,
 }
@@ -344,23 +349,30 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
     let parent = std::process::id() as libc::pid_t;
     let uid = plan.uid;
     let limits = plan.rlimits;
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: only async-signal-safe calls between fork and exec (the nix
+    // wrappers used are thin system calls that do not allocate).
     unsafe {
         cmd.pre_exec(move || {
-            let check = |r: libc::c_int| {
+            use nix::unistd::{Gid, Uid};
+            // Any failure stops the child before exec (std reports the
+            // error to `spawn`), tagged with the step (see `PreExecStep`).
+            let check = |step: PreExecStep, r: libc::c_int| {
                 if r < 0 {
-                    Err(std::io::Error::last_os_error())
+                    Err(step.error(std::io::Error::last_os_error()))
                 } else {
                     Ok(())
                 }
             };
-            check(libc::dup2(channel_fd, 3))?;
+            let nix_step = |step: PreExecStep, r: nix::Result<()>| {
+                r.map_err(|e| step.error(std::io::Error::from(e)))
+            };
+            check(PreExecStep::Channel, libc::dup2(channel_fd, 3))?;
             // dup2 onto the same number keeps CLOEXEC; clear it explicitly.
-            check(libc::fcntl(3, libc::F_SETFD, 0))?;
-            check(libc::setsid())?;
+            check(PreExecStep::Channel, libc::fcntl(3, libc::F_SETFD, 0))?;
+            check(PreExecStep::Session, libc::setsid())?;
             for fd in &cgroup_raw {
                 if libc::write(*fd, b"0\n".as_ptr().cast(), 2) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(PreExecStep::Cgroup.error(std::io::Error::last_os_error()));
                 }
             }
             if let Some(l) = limits {
@@ -369,28 +381,49 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                         rlim_cur: v,
                         rlim_max: v,
                     };
-                    libc::setrlimit(res, &r)
+                    check(PreExecStep::Rlimits, libc::setrlimit(res, &r))
                 };
-                check(set(libc::RLIMIT_NOFILE, l.nofile))?;
-                check(set(libc::RLIMIT_FSIZE, l.fsize))?;
-                check(set(libc::RLIMIT_CORE, 0))?;
+                set(libc::RLIMIT_NOFILE, l.nofile)?;
+                set(libc::RLIMIT_FSIZE, l.fsize)?;
+                set(libc::RLIMIT_CORE, 0)?;
                 if uid.is_some() {
-                    check(set(libc::RLIMIT_NPROC, l.nproc))?;
+                    set(libc::RLIMIT_NPROC, l.nproc)?;
                 }
             }
             if let Some(u) = uid {
                 // Empty the bounding set while still privileged, so nothing
                 // below can regain a capability (even without namespaces).
+                // EINVAL is a number past the kernel's last capability.
                 for cap in 0..=63 {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            break;
+                        }
+                        return Err(PreExecStep::BoundingSet.error(e));
+                    }
                 }
-                check(libc::setgroups(0, std::ptr::null()))?;
-                check(libc::setresgid(u, u, u))?;
-                check(libc::setresuid(u, u, u))?;
+                nix_step(PreExecStep::Groups, nix::unistd::setgroups(&[]))?;
+                let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
+                nix_step(PreExecStep::Gid, nix::unistd::setresgid(g, g, g))?;
+                nix_step(PreExecStep::Uid, nix::unistd::setresuid(u, u, u))?;
+                // Read back: a uid change that silently did not happen
+                // would run the child as root.
+                if nix::unistd::getresuid().map(|r| (r.real, r.effective, r.saved)) != Ok((u, u, u))
+                    || nix::unistd::getresgid().map(|r| (r.real, r.effective, r.saved))
+                        != Ok((g, g, g))
+                {
+                    return Err(
+                        PreExecStep::Uid.error(std::io::Error::from_raw_os_error(libc::EPERM))
+                    );
+                }
                 libc::umask(0o077);
             }
             // After the uid change: changing credentials clears it.
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+            nix_step(
+                PreExecStep::DeathSignal,
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL),
+            )?;
             // The supervisor may have died between fork and prctl.
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -403,7 +436,8 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                 libc::CLOSE_RANGE_CLOEXEC,
             );
             if closed != 0 {
-                // Kernels before 5.11: mark them one by one.
+                // Kernels before 5.11: mark them one by one (EBADF for the
+                // numbers that are not open is expected).
                 let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
                 for fd in 4..max {
                     libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
@@ -413,7 +447,11 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
         });
     }
     let started = Instant::now();
-    let child = cmd.spawn().map_err(LaunchError::Spawn)?;
+    let child = cmd.spawn().map_err(|e| {
+        let err = PreExecStep::decode(e);
+        tracing::error!(agent = %spec.agent_id, role = %spec.role, "{err}");
+        err
+    })?;
     drop(spec.channel);
     drop(cgroup_fds);
     let pid = child.id().unwrap_or(0);
@@ -422,6 +460,60 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
         pid,
         started,
     })
+}
+
+/// The confinement steps done between fork and exec. `pre_exec` can hand
+/// only an errno back to `spawn`, so the step travels in it:
+/// `(step + 1) * STEP_BASE + errno` (errno values stay below 4096).
+#[derive(Debug, Clone, Copy)]
+enum PreExecStep {
+    Channel,
+    Session,
+    Cgroup,
+    Rlimits,
+    BoundingSet,
+    Groups,
+    Gid,
+    Uid,
+    DeathSignal,
+}
+
+const STEP_BASE: i32 = 4096;
+
+const PRE_EXEC_STEPS: &[(PreExecStep, &str)] = &[
+    (PreExecStep::Channel, "install the channel as descriptor 3"),
+    (PreExecStep::Session, "setsid"),
+    (PreExecStep::Cgroup, "join the agent's cgroups"),
+    (PreExecStep::Rlimits, "setrlimit"),
+    (PreExecStep::BoundingSet, "prctl(PR_CAPBSET_DROP)"),
+    (PreExecStep::Groups, "setgroups([])"),
+    (PreExecStep::Gid, "setresgid to the agent's gid"),
+    (PreExecStep::Uid, "setresuid to the agent's uid"),
+    (PreExecStep::DeathSignal, "prctl(PR_SET_PDEATHSIG)"),
+];
+
+impl PreExecStep {
+    /// `e` tagged with this step (no allocation: it runs after fork).
+    fn error(self, e: std::io::Error) -> std::io::Error {
+        let errno = e.raw_os_error().unwrap_or(libc::EINVAL) % STEP_BASE;
+        std::io::Error::from_raw_os_error((self as i32 + 1) * STEP_BASE + errno)
+    }
+
+    /// The launch error for a `spawn` failure, naming the step if a
+    /// pre-exec step failed.
+    fn decode(e: std::io::Error) -> LaunchError {
+        let Some(code) = e.raw_os_error().filter(|c| *c >= STEP_BASE) else {
+            return LaunchError::Spawn(e);
+        };
+        let index = usize::try_from(code / STEP_BASE - 1).unwrap_or(usize::MAX);
+        match PRE_EXEC_STEPS.get(index) {
+            Some((_, step)) => LaunchError::PreExec {
+                step,
+                source: std::io::Error::from_raw_os_error(code % STEP_BASE),
+            },
+            None => LaunchError::Spawn(e),
+        }
+    }
 }
 
 /// The stage-2 program: the small `mini-letta-stage2` next to this binary
@@ -528,4 +620,27 @@ pub fn signal_child_tree(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed pre-exec step comes back from `spawn` with its name.
+    #[test]
+    fn pre_exec_steps_are_named() {
+        for (i, (step, name)) in PRE_EXEC_STEPS.iter().enumerate() {
+            assert_eq!(*step as usize, i, "{name} is out of order");
+            let e = step.error(std::io::Error::from_raw_os_error(libc::EPERM));
+            match PreExecStep::decode(e) {
+                LaunchError::PreExec { step, source } => {
+                    assert_eq!(step, *name);
+                    assert_eq!(source.raw_os_error(), Some(libc::EPERM));
+                }
+                other => panic!("{other}"),
+            }
+        }
+        let plain = PreExecStep::decode(std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(matches!(plain, LaunchError::Spawn(_)));
+    }
 }

@@ -221,11 +221,22 @@ pub fn confinement_or_skip(test: &str) -> bool {
 /// silently in CI — under `MINI_LETTA_REQUIRE_SANDBOX=1` this fails the
 /// test instead. Returns false, for `if !… { return skip(…) }`.
 pub fn skip(why: &str) -> bool {
-    if std::env::var("MINI_LETTA_REQUIRE_SANDBOX").as_deref() == Ok("1") {
-        panic!("MINI_LETTA_REQUIRE_SANDBOX=1 but {why}");
-    }
-    eprintln!("SKIPPED (loudly): {why}");
+    skip_or_fail(why);
     false
+}
+
+/// The variable that turns a missing sandbox prerequisite from a skip into
+/// a failure (CI on a host that must confine sets it).
+pub const REQUIRE_SANDBOX_ENV: &str = "MINI_LETTA_REQUIRE_SANDBOX";
+
+/// Say loudly that a test is skipped; under `MINI_LETTA_REQUIRE_SANDBOX=1`
+/// fail instead, so a CI job that expects confinement cannot pass by
+/// skipping.
+pub fn skip_or_fail(reason: &str) {
+    eprintln!("SKIPPED (loudly): {reason}");
+    if std::env::var(REQUIRE_SANDBOX_ENV).as_deref() == Ok("1") {
+        panic!("{REQUIRE_SANDBOX_ENV}=1 but the test had to be skipped: {reason}");
+    }
 }
 
 /// The hostile test child (`tests/hostile/child.c`), built once per test
