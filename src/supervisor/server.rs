@@ -416,22 +416,6 @@ async fn serve_frames_inner(
         };
         let (line, fds) = next;
         let refused = reader.take_refused_fds();
-        if refused > 0 {
-            if let Peer::Child {
-                id, agent, role, ..
-            } = &peer
-            {
-                tracing::warn!(child = id, agent = %agent, role = %role, descriptors = refused, "closed descriptors a child tried to pass");
-            }
-            sender.send(&ServerFrame::Error {
-                id: None,
-                code: ErrorCode::Forbidden,
-                message: format!(
-                    "children may not pass descriptors: {refused} closed, the frame they came with refused"
-                ),
-            });
-            continue;
-        }
         let frame = match line {
             Line::TooLarge => Err(FrameError {
                 id: None,
@@ -440,6 +424,29 @@ async fn serve_frames_inner(
             }),
             Line::Frame(bytes) => decode_client(&bytes),
         };
+        if refused > 0 {
+            // Already closed by the reader; the frame they came with is
+            // refused (answered with its id when it had one).
+            if let Peer::Child {
+                id, agent, role, ..
+            } = &peer
+            {
+                tracing::warn!(child = id, agent = %agent, role = %role, descriptors = refused, "closed descriptors a child tried to pass");
+            }
+            let id = match &frame {
+                Ok(ClientFrame::Request { id, .. }) => Some(*id),
+                Ok(_) => None,
+                Err(e) => e.id,
+            };
+            sender.send(&ServerFrame::Error {
+                id,
+                code: ErrorCode::Forbidden,
+                message: format!(
+                    "children may not pass descriptors: {refused} closed, the frame they came with refused"
+                ),
+            });
+            continue;
+        }
         let frame = match frame {
             Ok(f) => f,
             Err(e) => {

@@ -254,6 +254,9 @@ static CATALOGUE: &[Attack] = &[
     attack("61-proc-kmsg", 61, "/proc/kmsg readable", syscalls::proc_kmsg),
     attack("62-x32-syscall-bit", 62, "x32 syscall numbers", syscalls::x32_bit),
     attack("63-unknown-syscall", 63, "Unknown syscalls answer ENOSYS", syscalls::unknown_syscalls),
+    // Regression rows for the supervisor's trust boundary.
+    attack("64-channel-model-choice", 64, "Child names its model (scripted path, other provider)", channel::model_choice),
+    attack("65-channel-descriptors", 65, "Child passes descriptors to the supervisor", channel::pass_descriptors),
 ];
 
 /// Every attack, in §d order, then the seccomp regression rows.
