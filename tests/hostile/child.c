@@ -7,6 +7,10 @@
  *                  then one plain ping; prints the errors and answers seen.
  *   child flood N  N ping frames without ever reading, then waits for the
  *                  supervisor to hang up (prints "closed") or 20 s.
+ *   child swap A B S   exchange paths A and B (renameat2 RENAME_EXCHANGE)
+ *                  in a loop for S seconds; prints how many swaps.
+ *   child fifo P S     make P a FIFO and a regular file in turn for S
+ *                  seconds; prints how many FIFOs were made.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,7 +81,39 @@ static int consume(int wait_ms, const char *want) {
     return seen;
 }
 
+static int race_swap(const char *a, const char *b, long seconds) {
+    time_t until = time(NULL) + seconds;
+    long swaps = 0;
+    while (time(NULL) < until) {
+        /* renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) */
+        if (syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 2) == 0) swaps++;
+    }
+    printf("swaps=%ld\n", swaps);
+    return 0;
+}
+
+static int race_fifo(const char *path, long seconds) {
+    time_t until = time(NULL) + seconds;
+    long fifos = 0;
+    while (time(NULL) < until) {
+        unlink(path);
+        if (mkfifo(path, 0644) == 0) fifos++;
+        usleep(200);
+        unlink(path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            if (write(fd, "x\n", 2) < 0) perror("write");
+            close(fd);
+        }
+        usleep(200);
+    }
+    printf("fifos=%ld\n", fifos);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "swap") == 0) return race_swap(argv[2], argv[3], atol(argv[4]));
+    if (argc >= 4 && strcmp(argv[1], "fifo") == 0) return race_fifo(argv[2], atol(argv[3]));
     if (argc < 3) return 64;
     long n = atol(argv[2]);
     if (strcmp(argv[1], "fds") == 0) {
