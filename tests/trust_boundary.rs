@@ -359,7 +359,25 @@ fn descriptors_from_a_child_are_closed_and_refused() {
         .nth(1)
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
         .unwrap();
-    assert!(refused >= 1, "{out}");
+    // Every frame that carried descriptors was refused, none answered.
+    assert_eq!(refused, 2000, "{out}");
+    assert!(out.contains("pongs_with_fds=0 "), "{out}");
+    // A plain frame glued into the same read as the one carrying
+    // descriptors is answered; the refusal goes to the carrier.
+    let glue = spawn_hostile(&d, &format!("{} glue > glue.out", hostile.display()));
+    let exit = loop {
+        if let Some(row) = ended(&d, glue) {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = read(&d.path().join("agents").join(&d.agents[0]).join("glue.out"));
+    assert_eq!(exit["code"], 0, "{exit} {out}");
+    assert_eq!(
+        out.trim(),
+        "plain_answered=1 fds_refused=1 fds_answered=0",
+        "descriptors were attributed to the wrong frame"
+    );
     // 16,000 descriptors were sent; none may have stayed.
     assert!(
         most < before + 64,

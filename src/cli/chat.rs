@@ -280,8 +280,12 @@ pub fn turn(
         }
     }
     let exit = client.wait_child_exit(child, &mut exits)?;
-    // Its stderr closes with it (a lingering descendant would keep it open:
-    // do not wait on that).
+    // Its stderr closes with it; a lingering descendant could keep it open,
+    // so wait only briefly — but do wait: the error that ended it is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !relay_err.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     if relay_err.is_finished() {
         let _ = relay_err.join();
     }

@@ -144,10 +144,10 @@ impl FrameSender {
 pub struct FrameReader {
     read: OwnedReadHalf,
     splitter: LineSplitter,
-    ready: VecDeque<(Line, PassedFds)>,
+    ready: VecDeque<(Line, PassedFds, usize)>,
     fds: PassedFds,
     /// Children may pass no descriptors: theirs are closed as they arrive
-    /// and counted here for the refusal.
+    /// and counted for the refusal of their line (here until it ends).
     accept_fds: bool,
     refused_fds: usize,
 }
@@ -205,8 +205,9 @@ async fn writer(
 }
 
 impl FrameReader {
-    /// The next line and the descriptors that arrived with it; `None` at EOF.
-    pub async fn next(&mut self) -> std::io::Result<Option<(Line, PassedFds)>> {
+    /// The next line, the descriptors that arrived with it and how many
+    /// descriptors were refused (closed) on it; `None` at EOF.
+    pub async fn next(&mut self) -> std::io::Result<Option<(Line, PassedFds, usize)>> {
         loop {
             if let Some(item) = self.ready.pop_front() {
                 return Ok(Some(item));
@@ -216,38 +217,46 @@ impl FrameReader {
             if n == 0 {
                 return Ok(None);
             }
-            // A sender attaches descriptors to the first byte of its frame,
-            // and the kernel never merges bytes across that boundary into one
-            // read: they belong to the first line that *starts* in this
-            // chunk, which is the second completed one if an earlier frame
-            // was still pending.
             // Closed at once: a child's descriptors never wait in our table.
-            let fds = if self.accept_fds {
-                fds
+            let (mut fds, refused) = if self.accept_fds {
+                (fds, 0)
             } else {
-                self.refused_fds += fds.len();
-                Vec::new()
+                let n = fds.len();
+                drop(fds);
+                (Vec::new(), n)
             };
-            let mut skip = usize::from(self.splitter.is_pending() && !fds.is_empty());
-            self.fds.extend(fds);
-            // A peer sending descriptors without ever finishing a line must
-            // not pile them up here.
-            self.fds.truncate(MAX_PENDING_FDS);
-            for line in self.splitter.push(&buf[..n]) {
-                let fds = if skip > 0 {
-                    skip -= 1;
-                    Vec::new()
+            // The kernel ends a read right after the bytes that carried
+            // descriptors (it may glue earlier bytes in front of them), so
+            // they belong to the line holding the chunk's last byte: the
+            // last line completed here when the chunk ends a line, else
+            // the line still pending.
+            let chunk = &buf[..n];
+            let ends_line = chunk.last() == Some(&b'\n');
+            let lines = self.splitter.push(chunk);
+            let count = lines.len();
+            for (i, line) in lines.into_iter().enumerate() {
+                let (mut line_fds, mut line_refused) = if i == 0 {
+                    (
+                        std::mem::take(&mut self.fds),
+                        std::mem::take(&mut self.refused_fds),
+                    )
                 } else {
-                    std::mem::take(&mut self.fds)
+                    (Vec::new(), 0)
                 };
-                self.ready.push_back((line, fds));
+                if ends_line && i + 1 == count {
+                    line_fds.append(&mut fds);
+                    line_refused += refused;
+                }
+                self.ready.push_back((line, line_fds, line_refused));
+            }
+            if !ends_line {
+                self.fds.append(&mut fds);
+                self.refused_fds += refused;
+                // A peer sending descriptors without ever finishing a line
+                // must not pile them up here.
+                self.fds.truncate(MAX_PENDING_FDS);
             }
         }
-    }
-
-    /// Descriptors refused (closed) since the last call.
-    pub fn take_refused_fds(&mut self) -> usize {
-        std::mem::take(&mut self.refused_fds)
     }
 
     async fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, PassedFds)> {

@@ -414,8 +414,7 @@ async fn serve_frames_inner(
                 break;
             }
         };
-        let (line, fds) = next;
-        let refused = reader.take_refused_fds();
+        let (line, fds, refused) = next;
         let frame = match line {
             Line::TooLarge => Err(FrameError {
                 id: None,

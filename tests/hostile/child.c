@@ -7,6 +7,10 @@
  *                  then one plain ping; prints the errors and answers seen.
  *   child flood N  N ping frames without ever reading, then waits for the
  *                  supervisor to hang up (prints "closed") or 20 s.
+ *   child glue     a burst of pings, then a plain frame and one carrying
+ *                  descriptors back to back, so that one read of the
+ *                  supervisor gets both; prints whether the refusal went to
+ *                  the frame that carried them.
  *   child swap A B S   exchange paths A and B (renameat2 RENAME_EXCHANGE)
  *                  in a loop for S seconds; prints how many swaps.
  *   child fifo P S     make P a FIFO and a regular file in turn for S
@@ -57,6 +61,8 @@ static void send_with_fds(const char *frame, int fd) {
 static char acc[1 << 20];
 static size_t acc_len;
 static int refusals;
+/* Pongs for frames that carried descriptors (ids 1..N): must stay 0. */
+static int pongs_with_fds;
 
 /* Read what is there (waiting up to `wait_ms`), count refusals; 1 when a
  * line containing `want` was seen, -1 when the supervisor hung up. */
@@ -73,6 +79,9 @@ static int consume(int wait_ms, const char *want) {
     while ((nl = strchr(start, '\n'))) {
         *nl = 0;
         if (strstr(start, "descriptors")) refusals++;
+        if (strstr(start, "\"pong\"") && !strstr(start, "\"id\":0,") &&
+            !strstr(start, "\"id\":999999"))
+            pongs_with_fds++;
         if (want && strstr(start, want)) seen = 1;
         start = nl + 1;
     }
@@ -111,13 +120,57 @@ static int race_fifo(const char *path, long seconds) {
     return 0;
 }
 
+static int glue(void) {
+    /* A burst the supervisor is still working through when the two frames
+     * below arrive behind it: its next read takes both at once. (Their
+     * answers fit in the socket's buffer: no backpressure.) */
+    const char *ping = "{\"type\":\"request\",\"id\":5,\"method\":\"ping\"}\n";
+    for (int i = 0; i < 300; i++) {
+        if (send(CH, ping, strlen(ping), MSG_NOSIGNAL) < 0) return 3;
+    }
+    const char *plain = "{\"type\":\"request\",\"id\":7,\"method\":\"ping\"}\n";
+    if (send(CH, plain, strlen(plain), MSG_NOSIGNAL) < 0) return 3;
+    int fd = open("/dev/null", O_RDONLY);
+    send_with_fds("{\"type\":\"request\",\"id\":8,\"method\":\"ping\"}\n", fd);
+    /* Now read everything: the supervisor resumes and reads both at once. */
+    int seven_pong = 0, eight_refused = 0, eight_pong = 0;
+    time_t until = time(NULL) + 10;
+    while (time(NULL) < until && !(seven_pong && (eight_refused || eight_pong))) {
+        struct pollfd p = {.fd = CH, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t n = recv(CH, acc + acc_len, sizeof acc - acc_len - 1, MSG_DONTWAIT);
+        if (n <= 0) break;
+        acc_len += (size_t)n;
+        acc[acc_len] = 0;
+        char *start = acc, *nl;
+        while ((nl = strchr(start, '\n'))) {
+            *nl = 0;
+            if (strstr(start, "\"id\":7") && strstr(start, "pong")) seven_pong = 1;
+            if (strstr(start, "\"id\":8") && strstr(start, "descriptors")) eight_refused = 1;
+            if (strstr(start, "\"id\":8") && strstr(start, "pong")) eight_pong = 1;
+            start = nl + 1;
+        }
+        acc_len = strlen(start);
+        memmove(acc, start, acc_len + 1);
+    }
+    printf("plain_answered=%d fds_refused=%d fds_answered=%d\n", seven_pong, eight_refused,
+           eight_pong);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "glue") == 0) return glue();
     if (argc >= 5 && strcmp(argv[1], "swap") == 0) return race_swap(argv[2], argv[3], atol(argv[4]));
     if (argc >= 4 && strcmp(argv[1], "fifo") == 0) return race_fifo(argv[2], atol(argv[3]));
     if (argc < 3) return 64;
     long n = atol(argv[2]);
     if (strcmp(argv[1], "fds") == 0) {
         int fd = open("/dev/null", O_RDONLY);
+        /* A plain frame right before the first one with descriptors: the
+         * kernel may glue both into one read; the refusal must still go to
+         * the frame that carried them. */
+        const char *plain = "{\"type\":\"request\",\"id\":0,\"method\":\"ping\"}\n";
+        if (send(CH, plain, strlen(plain), MSG_NOSIGNAL) < 0) return 3;
         for (long i = 0; i < n; i++) {
             char frame[128];
             snprintf(frame, sizeof frame,
@@ -141,7 +194,7 @@ int main(int argc, char **argv) {
                 return 4;
             }
         }
-        printf("refused=%d answered\n", refusals);
+        printf("refused=%d pongs_with_fds=%d answered\n", refusals, pongs_with_fds);
         return 0;
     }
     if (strcmp(argv[1], "flood") == 0) {
