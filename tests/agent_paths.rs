@@ -1,0 +1,431 @@
+//! Attacks on the supervisor through an agent-writable directory: a hostile
+//! child swaps directories and files with symlinks and FIFOs while the
+//! supervisor (root) chowns, commits or reports status. Every attack here
+//! was demonstrated against a supervisor that resolved paths by string; each
+//! test asserts the harm cannot happen (host files keep their owner, host
+//! content never becomes a git object, nothing blocks).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use git2::{Repository, Signature};
+use mini_letta::memfs::commit::{CommitOptions, commit_paths};
+use mini_letta::memfs::repo;
+use mini_letta::memfs::validate::MAX_FILE_BYTES;
+use mini_letta::paths::AgentPaths;
+use nix::fcntl::{RenameFlags, renameat2};
+
+/// How long each race runs. Long enough to hit the window thousands of
+/// times on the old code, short enough for a 2-core CI.
+const RACE: Duration = Duration::from_secs(3);
+/// A uid no account uses: the agent's.
+const AGENT_UID: u32 = 3_999_123;
+
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    nix::unistd::mkfifo(
+        c.as_c_str(),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+}
+
+/// A thread that exchanges `a` and `b` in `dir` (atomically, with
+/// `RENAME_EXCHANGE`) until told to stop: what a hostile child does to race
+/// a check against a use.
+struct Swapper {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<u64>>,
+}
+
+impl Swapper {
+    fn start(dir: &Path, a: &str, b: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let dirfd = std::fs::File::open(dir).unwrap();
+        let (a, b, flag) = (a.to_string(), b.to_string(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                renameat2(
+                    &dirfd,
+                    a.as_str(),
+                    &dirfd,
+                    b.as_str(),
+                    RenameFlags::RENAME_EXCHANGE,
+                )
+                .unwrap();
+                n += 1;
+            }
+            // Leave the tree as it was set up (an even number of swaps).
+            if n % 2 == 1 {
+                renameat2(
+                    &dirfd,
+                    a.as_str(),
+                    &dirfd,
+                    b.as_str(),
+                    RenameFlags::RENAME_EXCHANGE,
+                )
+                .unwrap();
+            }
+            n
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A home-like layout: `<tmp>/host/` (root's files, outside every agent)
+/// and `<tmp>/agents/a1/` with a memory repository.
+struct Layout {
+    tmp: tempfile::TempDir,
+    agent: AgentPaths,
+}
+
+impl Layout {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        std::fs::create_dir(&host).unwrap();
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(host.join("etc")).unwrap();
+        let agent = AgentPaths::from_dir(&tmp.path().join("agents").join("a1"));
+        std::fs::create_dir_all(agent.dir()).unwrap();
+        let files = mini_letta::memfs::template::initial_files();
+        let seed: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+        let sig = Signature::now("T", "t@example.com").unwrap();
+        repo::create(
+            &agent.memory_dir(),
+            &agent.memory_git_dir(),
+            &seed,
+            &sig,
+            "init",
+        )
+        .unwrap();
+        Self { tmp, agent }
+    }
+
+    fn host(&self) -> PathBuf {
+        self.tmp.path().join("host")
+    }
+
+    fn memory(&self) -> PathBuf {
+        self.agent.memory_dir()
+    }
+
+    /// A root-only host file holding `secret`.
+    fn host_secret(&self, rel: &str, secret: &str) -> PathBuf {
+        let p = self.host().join(rel);
+        std::fs::write(&p, secret).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
+
+    fn repo(&self) -> Repository {
+        repo::open_agent(&self.agent).unwrap()
+    }
+}
+
+fn secret_marker() -> String {
+    format!("HOST-SECRET-{:016x}", rand::random::<u64>())
+}
+
+/// Every object in the repository's object database, as bytes.
+fn all_objects(repo: &Repository) -> Vec<(git2::Oid, Vec<u8>)> {
+    let odb = repo.odb().unwrap();
+    let mut ids = Vec::new();
+    odb.foreach(|id| {
+        ids.push(*id);
+        true
+    })
+    .unwrap();
+    ids.into_iter()
+        .map(|id| (id, odb.read(id).unwrap().data().to_vec()))
+        .collect()
+}
+
+fn assert_no_object_contains(repo: &Repository, needle: &str) {
+    for (id, data) in all_objects(repo) {
+        assert!(
+            !data.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "object {id} holds host file content ({needle})"
+        );
+    }
+}
+
+fn sig() -> Signature<'static> {
+    Signature::now("Agent", "agent@example.com").unwrap()
+}
+
+/// Run `f` on a worker thread; each result must come back within
+/// `per_call` or the test fails (a call blocked on a FIFO never returns).
+fn commit_loop_with_deadline(
+    layout: &Layout,
+    paths: Vec<String>,
+    per_call: Duration,
+) -> (usize, usize) {
+    let (tx, rx) = mpsc::channel();
+    let agent = layout.agent.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let repo = repo::open_agent(&agent).unwrap();
+        let opts = CommitOptions::for_repo(&repo, false);
+        while !flag.load(Ordering::Relaxed) {
+            let r = commit_paths(&repo, &paths, "race", &sig(), &opts);
+            if tx.send(r.map_err(|e| e.to_string())).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + RACE;
+    let (mut ok, mut err) = (0, 0);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(per_call) {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                panic!("a commit did not answer within {per_call:?} (blocked reading a FIFO?)");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    (ok, err)
+}
+
+// ------------------------------------------------------------- attack 1
+
+/// `own_agent_dir` runs on every spawn as root. A child exchanging a
+/// directory of its memory tree with a symlink to a host directory must
+/// never get host files chowned to its uid.
+#[test]
+fn chown_never_follows_a_swapped_symlink_out_of_the_agent_dir() {
+    if !common::require_root("chown_never_follows_a_swapped_symlink_out_of_the_agent_dir") {
+        return;
+    }
+    let l = Layout::new();
+    let secret = l.host_secret("etc/shadow-like", "root only\n");
+    let mem = l.memory();
+    std::fs::create_dir(mem.join("sub")).unwrap();
+    for i in 0..8 {
+        std::fs::write(mem.join(format!("sub/f{i}.md")), "x").unwrap();
+    }
+    std::os::unix::fs::symlink(l.host().join("etc"), mem.join("link")).unwrap();
+    let swapper = Swapper::start(&mem, "sub", "link");
+    let deadline = Instant::now() + RACE;
+    let mut calls = 0;
+    while Instant::now() < deadline {
+        // Errors are fine (the tree changes under the walk); harm is not.
+        let _ = mini_letta::sandbox::identity::own_agent_dir(&l.agent, AGENT_UID);
+        calls += 1;
+        if std::fs::metadata(&secret).unwrap().uid() != 0 {
+            break;
+        }
+    }
+    let swaps = swapper.stop();
+    eprintln!("{calls} own_agent_dir calls against {swaps} swaps");
+    for p in [l.host(), l.host().join("etc"), secret] {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (0, 0),
+            "{} changed hands to the agent",
+            p.display()
+        );
+    }
+    // The agent's own tree is still given to it.
+    let m = std::fs::metadata(mem.join("MEMORY.md")).unwrap();
+    assert_eq!(m.uid(), AGENT_UID);
+}
+
+/// Hard links and other uids' files are never adopted, and the agent
+/// directory itself stays root's.
+#[test]
+fn chown_keeps_hard_links_and_foreign_files() {
+    if !common::require_root("chown_keeps_hard_links_and_foreign_files") {
+        return;
+    }
+    let l = Layout::new();
+    let host_file = l.host_secret("etc/linked", "x");
+    let mem = l.memory();
+    std::fs::hard_link(&host_file, mem.join("hard.md")).unwrap();
+    std::fs::write(mem.join("other.md"), "y").unwrap();
+    std::os::unix::fs::lchown(mem.join("other.md"), Some(4242), Some(4242)).unwrap();
+    mini_letta::sandbox::identity::own_agent_dir(&l.agent, AGENT_UID).unwrap();
+    assert_eq!(std::fs::metadata(&host_file).unwrap().uid(), 0);
+    assert_eq!(std::fs::metadata(mem.join("other.md")).unwrap().uid(), 4242);
+    assert_eq!(
+        std::fs::metadata(mem.join("persona.md")).unwrap().uid(),
+        AGENT_UID
+    );
+    let dir = std::fs::metadata(l.agent.dir()).unwrap();
+    assert_eq!(
+        (dir.uid(), dir.gid(), dir.mode() & 0o7777),
+        (0, AGENT_UID, 0o750)
+    );
+    // agent.json and memory.git stay the supervisor's.
+    let git = std::fs::metadata(l.agent.memory_git_dir()).unwrap();
+    assert_eq!(git.uid(), 0);
+}
+
+// ------------------------------------------------------------- attack 2
+
+/// A file checked as regular and then swapped for a symlink to a root-only
+/// host file: its content must never become an object in the repository.
+#[test]
+fn commit_never_reads_a_host_file_through_a_swapped_symlink() {
+    let l = Layout::new();
+    let marker = secret_marker();
+    let secret = l.host_secret("etc/secret", &format!("{marker}\n"));
+    let mem = l.memory();
+    std::fs::write(mem.join("notes.md"), "---\ndescription: n\n---\nlegit\n").unwrap();
+    std::os::unix::fs::symlink(&secret, mem.join("alias.md")).unwrap();
+    let swapper = Swapper::start(&mem, "notes.md", "alias.md");
+    let (ok, err) = commit_loop_with_deadline(&l, vec!["notes.md".into()], Duration::from_secs(5));
+    let swaps = swapper.stop();
+    eprintln!("{ok} commits, {err} refusals against {swaps} swaps");
+    assert_no_object_contains(&l.repo(), &marker);
+}
+
+/// The same through a directory component: `dir/` exchanged with a symlink
+/// to a host directory holding a file of the same name.
+#[test]
+fn commit_never_reads_through_a_swapped_directory_symlink() {
+    let l = Layout::new();
+    let marker = secret_marker();
+    std::fs::create_dir(l.host().join("etc/dir")).unwrap();
+    l.host_secret("etc/dir/notes.md", &format!("{marker}\n"));
+    let mem = l.memory();
+    std::fs::create_dir(mem.join("dir")).unwrap();
+    std::fs::write(mem.join("dir/notes.md"), "legit\n").unwrap();
+    std::os::unix::fs::symlink(l.host().join("etc/dir"), mem.join("dirlink")).unwrap();
+    let swapper = Swapper::start(&mem, "dir", "dirlink");
+    let (ok, err) =
+        commit_loop_with_deadline(&l, vec!["dir/notes.md".into()], Duration::from_secs(5));
+    let (ok2, err2) = commit_loop_with_deadline(&l, vec!["dir".into()], Duration::from_secs(5));
+    let swaps = swapper.stop();
+    eprintln!(
+        "{} commits, {} refusals against {swaps} swaps",
+        ok + ok2,
+        err + err2
+    );
+    assert_no_object_contains(&l.repo(), &marker);
+}
+
+/// A file larger than the per-file limit is refused before it is read
+/// whole, and no object is written for it.
+#[test]
+fn commit_refuses_an_oversized_file_without_writing_an_object() {
+    let l = Layout::new();
+    let big = l.memory().join("big.md");
+    let f = std::fs::File::create(&big).unwrap();
+    // Sparse: costs no disk, but reading it costs 64 MiB.
+    f.set_len(64 << 20).unwrap();
+    drop(f);
+    let repo = l.repo();
+    let opts = CommitOptions::for_repo(&repo, false);
+    let err = commit_paths(&repo, &["big.md".into()], "big", &sig(), &opts).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("exceeds the {MAX_FILE_BYTES}-byte file limit")),
+        "{msg}"
+    );
+    for (id, data) in all_objects(&repo) {
+        assert!(
+            data.len() as u64 <= MAX_FILE_BYTES,
+            "object {id} of {} bytes was written for a refused file",
+            data.len()
+        );
+    }
+}
+
+// ------------------------------------------------------------- attack 3
+
+/// A FIFO raced in place of a regular file: every commit answers (with a
+/// refusal or a result) within a second instead of blocking in `open` or
+/// `read` while holding the repository lock.
+#[test]
+fn commit_with_a_fifo_raced_in_answers_quickly() {
+    let l = Layout::new();
+    let mem = l.memory();
+    std::fs::write(mem.join("notes.md"), "---\ndescription: n\n---\nlegit\n").unwrap();
+    mkfifo(&mem.join("pipe.md"));
+    let swapper = Swapper::start(&mem, "notes.md", "pipe.md");
+    let (ok, err) = commit_loop_with_deadline(&l, vec!["notes.md".into()], Duration::from_secs(1));
+    let swaps = swapper.stop();
+    eprintln!("{ok} commits, {err} refusals against {swaps} swaps");
+    // A FIFO sitting still is refused with a clear error too.
+    let repo = l.repo();
+    let opts = CommitOptions::for_repo(&repo, false);
+    let err = commit_paths(&repo, &["pipe.md".into()], "p", &sig(), &opts).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+}
+
+/// A FIFO at `memory/.gitignore` made libgit2's status block forever in the
+/// supervisor; now `memory.status` answers within a second (listing it as
+/// dirty) and another agent's requests are still served.
+#[test]
+fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
+    use mini_letta::protocol::Call;
+    let d = common::Daemon::start(&["a", "b"]);
+    mkfifo(&d.memory_dir(0).join(".gitignore"));
+    std::fs::write(d.memory_dir(0).join("new.md"), "n").unwrap();
+    let mut c = d.client();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let v = c
+        .call(Call::MemoryStatus {
+            agent: Some(d.agents[0].clone()),
+        })
+        .expect("memory.status must answer, not hang on a FIFO");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "memory.status took {:?}",
+        started.elapsed()
+    );
+    let dirty: Vec<&str> = v["dirty"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x.as_str())
+        .collect();
+    assert_eq!(dirty, [".gitignore", "new.md"], "{v}");
+    assert!(v["head"].as_str().is_some_and(|h| h.len() == 40), "{v}");
+    // Many requests at once do not exhaust anything either.
+    for _ in 0..50 {
+        c.call(Call::MemoryStatus {
+            agent: Some(d.agents[0].clone()),
+        })
+        .unwrap();
+    }
+    let v = d
+        .client()
+        .call(Call::MemoryStatus {
+            agent: Some(d.agents[1].clone()),
+        })
+        .unwrap();
+    assert_eq!(v["dirty"], serde_json::json!([]), "{v}");
+}
