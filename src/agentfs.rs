@@ -59,6 +59,9 @@ pub enum FsError {
     TooManyEntries { path: PathBuf, max: usize },
     #[error("{path}: not a directory")]
     NotADirectory { path: PathBuf },
+    /// Its type changed between two looks at it (a child racing us).
+    #[error("{path}: changed while being read; try again")]
+    Changed { path: PathBuf },
 }
 
 impl FsError {
@@ -292,6 +295,17 @@ impl Dir {
         })
     }
 
+    /// Another descriptor for this same directory (a fresh open of "."
+    /// from this descriptor, not of a path).
+    pub fn try_clone(&self) -> Result<Dir, FsError> {
+        let fd = nix::fcntl::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())
+            .map_err(|e| FsError::from_errno(self.shown.clone(), e))?;
+        Ok(Dir {
+            fd,
+            shown: self.shown.clone(),
+        })
+    }
+
     /// The path this directory was reached by, for messages.
     pub fn path(&self) -> &Path {
         &self.shown
@@ -416,9 +430,8 @@ impl Dir {
         })?;
         nix::fcntl::readlinkat(&self.fd, name).map_err(|e| match e {
             // Not a symlink (any more): say what it is instead of EINVAL.
-            Errno::EINVAL => FsError::NotRegular {
+            Errno::EINVAL => FsError::Changed {
                 path: self.shown(name),
-                kind: "not a symbolic link",
             },
             e => FsError::from_errno(self.shown(name), e),
         })

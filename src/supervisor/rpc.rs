@@ -78,7 +78,10 @@ pub async fn memory_commit(
                 | CommitError::CaseCollision { .. }
                 | CommitError::NotADirectory { .. }
                 | CommitError::NoSuchPath(_)
-                | CommitError::NoPaths),
+                | CommitError::NoPaths
+                | CommitError::NotAFile(_)
+                | CommitError::TooLarge { .. }
+                | CommitError::Changed(_)),
             ) => Err(error(ErrorCode::Forbidden, e.to_string())),
             Err(e) => Err(error(ErrorCode::Internal, e.to_string())),
         }
