@@ -151,6 +151,26 @@ impl AgentPaths {
 pub const MEMORY_DIR_NAME: &str = "memory";
 /// Name of the memory git directory inside the agent directory.
 pub const MEMORY_GIT_DIR_NAME: &str = "memory.git";
+/// Name of the agent's temporary directory inside the agent directory.
+pub const TMP_DIR_NAME: &str = "tmp";
+/// Name of the conversations directory inside the agent directory.
+pub const CONVERSATIONS_DIR_NAME: &str = "conversations";
+/// Name of the memory worktrees directory inside the agent directory.
+pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
+/// Name of the reflections directory inside the agent directory.
+pub const REFLECTIONS_DIR_NAME: &str = "reflections";
+
+/// The entries of an agent directory that belong to the agent's uid (a
+/// confined child writes below them). Everything else there (`agent.json`,
+/// `memory.git/`) stays the supervisor's. Names, one component each, so the
+/// supervisor can reach them from the agent directory's descriptor.
+pub const AGENT_OWNED_DIR_NAMES: [&str; 5] = [
+    MEMORY_DIR_NAME,
+    TMP_DIR_NAME,
+    CONVERSATIONS_DIR_NAME,
+    WORKTREES_DIR_NAME,
+    REFLECTIONS_DIR_NAME,
+];
 
 impl AgentPaths {
     pub fn dir(&self) -> &Path {
@@ -171,15 +191,15 @@ impl AgentPaths {
 
     /// The agent's private temporary directory (`TMPDIR` of its children).
     pub fn tmp_dir(&self) -> PathBuf {
-        self.dir.join("tmp")
+        self.dir.join(TMP_DIR_NAME)
     }
 
     pub fn worktrees_dir(&self) -> PathBuf {
-        self.dir.join("memory-worktrees")
+        self.dir.join(WORKTREES_DIR_NAME)
     }
 
     pub fn conversations_dir(&self) -> PathBuf {
-        self.dir.join("conversations")
+        self.dir.join(CONVERSATIONS_DIR_NAME)
     }
 
     /// Paths of one conversation of this agent.
@@ -193,7 +213,7 @@ impl AgentPaths {
     }
 
     pub fn reflection_payloads_dir(&self) -> PathBuf {
-        self.dir.join("reflections").join("payloads")
+        self.dir.join(REFLECTIONS_DIR_NAME).join("payloads")
     }
 
     pub fn reflection_lock(&self) -> PathBuf {
