@@ -429,3 +429,95 @@ fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
         .unwrap();
     assert_eq!(v["dirty"], serde_json::json!([]), "{v}");
 }
+
+/// The status function itself: a FIFO (tracked path replaced, untracked,
+/// and at `.gitignore`) answers at once and is listed dirty, never read.
+#[test]
+fn worktree_status_lists_fifos_without_opening_them() {
+    use mini_letta::memfs::worktree_status::worktree_status;
+    let l = Layout::new();
+    let mem = l.memory();
+    mkfifo(&mem.join(".gitignore"));
+    std::fs::remove_file(mem.join("human.md")).unwrap();
+    mkfifo(&mem.join("human.md"));
+    std::fs::create_dir(mem.join("d")).unwrap();
+    mkfifo(&mem.join("d/pipe"));
+    let repo = l.repo();
+    let (tx, rx) = mpsc::channel();
+    let agent = l.agent.clone();
+    std::thread::spawn(move || {
+        let repo = repo::open_agent(&agent).unwrap();
+        let _ = tx.send(worktree_status(&repo).map_err(|e| e.to_string()));
+    });
+    let status = rx
+        .recv_timeout(Duration::from_secs(1))
+        .expect("worktree_status blocked on a FIFO")
+        .unwrap();
+    assert_eq!(status.dirty, [".gitignore", "d/pipe", "human.md"]);
+    let head = repo
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
+    assert_eq!(status.head, Some(head));
+}
+
+/// On an ordinary tree the answer is libgit2's (`include_untracked`,
+/// `recurse_untracked_dirs`): modified, staged, staged-then-reverted,
+/// deleted, mode change, untracked in an untracked directory, symlink.
+#[test]
+fn worktree_status_agrees_with_libgit2_on_ordinary_trees() {
+    use mini_letta::memfs::worktree_status::worktree_status;
+    let l = Layout::new();
+    let mem = l.memory();
+    let repo = l.repo();
+    let libgit2 = |repo: &Repository| -> Vec<String> {
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        let mut v: Vec<String> = repo
+            .statuses(Some(&mut opts))
+            .unwrap()
+            .iter()
+            .filter_map(|s| s.path().ok().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(worktree_status(&repo).unwrap().dirty, Vec::<String>::new());
+    assert_eq!(libgit2(&repo), Vec::<String>::new());
+    // Modified in the working tree.
+    std::fs::write(mem.join("persona.md"), "changed\n").unwrap();
+    // Staged new file, then changed again in the tree.
+    std::fs::write(mem.join("staged.md"), "one\n").unwrap();
+    let mut index = repo.index().unwrap();
+    index.add_path(Path::new("staged.md")).unwrap();
+    index.write().unwrap();
+    std::fs::write(mem.join("staged.md"), "two\n").unwrap();
+    // Deleted.
+    std::fs::remove_file(mem.join("human.md")).unwrap();
+    // Untracked, in an untracked directory, and a symlink.
+    std::fs::create_dir_all(mem.join("new/deeper")).unwrap();
+    std::fs::write(mem.join("new/deeper/x.md"), "x\n").unwrap();
+    std::os::unix::fs::symlink("persona.md", mem.join("link.md")).unwrap();
+    // Mode change.
+    std::fs::set_permissions(
+        mem.join("MEMORY.md"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let ours = worktree_status(&repo).unwrap().dirty;
+    assert_eq!(ours, libgit2(&repo));
+    assert_eq!(
+        ours,
+        [
+            "MEMORY.md",
+            "human.md",
+            "link.md",
+            "new/deeper/x.md",
+            "persona.md",
+            "staged.md"
+        ]
+    );
+}
