@@ -15,9 +15,10 @@
 //! would let a third writer lock a fresh inode and run concurrently.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::paths::MemoryGitDir;
 
@@ -34,7 +35,22 @@ pub enum LockError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Another writer held the lock for the whole wait.
+    #[error(
+        "{path}: the memory repository lock ({holder}) was still held after waiting {waited:?}; try again"
+    )]
+    Timeout {
+        path: PathBuf,
+        /// `another thread of this process` or `another process`.
+        holder: &'static str,
+        waited: Duration,
+    },
 }
+
+/// How long a writer waits for the repository lock by default. Every wait
+/// is bounded: a writer stuck while holding it (or a process holding the
+/// flock) must not pile up the supervisor's blocking threads forever.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Git directories currently locked by a thread of this process.
 static HELD: LazyLock<(Mutex<HashSet<PathBuf>>, Condvar)> =
@@ -50,13 +66,26 @@ pub struct RepoLock {
 }
 
 impl RepoLock {
-    /// Block until this thread holds the writer lock of the repository whose
-    /// (common) git directory is `git_dir`.
+    /// Wait (at most [`DEFAULT_LOCK_TIMEOUT`]) until this thread holds the
+    /// writer lock of the repository whose (common) git directory is
+    /// `git_dir`.
     pub fn acquire(git_dir: &Path) -> Result<RepoLock, LockError> {
+        Self::acquire_timeout(git_dir, DEFAULT_LOCK_TIMEOUT)
+    }
+
+    /// [`Self::acquire`], waiting at most `timeout` in all (both layers).
+    pub fn acquire_timeout(git_dir: &Path, timeout: Duration) -> Result<RepoLock, LockError> {
+        let deadline = Instant::now() + timeout;
         let key = std::fs::canonicalize(git_dir).unwrap_or_else(|_| git_dir.to_path_buf());
-        acquire_in_process(&key);
-        // From here on, a failure must release the in-process slot.
         let path = MemoryGitDir::new(&key).write_lock_file();
+        if !acquire_in_process(&key, deadline) {
+            return Err(LockError::Timeout {
+                path,
+                holder: "another thread of this process",
+                waited: timeout,
+            });
+        }
+        // From here on, a failure must release the in-process slot.
         let file = match OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -69,11 +98,31 @@ impl RepoLock {
                 return Err(LockError::Open { path, source });
             }
         };
-        if let Err(source) = file.lock() {
-            release_in_process(&key);
-            return Err(LockError::Lock { path, source });
+        // flock has no timed wait: poll with a short, growing sleep. The
+        // holder is another process (a CLI, another supervisor), rare and
+        // short-lived, so polling costs little.
+        let mut nap = Duration::from_millis(2);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(RepoLock { key, _file: file }),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(source)) => {
+                    release_in_process(&key);
+                    return Err(LockError::Lock { path, source });
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                release_in_process(&key);
+                return Err(LockError::Timeout {
+                    path,
+                    holder: "another process",
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(nap.min(deadline - now));
+            nap = (nap * 2).min(Duration::from_millis(50));
         }
-        Ok(RepoLock { key, _file: file })
     }
 }
 
@@ -86,14 +135,24 @@ impl Drop for RepoLock {
     }
 }
 
-fn acquire_in_process(key: &Path) {
+/// Take the in-process slot for `key`, waiting until `deadline` at most;
+/// returns whether it was taken.
+fn acquire_in_process(key: &Path, deadline: Instant) -> bool {
     let (lock, cvar) = &*HELD;
     // A poisoned table only means a holder panicked; the set is still valid.
     let mut held = lock.lock().unwrap_or_else(|e| e.into_inner());
     while held.contains(key) {
-        held = cvar.wait(held).unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        held = cvar
+            .wait_timeout(held, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
     held.insert(key.to_path_buf());
+    true
 }
 
 fn release_in_process(key: &Path) {
@@ -132,5 +191,36 @@ mod tests {
         }
         assert_eq!(max.load(Ordering::SeqCst), 1);
         assert!(dir.path().join("mini-letta-memory.lock").is_file());
+    }
+
+    #[test]
+    fn waits_are_bounded_and_say_which_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = RepoLock::acquire(dir.path()).unwrap();
+        let d = dir.path().to_path_buf();
+        let started = Instant::now();
+        let err = std::thread::spawn(move || {
+            RepoLock::acquire_timeout(&d, Duration::from_millis(200)).unwrap_err()
+        })
+        .join()
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("mini-letta-memory.lock") && msg.contains("200ms"),
+            "{msg}"
+        );
+        assert!(msg.contains("another thread"), "{msg}");
+        drop(held);
+        // Another process holding the flock (simulated by a second open
+        // file description in this process, outside the in-process table).
+        let path = dir.path().join("mini-letta-memory.lock");
+        let other = OpenOptions::new().write(true).open(&path).unwrap();
+        other.lock().unwrap();
+        let err = RepoLock::acquire_timeout(dir.path(), Duration::from_millis(100)).unwrap_err();
+        assert!(err.to_string().contains("another process"), "{err}");
+        // The in-process slot was released on that failure.
+        drop(other);
+        assert!(RepoLock::acquire_timeout(dir.path(), Duration::from_millis(100)).is_ok());
     }
 }

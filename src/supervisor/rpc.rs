@@ -83,6 +83,10 @@ pub async fn memory_commit(
                 | CommitError::TooLarge { .. }
                 | CommitError::Changed(_)),
             ) => Err(error(ErrorCode::Forbidden, e.to_string())),
+            // Another writer held the repository for the whole bounded wait.
+            Err(e @ CommitError::Lock(crate::memfs::lock::LockError::Timeout { .. })) => {
+                Err(error(ErrorCode::Unavailable, e.to_string()))
+            }
             Err(e) => Err(error(ErrorCode::Internal, e.to_string())),
         }
     })
