@@ -287,12 +287,13 @@ impl Dir {
     /// [`crate::paths`]) in a directory no child can write. Its last
     /// component is not followed.
     pub fn open(path: &Path) -> Result<Dir, FsError> {
-        let fd = nix::fcntl::open(path, DIR_FLAGS, Mode::empty())
-            .map_err(|e| FsError::from_errno(path.to_path_buf(), e))?;
-        Ok(Dir {
-            fd,
-            shown: path.to_path_buf(),
-        })
+        // Rebuilt from its components: a trailing slash (libgit2's workdir
+        // has one) would make the kernel follow a symlink despite
+        // O_NOFOLLOW.
+        let path: PathBuf = path.components().collect();
+        let fd = nix::fcntl::open(&path, DIR_FLAGS, Mode::empty())
+            .map_err(|e| FsError::from_errno(path.clone(), e))?;
+        Ok(Dir { fd, shown: path })
     }
 
     /// Another descriptor for this same directory (a fresh open of "."
@@ -669,6 +670,24 @@ mod tests {
             assert!(
                 matches!(e, Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV),
                 "{rel}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_root_is_not_followed_even_with_a_trailing_slash() {
+        let (t, _d) = tree();
+        let link = t.path().join("in/alias");
+        let mut slashed = link.clone().into_os_string();
+        slashed.push("/");
+        for p in [link.clone(), PathBuf::from(slashed)] {
+            assert!(
+                matches!(
+                    Dir::open(&p),
+                    Err(FsError::Symlink { .. } | FsError::NotADirectory { .. })
+                ),
+                "{}",
+                p.display()
             );
         }
     }
