@@ -521,3 +521,64 @@ fn worktree_status_agrees_with_libgit2_on_ordinary_trees() {
         ]
     );
 }
+
+// ------------------------------------------------- operator edits (CLI)
+
+/// `mini-letta memory insert/replace/...` run by the operator (root) edit
+/// the agent's working tree: a file swapped for a symlink to a host file
+/// must neither leak the host file into the tree or the repository nor
+/// have the host file rewritten.
+#[test]
+fn memory_edits_never_read_or_write_through_a_swapped_symlink() {
+    use mini_letta::memfs::ops::Writer;
+    let l = Layout::new();
+    let marker = secret_marker();
+    let secret = l.host_secret("etc/secret.md", &format!("{marker}\n"));
+    std::fs::create_dir(l.host().join("etc/d")).unwrap();
+    let host_in_dir = l.host_secret("etc/d/n.md", &format!("{marker}\n"));
+    let mem = l.memory();
+    let legit = "---\ndescription: n\n---\nlegit\n";
+    std::fs::write(mem.join("notes.md"), legit).unwrap();
+    std::os::unix::fs::symlink(&secret, mem.join("alias.md")).unwrap();
+    std::fs::create_dir(mem.join("d")).unwrap();
+    std::fs::write(mem.join("d/n.md"), legit).unwrap();
+    std::os::unix::fs::symlink(l.host().join("etc/d"), mem.join("dlink")).unwrap();
+    let s1 = Swapper::start(&mem, "notes.md", "alias.md");
+    let s2 = Swapper::start(&mem, "d", "dlink");
+    let deadline = Instant::now() + RACE;
+    let repo = l.repo();
+    let opts = CommitOptions::for_repo(&repo, false);
+    let w = Writer::new(repo, sig(), opts).unwrap();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let _ = w.insert("notes.md", "more", None);
+        let _ = w.insert("d/n.md", "more", None);
+        let _ = w.create(&format!("d/new{n}.md"), "a new file", "body");
+        n += 1;
+    }
+    s1.stop();
+    s2.stop();
+    for p in [&secret, &host_in_dir] {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        assert!(m.is_file() && m.uid() == 0, "{} replaced", p.display());
+        assert_eq!(
+            std::fs::read_to_string(p).unwrap(),
+            format!("{marker}\n"),
+            "{} rewritten",
+            p.display()
+        );
+    }
+    let host_entries: Vec<_> = std::fs::read_dir(l.host().join("etc/d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(host_entries, ["n.md"], "files created in a host directory");
+    for f in ["notes.md", "alias.md", "d/n.md", "dlink/n.md"] {
+        let p = mem.join(f);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(!text.contains(&marker), "{f} holds host file content");
+        }
+    }
+    assert_no_object_contains(&l.repo(), &marker);
+}
