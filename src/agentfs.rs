@@ -504,6 +504,134 @@ impl Dir {
         self.open_dir(name)
     }
 
+    /// The parent directory of `rel` (opened; a new descriptor of this
+    /// directory when `rel` is a single name) and its last component.
+    pub fn open_parent<'a>(&self, rel: &'a OsStr) -> Result<(Dir, &'a OsStr), FsError> {
+        let (parent, leaf) = self.parent_of(rel)?;
+        let parent = match parent {
+            Some(p) => p,
+            None => self.try_clone()?,
+        };
+        Ok((parent, leaf))
+    }
+
+    /// Create the regular file `name`, which must not exist (a symlink
+    /// there is not followed: `O_EXCL`), holding `bytes`, with permission
+    /// bits `perm` (less the umask).
+    pub fn create_file(
+        &self,
+        name: impl AsRef<OsStr>,
+        bytes: &[u8],
+        perm: u32,
+    ) -> Result<(), FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(perm),
+        )
+        .map_err(|e| FsError::from_errno(self.shown(name), e))?;
+        let mut file = File::from(fd);
+        if let Err(source) = std::io::Write::write_all(&mut file, bytes) {
+            // Do not leave a half-written file behind.
+            let _ = self.remove_file(name);
+            return Err(FsError::Io {
+                path: self.shown(name),
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    /// Replace (or create) the regular file `name` atomically: a new file
+    /// beside it, written, given `perm`, fsynced, then renamed over the
+    /// name (which replaces a symlink there rather than following it), and
+    /// the directory fsynced, so a crash leaves the old or the new bytes.
+    pub fn replace_file(
+        &self,
+        name: impl AsRef<OsStr>,
+        bytes: &[u8],
+        perm: u32,
+    ) -> Result<(), FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".tmp-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let io = |source| FsError::Io {
+            path: self.shown(&tmp),
+            source,
+        };
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
+        let mut file = File::from(fd);
+        let written = (|| {
+            std::io::Write::write_all(&mut file, bytes).map_err(io)?;
+            nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(perm))
+                .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
+            file.sync_all().map_err(io)?;
+            nix::fcntl::renameat(&self.fd, tmp.as_os_str(), &self.fd, name)
+                .map_err(|e| FsError::from_errno(self.shown(name), e))
+        })();
+        if let Err(e) = written {
+            let _ = self.remove_file(&tmp);
+            return Err(e);
+        }
+        // Persist the rename itself.
+        nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
+    }
+
+    /// Remove the non-directory `name` (a symlink itself, never its target).
+    pub fn remove_file(&self, name: impl AsRef<OsStr>) -> Result<(), FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| FsError::from_errno(self.shown(name), e))
+    }
+
+    /// Remove the empty directory `name`.
+    pub fn remove_dir(&self, name: impl AsRef<OsStr>) -> Result<(), FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::RemoveDir)
+            .map_err(|e| FsError::from_errno(self.shown(name), e))
+    }
+
+    /// Rename the entry `name` of this directory to `to_name` in `to_dir`
+    /// (neither followed if a symlink).
+    pub fn rename_to(
+        &self,
+        name: impl AsRef<OsStr>,
+        to_dir: &Dir,
+        to_name: impl AsRef<OsStr>,
+    ) -> Result<(), FsError> {
+        let (name, to_name) = (name.as_ref(), to_name.as_ref());
+        for (d, n) in [(self, name), (to_dir, to_name)] {
+            single(n).ok_or_else(|| FsError::BadName { path: d.shown(n) })?;
+        }
+        nix::fcntl::renameat(&self.fd, name, &to_dir.fd, to_name)
+            .map_err(|e| FsError::from_errno(to_dir.shown(to_name), e))
+    }
+
     /// Change this directory's owner.
     pub fn chown(&self, uid: Option<u32>, gid: Option<u32>) -> Result<(), FsError> {
         nix::unistd::fchown(&self.fd, uid.map(Uid::from_raw), gid.map(Gid::from_raw))
@@ -690,6 +818,32 @@ mod tests {
                 p.display()
             );
         }
+    }
+
+    #[test]
+    fn writes_replace_entries_and_never_follow() {
+        let (t, d) = tree();
+        d.create_file("new.md", b"one", 0o644).unwrap();
+        assert!(d.create_file("up", b"x", 0o644).is_err());
+        d.replace_file("new.md", b"two", 0o600).unwrap();
+        let (bytes, st) = d.read_file_capped("new.md", 10).unwrap();
+        assert_eq!((bytes.as_slice(), st.perm), (&b"two"[..], 0o600));
+        // Replacing a symlink replaces the link, not its target.
+        d.replace_file("up", b"mine", 0o644).unwrap();
+        assert_eq!(
+            std::fs::read(t.path().join("outside.txt")).unwrap(),
+            b"secret"
+        );
+        assert_eq!(d.read_file_capped("up", 10).unwrap().0, b"mine");
+        let a = d.open_dir("a").unwrap();
+        d.rename_to("new.md", &a, "moved.md").unwrap();
+        assert!(d.stat_at("new.md").unwrap().is_none());
+        a.remove_file("moved.md").unwrap();
+        a.remove_file("same").unwrap();
+        assert_eq!(std::fs::read(t.path().join("in/a/f.md")).unwrap(), b"hello");
+        a.remove_file("f.md").unwrap();
+        d.remove_dir("a").unwrap();
+        assert_eq!(d.list(10).unwrap(), ["alias", "fifo", "up"]);
     }
 
     #[test]
