@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository};
 
 use super::validate::MAX_FILE_BYTES;
 use crate::agentfs::{Dir, FsError, Kind};
@@ -93,15 +93,7 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
     let mut head: BTreeMap<Vec<u8>, (u32, Oid)> = BTreeMap::new();
     if let Some(c) = &head_commit {
         let tree = c.tree().map_err(git("read the HEAD tree"))?;
-        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-            if entry.kind() != Some(ObjectType::Tree) {
-                let mut p = dir.as_bytes().to_vec();
-                p.extend_from_slice(entry.name_bytes());
-                head.insert(p, (entry.filemode() as u32, entry.id()));
-            }
-            TreeWalkResult::Ok
-        })
-        .map_err(git("walk the HEAD tree"))?;
+        tree_entries(repo, &tree, &[], &mut head)?;
     }
 
     let mut dirty: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -233,6 +225,32 @@ impl Walk<'_> {
         }
         Ok(())
     }
+}
+
+/// Every non-tree entry of `tree`, by full path in bytes (git2's `walk`
+/// gives up on a non-UTF-8 directory name; this does not).
+fn tree_entries(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &[u8],
+    out: &mut BTreeMap<Vec<u8>, (u32, Oid)>,
+) -> Result<(), StatusError> {
+    for entry in tree.iter() {
+        let mut path = prefix.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(entry.name_bytes());
+        if entry.kind() == Some(ObjectType::Tree) {
+            let sub = repo
+                .find_tree(entry.id())
+                .map_err(git("read a HEAD subtree"))?;
+            tree_entries(repo, &sub, &path, out)?;
+        } else {
+            out.insert(path, (entry.filemode() as u32, entry.id()));
+        }
+    }
+    Ok(())
 }
 
 fn hash(bytes: &[u8]) -> Result<Oid, StatusError> {
