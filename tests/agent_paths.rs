@@ -594,3 +594,39 @@ fn memory_edits_never_read_or_write_through_a_swapped_symlink() {
     }
     assert_no_object_contains(&l.repo(), &marker);
 }
+
+/// Status trusts the index's stat data only when ctime (which a child
+/// cannot set) matches too: a same-size rewrite with the old mtime put
+/// back is still seen.
+#[test]
+fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
+    use mini_letta::memfs::worktree_status::worktree_status;
+    use nix::sys::stat::{UtimensatFlags, utimensat};
+    use nix::sys::time::TimeSpec;
+    let l = Layout::new();
+    let p = l.memory().join("persona.md");
+    let repo = l.repo();
+    // Let the index be strictly newer than the file, so the stat shortcut
+    // applies, and check that it does (nothing dirty).
+    std::thread::sleep(Duration::from_millis(20));
+    let mut index = repo.index().unwrap();
+    index.write().unwrap();
+    assert!(worktree_status(&repo).unwrap().dirty.is_empty());
+    let before = std::fs::metadata(&p).unwrap();
+    let old = std::fs::read(&p).unwrap();
+    let mut new = old.clone();
+    let last = new.len() - 2;
+    new[last] = if new[last] == b'x' { b'y' } else { b'x' };
+    std::fs::write(&p, &new).unwrap();
+    let atime = TimeSpec::new(before.atime(), before.atime_nsec());
+    let mtime = TimeSpec::new(before.mtime(), before.mtime_nsec());
+    utimensat(
+        nix::fcntl::AT_FDCWD,
+        &p,
+        &atime,
+        &mtime,
+        UtimensatFlags::NoFollowSymlink,
+    )
+    .unwrap();
+    assert_eq!(worktree_status(&repo).unwrap().dirty, ["persona.md"]);
+}

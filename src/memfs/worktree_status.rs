@@ -98,6 +98,7 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
 
     let mut dirty: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut index: BTreeMap<Vec<u8>, (u32, Oid)> = BTreeMap::new();
+    let mut cached: BTreeMap<Vec<u8>, Cached> = BTreeMap::new();
     let idx = repo.index().map_err(git("read the index"))?;
     for e in idx.iter() {
         // Conflict stages (bits 12-13 of the flags) are dirty by nature.
@@ -106,7 +107,25 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
             continue;
         }
         index.insert(e.path.clone(), (e.mode, e.id));
+        cached.insert(
+            e.path.clone(),
+            Cached {
+                ctime: (e.ctime.seconds(), e.ctime.nanoseconds()),
+                mtime: (e.mtime.seconds(), e.mtime.nanoseconds()),
+                ino: e.ino,
+                size: e.file_size,
+                id: e.id,
+            },
+        );
     }
+    // Git's "racy" rule: a stat match proves nothing for a file changed in
+    // the same instant the index was written, so only entries older than
+    // the index file may be trusted without reading. The index is in the
+    // git directory, which children cannot write.
+    let index_written = std::fs::metadata(repo.path().join("index")).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.mtime(), m.mtime_nsec())
+    });
 
     let gitlinks: BTreeSet<Vec<u8>> = index
         .iter()
@@ -116,6 +135,8 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
     let mut walk = Walk {
         found: BTreeMap::new(),
         gitlinks: &gitlinks,
+        cached: &cached,
+        index_written,
         entries: MAX_STATUS_ENTRIES,
         bytes: MAX_STATUS_BYTES,
     };
@@ -154,9 +175,21 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
     })
 }
 
+/// The stat data the index keeps for an entry (git's 32-bit fields).
+struct Cached {
+    ctime: (i32, u32),
+    mtime: (i32, u32),
+    ino: u32,
+    size: u32,
+    id: Oid,
+}
+
 struct Walk<'a> {
     found: BTreeMap<Vec<u8>, Found>,
     gitlinks: &'a BTreeSet<Vec<u8>>,
+    cached: &'a BTreeMap<Vec<u8>, Cached>,
+    /// `mtime` of the index file, when known.
+    index_written: Option<(i64, i64)>,
     /// Entries left.
     entries: usize,
     /// Bytes left to hash.
@@ -185,7 +218,17 @@ impl Walk<'_> {
             let Some(st) = dir.stat_at(&name)? else {
                 continue;
             };
+            let cached = match st.kind {
+                Kind::File => self.unchanged(&path, &st),
+                _ => None,
+            };
             let found = match st.kind {
+                // Unchanged since the index recorded it (ctime included,
+                // which no one can set): the index's id, nothing read. A
+                // child faking this only misleads its own status.
+                Kind::File if st.size <= MAX_FILE_BYTES && cached.is_some() => {
+                    cached.map_or(Found::Unread, |id| Found::Blob(file_mode(st.perm), id))
+                }
                 Kind::Dir if self.gitlinks.contains(&path) => Found::Gitlink,
                 Kind::Dir if depth + 1 >= MAX_STATUS_DEPTH => Found::Unread,
                 Kind::Dir => match dir.open_dir(&name) {
@@ -208,12 +251,7 @@ impl Walk<'_> {
                                 max: MAX_STATUS_BYTES,
                             },
                         )?;
-                        let mode = if st.perm & 0o111 != 0 {
-                            MODE_EXEC
-                        } else {
-                            MODE_FILE
-                        };
-                        Found::Blob(mode, hash(&bytes)?)
+                        Found::Blob(file_mode(st.perm), hash(&bytes)?)
                     }
                     // A FIFO or symlink raced in, grown past the cap: dirty,
                     // never read.
@@ -224,6 +262,30 @@ impl Walk<'_> {
             self.found.insert(path, found);
         }
         Ok(())
+    }
+}
+
+impl Walk<'_> {
+    /// The index's blob id for `path` when `st` matches its stat data and
+    /// the entry is older than the index file.
+    fn unchanged(&self, path: &[u8], st: &crate::agentfs::Stat) -> Option<Oid> {
+        let c = self.cached.get(path)?;
+        // The index stores these truncated to 32 bits, as git does.
+        let t = |(s, ns): (i64, i64)| (s as i32, ns as u32);
+        let same = c.ctime == t(st.ctime)
+            && c.mtime == t(st.mtime)
+            && c.ino == st.ino as u32
+            && c.size == st.size as u32;
+        let written = self.index_written?;
+        (same && st.mtime < written).then_some(c.id)
+    }
+}
+
+fn file_mode(perm: u32) -> u32 {
+    if perm & 0o111 != 0 {
+        MODE_EXEC
+    } else {
+        MODE_FILE
     }
 }
 
