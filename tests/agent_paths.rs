@@ -630,3 +630,72 @@ fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
     .unwrap();
     assert_eq!(worktree_status(&repo).unwrap().dirty, ["persona.md"]);
 }
+
+// ----------------------------------------------- conversations (CLI, root)
+
+/// The operator's CLI (root) opens, appends to and caches prompts in the
+/// agent's conversation directories: a conversation directory swapped for a
+/// symlink to a host directory must not get host files created or
+/// rewritten, and a FIFO for a log must not hang it.
+#[test]
+fn conversation_files_are_never_written_through_a_swapped_symlink() {
+    use mini_letta::agent::cache::{CachedPrompt, store};
+    use mini_letta::agent::conversation::{Conversation, StoredMessage};
+    use mini_letta::model::{Part, Role};
+    let l = Layout::new();
+    let host = l.host().join("etc");
+    let secret = l.host_secret("etc/messages.jsonl", "root's\n");
+    let convs = l.agent.conversations_dir();
+    std::fs::create_dir_all(convs.join("c1")).unwrap();
+    std::os::unix::fs::symlink(&host, convs.join("c2")).unwrap();
+    let swapper = Swapper::start(&convs, "c1", "c2");
+    let prompt = CachedPrompt {
+        content: "p".into(),
+        core_memory: String::new(),
+        compiled_at: "2026-01-01T00:00:00Z".into(),
+        raw_system_hash: "h".into(),
+        memfs_revision: None,
+    };
+    let deadline = Instant::now() + RACE;
+    while Instant::now() < deadline {
+        if let Ok(mut c) = Conversation::open(&l.agent, "c1") {
+            let id = c.next_id();
+            let _ = c.append(StoredMessage::new(
+                id,
+                Role::User,
+                vec![Part::Text { text: "hi".into() }],
+            ));
+            let _ = c.queue_reminder("r", "text");
+        }
+        let _ = store(&l.agent, "c1", &prompt);
+    }
+    swapper.stop();
+    let mut names: Vec<_> = std::fs::read_dir(&host)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["messages.jsonl"],
+        "files written into a host directory"
+    );
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's\n");
+
+    // A FIFO for a log answers at once.
+    std::fs::create_dir_all(convs.join("c3")).unwrap();
+    mkfifo(&convs.join("c3/messages.jsonl"));
+    let (tx, rx) = mpsc::channel();
+    let agent = l.agent.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            Conversation::open(&agent, "c3")
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(1))
+        .expect("opening a conversation blocked on a FIFO");
+    assert!(r.is_err_and(|e| e.contains("FIFO")));
+}
