@@ -497,6 +497,12 @@ impl Dir {
         single(name).ok_or_else(|| FsError::BadName {
             path: self.shown(name),
         })?;
+        // Open first: the usual case, and no mkdir (which a read-only or
+        // landlocked view might answer with an error of its own).
+        match self.open_dir(name) {
+            Err(e) if e.is_not_found() => {}
+            r => return r,
+        }
         match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
             Ok(()) | Err(Errno::EEXIST) => {}
             Err(e) => return Err(FsError::from_errno(self.shown(name), e)),
@@ -594,6 +600,37 @@ impl Dir {
         }
         // Persist the rename itself.
         nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
+    }
+
+    /// Open the regular file `name` for appending (created with `perm`,
+    /// less the umask, when missing), readable too so its tail can be
+    /// checked. A symlink there is refused, a FIFO or device is refused
+    /// after a non-blocking open.
+    pub fn open_append(&self, name: impl AsRef<OsStr>, perm: u32) -> Result<File, FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDWR
+                | OFlag::O_APPEND
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(perm),
+        )
+        .map_err(|e| FsError::from_errno(self.shown(name), e))?;
+        let st = Stat::from(
+            nix::sys::stat::fstat(&fd).map_err(|e| FsError::from_errno(self.shown(name), e))?,
+        );
+        if st.kind != Kind::File {
+            return Err(refuse_kind(self.shown(name), st.kind));
+        }
+        Ok(File::from(fd))
     }
 
     /// Remove the non-directory `name` (a symlink itself, never its target).

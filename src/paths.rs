@@ -209,6 +209,7 @@ impl AgentPaths {
         }
         Ok(ConversationPaths {
             dir: self.conversations_dir().join(id),
+            id: id.to_string(),
         })
     }
 
@@ -225,32 +226,48 @@ impl AgentPaths {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationPaths {
     dir: PathBuf,
+    id: String,
 }
+
+/// File names inside a conversation directory. The directory is the agent's
+/// (a confined child writes it), so the supervisor and the operator's CLI
+/// reach these by name from the directory's descriptor; the paths below are
+/// for messages.
+pub const MESSAGES_FILE_NAME: &str = "messages.jsonl";
+pub const CONTEXT_FILE_NAME: &str = "context.json";
+pub const SYSTEM_PROMPT_FILE_NAME: &str = "system-prompt.json";
+pub const LAST_REQUEST_FILE_NAME: &str = "last-request.json";
+pub const PENDING_REMINDERS_FILE_NAME: &str = "pending-reminders.json";
 
 impl ConversationPaths {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The conversation id (its directory's name in `conversations/`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     pub fn messages_jsonl(&self) -> PathBuf {
-        self.dir.join("messages.jsonl")
+        self.dir.join(MESSAGES_FILE_NAME)
     }
 
     pub fn context_json(&self) -> PathBuf {
-        self.dir.join("context.json")
+        self.dir.join(CONTEXT_FILE_NAME)
     }
 
     pub fn system_prompt_json(&self) -> PathBuf {
-        self.dir.join("system-prompt.json")
+        self.dir.join(SYSTEM_PROMPT_FILE_NAME)
     }
 
     /// The last model request sent for this conversation (for operators).
     pub fn last_request_json(&self) -> PathBuf {
-        self.dir.join("last-request.json")
+        self.dir.join(LAST_REQUEST_FILE_NAME)
     }
 
     pub fn pending_reminders_json(&self) -> PathBuf {
-        self.dir.join("pending-reminders.json")
+        self.dir.join(PENDING_REMINDERS_FILE_NAME)
     }
 }
 
