@@ -216,7 +216,11 @@ fn open_beneath(dir: BorrowedFd<'_>, rel: &OsStr, flags: OFlag) -> Result<OwnedF
         // walk stayed beneath; a few retries, then it counts as a refusal.
         for _ in 0..4 {
             match nix::fcntl::openat2(dir, rel, how) {
-                Err(Errno::ENOSYS) => {
+                // ENOSYS: an old kernel; EPERM: a seccomp filter (container
+                // runtimes) refusing a syscall it does not know. Our opens
+                // never fail with EPERM otherwise, and the walk below is as
+                // strict, only slower.
+                Err(Errno::ENOSYS | Errno::EPERM) => {
                     OPENAT2.store(2, Ordering::Relaxed);
                     break;
                 }
@@ -716,7 +720,7 @@ impl Entry {
             "",
             uid.map(Uid::from_raw),
             gid.map(Gid::from_raw),
-            AtFlags::AT_EMPTY_PATH,
+            AtFlags::AT_EMPTY_PATH | AtFlags::AT_SYMLINK_NOFOLLOW,
         )
         .map_err(|e| FsError::from_errno(self.shown.clone(), e))
     }
