@@ -86,43 +86,134 @@ impl RepoLock {
             });
         }
         // From here on, a failure must release the in-process slot.
-        let file = match OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(source) => {
+        match flock_until(&key, &path, deadline) {
+            Ok(file) => Ok(RepoLock { key, _file: file }),
+            Err(e) => {
                 release_in_process(&key);
-                return Err(LockError::Open { path, source });
+                Err(match e {
+                    FlockError::Open(source) => LockError::Open { path, source },
+                    FlockError::Lock(source) => LockError::Lock { path, source },
+                    FlockError::Timeout => LockError::Timeout {
+                        path,
+                        holder: "another process",
+                        waited: timeout,
+                    },
+                })
             }
-        };
-        // flock has no timed wait: poll with a short, growing sleep. The
-        // holder is another process (a CLI, another supervisor), rare and
-        // short-lived, so polling costs little.
-        let mut nap = Duration::from_millis(2);
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(RepoLock { key, _file: file }),
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(source)) => {
-                    release_in_process(&key);
-                    return Err(LockError::Lock { path, source });
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                release_in_process(&key);
-                return Err(LockError::Timeout {
-                    path,
-                    holder: "another process",
-                    waited: timeout,
-                });
-            }
-            std::thread::sleep(nap.min(deadline - now));
-            nap = (nap * 2).min(Duration::from_millis(50));
         }
+    }
+}
+
+enum FlockError {
+    Open(std::io::Error),
+    Lock(std::io::Error),
+    Timeout,
+}
+
+/// The flock half of one repository, shared by this process's attempts.
+///
+/// `flock` has no timed wait, and polling `try_lock` is unfair: a process
+/// committing in a loop re-takes the lock before a poller wakes, starving
+/// it. So a contended wait is handed to a helper thread blocked in
+/// `flock` (the kernel queues waiters fairly) while the caller waits on a
+/// condition variable with its deadline. When the caller gives up, the
+/// helper stays parked in the kernel and the next attempt waits on it
+/// rather than starting another: at most one helper per repository, however
+/// long another process (or a child that opened the lock file) holds it.
+#[derive(Default)]
+struct Flocker {
+    state: Mutex<FlockState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct FlockState {
+    /// A helper is blocked in `flock`.
+    helper: bool,
+    /// A caller is waiting for the helper's result.
+    waiting: bool,
+    /// The helper's result, handed to the waiting caller.
+    done: Option<std::io::Result<File>>,
+}
+
+static FLOCKERS: LazyLock<Mutex<std::collections::HashMap<PathBuf, std::sync::Arc<Flocker>>>> =
+    LazyLock::new(|| Mutex::new(std::collections::HashMap::new()));
+
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        // Only the supervisor's uid may open it: a process that can open
+        // the file can flock it and stall every writer.
+        .mode(0o600)
+        .open(path)?;
+    let perm = file.metadata()?.permissions();
+    if perm.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(perm.mode() & 0o7700))?;
+    }
+    Ok(file)
+}
+
+/// Take the flock on `path` (the lock file of `key`) by `deadline`.
+fn flock_until(key: &Path, path: &Path, deadline: Instant) -> Result<File, FlockError> {
+    let flocker = {
+        let mut all = FLOCKERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(key.to_path_buf()).or_default().clone()
+    };
+    let mut st = flocker.state.lock().unwrap_or_else(|e| e.into_inner());
+    if !st.helper {
+        // Uncontended, the usual case: no thread.
+        let file = open_lock_file(path).map_err(FlockError::Open)?;
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(FlockError::Lock(e)),
+        }
+        st.helper = true;
+        let f = flocker.clone();
+        let spawned = std::thread::Builder::new()
+            .name("memory-flock".into())
+            .spawn(move || {
+                let result = file.lock().map(|()| file);
+                let mut st = f.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.helper = false;
+                // Nobody waiting: drop the file, which releases the flock
+                // at once instead of keeping other processes out.
+                if st.waiting {
+                    st.done = Some(result);
+                }
+                f.cv.notify_all();
+            });
+        if let Err(e) = spawned {
+            st.helper = false;
+            return Err(FlockError::Lock(e));
+        }
+    }
+    st.waiting = true;
+    loop {
+        if let Some(result) = st.done.take() {
+            st.waiting = false;
+            return result.map_err(FlockError::Lock);
+        }
+        if !st.helper {
+            // The helper finished while no one waited (and let go); try
+            // again from the top, with what is left of the deadline.
+            st.waiting = false;
+            drop(st);
+            return flock_until(key, path, deadline);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            st.waiting = false;
+            return Err(FlockError::Timeout);
+        }
+        st = flocker
+            .cv
+            .wait_timeout(st, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 
@@ -219,6 +310,19 @@ mod tests {
         other.lock().unwrap();
         let err = RepoLock::acquire_timeout(dir.path(), Duration::from_millis(100)).unwrap_err();
         assert!(err.to_string().contains("another process"), "{err}");
+        // Attempts that time out share one parked helper thread instead of
+        // leaving one each behind.
+        for _ in 0..5 {
+            assert!(RepoLock::acquire_timeout(dir.path(), Duration::from_millis(20)).is_err());
+        }
+        let helpers = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == "memory-flock")
+            })
+            .count();
+        assert_eq!(helpers, 1);
         // The in-process slot was released on that failure.
         drop(other);
         assert!(RepoLock::acquire_timeout(dir.path(), Duration::from_millis(100)).is_ok());
