@@ -149,9 +149,13 @@ fn open_lock_file(path: &Path) -> std::io::Result<File> {
         // the file can flock it and stall every writer.
         .mode(0o600)
         .open(path)?;
-    let perm = file.metadata()?.permissions();
-    if perm.mode() & 0o077 != 0 {
-        file.set_permissions(std::fs::Permissions::from_mode(perm.mode() & 0o7700))?;
+    // Tighten a looser file left by an older version; best effort, since a
+    // repository shared with other users may hold a lock file we do not own.
+    if let Ok(meta) = file.metadata()
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        let mode = meta.permissions().mode() & 0o7700;
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
     }
     Ok(file)
 }
