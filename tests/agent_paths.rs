@@ -699,3 +699,25 @@ fn conversation_files_are_never_written_through_a_swapped_symlink() {
         .expect("opening a conversation blocked on a FIFO");
     assert!(r.is_err_and(|e| e.contains("FIFO")));
 }
+
+/// A directory spec over a tree of many maximal files is refused once the
+/// commit has read its total byte budget, before anything is written.
+#[test]
+fn commit_reads_a_bounded_total_from_a_directory_spec() {
+    use mini_letta::memfs::commit::MAX_COMMIT_BYTES;
+    let l = Layout::new();
+    let dir = l.memory().join("bulk");
+    std::fs::create_dir(&dir).unwrap();
+    let files = MAX_COMMIT_BYTES / MAX_FILE_BYTES + 1;
+    for i in 0..files {
+        // Sparse: no disk, but each is a full file to read.
+        let f = std::fs::File::create(dir.join(format!("f{i:04}.bin"))).unwrap();
+        f.set_len(MAX_FILE_BYTES).unwrap();
+    }
+    let repo = l.repo();
+    let before = all_objects(&repo).len();
+    let opts = CommitOptions::for_repo(&repo, false);
+    let err = commit_paths(&repo, &["bulk".into()], "bulk", &sig(), &opts).unwrap_err();
+    assert!(err.to_string().contains("commit fewer at a time"), "{err}");
+    assert_eq!(all_objects(&repo).len(), before, "objects written");
+}

@@ -39,6 +39,10 @@ use super::validate::{
 /// Entries one commit may walk (a directory spec over a huge tree is
 /// refused rather than walked without end).
 pub const MAX_WALK_ENTRIES: usize = 100_000;
+/// Bytes one commit reads from the working tree at most, all files
+/// together: a directory spec over a child-filled tree stays bounded in time
+/// and memory (contents are held until validation).
+pub const MAX_COMMIT_BYTES: u64 = 128 << 20;
 /// Per-file read cap when the validator's byte limit is switched off
 /// (letta parity): reads from a child-writable tree are always bounded.
 pub const HARD_READ_CAP: u64 = 64 << 20;
@@ -78,6 +82,8 @@ pub enum CommitError {
     /// meant following a symlink; nothing was read through it.
     #[error("{0:?}: changed while being committed; try again")]
     Changed(String),
+    #[error("the named paths hold more than {max} bytes; commit fewer at a time")]
+    TooMuch { max: u64 },
     #[error(transparent)]
     Fs(#[from] FsError),
     #[error("{0}: the repository has no working tree")]
@@ -372,6 +378,7 @@ pub fn commit_paths(
             .unwrap_or(HARD_READ_CAP)
             .min(HARD_READ_CAP),
         budget: MAX_WALK_ENTRIES,
+        bytes_left: MAX_COMMIT_BYTES,
         staged: Vec::new(),
         pending: HashMap::new(),
     };
@@ -517,6 +524,8 @@ struct Walk {
     cap: u64,
     /// Entries left to look at.
     budget: usize,
+    /// Bytes left to read.
+    bytes_left: u64,
     staged: Vec<IndexEntry>,
     /// New contents by blob id, written only after validation.
     pending: HashMap<Oid, Vec<u8>>,
@@ -598,6 +607,11 @@ impl Walk {
                         FsError::NotRegular { .. } => CommitError::NotAFile(spec.to_string()),
                         e => changed(spec, e),
                     })?;
+                self.bytes_left = self.bytes_left.checked_sub(bytes.len() as u64).ok_or(
+                    CommitError::TooMuch {
+                        max: MAX_COMMIT_BYTES,
+                    },
+                )?;
                 let mode = if st.perm & 0o111 != 0 {
                     MODE_EXEC
                 } else {

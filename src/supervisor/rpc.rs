@@ -81,6 +81,7 @@ pub async fn memory_commit(
                 | CommitError::NoPaths
                 | CommitError::NotAFile(_)
                 | CommitError::TooLarge { .. }
+                | CommitError::TooMuch { .. }
                 | CommitError::Changed(_)),
             ) => Err(error(ErrorCode::Forbidden, e.to_string())),
             // Another writer held the repository for the whole bounded wait.
