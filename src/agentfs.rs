@@ -9,15 +9,20 @@
 //!
 //! * a [`Dir`] is an open directory descriptor; everything below it is
 //!   reached from it with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//!   RESOLVE_NO_MAGICLINKS)` (or, on kernels without `openat2`, one
-//!   component at a time with `openat(O_NOFOLLOW | O_DIRECTORY)`), so a
-//!   symlink anywhere in the path is a refusal, never a detour;
+//!   RESOLVE_NO_MAGICLINKS)` (or, where `openat2` is missing or filtered,
+//!   one component at a time with `openat(O_PATH | O_NOFOLLOW)` and a type
+//!   check), so a symlink anywhere in the path is a refusal, never a
+//!   detour;
 //! * files are opened `O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY`,
 //!   looked at with `fstat` on the descriptor actually read, read only when
 //!   regular, and never beyond a size cap;
 //! * symlinks are read with `readlinkat`, never followed;
 //! * ownership changes go through a descriptor pinning the inode that was
-//!   inspected ([`Entry`]), so the inode judged is the inode changed.
+//!   inspected ([`Entry`]), so the inode judged is the inode changed;
+//! * writes create with `O_EXCL | O_NOFOLLOW`, replace by `renameat` of a
+//!   fresh temporary file in the same directory descriptor, remove with
+//!   `unlinkat`: a symlink in the way is replaced or refused, never written
+//!   through.
 //!
 //! This module owns those primitives; [`crate::paths`] still owns where
 //! things are. The only path strings opened here by string are the roots
@@ -164,7 +169,7 @@ impl From<FileStat> for Stat {
 }
 
 /// Whether `openat2` works here: 0 not yet known, 1 yes, 2 no (ENOSYS:
-/// older kernels, or a seccomp filter that hides it).
+/// older kernels; EPERM or ENOSYS: a seccomp filter that hides it).
 static OPENAT2: AtomicU8 = AtomicU8::new(0);
 
 /// An open directory. Everything below it is reached from its descriptor.
@@ -239,9 +244,10 @@ fn open_beneath(dir: BorrowedFd<'_>, rel: &OsStr, flags: OFlag) -> Result<OwnedF
 }
 
 /// [`open_beneath`] without `openat2`: one component at a time, each
-/// directory opened `O_NOFOLLOW | O_DIRECTORY` from the previous one's
-/// descriptor, the leaf with `flags` (which hold `O_NOFOLLOW`). A symlink
-/// at any step fails with `ELOOP` (or `ENOTDIR`), as with `openat2`.
+/// directory pinned with `O_PATH | O_NOFOLLOW` from the previous one's
+/// descriptor and checked to be a directory, the leaf opened with `flags`
+/// (plus `O_NOFOLLOW`). A symlink at any step fails with `ELOOP`, as with
+/// `openat2`; `..`, `.`, empty components and absolute paths with `EXDEV`.
 pub(crate) fn open_beneath_walk(
     dir: BorrowedFd<'_>,
     rel: &OsStr,
