@@ -64,6 +64,10 @@ pub enum FsError {
     TooManyEntries { path: PathBuf, max: usize },
     #[error("{path}: not a directory")]
     NotADirectory { path: PathBuf },
+    /// A file with several names: writing into it could change a file
+    /// elsewhere (a hard link planted by a child).
+    #[error("{path}: has {links} hard links; refusing to write into it")]
+    HardLinked { path: PathBuf, links: u64 },
     /// Its type changed between two looks at it (a child racing us).
     #[error("{path}: changed while being read; try again")]
     Changed { path: PathBuf },
@@ -513,11 +517,32 @@ impl Dir {
             Err(e) if e.is_not_found() => {}
             r => return r,
         }
-        match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
+        let made = match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
             Err(e) => return Err(FsError::from_errno(self.shown(name), e)),
+        };
+        let dir = self.open_dir(name)?;
+        if made {
+            self.inherit_owner(dir.fd.as_fd(), &dir.shown)?;
         }
-        self.open_dir(name)
+        Ok(dir)
+    }
+
+    /// Running as root in a directory that belongs to someone else (an
+    /// agent), give a new entry to that owner, as if they had made it: the
+    /// agent can then change what the operator's CLI or the supervisor
+    /// wrote for it, and no ownership pass over its tree is needed later.
+    fn inherit_owner(&self, fd: BorrowedFd<'_>, shown: &Path) -> Result<(), FsError> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(());
+        }
+        let st = self.stat()?;
+        if st.uid == 0 {
+            return Ok(());
+        }
+        nix::unistd::fchown(fd, Some(Uid::from_raw(st.uid)), Some(Gid::from_raw(st.gid)))
+            .map_err(|e| FsError::from_errno(shown.to_path_buf(), e))
     }
 
     /// The parent directory of `rel` (opened; a new descriptor of this
@@ -552,13 +577,18 @@ impl Dir {
         )
         .map_err(|e| FsError::from_errno(self.shown(name), e))?;
         let mut file = File::from(fd);
-        if let Err(source) = std::io::Write::write_all(&mut file, bytes) {
+        let written = self
+            .inherit_owner(file.as_fd(), &self.shown(name))
+            .and_then(|()| {
+                std::io::Write::write_all(&mut file, bytes).map_err(|source| FsError::Io {
+                    path: self.shown(name),
+                    source,
+                })
+            });
+        if let Err(e) = written {
             // Do not leave a half-written file behind.
             let _ = self.remove_file(name);
-            return Err(FsError::Io {
-                path: self.shown(name),
-                source,
-            });
+            return Err(e);
         }
         Ok(())
     }
@@ -597,6 +627,7 @@ impl Dir {
         .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
         let mut file = File::from(fd);
         let written = (|| {
+            self.inherit_owner(file.as_fd(), &self.shown(&tmp))?;
             std::io::Write::write_all(&mut file, bytes).map_err(io)?;
             nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(perm))
                 .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
@@ -615,30 +646,50 @@ impl Dir {
     /// Open the regular file `name` for appending (created with `perm`,
     /// less the umask, when missing), readable too so its tail can be
     /// checked. A symlink there is refused, a FIFO or device is refused
-    /// after a non-blocking open.
+    /// after a non-blocking open, and so is a file with several hard links
+    /// (appending to it would write wherever its other name is).
     pub fn open_append(&self, name: impl AsRef<OsStr>, perm: u32) -> Result<File, FsError> {
         let name = name.as_ref();
+        let shown = self.shown(name);
         single(name).ok_or_else(|| FsError::BadName {
-            path: self.shown(name),
+            path: shown.clone(),
         })?;
-        let fd = nix::fcntl::openat(
-            &self.fd,
-            name,
-            OFlag::O_RDWR
-                | OFlag::O_APPEND
-                | OFlag::O_CREAT
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_NONBLOCK
-                | OFlag::O_NOCTTY
-                | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(perm),
-        )
-        .map_err(|e| FsError::from_errno(self.shown(name), e))?;
+        let flags = OFlag::O_RDWR
+            | OFlag::O_APPEND
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        let mode = Mode::from_bits_truncate(perm);
+        // Existing, or made here (O_EXCL, so we know it is ours to give to
+        // the directory's owner); a racing creator just means another try.
+        let mut tries = 0;
+        let (fd, made) = loop {
+            match nix::fcntl::openat(&self.fd, name, flags, mode) {
+                Ok(fd) => break (fd, false),
+                Err(Errno::ENOENT) => {}
+                Err(e) => return Err(FsError::from_errno(shown, e)),
+            }
+            match nix::fcntl::openat(&self.fd, name, flags | OFlag::O_CREAT | OFlag::O_EXCL, mode) {
+                Ok(fd) => break (fd, true),
+                Err(Errno::EEXIST) if tries < 3 => tries += 1,
+                Err(e) => return Err(FsError::from_errno(shown, e)),
+            }
+        };
         let st = Stat::from(
-            nix::sys::stat::fstat(&fd).map_err(|e| FsError::from_errno(self.shown(name), e))?,
+            nix::sys::stat::fstat(&fd).map_err(|e| FsError::from_errno(shown.clone(), e))?,
         );
         if st.kind != Kind::File {
-            return Err(refuse_kind(self.shown(name), st.kind));
+            return Err(refuse_kind(shown, st.kind));
+        }
+        if st.nlink > 1 {
+            return Err(FsError::HardLinked {
+                path: shown,
+                links: st.nlink,
+            });
+        }
+        if made {
+            self.inherit_owner(fd.as_fd(), &shown)?;
         }
         Ok(File::from(fd))
     }
@@ -891,6 +942,40 @@ mod tests {
         a.remove_file("f.md").unwrap();
         d.remove_dir("a").unwrap();
         assert_eq!(d.list(10).unwrap(), ["alias", "fifo", "up"]);
+    }
+
+    #[test]
+    fn root_writes_in_an_agents_directory_belong_to_the_agent() {
+        if !nix::unistd::geteuid().is_root() {
+            let msg = "SKIPPED (loudly): root_writes_in_an_agents_directory_belong_to_the_agent needs root to chown";
+            assert!(
+                std::env::var_os("MINI_LETTA_REQUIRE_SANDBOX").is_none_or(|v| v != "1"),
+                "{msg}, and MINI_LETTA_REQUIRE_SANDBOX=1 forbids skipping"
+            );
+            eprintln!("{msg}");
+            return;
+        }
+        let (t, d) = tree();
+        std::os::unix::fs::chown(t.path().join("in/a"), Some(4242), Some(4343)).unwrap();
+        let a = d.open_dir("a").unwrap();
+        a.create_file("c.md", b"c", 0o644).unwrap();
+        a.replace_file("r.md", b"r", 0o644).unwrap();
+        drop(a.open_append("log", 0o644).unwrap());
+        let sub = a.create_dir("sub", 0o755).unwrap();
+        for name in ["c.md", "r.md", "log", "sub"] {
+            let st = a.stat_at(name).unwrap().unwrap();
+            assert_eq!((st.uid, st.gid), (4242, 4343), "{name}");
+        }
+        // In root's own directory, nothing changes hands.
+        d.create_file("mine", b"m", 0o644).unwrap();
+        assert_eq!(d.stat_at("mine").unwrap().unwrap().uid, 0);
+        drop(sub);
+        // A hard-linked log is not appended to.
+        std::fs::hard_link(t.path().join("in/a/log"), t.path().join("in/a/log2")).unwrap();
+        assert!(matches!(
+            a.open_append("log", 0o644),
+            Err(FsError::HardLinked { links: 2, .. })
+        ));
     }
 
     #[test]
