@@ -160,6 +160,10 @@ pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
 /// Name of the reflections directory inside the agent directory.
 pub const REFLECTIONS_DIR_NAME: &str = "reflections";
 
+/// Name of the marker, in the agent directory (which only the supervisor
+/// can write), recording the uid the agent's tree was last given to.
+pub const OWNERSHIP_MARKER_NAME: &str = ".owned-by-uid";
+
 /// The entries of an agent directory that belong to the agent's uid (a
 /// confined child writes below them). Everything else there (`agent.json`,
 /// `memory.git/`) stays the supervisor's. Names, one component each, so the
@@ -187,6 +191,12 @@ impl AgentPaths {
 
     pub fn memory_git_dir(&self) -> PathBuf {
         self.dir.join(MEMORY_GIT_DIR_NAME)
+    }
+
+    /// Records the uid the agent-owned tree was given to (see
+    /// [`OWNERSHIP_MARKER_NAME`]).
+    pub fn ownership_marker(&self) -> PathBuf {
+        self.dir.join(OWNERSHIP_MARKER_NAME)
     }
 
     /// The agent's private temporary directory (`TMPDIR` of its children).

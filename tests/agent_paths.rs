@@ -238,6 +238,9 @@ fn chown_never_follows_a_swapped_symlink_out_of_the_agent_dir() {
     let deadline = Instant::now() + RACE;
     let mut calls = 0;
     while Instant::now() < deadline {
+        // Without the marker every call walks the whole tree (as the first
+        // spawn of an agent does), so the race is run on every call.
+        let _ = std::fs::remove_file(l.agent.ownership_marker());
         // Errors are fine (the tree changes under the walk); harm is not.
         let _ = mini_letta::sandbox::identity::own_agent_dir(&l.agent, AGENT_UID);
         calls += 1;
@@ -289,6 +292,58 @@ fn chown_keeps_hard_links_and_foreign_files() {
     // agent.json and memory.git stay the supervisor's.
     let git = std::fs::metadata(l.agent.memory_git_dir()).unwrap();
     assert_eq!(git.uid(), 0);
+}
+
+/// The tree is walked once per uid; afterwards a spawn checks only the
+/// top-level directories, and what mini-letta writes as root in the
+/// agent's directories is the agent's from the start.
+#[test]
+fn ownership_is_set_once_and_root_writes_are_born_the_agents() {
+    use mini_letta::memfs::ops::Writer;
+    if !common::require_root("ownership_is_set_once_and_root_writes_are_born_the_agents") {
+        return;
+    }
+    let l = Layout::new();
+    let own = || mini_letta::sandbox::identity::own_agent_dir(&l.agent, AGENT_UID).unwrap();
+    own();
+    let marker = std::fs::read_to_string(l.agent.ownership_marker()).unwrap();
+    assert_eq!(marker.trim(), AGENT_UID.to_string());
+    assert_eq!(
+        std::fs::metadata(l.agent.ownership_marker()).unwrap().uid(),
+        0
+    );
+    // Written by hand as root after preparation: not walked to again.
+    std::fs::write(l.memory().join("by-hand.md"), "x").unwrap();
+    // Written by the operator's CLI (memory create), and a conversation.
+    let repo = l.repo();
+    let opts = CommitOptions::for_repo(&repo, false);
+    let w = Writer::new(repo, sig(), opts).unwrap();
+    // (replaced by a new inode, as every edit is)
+    w.insert("human.md", "- likes tea", None).unwrap();
+    let mut c = mini_letta::agent::conversation::Conversation::open(&l.agent, "c1").unwrap();
+    let id = c.next_id();
+    c.append(mini_letta::agent::conversation::StoredMessage::new(
+        id,
+        mini_letta::model::Role::User,
+        vec![mini_letta::model::Part::Text { text: "hi".into() }],
+    ))
+    .unwrap();
+    own();
+    let uid = |p: PathBuf| std::fs::metadata(p).unwrap().uid();
+    assert_eq!(uid(l.memory().join("by-hand.md")), 0);
+    assert_eq!(uid(l.memory().join("human.md")), AGENT_UID);
+    let conv = l.agent.conversation("c1").unwrap();
+    for p in [
+        conv.dir().to_path_buf(),
+        conv.messages_jsonl(),
+        conv.context_json(),
+    ] {
+        assert_eq!(uid(p.clone()), AGENT_UID, "{}", p.display());
+    }
+    // A new uid (or a removed marker) walks the tree again.
+    std::fs::remove_file(l.agent.ownership_marker()).unwrap();
+    own();
+    assert_eq!(uid(l.memory().join("by-hand.md")), AGENT_UID);
 }
 
 // ------------------------------------------------------------- attack 2

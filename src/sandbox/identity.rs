@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use crate::agent::record::AgentRecord;
 use crate::agent::store::{self, StoreError};
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home};
+use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home, OWNERSHIP_MARKER_NAME};
 
 /// First uid handed to agents.
 pub const UID_BASE: u32 = 200_000;
@@ -113,12 +113,18 @@ pub const ADOPT_MAX_DEPTH: usize = 64;
 /// symlink mid-walk is at worst a symlink whose own owner changes; nothing
 /// outside the agent directory is ever reached.
 ///
-/// The pass still covers the whole tree on every spawn, because the
-/// operator's CLI (root) writes into these directories between spawns
-/// (`memory create`, conversation files) and the agent must own what it
-/// finds there.
+/// The whole tree is walked once per uid: what was there before the agent
+/// had one (the seed memory, conversations made by the operator) is given
+/// to it, and the agent directory records it in a marker the agent cannot
+/// write ([`crate::paths::OWNERSHIP_MARKER_NAME`]). Later spawns only check
+/// the top-level directories: everything mini-letta writes as root below
+/// them is born the agent's ([`crate::agentfs`] gives new entries to the
+/// directory's owner). A file an operator creates there by other means
+/// (an editor run as root) stays root's; removing the marker makes the next
+/// spawn walk the tree again.
 pub fn own_agent_dir(paths: &AgentPaths, uid: u32) -> std::io::Result<()> {
     let agent = Dir::open(paths.dir()).map_err(into_io)?;
+    let prepared = prepared_for(&agent) == Some(uid);
     let mut budget = ADOPT_MAX_ENTRIES;
     for name in AGENT_OWNED_DIR_NAMES {
         let sub = agent.create_dir(name, 0o755).map_err(into_io)?;
@@ -127,13 +133,24 @@ pub fn own_agent_dir(paths: &AgentPaths, uid: u32) -> std::io::Result<()> {
         if !mine && st.uid == 0 {
             sub.chown(Some(uid), Some(uid)).map_err(into_io)?;
         }
-        if mine || st.uid == 0 {
+        if !prepared && (mine || st.uid == 0) {
             adopt_below(&sub, uid, 1, &mut budget)?;
         }
     }
     agent.chown(Some(0), Some(uid)).map_err(into_io)?;
     agent.chmod(0o750).map_err(into_io)?;
+    if !prepared {
+        agent
+            .replace_file(OWNERSHIP_MARKER_NAME, format!("{uid}\n").as_bytes(), 0o644)
+            .map_err(into_io)?;
+    }
     Ok(())
+}
+
+/// The uid recorded in the agent directory's ownership marker.
+fn prepared_for(agent: &Dir) -> Option<u32> {
+    let (bytes, _) = agent.read_file_capped(OWNERSHIP_MARKER_NAME, 32).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
 /// Give root-owned entries below `dir` to `uid`. Entries owned by anyone
