@@ -69,6 +69,7 @@ fn spawn(c: &mut Client, agent: &str, isolation: &str, argv: &[&str]) -> (u64, u
             stdio: StdioMode::Null,
             workspace: None,
             isolation: Some(isolation.into()),
+            model: None,
         }))
         .unwrap();
     (
@@ -134,6 +135,89 @@ fn pss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The seccomp programs one child installs, per role.
+fn seccomp_programs(role: mini_letta::sandbox::seccomp::Role) -> Vec<seccompiler::BpfProgram> {
+    let opts = mini_letta::sandbox::seccomp::Options {
+        no_network: true,
+        private_ipc: true,
+    };
+    vec![mini_letta::sandbox::seccomp::program(role, opts).unwrap()]
+}
+
+/// Size of the seccomp filter, and the time to build it and to install it
+/// (the `seccomp()` call: the kernel checks and converts the program and
+/// emulates it for its per-syscall cache) in a fresh child, as stage 2
+/// does on every launch. Run before any thread exists: the children only
+/// make raw calls.
+fn seccomp_cost(runs: usize) {
+    use mini_letta::sandbox::seccomp::Role;
+    println!(
+        "{:<64} {:>10} {:>10}",
+        "seccomp filter per role (instructions, µs)", "build", "install"
+    );
+    for role in Role::ALL {
+        let builds: Vec<f64> = (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                let p = seccomp_programs(role);
+                let us = t.elapsed().as_secs_f64() * 1e6;
+                assert!(!p.is_empty());
+                us
+            })
+            .collect();
+        let progs = seccomp_programs(role);
+        let instructions: usize = progs.iter().map(Vec::len).sum();
+        let installs: Vec<f64> = (0..runs).map(|_| install_in_child(&progs)).collect();
+        println!(
+            "{:<64} {:>10.1} {:>10.1}",
+            format!(
+                "{role}: {instructions} instructions in {} filter(s)",
+                progs.len()
+            ),
+            median(builds),
+            median(installs)
+        );
+    }
+}
+
+/// Fork; the child installs `progs` and reports the nanoseconds it took.
+fn install_in_child(progs: &[seccompiler::BpfProgram]) -> f64 {
+    let mut fds = [0i32; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let now = |ts: &mut libc::timespec| unsafe {
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, ts);
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        let t0 = now(&mut ts);
+        let mut ok = true;
+        for p in progs {
+            ok &= seccompiler::apply_filter(p).is_ok();
+        }
+        let ns: i64 = if ok { now(&mut ts) - t0 } else { -1 };
+        unsafe {
+            libc::write(fds[1], (&ns as *const i64).cast(), 8);
+            libc::_exit(0);
+        }
+    }
+    let mut ns: i64 = -1;
+    unsafe {
+        libc::close(fds[1]);
+        libc::read(fds[0], (&mut ns as *mut i64).cast(), 8);
+        libc::close(fds[0]);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+    assert!(ns >= 0, "installing the filter failed");
+    ns as f64 / 1000.0
+}
+
 fn main() {
     if !nix::unistd::geteuid().is_root() {
         println!(
@@ -144,6 +228,7 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 10 } else { 30 };
     let idle = if quick { 100 } else { 500 };
+    seccomp_cost(if quick { 50 } else { 200 });
 
     let bare = time_cmd(|| Command::new("/bin/true"), runs);
     let bwrap = time_cmd(

@@ -80,6 +80,7 @@ fn spawn_params(agent: &str, argv: Vec<String>) -> Call {
         stdio: StdioMode::Null,
         workspace: None,
         isolation: Some("off".into()),
+        model: None,
     })
 }
 

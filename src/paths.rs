@@ -11,6 +11,7 @@
 //!                          conversations/<conv-id>/
 //!                          reflections/payloads/
 //!                          reflection.lock
+//! <home>/volumes/<agent-id>.ext4   the agent's quota volume, mounted on its directory
 //! <home>/remote/
 //! ```
 //!
@@ -92,6 +93,17 @@ impl Home {
     /// Operator overrides of the built-in sandbox role profiles.
     pub fn sandbox_profiles_dir(&self) -> PathBuf {
         self.root.join("sandbox-profiles")
+    }
+
+    /// Per-agent quota volumes (filesystem images), root's only.
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.root.join("volumes")
+    }
+
+    /// The image holding agent `id`'s directory when it has a quota.
+    pub fn volume_image(&self, id: &str) -> Result<PathBuf, PathsError> {
+        self.agent(id)?; // validates the id
+        Ok(self.volumes_dir().join(format!("{id}.ext4")))
     }
 
     pub fn remote_dir(&self) -> PathBuf {

@@ -99,6 +99,26 @@ pub enum Call {
     Log { level: LogLevel, message: String },
 }
 
+impl Call {
+    /// The method name this call travels under (a row of `METHODS`).
+    pub fn method(&self) -> &'static str {
+        match self {
+            Call::Ping {} => "ping",
+            Call::Status {} => "supervisor.status",
+            Call::Stop {} => "supervisor.stop",
+            Call::Ps {} => "ps",
+            Call::Spawn(_) => "child.spawn",
+            Call::Kill { .. } => "child.kill",
+            Call::Subscribe {} => "events.subscribe",
+            Call::MemoryCommit { .. } => "memory.commit",
+            Call::MemoryStatus { .. } => "memory.status",
+            Call::ModelComplete { .. } => "model.complete",
+            Call::TurnEvent { .. } => "turn.event",
+            Call::Log { .. } => "log",
+        }
+    }
+}
+
 /// Log levels a child may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -122,7 +142,7 @@ pub enum StdioMode {
 }
 
 /// Parameters of `child.spawn`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpawnParams {
     pub agent: String,
     pub role: String,
@@ -136,6 +156,11 @@ pub struct SpawnParams {
     /// Isolation level requested (`strict`, `degraded`, `off`).
     #[serde(default)]
     pub isolation: Option<String>,
+    /// The model this child's `model.complete` calls use (the agent's
+    /// recorded model when absent). Recorded at launch: the child cannot
+    /// name another one later.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// A frame sent by the supervisor.

@@ -336,16 +336,27 @@ fn ids_are_unique() {
 // ---------------------------------------------------------------------------
 // Scripted mode
 
-fn write_script(dir: &std::path::Path, script: Value) -> String {
+/// Writes the script and returns the configuration naming it (as the
+/// supervisor's start-up environment would).
+fn write_script(dir: &std::path::Path, script: Value) -> ProviderConfig {
     let path = dir.join("script.json");
     std::fs::write(&path, serde_json::to_string(&script).unwrap()).unwrap();
-    format!("mock/scripted:{}", path.display())
+    script_config(&path)
 }
+
+fn script_config(path: &std::path::Path) -> ProviderConfig {
+    ProviderConfig::load_from(std::path::Path::new("/nonexistent/config.toml"), &|k| {
+        (k == "MINI_LETTA_SCRIPTED_MODEL").then(|| path.display().to_string())
+    })
+    .unwrap()
+}
+
+const SCRIPTED: &str = "mock/scripted";
 
 #[test]
 fn scripted_turns_in_order_across_instances() {
     let dir = tempfile::tempdir().unwrap();
-    let handle = write_script(
+    let cfg = write_script(
         dir.path(),
         json!({"turns": [
             {"tool_calls": [{"name": "Bash", "arguments": {"command": "echo hi"}}]},
@@ -354,10 +365,9 @@ fn scripted_turns_in_order_across_instances() {
             {"text": "done", "usage": {"input_tokens": 11, "output_tokens": 2}},
         ]}),
     );
-    let cfg = ProviderConfig::offline();
     let req = request(vec![Message::user("go")]);
 
-    let first = open_model(&handle, &cfg).unwrap();
+    let first = open_model(SCRIPTED, &cfg).unwrap();
     let mut events = Vec::new();
     let r1 = first.complete(&req, &mut |e| events.push(e)).unwrap();
     let (name, args) = tool_call(&r1);
@@ -368,7 +378,7 @@ fn scripted_turns_in_order_across_instances() {
     assert!(matches!(&events[..], [ModelEvent::ToolCall { .. }]));
 
     // A new instance (as the supervisor builds per step) continues the script.
-    let second = open_model(&handle, &cfg).unwrap();
+    let second = open_model(SCRIPTED, &cfg).unwrap();
     let e2 = second.complete(&req, &mut |_| {}).unwrap_err();
     assert_eq!(
         e2,
@@ -406,19 +416,48 @@ fn scripted_turns_in_order_across_instances() {
 #[test]
 fn scripted_rejects_bad_scripts() {
     let dir = tempfile::tempdir().unwrap();
-    let handle = write_script(dir.path(), json!({"turns": [{}]}));
-    let err = open_model(&handle, &ProviderConfig::offline())
-        .err()
-        .unwrap();
+    let cfg = write_script(dir.path(), json!({"turns": [{}]}));
+    let err = open_model(SCRIPTED, &cfg).err().unwrap();
     assert!(err.to_string().contains("turn 0"), "{err}");
     let missing = open_model(
-        "mock/scripted:/nonexistent/x.json",
-        &ProviderConfig::offline(),
+        SCRIPTED,
+        &script_config(std::path::Path::new("/nonexistent/x.json")),
     )
     .err()
     .unwrap();
     assert!(
         missing.to_string().contains("/nonexistent/x.json"),
         "{missing}"
+    );
+}
+
+/// A script path inside the model name is never opened: whoever names the
+/// model (a child) would otherwise choose what the supervisor reads and
+/// writes (the script and its cursor file).
+#[test]
+fn scripted_path_in_the_model_name_is_refused_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, r#"{"turns":[{"text":"hi"}]}"#).unwrap();
+    for cfg in [ProviderConfig::offline(), script_config(&script)] {
+        let handle = format!("mock/scripted:{}", script.display());
+        let err = open_model(&handle, &cfg).err().unwrap();
+        assert!(
+            err.to_string().contains("MINI_LETTA_SCRIPTED_MODEL"),
+            "{err}"
+        );
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("script.json")]);
+    // Without the start-up setting, plain `mock/scripted` says what to set.
+    let err = open_model(SCRIPTED, &ProviderConfig::offline())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("MINI_LETTA_SCRIPTED_MODEL"),
+        "{err}"
     );
 }

@@ -855,7 +855,7 @@ fn factory_forms_and_keys() {
     assert!(e.to_string().contains("set ANTHROPIC_API_KEY"), "{e}");
     let e = open_model("gemini/pro", &none).err().unwrap();
     assert!(
-        matches!(&e, ModelError::Fatal { message, .. } if message.contains("openai/<model>") && message.contains("mock/scripted:")),
+        matches!(&e, ModelError::Fatal { message, .. } if message.contains("openai/<model>") && message.contains("MINI_LETTA_SCRIPTED_MODEL")),
         "{e:?}"
     );
     assert!(open_model("openai/", &config(&[("OPENAI_API_KEY", "k")])).is_err());

@@ -62,8 +62,9 @@ fn arb_call() -> impl Strategy<Value = Call> {
         prop::bool::ANY,
         arb_opt_string(),
         arb_opt_string(),
+        arb_opt_string(),
     )
-        .prop_map(|(agent, role, argv, passed, workspace, isolation)| {
+        .prop_map(|(agent, role, argv, passed, workspace, isolation, model)| {
             Call::Spawn(SpawnParams {
                 agent,
                 role,
@@ -75,6 +76,7 @@ fn arb_call() -> impl Strategy<Value = Call> {
                 },
                 workspace,
                 isolation,
+                model,
             })
         });
     prop_oneof![

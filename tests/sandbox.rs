@@ -25,14 +25,14 @@ fn status_json(env: &[(&str, &str)]) -> Value {
 fn require_layers() -> bool {
     let v = status_json(&[]);
     if v["landlock"]["available"] != true || v["seccomp"]["available"] != true {
-        eprintln!(
-            "SKIPPED (loudly): this kernel lacks landlock or seccomp: {}",
+        common::skip_or_fail(&format!(
+            "this kernel lacks landlock or seccomp: {}",
             v["missing"]
-        );
+        ));
         return false;
     }
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED (loudly): confinement tests need root to switch agent uids");
+        common::skip_or_fail("confinement tests need root to switch agent uids");
         return false;
     }
     true
@@ -67,6 +67,20 @@ fn home_with_two_agents() -> Home {
 impl Home {
     fn agent_dir(&self, id: &str) -> std::path::PathBuf {
         self.dir.path().join("agents").join(id)
+    }
+
+    /// `sandbox run` of `sh -c script` as agent A in `role`, with more
+    /// environment for the supervisor (a namespace backend, layers off).
+    fn run_role(&self, role: &str, env: &[(&str, &str)], script: &str) -> Output {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "sandbox", "run", "-a", "alice", "--role", role, "--", "sh", "-c", script,
+        ])
+        .env("MINI_LETTA_HOME", self.dir.path())
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .env_remove("MINI_LETTA_NAMESPACES")
+        .envs(env.iter().copied());
+        cmd.output().unwrap()
     }
 
     /// `sandbox run` as agent A with an embedded supervisor.
@@ -221,16 +235,16 @@ fn both_namespace_backends_contain_agent_a() {
     }
     let backend = |env: &[(&str, &str)]| status_json(env)["ns_backend"].clone();
     if backend(&[]) != "native" {
-        eprintln!(
-            "SKIPPED (loudly): native namespaces unavailable here: {}",
+        common::skip_or_fail(&format!(
+            "native namespaces unavailable here: {}",
             backend(&[])
-        );
+        ));
         return;
     }
     let h = home_with_two_agents();
     let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
     if backend(&bwrap) != "bwrap" {
-        eprintln!("SKIPPED (loudly): bubblewrap backend unavailable here");
+        common::skip_or_fail("bubblewrap backend unavailable here");
         return;
     }
     let o = h.run_as_a_with(None, "strict", &attack_script(&h), &bwrap);
@@ -355,10 +369,7 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
         })
         .unwrap_or_default();
     if roots.is_empty() {
-        eprintln!(
-            "SKIPPED (loudly): no cgroup hierarchy here: {}",
-            v["cgroup"]
-        );
+        common::skip_or_fail(&format!("no cgroup hierarchy here: {}", v["cgroup"]));
         return;
     }
     let h = home_with_two_agents();
@@ -537,6 +548,7 @@ fn spawn_strict(
             stdio: mini_letta::protocol::StdioMode::Null,
             workspace: None,
             isolation: None,
+            model: None,
         },
     ))
     .unwrap()
@@ -594,4 +606,150 @@ fn a_stage_program_agent_uids_cannot_run_is_refused_clearly() {
         err.contains(&format!("{} is not searchable", private.path().display())),
         "{err}"
     );
+}
+
+/// The seccomp allow-list must not break real tools: in every role, at the
+/// full level (both namespace backends) and without namespaces, a shell
+/// pipeline of coreutils, a git
+/// repository made and committed to with the git CLI, and python3 (when
+/// installed) with threads and a subprocess all work in `$AGENT/tmp`, while
+/// the filter is on (`Seccomp: 2`).
+#[test]
+fn real_tools_work_under_every_role() {
+    if !require_layers() {
+        return;
+    }
+    let h = home_with_two_agents();
+    let tmp = h.agent_dir(&h.a).join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let script = format!(
+        r#"
+set -e
+grep -q '^Seccomp:[[:space:]]*2' /proc/self/status && echo seccomp=on
+cd {tmp}
+rm -rf repo && mkdir repo && cd repo
+git init -q .
+printf 'hello world\nsecond line\n' > notes.md
+git add notes.md
+git -c user.name=Test -c user.email=test@example.invalid commit -q -m first
+echo commits=$(git log --oneline | wc -l)
+echo status=$(git status --porcelain | wc -l)
+git -c user.name=Test -c user.email=test@example.invalid commit -q --allow-empty -m second
+echo revs=$(git rev-list --count HEAD)
+echo pipeline=$(cat notes.md | tr 'a-z' 'A-Z' | grep -c HELLO)
+echo sorted=$(seq 1 200 | sort -rn | head -1)
+cp notes.md copy.md && mv copy.md moved.md && chmod 600 moved.md && echo mode=$(stat -c %a moved.md)
+ln -s moved.md link.md && echo link=$(readlink link.md)
+mkfifo fifo && rm fifo && echo fifo=ok
+touch -d '2020-01-01' moved.md && echo year=$(date -r moved.md +%Y)
+echo words=$(wc -w < notes.md)
+timeout 5 sleep 0.05 && echo timeout=ok
+echo sum=$(sha256sum notes.md | cut -c1-8)
+du -s . >/dev/null && df . >/dev/null && echo disk=ok
+(echo sub; echo shell) | sed -n 2p
+if command -v python3 >/dev/null; then
+  python3 -c 'import subprocess, threading, tempfile, os
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+with tempfile.TemporaryDirectory(dir=".") as d:
+    open(os.path.join(d, "f"), "w").write("x")
+print("python=" + subprocess.run(["echo", "ok"], capture_output=True, text=True).stdout.strip())'
+else
+  echo python=absent
+fi
+echo done=1
+"#,
+        tmp = tmp.display()
+    );
+    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
+    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
+        ("L0 native", &[]),
+        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
+    ];
+    if status_json(&bwrap)["ns_backend"] == "bwrap" {
+        levels.push(("L0 bwrap", &bwrap));
+    } else {
+        common::skip_or_fail("bubblewrap backend unavailable: real tools not tried under it");
+    }
+    for (level, env) in levels {
+        for role in ["agent", "tool", "memory-worker", "reflection"] {
+            let o = h.run_role(role, env, &script);
+            let r = results(&o);
+            let ctx = format!("{role} {level}: {}\n{}", stdout(&o), stderr(&o));
+            assert!(o.status.success(), "{ctx}");
+            for (k, v) in [
+                ("seccomp", "on"),
+                ("commits", "1"),
+                ("status", "0"),
+                ("revs", "2"),
+                ("pipeline", "1"),
+                ("sorted", "200"),
+                ("mode", "600"),
+                ("link", "moved.md"),
+                ("fifo", "ok"),
+                ("year", "2020"),
+                ("words", "4"),
+                ("timeout", "ok"),
+                ("disk", "ok"),
+                ("done", "1"),
+            ] {
+                assert_eq!(r.get(k).map(String::as_str), Some(v), "{k}: {ctx}");
+            }
+            assert!(stdout(&o).contains("\nshell\n"), "{ctx}");
+            let py = r.get("python").map(String::as_str);
+            assert!(py == Some("ok") || py == Some("absent"), "{ctx}");
+        }
+    }
+}
+
+/// A confinement step that fails stops the child before its program runs,
+/// and the error names the step: here the capability check of a stage
+/// started with capabilities (root, nothing dropped) — the program, which
+/// would create a file, never runs.
+#[test]
+fn a_failed_confinement_step_stops_the_child_before_exec() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skip_or_fail("needs root: the stage must start with capabilities to fail");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("program-ran");
+    let policy = serde_json::json!({
+        "landlock": false,
+        "scopes": false,
+        "read_exec": [],
+        "read_only": [],
+        "writable": [],
+        "seccomp": true,
+        "seccomp_role": "tool",
+        "no_network": true,
+        "require_no_caps": true,
+    });
+    for stage in [
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_mini-letta-stage2")),
+        bin(),
+    ] {
+        let mut cmd = Command::new(&stage);
+        if stage == bin() {
+            cmd.arg("__child");
+        }
+        let o = cmd
+            .args([
+                "tool",
+                "--agent",
+                "x",
+                "--policy",
+                &policy.to_string(),
+                "--",
+            ])
+            .args(["touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("capabilities were not dropped"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!marker.exists(), "the program ran after a failed step");
+    }
 }

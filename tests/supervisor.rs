@@ -23,6 +23,7 @@ fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {
             stdio: StdioMode::Null,
             workspace: None,
             isolation: Some("off".into()),
+            model: None,
         }))
         .unwrap();
     (
@@ -284,8 +285,8 @@ fn a_foreign_uid_is_refused() {
     assert!(mini_letta::supervisor::server::peer_allowed(0, 0));
     assert!(!mini_letta::supervisor::server::peer_allowed(65534, 0));
     if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIPPED (loudly): a_foreign_uid_is_refused needs root to connect as another uid; only the check function was tested"
+        common::skip(
+            "a_foreign_uid_is_refused needs root to connect as another uid; only the check function was tested",
         );
         return;
     }
@@ -460,6 +461,7 @@ fn bad_spawn_requests_are_refused() {
             stdio: StdioMode::Null,
             workspace: None,
             isolation: isolation.map(String::from),
+            model: None,
         })
     };
     let err = c

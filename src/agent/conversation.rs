@@ -58,32 +58,32 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> ConversationErro
     }
 }
 
-/// The directory of conversation `id` of `agent`, opened from the agent
-/// directory's descriptor; created (with `conversations/`) when `create`,
-/// else `None` when missing. The agent directory itself is the
-/// supervisor's (a child cannot add or swap entries in it), so only it is
-/// opened by path.
+/// The directory of conversation `id` of `agent`, opened from the
+/// conversations directory's descriptor; created (with `conversations/`)
+/// when `create`, else `None` when missing. `conversations/` itself sits in
+/// the agent directory, which no child can write, so it alone is opened by
+/// path (and not followed if it were a symlink); a child's view may not
+/// include the agent directory itself, only what its profile lists.
 pub fn open_dir(
     agent: &AgentPaths,
     id: &str,
     create: bool,
 ) -> Result<Option<Dir>, ConversationError> {
     let paths = agent.conversation(id)?;
-    if create {
-        std::fs::create_dir_all(agent.dir()).map_err(io(agent.dir()))?;
-    }
-    let opened = (|| {
-        let agent_dir = Dir::open(agent.dir())?;
-        if create {
-            agent_dir
-                .create_dir(CONVERSATIONS_DIR_NAME, 0o777)?
-                .create_dir(paths.id(), 0o777)
-        } else {
-            agent_dir
-                .open_dir(CONVERSATIONS_DIR_NAME)?
-                .open_dir(paths.id())
+    let convs = match Dir::open(&agent.conversations_dir()) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() && create => {
+            std::fs::create_dir_all(agent.dir()).map_err(io(agent.dir()))?;
+            Dir::open(agent.dir())?.create_dir(CONVERSATIONS_DIR_NAME, 0o777)?
         }
-    })();
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let opened = if create {
+        convs.create_dir(paths.id(), 0o777)
+    } else {
+        convs.open_dir(paths.id())
+    };
     match opened {
         Ok(d) => Ok(Some(d)),
         Err(e) if !create && e.is_not_found() => Ok(None),

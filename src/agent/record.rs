@@ -32,4 +32,7 @@ pub struct AgentRecord {
     /// supervisor at first launch when it runs as root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_uid: Option<u32>,
+    /// Disk and inode quota: the agent's directory is a volume this size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<crate::sandbox::volume::Quota>,
 }

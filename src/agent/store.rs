@@ -46,6 +46,8 @@ pub enum StoreError {
     Hook(#[from] HookError),
     #[error("cannot create the memory commit signature: {0}")]
     Signature(git2::Error),
+    #[error(transparent)]
+    Volume(#[from] crate::sandbox::volume::VolumeError),
 }
 
 fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -82,6 +84,17 @@ pub fn agent_signature(record: &AgentRecord) -> Result<Signature<'static>, Store
 /// one initial commit. The directory is built under a temporary name and
 /// renamed into place, so a crash never leaves a half-made agent behind.
 pub fn create(home: &Home, name: &str, system: Option<String>) -> Result<AgentRecord, StoreError> {
+    create_with_quota(home, name, system, None)
+}
+
+/// [`create`], the agent's directory on a volume of its own when `quota`
+/// is given (see `sandbox::volume`).
+pub fn create_with_quota(
+    home: &Home,
+    name: &str,
+    system: Option<String>,
+    quota: Option<crate::sandbox::volume::Quota>,
+) -> Result<AgentRecord, StoreError> {
     if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
         return Err(StoreError::InvalidName);
     }
@@ -101,12 +114,28 @@ pub fn create(home: &Home, name: &str, system: Option<String>) -> Result<AgentRe
         model_settings: serde_json::Map::new(),
         created_at: iso_timestamp(OffsetDateTime::now_utc()),
         sandbox_uid: None,
+        quota,
     };
     let final_paths = home.agent(&record.id)?;
     let staging = home.agent_staging(&record.id)?;
     match build_agent_dir(&staging, &record) {
         Ok(()) => {
-            fs::rename(staging.dir(), final_paths.dir()).map_err(io(final_paths.dir()))?;
+            match quota {
+                None => {
+                    fs::rename(staging.dir(), final_paths.dir()).map_err(io(final_paths.dir()))?
+                }
+                Some(q) => {
+                    let made = crate::sandbox::volume::create(
+                        home,
+                        &record.id,
+                        staging.dir(),
+                        final_paths.dir(),
+                        q,
+                    );
+                    let _ = fs::remove_dir_all(staging.dir());
+                    made?;
+                }
+            }
             Ok(record)
         }
         Err(e) => {

@@ -19,6 +19,15 @@ pub enum AgentCommand {
         /// Read the raw system prompt from this file (may contain {CORE_MEMORY}).
         #[arg(long, value_name = "F")]
         system_file: Option<PathBuf>,
+        /// Disk quota in MB: the agent's directory becomes a volume of its
+        /// own this size (needs root; default: `[quota] disk_mb` in
+        /// config.toml, else none). Writes past it fail with ENOSPC.
+        #[arg(long, value_name = "MB")]
+        disk_mb: Option<u64>,
+        /// Inode quota (how many files and directories the agent may have;
+        /// default: `[quota] inodes`, else 64 per MB).
+        #[arg(long, value_name = "N")]
+        inodes: Option<u64>,
         /// Print the new agent's record as JSON.
         #[arg(long)]
         json: bool,
@@ -52,6 +61,8 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
         AgentCommand::Create {
             name,
             system_file,
+            disk_mb,
+            inodes,
             json,
         } => {
             let system =
@@ -61,7 +72,20 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                     })?),
                     None => None,
                 };
-            let record = store::create(&home, name, system)?;
+            let default = crate::sandbox::volume::default_quota(&home)?;
+            let quota = match (disk_mb, inodes, default) {
+                (None, None, d) => d,
+                (disk, inodes, d) => {
+                    let disk_mb = disk.or(d.map(|q| q.disk_mb)).unwrap_or(1024);
+                    Some(crate::sandbox::volume::Quota {
+                        disk_mb,
+                        inodes: inodes
+                            .or(d.map(|q| q.inodes))
+                            .unwrap_or(disk_mb.saturating_mul(64)),
+                    })
+                }
+            };
+            let record = store::create_with_quota(&home, name, system, quota)?;
             if *json {
                 output::json(&record)?;
             } else {

@@ -16,6 +16,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
+use super::terminal::clean;
 use super::{Cli, output};
 use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
 use crate::agent::store;
@@ -176,7 +177,7 @@ fn interactive(
 fn render_live(e: &TurnEvent) {
     match e {
         TurnEvent::TextDelta { text } => {
-            print!("{text}");
+            print!("{}", clean(text));
             let _ = std::io::stdout().flush();
         }
         TurnEvent::ToolCall {
@@ -186,18 +187,21 @@ fn render_live(e: &TurnEvent) {
                 .get("command")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            eprintln!("· {name} {what}");
+            eprintln!("· {} {}", clean(name), clean(what));
         }
         TurnEvent::ToolResult {
             text,
             is_error: true,
             ..
         } => {
-            eprintln!("· tool error: {}", text.lines().next().unwrap_or_default());
+            eprintln!(
+                "· tool error: {}",
+                clean(text.lines().next().unwrap_or_default())
+            );
         }
-        TurnEvent::Retry { attempt, error } => eprintln!("· retry {attempt}: {error}"),
+        TurnEvent::Retry { attempt, error } => eprintln!("· retry {attempt}: {}", clean(error)),
         TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
-            eprintln!("· stopped: {stop_reason}")
+            eprintln!("· stopped: {}", clean(stop_reason))
         }
         _ => {}
     }
@@ -217,8 +221,18 @@ pub fn turn(
     let exe = std::env::current_exe().context("cannot find this program's executable")?;
     let (in_r, mut in_w) = std::io::pipe()?;
     let (out_r, out_w) = std::io::pipe()?;
+    // Not our stderr: the child's errors are relayed, cleaned of control
+    // sequences, so the operator's terminal is never the child's.
+    let (err_r, err_w) = std::io::pipe()?;
     let in_r = OwnedFd::from(in_r);
     let out_w = OwnedFd::from(out_w);
+    let err_w = OwnedFd::from(err_w);
+    let relay_err = std::thread::spawn(move || {
+        for line in BufReader::new(err_r).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{}", clean(&line));
+        }
+    });
     let client = &mut session.client;
     client.call(Call::Subscribe {})?;
     let req = client.send_request_with_fds(
@@ -234,11 +248,13 @@ pub fn turn(
             stdio: StdioMode::Passed,
             workspace: workspace.map(|w| w.display().to_string()),
             isolation: Some(isolation.to_string()),
+            model: input.model.clone(),
         }),
-        &[in_r.as_raw_fd(), out_w.as_raw_fd(), 2],
+        &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
     )?;
     drop(in_r);
     drop(out_w);
+    drop(err_w);
     serde_json::to_writer(&mut in_w, input)?;
     drop(in_w);
     let mut exits: Vec<Value> = Vec::new();
@@ -260,10 +276,15 @@ pub fn turn(
                     done = Some(e);
                 }
             }
-            Err(_) => eprintln!("{line}"),
+            Err(_) => eprintln!("{}", clean(&line)),
         }
     }
     let exit = client.wait_child_exit(child, &mut exits)?;
+    // Its stderr closes with it (a lingering descendant would keep it open:
+    // do not wait on that).
+    if relay_err.is_finished() {
+        let _ = relay_err.join();
+    }
     done.with_context(|| {
         format!(
             "the agent process ended without finishing the turn (exit {}); the conversation is intact",
@@ -279,7 +300,7 @@ pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
     let agent = AgentPaths::from_dir(agent_dir);
     let record = store::load(&agent)?;
-    let client = Arc::new(Mutex::new(Client::from_channel_env()?));
+    let client = Arc::new(Mutex::new(Client::take_channel_env()?));
     let channel = client.clone();
     let conversation = input.conversation.clone();
     // Events go to the CLI that started us (stdout) and, for `attach`, to
@@ -329,7 +350,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!("{}", json!(m));
         } else {
-            println!("[{}] {:?}: {}", m.id, m.role, summarize(m));
+            println!("[{}] {:?}: {}", m.id, m.role, clean(&summarize(m)));
         }
     };
     for m in conv.messages().iter().skip(seen.saturating_sub(args.last)) {
@@ -355,7 +376,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
             }
             match event.as_str() {
                 "turn.delta" if !args.json => {
-                    print!("{}", data["text"].as_str().unwrap_or(""));
+                    print!("{}", clean(data["text"].as_str().unwrap_or("")));
                 }
                 "turn.event"
                     if data["conversation"].as_str() == Some(args.conversation.as_str()) =>
@@ -368,19 +389,20 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
                             TurnEvent::Step { n } => println!("· step {n}"),
                             TurnEvent::ToolCall {
                                 name, arguments, ..
-                            } => println!("\n→ {name} {arguments}"),
+                            } => println!("\n→ {} {}", clean(&name), clean(&arguments.to_string())),
                             TurnEvent::ToolResult {
                                 name,
                                 text,
                                 is_error,
                                 ..
                             } => println!(
-                                "← {name}{}: {}",
+                                "← {}{}: {}",
+                                clean(&name),
                                 if is_error { " (error)" } else { "" },
-                                text.lines().next().unwrap_or("")
+                                clean(text.lines().next().unwrap_or(""))
                             ),
                             TurnEvent::Done { stop_reason, .. } => {
-                                println!("\n· done ({stop_reason})")
+                                println!("\n· done ({})", clean(&stop_reason))
                             }
                             _ => {}
                         }

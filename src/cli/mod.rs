@@ -9,6 +9,7 @@ mod output;
 mod prompt;
 mod sandbox;
 mod supervisor;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,7 +103,13 @@ enum Command {
 
 impl Cli {
     fn home(&self) -> anyhow::Result<Home> {
-        Ok(Home::resolve(self.globals.home.as_deref())?)
+        let home = Home::resolve(self.globals.home.as_deref())?;
+        // Quota volumes do not survive a reboot: mount what is missing
+        // before anything reads an agent (root only; one stat otherwise).
+        if let Err(e) = crate::sandbox::volume::ensure_mounted(&home) {
+            tracing::warn!("cannot mount the agents' quota volumes: {e}");
+        }
+        Ok(home)
     }
 }
 

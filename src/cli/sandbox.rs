@@ -6,11 +6,12 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::Cli;
+use super::{Cli, terminal};
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
 use crate::sandbox::report::{Isolation, SandboxReport};
 use crate::supervisor::Session;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -55,6 +56,12 @@ pub struct RunArgs {
     /// degraded: accept fewer layers, loudly; off: no confinement at all.
     #[arg(long, default_value = "strict", value_parser = ["strict", "degraded", "off"])]
     isolation: String,
+    /// Pass the child's terminal output through untouched. By default, when
+    /// run from a terminal, the child gets a pty of its own and only text
+    /// and plain colour reach yours (no title, clipboard, cursor or mode
+    /// sequences); your terminal's modes are restored when it ends.
+    #[arg(long)]
+    raw: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -83,6 +90,22 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    // The operator's terminal is never handed to the child: when any of our
+    // stdio is one, the child gets a fresh pty and we relay it.
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let std_fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let tty = std_fds
+        .iter()
+        .copied()
+        .find(|fd| terminal::is_terminal(*fd));
+    let pty = match tty {
+        Some(like) => Some(terminal::open_pty(like).context("cannot open a pty for the child")?),
+        None => None,
+    };
+    let passed: [RawFd; 3] = match &pty {
+        Some(p) => [p.slave.as_raw_fd(); 3],
+        None => [0, 1, 2],
+    };
     let mut session = Session::open(&home)?;
     let client = &mut session.client;
     client.call(Call::Subscribe {})?;
@@ -94,8 +117,9 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
             stdio: StdioMode::Passed,
             workspace,
             isolation: Some(args.isolation.clone()),
+            model: None,
         }),
-        &[0, 1, 2],
+        &passed,
     )?;
     // child.exit may arrive before the spawn response: remember them all.
     let mut exits: Vec<Value> = Vec::new();
@@ -107,7 +131,41 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let child = spawned["child"]
         .as_u64()
         .context("supervisor gave no child id")?;
-    let exit = client.wait_child_exit(child, &mut exits)?;
+    let relay = match pty {
+        Some(p) => {
+            drop(p.slave);
+            let stdin_tty = terminal::is_terminal(std::io::stdin().as_fd());
+            // Raw mode on our side: keys go to the child's pty as typed,
+            // and the pty (not our terminal) echoes and edits.
+            let raw_mode = if stdin_tty {
+                Some(terminal::RawMode::enter(std::io::stdin().as_fd())?)
+            } else {
+                None
+            };
+            let master = std::sync::Arc::new(p.master);
+            let m = master.clone();
+            // Detached: a read of our stdin cannot be interrupted.
+            std::thread::spawn(move || terminal::relay_input(&m, stdin_tty));
+            let m = master.clone();
+            let raw = args.raw;
+            let out = std::thread::spawn(move || {
+                terminal::relay_output(&m, raw, &mut std::io::stdout());
+            });
+            Some((out, raw_mode))
+        }
+        None => None,
+    };
+    let exit = client.wait_child_exit(child, &mut exits);
+    if let Some((out, raw_mode)) = relay {
+        // The output ends when the pty closes; a descendant still holding
+        // it would keep it open, so wait only briefly after the exit.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while !out.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(raw_mode);
+    }
+    let exit = exit?;
     session.close();
     Ok(match (exit["code"].as_i64(), exit["signal"].as_i64()) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),

@@ -58,6 +58,12 @@ pub const MAIN_BRANCH: &str = "main";
 ///
 /// No upward search: a memory directory that is not itself a repository must
 /// never silently resolve to an enclosing one.
+///
+/// An agent's memory, whose working tree belongs to the agent's own uid, is
+/// opened as [`open_agent`] does — but only when it is exactly an agent's
+/// `memory/` (or `memory.git/`) whose record and git directory belong to
+/// us: the operator's commands work on the agents of their own homes,
+/// while any other repository owned by someone else is still refused.
 pub fn open(dir: &Path) -> Result<Repository, RepoError> {
     if !dir.is_dir() {
         return Err(RepoError::MissingDir(dir.to_path_buf()));
@@ -67,10 +73,31 @@ pub fn open(dir: &Path) -> Result<Repository, RepoError> {
         RepositoryOpenFlags::NO_SEARCH,
         std::iter::empty::<&Path>(),
     )
+    .or_else(|e| match (e.code(), own_agent_of(dir)) {
+        (git2::ErrorCode::Owner, Some(agent)) => open_agent(&agent).map_err(|_| e),
+        _ => Err(e),
+    })
     .map_err(|e| match e.code() {
         git2::ErrorCode::NotFound => RepoError::NotARepository(dir.to_path_buf()),
         _ => RepoError::git(dir, e),
     })
+}
+
+/// The agent whose memory working tree or git directory `dir` is, when its
+/// record and git directory are ours (not followed through symlinks).
+fn own_agent_of(dir: &Path) -> Option<crate::paths::AgentPaths> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = dir.canonicalize().ok()?;
+    let agent = crate::paths::AgentPaths::from_dir(dir.parent()?);
+    if dir != agent.memory_dir() && dir != agent.memory_git_dir() {
+        return None;
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let ours = |p: &Path, want_dir: bool| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.uid() == me && if want_dir { m.is_dir() } else { m.is_file() })
+    };
+    (ours(&agent.agent_json(), false) && ours(&agent.memory_git_dir(), true)).then_some(agent)
 }
 
 /// Open an agent's memory repository from the paths the supervisor knows:

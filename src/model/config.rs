@@ -80,9 +80,16 @@ pub struct ProviderConfig {
     pub mock_context_window: Option<u64>,
     pub openai: EndpointConfig,
     pub anthropic: EndpointConfig,
+    /// The scripted test model's script (`MINI_LETTA_SCRIPTED_MODEL` in the
+    /// supervisor's own environment): the handle `mock/scripted` uses it.
+    /// Never taken from a model name, which a child could choose.
+    pub scripted_script: Option<PathBuf>,
     /// The file read, when it existed.
     pub source: Option<PathBuf>,
 }
+
+/// The variable naming the scripted model's script.
+pub const SCRIPTED_MODEL_ENV: &str = "MINI_LETTA_SCRIPTED_MODEL";
 
 #[derive(Debug, Default, Deserialize)]
 struct FileConfig {
@@ -189,6 +196,7 @@ impl ProviderConfig {
             mock_context_window: file.providers.mock.context_window,
             openai,
             anthropic,
+            scripted_script: env(SCRIPTED_MODEL_ENV).map(PathBuf::from),
             source,
         })
     }
@@ -206,6 +214,7 @@ impl ProviderConfig {
             mock_context_window: None,
             openai: ep("OPENAI_API_KEY", OPENAI_DEFAULT_BASE_URL),
             anthropic: ep("ANTHROPIC_API_KEY", ANTHROPIC_DEFAULT_BASE_URL),
+            scripted_script: None,
             source: None,
         }
     }

@@ -2,16 +2,15 @@
 //! record (`"model": "openai/gpt-4o-mini"`) is enough to reach it; the
 //! endpoint and key come from the supervisor's [`ProviderConfig`].
 
-use std::path::Path;
-
 use super::anthropic::AnthropicModel;
-use super::config::{EndpointConfig, ProviderConfig, is_loopback_url};
+use super::config::{EndpointConfig, ProviderConfig, SCRIPTED_MODEL_ENV, is_loopback_url};
 use super::mock::MockModel;
 use super::openai::OpenAiModel;
 use super::scripted::ScriptedModel;
 use super::{Model, ModelError};
 
-const VALID_FORMS: &str = "valid forms: `mock`, `mock/scripted:<path to JSON script>`, \
+const VALID_FORMS: &str = "valid forms: `mock`, `mock/scripted` (the script named by \
+MINI_LETTA_SCRIPTED_MODEL when the supervisor starts), \
 `openai/<model>` (OpenAI-compatible Chat Completions), `anthropic/<model>`";
 
 /// Builds the model a handle names.
@@ -21,13 +20,23 @@ pub fn open_model(handle: &str, cfg: &ProviderConfig) -> Result<Box<dyn Model>, 
         let window = cfg.context_window_for(handle);
         return Ok(Box::new(MockModel::new().with_context_window(window)));
     }
-    if let Some(path) = handle.strip_prefix("mock/scripted:") {
-        if path.is_empty() {
+    if handle == "mock/scripted" {
+        let Some(path) = &cfg.scripted_script else {
             return Err(ModelError::fatal(format!(
-                "model {handle:?} names no script file; {VALID_FORMS}"
+                "model \"mock/scripted\" needs {SCRIPTED_MODEL_ENV}=<path to JSON script> in the \
+                 supervisor's environment when it starts"
             )));
-        }
-        return Ok(Box::new(ScriptedModel::open(Path::new(path))?));
+        };
+        return Ok(Box::new(ScriptedModel::open(path)?));
+    }
+    if handle.starts_with("mock/scripted:") {
+        // A path in a model name would let whoever names the model (a child)
+        // make the supervisor read and write files of its choosing.
+        return Err(ModelError::fatal(format!(
+            "model {handle:?} names a script path: the scripted model's script is chosen only \
+             by the supervisor's start-up configuration ({SCRIPTED_MODEL_ENV}); use \
+             \"mock/scripted\"; {VALID_FORMS}"
+        )));
     }
     if let Some(name) = handle.strip_prefix("openai/") {
         check(handle, name, &cfg.openai)?;

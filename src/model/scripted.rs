@@ -1,5 +1,6 @@
-//! Scripted mock (`mock/scripted:<path>`): canned answers read from a JSON
-//! file, one per request, so tests can drive exact sequences — tool calls,
+//! Scripted mock (`mock/scripted`, its script named by
+//! `MINI_LETTA_SCRIPTED_MODEL` in the supervisor's start-up environment):
+//! canned answers read from a JSON file, one per request, so tests can drive exact sequences — tool calls,
 //! transient failures, context overflows — through the real runtime.
 //!
 //! ```json

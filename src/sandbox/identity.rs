@@ -55,21 +55,12 @@ pub fn ensure_uid(
     file.lock().map_err(io)?;
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(io)?;
-    // An entry whose agent directory is gone (a deleted agent or home) frees
-    // its uid again.
+    // Every uid ever handed out stays taken, even when its agent directory
+    // is not found now: a home that is moved or not mounted still has files
+    // owned by that uid, which the next agent given it would own.
     let mut used: std::collections::HashSet<u32> = text
         .lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ' ');
-            let uid = it.next()?.parse().ok()?;
-            let agent = it.next()?;
-            let home = it.next()?;
-            Path::new(home)
-                .join("agents")
-                .join(agent)
-                .exists()
-                .then_some(uid)
-        })
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
         .collect();
     used.extend(store::list(home)?.iter().filter_map(|a| a.sandbox_uid));
     let uid = (UID_BASE..PROBE_UID)

@@ -15,8 +15,9 @@
 //! new pid namespace as a monitor (it is the pid the supervisor knows), an
 //! init (pid 1) reaps and forwards signals — a pid-1 program would ignore
 //! SIGTERM from outside — and the program runs as pid 2. The monitor and
-//! init name themselves ([`MONITOR_COMM`], [`INIT_COMM`]) so the supervisor
-//! signals the program, not them. Why not bubblewrap: it costs one more
+//! init name themselves ([`MONITOR_COMM`], [`INIT_COMM`]) for `ps` readers;
+//! the supervisor tells them from the program by their depth in the tree
+//! (`LaunchPlan::wrapper_depth`), never by name. Why not bubblewrap: it costs one more
 //! exec with four shared libraries and remounts every mount of the host one
 //! by one; one `mount_setattr(AT_RECURSIVE)` does the same here, and the
 //! launch is several milliseconds faster (`scripts/bench-sandbox`).
@@ -144,7 +145,17 @@ fn monitor(child: libc::pid_t, alive: OwnedFd) -> ! {
 /// `alive` pipe closes only when we exit.
 fn stand_by(child: libc::pid_t, reap_all: bool, alive: OwnedFd) -> ! {
     forward_signals_to(child);
-    let _ = drop_capabilities();
+    // The monitor and init hold every capability of the new user
+    // namespace until here; one that cannot shed them must not stay
+    // beside the program: take the sandbox down instead.
+    if let Err(e) = drop_capabilities() {
+        eprintln!("mini-letta: child stage failed: {e}; stopping the sandbox");
+        // SAFETY: killing our own child, then leaving.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::_exit(crate::child::STAGE_FAILURE);
+        }
+    }
     // SAFETY: closing our copies of stdio and the channel; the child has
     // its own.
     unsafe {
@@ -166,9 +177,11 @@ fn init(
     cwd: Option<&Path>,
 ) -> Result<(), NsError> {
     set_comm(INIT_COMM);
-    // SAFETY: plain prctl; then a poll on our own pipe.
+    // Without it, init (and the whole pid namespace) would outlive a
+    // killed monitor: a sandbox nobody supervises.
+    set_pdeathsig("init")?;
+    // SAFETY: a poll on our own pipe.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         let mut p = libc::pollfd {
             fd: alive.as_raw_fd(),
             events: libc::POLLIN,
@@ -185,11 +198,15 @@ fn init(
         -1 => Err(err("fork of the program")),
         0 => {
             drop(alive);
-            // SAFETY: plain calls; pid 1 dying takes the whole namespace.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                libc::setsid();
-            }
+            // Pid 1 dying takes the whole namespace anyway; the signal is
+            // there for the window before that.
+            set_pdeathsig("program")?;
+            // A session of its own: no controlling terminal to inject into
+            // (TIOCSTI) and the supervisor's process group is not ours.
+            nix::unistd::setsid().map_err(|e| NsError {
+                what: "setsid of the program".into(),
+                source: e.into(),
+            })?;
             drop_capabilities()
         }
         program => stand_by(program, true, alive),
@@ -467,13 +484,21 @@ fn write_proc(path: &str, text: &str) -> Result<(), NsError> {
     })
 }
 
+/// Name this process. Best effort on purpose: the name only tells the
+/// supervisor which processes are wrappers (which forward signals
+/// themselves); no confinement depends on it.
 fn set_comm(name: &str) {
     if let Ok(c) = CString::new(name) {
-        // SAFETY: PR_SET_NAME with a NUL-terminated name (truncated to 15).
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, c.as_ptr(), 0, 0, 0);
-        }
+        let _ = nix::sys::prctl::set_name(&c);
     }
+}
+
+/// `PR_SET_PDEATHSIG(SIGKILL)` for `who`, checked.
+fn set_pdeathsig(who: &str) -> Result<(), NsError> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|e| NsError {
+        what: format!("prctl(PR_SET_PDEATHSIG) of the {who}"),
+        source: e.into(),
+    })
 }
 
 /// No capability of any kind, in any set, from here on.
@@ -491,18 +516,41 @@ fn drop_capabilities() -> Result<(), NsError> {
         inheritable: u32,
     }
     const VERSION_3: u32 = 0x2008_0522;
-    // SAFETY: prctl and capset with valid structures.
-    unsafe {
-        for cap in 0..=63 {
-            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+    // The bounding set first (needs CAP_SETPCAP, which capset removes).
+    // EINVAL means a number past the kernel's last capability: the end.
+    for cap in 0..=63 {
+        // SAFETY: PR_CAPBSET_DROP takes integers only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            if errno() == libc::EINVAL {
+                break;
+            }
+            return Err(err(format!("prctl(PR_CAPBSET_DROP, {cap})")));
         }
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        );
+        // Read back: a capability left in the bounding set could come back
+        // through a file capability if no_new_privs were ever missing.
+        // SAFETY: PR_CAPBSET_READ takes integers only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } != 0 {
+            return Err(NsError {
+                what: format!("capability {cap} is still in the bounding set"),
+                source: std::io::Error::from_raw_os_error(libc::EPERM),
+            });
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT takes integers only.
+    check(
+        unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            )
+        } as _,
+        || "prctl(PR_CAP_AMBIENT_CLEAR_ALL)".into(),
+    )?;
+    // SAFETY: capset with valid structures.
+    unsafe {
         let header = Header {
             version: VERSION_3,
             pid: 0,

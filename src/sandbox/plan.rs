@@ -71,6 +71,21 @@ pub struct LaunchPlan {
     pub tmpdir: PathBuf,
 }
 
+impl LaunchPlan {
+    /// How many levels of the launched process tree are the launcher's own
+    /// wrappers rather than the program: the namespace monitor and init, or
+    /// bubblewrap and its pid-1; none when the stage execs the program
+    /// itself. Fixed by the plan, so a program cannot change it.
+    pub fn wrapper_depth(&self) -> usize {
+        let native = self.stage.as_ref().is_some_and(|s| s.namespaces.is_some());
+        if native || !self.wrapper_args.is_empty() {
+            2
+        } else {
+            0
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error(
@@ -82,6 +97,8 @@ pub enum PlanError {
         level: Level,
         missing: String,
     },
+    #[error("no seccomp allow-list for role {0:?}; refusing to launch")]
+    UnknownRole(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -138,12 +155,15 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     read_exec.push(exe_dir);
     read_exec.push(input.stage_exe.to_path_buf());
     let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
-    // The agent directory itself must be traversable to reach its parts.
-    read_only.push(input.agent_dir.to_path_buf());
+    // Only the parts the role's profile lists: the agent directory itself
+    // is not granted (landlock does not need it to reach its parts), so a
+    // role never lists or reads a sibling its profile leaves out.
     read_only.extend(res.read_only.iter().cloned());
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
     let namespaces = r.namespaces.available;
+    let seccomp_role = super::seccomp::Role::parse(&res.role)
+        .ok_or_else(|| PlanError::UnknownRole(res.role.clone()))?;
     let mut stage = StagePolicy {
         landlock: r.landlock.available,
         scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
@@ -151,7 +171,10 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         read_only,
         writable,
         seccomp: r.seccomp.available,
+        seccomp_role,
         no_network: res.network == Network::None,
+        // Set below once the namespace backend is chosen.
+        private_ipc: false,
         require_no_caps: true,
         namespaces: None,
     };
@@ -167,21 +190,28 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         nproc: res.limits.pids,
     };
     let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
+        // TMPDIR is the agent's own `tmp/` in every view: the `/tmp` of a
+        // namespaced child is a root-owned tmpfs it cannot write.
         (true, Some(NsBackend::Native), _) => {
+            stage.private_ipc = true;
             stage.namespaces = Some(NamespacePlan {
                 mounts: view_steps(input, &res.writable),
             });
             (
                 input.stage_exe.to_path_buf(),
                 Vec::new(),
-                PathBuf::from("/tmp"),
+                input.tmp_dir.to_path_buf(),
             )
         }
-        (true, Some(NsBackend::Bwrap), Some(bwrap)) => (
-            bwrap.clone(),
-            bwrap_args(input, &res.writable),
-            PathBuf::from("/tmp"),
-        ),
+        (true, Some(NsBackend::Bwrap), Some(bwrap)) => {
+            // BWRAP_BASE_ARGS has --unshare-ipc.
+            stage.private_ipc = true;
+            (
+                bwrap.clone(),
+                bwrap_args(input, &res.writable),
+                input.tmp_dir.to_path_buf(),
+            )
+        }
         _ => (
             input.exe.to_path_buf(),
             Vec::new(),
@@ -236,8 +266,8 @@ pub const BWRAP_BASE_ARGS: &[&str] = &[
 
 /// The child's filesystem view on top of the read-only root with private
 /// `/dev` and `/proc`, in order: temporary and users' directories and the
-/// whole mini-letta home masked, then this binary, the agent's own
-/// directory (read-only) and its writable parts brought back. Both
+/// whole mini-letta home masked, then this binary and exactly the paths the
+/// role's profile lists (read-only or writable) brought back. Both
 /// namespace backends build exactly this.
 pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep> {
     let mut steps: Vec<MountStep> = ["/tmp", "/var/tmp", "/run", "/home", "/root"]
@@ -257,11 +287,25 @@ pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep>
     if input.stage_exe != input.exe {
         steps.push(ro(input.stage_exe));
     }
-    steps.push(ro(input.agent_dir));
-    for w in writable.iter().filter(|w| w.exists()) {
-        steps.push(MountStep::Bind {
-            src: w.clone(),
-            dest: w.clone(),
+    // The profile's paths one by one (never the whole agent directory),
+    // parents before what lies below them.
+    let mut binds: Vec<(&PathBuf, bool)> = input
+        .resolved
+        .read_only
+        .iter()
+        .map(|p| (p, true))
+        .chain(writable.iter().map(|p| (p, false)))
+        .filter(|(p, _)| p.exists())
+        .collect();
+    binds.sort_by_key(|(p, _)| p.components().count());
+    for (p, read_only) in binds {
+        steps.push(if read_only {
+            ro(p)
+        } else {
+            MountStep::Bind {
+                src: p.clone(),
+                dest: p.clone(),
+            }
         });
     }
     steps

@@ -149,7 +149,7 @@ impl SandboxReport {
             Layer::no(format!("disabled by {DISABLE_ENV}"))
         } else {
             match std::fs::read_to_string("/proc/self/status") {
-                Ok(s) if s.contains("Seccomp:") => Layer::yes("seccomp filter mode available"),
+                Ok(s) if s.contains("Seccomp:") => seccomp_layer(),
                 _ => Layer::no("/proc/self/status has no Seccomp field"),
             }
         };
@@ -246,6 +246,28 @@ impl SandboxReport {
 }
 
 /// The level the available layers add up to.
+/// The seccomp layer on a kernel that has filter mode: available when our
+/// filter exists for this architecture (the stage refuses to run without
+/// it), with the size of each role's allow-list.
+fn seccomp_layer() -> Layer {
+    use super::seccomp::{Options, Role, allowed, checked, program};
+    let opts = Options {
+        no_network: true,
+        private_ipc: true,
+    };
+    if let Err(e) = program(Role::Agent, opts) {
+        return Layer::no(e.to_string());
+    }
+    let sizes: Vec<String> = Role::ALL
+        .iter()
+        .map(|r| format!("{r} {}", allowed(*r, opts).len() + checked(true).len()))
+        .collect();
+    Layer::yes(format!(
+        "filter mode available; allow-list per role at L0 ({} calls), ENOSYS for the rest",
+        sizes.join(", ")
+    ))
+}
+
 pub fn compute_level(namespaces: bool, landlock: bool, abi: i32, seccomp: bool) -> Level {
     match (namespaces, landlock, seccomp) {
         (true, true, true) if abi >= LANDLOCK_SCOPES_ABI => Level::L0,

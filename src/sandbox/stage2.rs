@@ -26,10 +26,16 @@ pub struct StagePolicy {
     pub read_only: Vec<PathBuf>,
     /// Read and write (never device creation).
     pub writable: Vec<PathBuf>,
-    /// Install the seccomp deny-list.
+    /// Install the seccomp filter.
     pub seccomp: bool,
+    /// Whose seccomp allow-list applies.
+    pub seccomp_role: seccomp::Role,
     /// Forbid sockets other than Unix ones.
     pub no_network: bool,
+    /// The child gets an IPC namespace of its own (native namespaces or
+    /// bubblewrap), so SysV/POSIX IPC reaches nobody else.
+    #[serde(default)]
+    pub private_ipc: bool,
     /// Refuse to run with any effective or permitted capability.
     pub require_no_caps: bool,
     /// Build namespaces and the filesystem view natively first (instead of
@@ -40,14 +46,21 @@ pub struct StagePolicy {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
-    #[error("capabilities were not dropped (CapEff {eff:#x}, CapPrm {prm:#x}); refusing to run")]
-    Capabilities { eff: u64, prm: u64 },
+    #[error(
+        "capabilities were not dropped (CapEff {eff:#x}, CapPrm {prm:#x}, CapAmb {amb:#x}); refusing to run"
+    )]
+    Capabilities { eff: u64, prm: u64, amb: u64 },
+    #[error("no_new_privs: {0}")]
+    NoNewPrivs(String),
     #[error("landlock: {0}")]
     Landlock(String),
     #[error("landlock is not fully enforced ({0:?}); refusing to run")]
     NotEnforced(RulesetStatus),
-    #[error("seccomp: {0}")]
-    Seccomp(String),
+    #[error("seccomp ({role} allow-list): {source}")]
+    Seccomp {
+        role: seccomp::Role,
+        source: seccomp::SeccompError,
+    },
     #[error("{0}")]
     Namespaces(#[from] super::namespaces::NsError),
     #[error("cannot read /proc/self/status: {0}")]
@@ -65,22 +78,39 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
         super::namespaces::enter(ns)?;
     }
     if policy.require_no_caps {
-        let (eff, prm) = capabilities()?;
-        if eff != 0 || prm != 0 {
-            return Err(StageError::Capabilities { eff, prm });
+        let (eff, prm, amb) = capabilities()?;
+        if eff != 0 || prm != 0 || amb != 0 {
+            return Err(StageError::Capabilities { eff, prm, amb });
         }
     }
-    // SAFETY: plain prctl; required by landlock and seccomp without CAP_SYS_ADMIN.
-    unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    }
+    set_no_new_privs()?;
     if policy.landlock {
         apply_landlock(policy)?;
     }
     if policy.seccomp {
-        seccomp::install(policy.no_network).map_err(StageError::Seccomp)?;
+        let opts = seccomp::Options {
+            no_network: policy.no_network,
+            private_ipc: policy.private_ipc,
+        };
+        seccomp::install(policy.seccomp_role, opts).map_err(|source| StageError::Seccomp {
+            role: policy.seccomp_role,
+            source,
+        })?;
     }
     Ok(())
+}
+
+/// Set no_new_privs and read it back: without it a setuid program would
+/// run with its owner's rights inside the sandbox, and landlock and
+/// seccomp refuse an unprivileged caller, so a failure must stop the child
+/// here (not be discovered later as a less precise error).
+fn set_no_new_privs() -> Result<(), StageError> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| StageError::NoNewPrivs(format!("set: {e}")))?;
+    match nix::sys::prctl::get_no_new_privs() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StageError::NoNewPrivs("still off after setting it".into())),
+        Err(e) => Err(StageError::NoNewPrivs(format!("read back: {e}"))),
+    }
 }
 
 fn apply_landlock(policy: &StagePolicy) -> Result<(), StageError> {
@@ -117,8 +147,9 @@ fn apply_landlock(policy: &StagePolicy) -> Result<(), StageError> {
     Ok(())
 }
 
-/// Effective and permitted capability sets of this process.
-pub fn capabilities() -> Result<(u64, u64), StageError> {
+/// Effective, permitted and ambient capability sets of this process (an
+/// unreadable field counts as full).
+pub fn capabilities() -> Result<(u64, u64, u64), StageError> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(StageError::Status)?;
     let field = |name: &str| {
         status
@@ -127,5 +158,5 @@ pub fn capabilities() -> Result<(u64, u64), StageError> {
             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
             .unwrap_or(u64::MAX)
     };
-    Ok((field("CapEff:"), field("CapPrm:")))
+    Ok((field("CapEff:"), field("CapPrm:"), field("CapAmb:")))
 }

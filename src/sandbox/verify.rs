@@ -181,6 +181,7 @@ fn run_in(
         stdio: StdioMode::Null,
         workspace: None,
         isolation: Some(iso.into()),
+        model: None,
     }))?;
     let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
     let sibling_child = sibling["child"].as_u64().unwrap_or(0);
@@ -304,6 +305,7 @@ fn run_attack(
         stdio: StdioMode::Passed,
         workspace: None,
         isolation: Some(iso.into()),
+        model: None,
     });
     let client = &mut session.client;
     let req = match client.send_request_with_fds(spawn, &fds) {

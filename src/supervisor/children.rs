@@ -68,6 +68,9 @@ pub struct ChildInfo {
     /// Launch → first frame, once known.
     pub first_frame: Option<std::time::Duration>,
     pub ended: Option<Instant>,
+    /// Levels of the process tree that are the launcher's wrappers (see
+    /// `LaunchPlan::wrapper_depth`), spared by graceful signals.
+    pub wrapper_depth: usize,
 }
 
 /// What `ps` shows of a child.
@@ -114,7 +117,14 @@ pub struct ChildTable {
 const KEEP_EXITED: usize = 256;
 
 impl ChildTable {
-    pub fn insert(&mut self, agent: &str, role: &str, pid: u32, started: Instant) -> u64 {
+    pub fn insert(
+        &mut self,
+        agent: &str,
+        role: &str,
+        pid: u32,
+        started: Instant,
+        wrapper_depth: usize,
+    ) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         self.rows.insert(
@@ -129,6 +139,7 @@ impl ChildTable {
                 state: ChildState::Starting,
                 first_frame: None,
                 ended: None,
+                wrapper_depth,
             },
         );
         id
@@ -145,6 +156,7 @@ impl ChildTable {
             if c.first_frame.is_none() {
                 c.first_frame = Some(c.started.elapsed());
             }
+
             if c.state == ChildState::Starting {
                 c.state = ChildState::Running;
             }
@@ -210,6 +222,11 @@ pub enum LaunchError {
     SelfExe(std::io::Error),
     #[error("cannot start child: {0}")]
     Spawn(std::io::Error),
+    #[error("cannot start child: confinement step {step:?} failed before exec: {source}")]
+    PreExec {
+        step: &'static str,
+        source: std::io::Error,
+    },
     #[error("the launcher thread is gone")]
     LauncherGone,
 }
@@ -332,23 +349,30 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
     let parent = std::process::id() as libc::pid_t;
     let uid = plan.uid;
     let limits = plan.rlimits;
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: only async-signal-safe calls between fork and exec (the nix
+    // wrappers used are thin system calls that do not allocate).
     unsafe {
         cmd.pre_exec(move || {
-            let check = |r: libc::c_int| {
+            use nix::unistd::{Gid, Uid};
+            // Any failure stops the child before exec (std reports the
+            // error to `spawn`), tagged with the step (see `PreExecStep`).
+            let check = |step: PreExecStep, r: libc::c_int| {
                 if r < 0 {
-                    Err(std::io::Error::last_os_error())
+                    Err(step.error(std::io::Error::last_os_error()))
                 } else {
                     Ok(())
                 }
             };
-            check(libc::dup2(channel_fd, 3))?;
+            let nix_step = |step: PreExecStep, r: nix::Result<()>| {
+                r.map_err(|e| step.error(std::io::Error::from(e)))
+            };
+            check(PreExecStep::Channel, libc::dup2(channel_fd, 3))?;
             // dup2 onto the same number keeps CLOEXEC; clear it explicitly.
-            check(libc::fcntl(3, libc::F_SETFD, 0))?;
-            check(libc::setsid())?;
+            check(PreExecStep::Channel, libc::fcntl(3, libc::F_SETFD, 0))?;
+            check(PreExecStep::Session, libc::setsid())?;
             for fd in &cgroup_raw {
                 if libc::write(*fd, b"0\n".as_ptr().cast(), 2) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(PreExecStep::Cgroup.error(std::io::Error::last_os_error()));
                 }
             }
             if let Some(l) = limits {
@@ -357,28 +381,49 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                         rlim_cur: v,
                         rlim_max: v,
                     };
-                    libc::setrlimit(res, &r)
+                    check(PreExecStep::Rlimits, libc::setrlimit(res, &r))
                 };
-                check(set(libc::RLIMIT_NOFILE, l.nofile))?;
-                check(set(libc::RLIMIT_FSIZE, l.fsize))?;
-                check(set(libc::RLIMIT_CORE, 0))?;
+                set(libc::RLIMIT_NOFILE, l.nofile)?;
+                set(libc::RLIMIT_FSIZE, l.fsize)?;
+                set(libc::RLIMIT_CORE, 0)?;
                 if uid.is_some() {
-                    check(set(libc::RLIMIT_NPROC, l.nproc))?;
+                    set(libc::RLIMIT_NPROC, l.nproc)?;
                 }
             }
             if let Some(u) = uid {
                 // Empty the bounding set while still privileged, so nothing
                 // below can regain a capability (even without namespaces).
+                // EINVAL is a number past the kernel's last capability.
                 for cap in 0..=63 {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            break;
+                        }
+                        return Err(PreExecStep::BoundingSet.error(e));
+                    }
                 }
-                check(libc::setgroups(0, std::ptr::null()))?;
-                check(libc::setresgid(u, u, u))?;
-                check(libc::setresuid(u, u, u))?;
+                nix_step(PreExecStep::Groups, nix::unistd::setgroups(&[]))?;
+                let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
+                nix_step(PreExecStep::Gid, nix::unistd::setresgid(g, g, g))?;
+                nix_step(PreExecStep::Uid, nix::unistd::setresuid(u, u, u))?;
+                // Read back: a uid change that silently did not happen
+                // would run the child as root.
+                if nix::unistd::getresuid().map(|r| (r.real, r.effective, r.saved)) != Ok((u, u, u))
+                    || nix::unistd::getresgid().map(|r| (r.real, r.effective, r.saved))
+                        != Ok((g, g, g))
+                {
+                    return Err(
+                        PreExecStep::Uid.error(std::io::Error::from_raw_os_error(libc::EPERM))
+                    );
+                }
                 libc::umask(0o077);
             }
             // After the uid change: changing credentials clears it.
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+            nix_step(
+                PreExecStep::DeathSignal,
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL),
+            )?;
             // The supervisor may have died between fork and prctl.
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -391,7 +436,8 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
                 libc::CLOSE_RANGE_CLOEXEC,
             );
             if closed != 0 {
-                // Kernels before 5.11: mark them one by one.
+                // Kernels before 5.11: mark them one by one (EBADF for the
+                // numbers that are not open is expected).
                 let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
                 for fd in 4..max {
                     libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
@@ -401,7 +447,11 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
         });
     }
     let started = Instant::now();
-    let child = cmd.spawn().map_err(LaunchError::Spawn)?;
+    let child = cmd.spawn().map_err(|e| {
+        let err = PreExecStep::decode(e);
+        tracing::error!(agent = %spec.agent_id, role = %spec.role, "{err}");
+        err
+    })?;
     drop(spec.channel);
     drop(cgroup_fds);
     let pid = child.id().unwrap_or(0);
@@ -410,6 +460,60 @@ fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchErr
         pid,
         started,
     })
+}
+
+/// The confinement steps done between fork and exec. `pre_exec` can hand
+/// only an errno back to `spawn`, so the step travels in it:
+/// `(step + 1) * STEP_BASE + errno` (errno values stay below 4096).
+#[derive(Debug, Clone, Copy)]
+enum PreExecStep {
+    Channel,
+    Session,
+    Cgroup,
+    Rlimits,
+    BoundingSet,
+    Groups,
+    Gid,
+    Uid,
+    DeathSignal,
+}
+
+const STEP_BASE: i32 = 4096;
+
+const PRE_EXEC_STEPS: &[(PreExecStep, &str)] = &[
+    (PreExecStep::Channel, "install the channel as descriptor 3"),
+    (PreExecStep::Session, "setsid"),
+    (PreExecStep::Cgroup, "join the agent's cgroups"),
+    (PreExecStep::Rlimits, "setrlimit"),
+    (PreExecStep::BoundingSet, "prctl(PR_CAPBSET_DROP)"),
+    (PreExecStep::Groups, "setgroups([])"),
+    (PreExecStep::Gid, "setresgid to the agent's gid"),
+    (PreExecStep::Uid, "setresuid to the agent's uid"),
+    (PreExecStep::DeathSignal, "prctl(PR_SET_PDEATHSIG)"),
+];
+
+impl PreExecStep {
+    /// `e` tagged with this step (no allocation: it runs after fork).
+    fn error(self, e: std::io::Error) -> std::io::Error {
+        let errno = e.raw_os_error().unwrap_or(libc::EINVAL) % STEP_BASE;
+        std::io::Error::from_raw_os_error((self as i32 + 1) * STEP_BASE + errno)
+    }
+
+    /// The launch error for a `spawn` failure, naming the step if a
+    /// pre-exec step failed.
+    fn decode(e: std::io::Error) -> LaunchError {
+        let Some(code) = e.raw_os_error().filter(|c| *c >= STEP_BASE) else {
+            return LaunchError::Spawn(e);
+        };
+        let index = usize::try_from(code / STEP_BASE - 1).unwrap_or(usize::MAX);
+        match PRE_EXEC_STEPS.get(index) {
+            Some((_, step)) => LaunchError::PreExec {
+                step,
+                source: std::io::Error::from_raw_os_error(code % STEP_BASE),
+            },
+            None => LaunchError::Spawn(e),
+        }
+    }
 }
 
 /// The stage-2 program: the small `mini-letta-stage2` next to this binary
@@ -435,41 +539,75 @@ pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
 /// `pid` and all its descendants, parents before children (from each
 /// process's `/proc/<pid>/task/<pid>/children`).
 pub fn process_tree(pid: u32) -> Vec<u32> {
-    let mut tree = vec![pid];
+    process_levels(pid).into_iter().map(|(p, _)| p).collect()
+}
+
+/// [`process_tree`] with each process's depth below `pid` (0 for `pid`).
+fn process_levels(pid: u32) -> Vec<(u32, usize)> {
+    let mut tree = vec![(pid, 0)];
     let mut i = 0;
     while i < tree.len() {
-        let p = tree[i];
-        if let Ok(kids) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
-            tree.extend(
-                kids.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            );
-        }
+        let (p, level) = tree[i];
+        tree.extend(children_of(p).into_iter().map(|k| (k, level + 1)));
         i += 1;
     }
     tree
 }
 
+/// Children of `pid` forked by any of its threads (each thread has its own
+/// `children` list; reading only the main thread's would miss a child
+/// forked from another thread).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut kids = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return kids;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            kids.extend(
+                text.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+    }
+    kids
+}
+
 /// Shared handle to the table.
 pub type SharedTable = Arc<Mutex<ChildTable>>;
 
+/// SIGKILL a child: its launcher's process group (in a pid namespace the
+/// namespace dies with its init) and every process of its tree, which a
+/// program that left the group with `setsid` is still part of.
+pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
+    let kill = nix::sys::signal::Signal::SIGKILL;
+    let group = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), kill);
+    for p in process_tree(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), kill);
+    }
+    group
+}
+
 /// Send `signal` to the program a child runs, not just to its launcher: a
-/// confined child's recorded pid is bubblewrap's, and the program lives in
-/// its own session inside bwrap's pid namespace, so a signal to bwrap alone
-/// would never reach it (bwrap would only kill it with SIGKILL on exit).
-pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
-    let tree = process_tree(pid);
-    // The wrappers in front of the program: bubblewrap, or our own
-    // namespace monitor and init (which forward signals themselves).
-    let is_bwrap = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| {
-            let c = c.trim();
-            c == "bwrap"
-                || c == crate::sandbox::namespaces::MONITOR_COMM
-                || c == crate::sandbox::namespaces::INIT_COMM
-        })
-    };
-    let targets: Vec<u32> = tree.iter().copied().filter(|p| !is_bwrap(*p)).collect();
+/// confined child's recorded pid is its namespace monitor's (or
+/// bubblewrap's), and the program lives in a pid namespace behind it, so a
+/// signal to the launcher alone would never reach it (bubblewrap would only
+/// kill it with SIGKILL on exit).
+///
+/// The wrappers spared are the first `wrapper_depth` levels of the tree —
+/// known from the launch plan, never from names, which a program chooses.
+/// No process of the program can sit at those levels: the monitor forks
+/// only init, and orphans in a pid namespace go to its init.
+pub fn signal_child_tree(
+    pid: u32,
+    wrapper_depth: usize,
+    signal: nix::sys::signal::Signal,
+) -> nix::Result<()> {
+    let targets: Vec<u32> = process_levels(pid)
+        .into_iter()
+        .filter(|(_, level)| *level >= wrapper_depth)
+        .map(|(p, _)| p)
+        .collect();
     if targets.is_empty() {
         return nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
     }
@@ -482,4 +620,27 @@ pub fn signal_child_tree(pid: u32, signal: nix::sys::signal::Signal) -> nix::Res
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed pre-exec step comes back from `spawn` with its name.
+    #[test]
+    fn pre_exec_steps_are_named() {
+        for (i, (step, name)) in PRE_EXEC_STEPS.iter().enumerate() {
+            assert_eq!(*step as usize, i, "{name} is out of order");
+            let e = step.error(std::io::Error::from_raw_os_error(libc::EPERM));
+            match PreExecStep::decode(e) {
+                LaunchError::PreExec { step, source } => {
+                    assert_eq!(step, *name);
+                    assert_eq!(source.raw_os_error(), Some(libc::EPERM));
+                }
+                other => panic!("{other}"),
+            }
+        }
+        let plain = PreExecStep::decode(std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(matches!(plain, LaunchError::Spawn(_)));
+    }
 }

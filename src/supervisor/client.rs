@@ -91,6 +91,27 @@ impl Client {
         Self::handshake(UnixStream::from(owned), PeerKind::Child)
     }
 
+    /// Like [`Self::from_channel_env`], but this process takes the channel
+    /// for itself: the inherited descriptor is marked close-on-exec, so no
+    /// program this process runs (a tool command) inherits it. The agent
+    /// child uses this: its tools must never reach the model proxy.
+    pub fn take_channel_env() -> Result<Self, ClientError> {
+        let client = Self::from_channel_env()?;
+        let fd: RawFd = std::env::var(CHANNEL_FD_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or(ClientError::NoChannel)?;
+        // SAFETY: from_channel_env just checked that `fd` is an open socket
+        // of ours; only its descriptor flags change.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        nix::fcntl::fcntl(
+            borrowed,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|e| ClientError::Io(e.into()))?;
+        Ok(client)
+    }
+
     /// Wrap an already-connected stream (e.g. one end of a socketpair).
     pub fn handshake(stream: UnixStream, peer: PeerKind) -> Result<Self, ClientError> {
         let mut c = Self {

@@ -11,8 +11,10 @@ pub mod children;
 pub mod client;
 pub mod conn;
 pub mod pidfile;
+pub mod policy;
 pub mod rpc;
 pub mod server;
+pub mod untrusted;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -38,6 +40,8 @@ pub enum SupervisorError {
     StartFailed { status: String, log: String },
     #[error("the supervisor (pid {0}) did not stop within {1:?}")]
     StopTimeout(u32, Duration),
+    #[error("cannot protect the supervisor's memory: {0}; refusing to hold its secrets")]
+    Harden(String),
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, SupervisorError> {
@@ -52,7 +56,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, SupervisorError> {
 /// Run a supervisor in this process until it is stopped (by
 /// `supervisor.stop`, SIGTERM or SIGINT).
 pub fn run_foreground(home: &Home) -> Result<(), SupervisorError> {
-    harden_self();
+    harden_self()?;
     let rt = runtime()?;
     rt.block_on(async {
         let bound = server::bind(home)?;
@@ -82,16 +86,18 @@ pub fn run_foreground(home: &Home) -> Result<(), SupervisorError> {
 
 /// Make this process's memory and environment unreadable to same-uid
 /// processes (`/proc/<pid>/environ`, ptrace) and disable core dumps.
-fn harden_self() {
-    // SAFETY: plain prctl/setrlimit calls on our own process.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        let zero = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        libc::setrlimit(libc::RLIMIT_CORE, &zero);
+/// Checked and read back: without namespaces (L2) this is what keeps a
+/// child of the same uid out of the supervisor's `/proc` entries.
+fn harden_self() -> Result<(), SupervisorError> {
+    let fail = |what: &str, e: nix::errno::Errno| SupervisorError::Harden(format!("{what}: {e}"));
+    nix::sys::prctl::set_dumpable(false).map_err(|e| fail("prctl(PR_SET_DUMPABLE, 0)", e))?;
+    if nix::sys::prctl::get_dumpable().map_err(|e| fail("prctl(PR_GET_DUMPABLE)", e))? {
+        return Err(SupervisorError::Harden(
+            "still dumpable after PR_SET_DUMPABLE 0".into(),
+        ));
     }
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+        .map_err(|e| fail("setrlimit(RLIMIT_CORE, 0)", e))
 }
 
 /// Whether a supervisor answers on this home's socket.
@@ -232,7 +238,7 @@ impl Session {
             });
         }
         // This process now holds the supervisor's secrets too.
-        harden_self();
+        harden_self()?;
         let (tx, rx) = std::sync::mpsc::channel::<Result<(), SupervisorError>>();
         let h = home.clone();
         let thread = std::thread::Builder::new()

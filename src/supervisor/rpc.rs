@@ -16,6 +16,27 @@ use crate::model::{
 };
 use crate::protocol::{ErrorBody, ErrorCode, LogLevel, Outcome, ServerFrame};
 
+/// Blocking work (git, files, model calls) one agent may have running at
+/// once; more waits for a slot, so one agent whose work hangs cannot take
+/// the blocking threads every other agent needs.
+pub const MAX_BLOCKING_PER_AGENT: usize = 8;
+
+/// Run `f` on a blocking thread within `agent`'s share of them.
+async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let slots = state.agent_slots(agent, MAX_BLOCKING_PER_AGENT);
+    let permit = slots.acquire_owned().await.map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f()
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
 /// The agent a request acts on: a child's own agent (a different `agent`
 /// parameter is refused), or for a CLI the named one.
 fn target_agent(peer: &Peer, asked: Option<String>) -> Result<String, Outcome> {
@@ -51,7 +72,7 @@ pub async fn memory_commit(
         return error(ErrorCode::InvalidParams, "a commit message is required");
     }
     let home = state.home.clone();
-    let result = tokio::task::spawn_blocking(move || -> Result<Value, Outcome> {
+    let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
         let repo = repo::open_agent(&agent_paths)
@@ -105,16 +126,21 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
         Err(o) => return o,
     };
     let home = state.home.clone();
-    let result = tokio::task::spawn_blocking(move || -> Result<Value, (ErrorCode, String)> {
-        let (_, paths) =
-            store::find(&home, Some(&agent)).map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
-        let repo = repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-        // Never libgit2's status here: it opens the child's files (and
-        // `.gitignore`s) by path, where a FIFO blocks this thread for good.
-        let status = crate::memfs::worktree_status::worktree_status(&repo)
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-        Ok(json!({ "head": status.head, "dirty": status.dirty }))
-    })
+    let result = on_agent_thread(
+        state,
+        &agent.clone(),
+        move || -> Result<Value, (ErrorCode, String)> {
+            let (_, paths) = store::find(&home, Some(&agent))
+                .map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
+            let repo =
+                repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+            // Never libgit2's status here: it opens the child's files (and
+            // `.gitignore`s) by path, where a FIFO blocks this thread for good.
+            let status = crate::memfs::worktree_status::worktree_status(&repo)
+                .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+            Ok(json!({ "head": status.head, "dirty": status.dirty }))
+        },
+    )
     .await;
     match result {
         Ok(Ok(v)) => Outcome::Result(v),
@@ -133,7 +159,7 @@ pub async fn model_complete(
     request: Value,
     sender: &FrameSender,
 ) -> Outcome {
-    let request: ModelRequest = match serde_json::from_value(request) {
+    let mut request: ModelRequest = match serde_json::from_value(request) {
         Ok(r) => r,
         Err(e) => {
             return error(
@@ -142,6 +168,25 @@ pub async fn model_complete(
             );
         }
     };
+    if let Peer::Child {
+        id, agent, model, ..
+    } = peer
+    {
+        // The model is the one recorded when the child was launched: a
+        // child that names another (a scripted fixture path, a provider the
+        // operator did not choose for it) is refused, not obeyed.
+        let asked = request.model.trim();
+        if !asked.is_empty() && asked != model {
+            tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
+            return error(
+                ErrorCode::Forbidden,
+                format!(
+                    "refused: this child was launched with model {model:?} and cannot ask for another"
+                ),
+            );
+        }
+        request.model = model.clone();
+    }
     tracing::debug!(?peer, model = %request.model, "model.complete");
     let home = state.home.clone();
     let sender = sender.clone();
@@ -151,21 +196,29 @@ pub async fn model_complete(
         Peer::Child { id, agent, .. } => json!({ "agent": agent, "child": id }),
         Peer::Cli => json!({ "agent": null, "child": null }),
     };
-    let result = tokio::task::spawn_blocking(move || -> Result<ModelResponse, ModelError> {
-        let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
-        let model = open_model(&request.model, &cfg)?;
-        model.complete(&request, &mut |event| {
-            if let ModelEvent::TextDelta { text } = event {
-                let mut delta = who.clone();
-                delta["text"] = json!(text);
-                st.emit("turn.delta", delta);
-                sender.send(&ServerFrame::Event {
-                    event: "model.delta".into(),
-                    data: json!({ "request": id, "text": text }),
-                });
-            }
-        })
-    })
+    let slot = match peer {
+        Peer::Child { agent, .. } => agent.clone(),
+        Peer::Cli => "cli".to_string(),
+    };
+    let result = on_agent_thread(
+        state,
+        &slot,
+        move || -> Result<ModelResponse, ModelError> {
+            let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
+            let model = open_model(&request.model, &cfg)?;
+            model.complete(&request, &mut |event| {
+                if let ModelEvent::TextDelta { text } = event {
+                    let mut delta = who.clone();
+                    delta["text"] = json!(text);
+                    st.emit("turn.delta", delta);
+                    sender.send(&ServerFrame::Event {
+                        event: "model.delta".into(),
+                        data: json!({ "request": id, "text": text }),
+                    });
+                }
+            })
+        },
+    )
     .await;
     match result {
         Ok(Ok(response)) => match serde_json::to_value(&response) {
@@ -181,17 +234,24 @@ pub async fn model_complete(
     }
 }
 
+/// A child's log line. Its text is untrusted: it goes into the record as
+/// one quoted, escaped field (never as the record's own message), next to
+/// the identity the supervisor recorded, so it cannot pass for a record of
+/// the supervisor's or of another child.
 pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {
     let (child, agent, role) = match peer {
-        Peer::Child { id, agent, role } => (*id, agent.as_str(), role.as_str()),
+        Peer::Child {
+            id, agent, role, ..
+        } => (*id, agent.as_str(), role.as_str()),
         Peer::Cli => (0, "-", "cli"),
     };
+    let text = super::untrusted::clip(message);
     match level {
-        LogLevel::Error => tracing::error!(child, agent, role, "{message}"),
-        LogLevel::Warn => tracing::warn!(child, agent, role, "{message}"),
-        LogLevel::Info => tracing::info!(child, agent, role, "{message}"),
-        LogLevel::Debug => tracing::debug!(child, agent, role, "{message}"),
-        LogLevel::Trace => tracing::trace!(child, agent, role, "{message}"),
+        LogLevel::Error => tracing::error!(child, agent, role, text = ?text, "child log"),
+        LogLevel::Warn => tracing::warn!(child, agent, role, text = ?text, "child log"),
+        LogLevel::Info => tracing::info!(child, agent, role, text = ?text, "child log"),
+        LogLevel::Debug => tracing::debug!(child, agent, role, text = ?text, "child log"),
+        LogLevel::Trace => tracing::trace!(child, agent, role, text = ?text, "child log"),
     }
     Outcome::Result(json!({}))
 }

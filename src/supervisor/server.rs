@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, broadcast};
 
@@ -18,7 +17,7 @@ use super::children::{
 };
 use super::conn::{FrameSender, PassedFds, split};
 use super::pidfile::{PidFile, ensure_private_dir};
-use super::rpc;
+use super::{policy, rpc, untrusted};
 use crate::agent::store;
 use crate::paths::Home;
 use crate::protocol::{
@@ -48,7 +47,19 @@ pub enum Peer {
         id: u64,
         agent: String,
         role: String,
+        /// The model recorded at launch; `model.complete` uses no other.
+        model: String,
     },
+}
+
+impl Peer {
+    /// The allow-list column: `"cli"` or the child's recorded role.
+    pub fn kind(&self) -> &str {
+        match self {
+            Peer::Cli => "cli",
+            Peer::Child { role, .. } => role,
+        }
+    }
 }
 
 /// State shared by every task of one supervisor.
@@ -68,6 +79,8 @@ pub struct State {
     idle: Notify,
     /// Channels to live children, for shutdown notices.
     channels: Mutex<std::collections::HashMap<u64, FrameSender>>,
+    /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
+    agent_slots: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl State {
@@ -77,6 +90,14 @@ impl State {
 
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The semaphore bounding `agent`'s blocking work.
+    pub fn agent_slots(&self, agent: &str, size: usize) -> Arc<tokio::sync::Semaphore> {
+        let mut map = self.agent_slots.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(agent.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(size)))
+            .clone()
     }
 
     pub fn request_stop(&self) {
@@ -140,6 +161,11 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
             );
         }
     }
+    match crate::sandbox::volume::ensure_mounted(home) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("mounted {n} agent quota volume(s)"),
+        Err(e) => tracing::error!("cannot mount the agents' quota volumes: {e}"),
+    }
     let sandbox = crate::sandbox::report::SandboxReport::probe();
     prune_cgroups(home, &sandbox);
     tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
@@ -165,6 +191,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
         inflight: AtomicUsize::new(0),
         idle: Notify::new(),
         channels: Mutex::new(Default::default()),
+        agent_slots: Mutex::new(Default::default()),
     });
     Ok(Bound {
         state,
@@ -259,7 +286,11 @@ async fn shutdown(state: &Arc<State>) {
             }
         }
         for c in &live {
-            let _ = super::children::signal_child_tree(c.pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = super::children::signal_child_tree(
+                c.pid,
+                c.wrapper_depth,
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline {
@@ -280,11 +311,7 @@ async fn shutdown(state: &Arc<State>) {
                 pid = c.pid,
                 "child did not finish in time; killing it"
             );
-            // The child leads its own session: kill the whole group.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(c.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = super::children::kill_child_tree(c.pid);
         }
     }
     // In-flight requests (commits) complete before we exit.
@@ -319,7 +346,7 @@ async fn serve_control(state: Arc<State>, stream: UnixStream) {
         refuse(stream, message).await;
         return;
     }
-    let (reader, sender) = split(stream);
+    let (reader, sender) = split(stream, true);
     serve_frames(state, reader, sender, Peer::Cli).await;
 }
 
@@ -363,10 +390,23 @@ async fn serve_frames_inner(
     peer: Peer,
 ) {
     let mut greeted = matches!(peer, Peer::Child { .. });
-    let mut unclaimed: PassedFds = Vec::new();
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
+    let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     loop {
-        let next = match reader.next().await {
+        // Backpressure: no new request is read while this peer's answers
+        // pile up unread; one that never reads is cut off.
+        if !sender.room().await {
+            report_cut_off(&peer, &sender);
+            break;
+        }
+        let next = tokio::select! {
+            next = reader.next() => next,
+            _ = sender.cut_off() => {
+                report_cut_off(&peer, &sender);
+                break;
+            }
+        };
+        let next = match next {
             Ok(Some(n)) => n,
             Ok(None) => break,
             Err(e) => {
@@ -375,10 +415,7 @@ async fn serve_frames_inner(
             }
         };
         let (line, fds) = next;
-        // Descriptors wait on the connection until a request that takes
-        // them (a spawn with passed stdio) claims them, whichever frame
-        // the kernel delivered them with.
-        unclaimed.extend(fds);
+        let refused = reader.take_refused_fds();
         let frame = match line {
             Line::TooLarge => Err(FrameError {
                 id: None,
@@ -387,6 +424,29 @@ async fn serve_frames_inner(
             }),
             Line::Frame(bytes) => decode_client(&bytes),
         };
+        if refused > 0 {
+            // Already closed by the reader; the frame they came with is
+            // refused (answered with its id when it had one).
+            if let Peer::Child {
+                id, agent, role, ..
+            } = &peer
+            {
+                tracing::warn!(child = id, agent = %agent, role = %role, descriptors = refused, "closed descriptors a child tried to pass");
+            }
+            let id = match &frame {
+                Ok(ClientFrame::Request { id, .. }) => Some(*id),
+                Ok(_) => None,
+                Err(e) => e.id,
+            };
+            sender.send(&ServerFrame::Error {
+                id,
+                code: ErrorCode::Forbidden,
+                message: format!(
+                    "children may not pass descriptors: {refused} closed, the frame they came with refused"
+                ),
+            });
+            continue;
+        }
         let frame = match frame {
             Ok(f) => f,
             Err(e) => {
@@ -432,18 +492,15 @@ async fn serve_frames_inner(
                     });
                     continue;
                 }
-                if matches!(call, Call::Subscribe {}) && matches!(peer, Peer::Child { .. }) {
-                    // Events name every agent's children: not for children.
-                    sender.send(&ServerFrame::Response {
-                        id,
-                        outcome: error(
-                            ErrorCode::Forbidden,
-                            "events.subscribe is not available to children",
-                        ),
-                    });
-                    continue;
-                }
                 if matches!(call, Call::Subscribe {}) {
+                    // Events name every agent's children: not for children.
+                    if let Some(refused) = refuse_by_policy(&peer, &call) {
+                        sender.send(&ServerFrame::Response {
+                            id,
+                            outcome: refused,
+                        });
+                        continue;
+                    }
                     if subscription.is_none() {
                         subscription = Some(forward_events(state.clone(), sender.clone()));
                     }
@@ -453,17 +510,31 @@ async fn serve_frames_inner(
                     });
                     continue;
                 }
+                // Descriptors belong to the frame they came with; any other
+                // frame's are closed here (by dropping them).
                 let fds = match &call {
                     Call::Spawn(p) if p.stdio == StdioMode::Passed => {
-                        let n = unclaimed.len().min(3);
-                        unclaimed.drain(..n).collect()
+                        fds.into_iter().take(3).collect()
                     }
                     _ => Vec::new(),
+                };
+                // At most this many requests of one connection run at once:
+                // past it we stop reading (the peer waits, nobody else does).
+                let permit = tokio::select! {
+                    p = inflight.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    _ = sender.cut_off() => {
+                        report_cut_off(&peer, &sender);
+                        break;
+                    }
                 };
                 let state = state.clone();
                 let sender = sender.clone();
                 let peer = peer.clone();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let _guard = Inflight::new(&state);
                     let outcome = handle(&state, &peer, id, call, fds, &sender).await;
                     sender.send(&ServerFrame::Response { id, outcome });
@@ -473,6 +544,33 @@ async fn serve_frames_inner(
     }
     if let Some(s) = subscription {
         s.abort();
+    }
+}
+
+/// Requests of one connection handled at the same time.
+pub const MAX_INFLIGHT_PER_CONNECTION: usize = 64;
+
+fn report_cut_off(peer: &Peer, sender: &FrameSender) {
+    if !sender.overflowed() {
+        return;
+    }
+    let limits = format!(
+        "answers unread for {:?} or more than {} bytes queued",
+        super::conn::MAX_STALL,
+        super::conn::MAX_QUEUED_BYTES
+    );
+    match peer {
+        Peer::Child {
+            id, agent, role, ..
+        } => tracing::warn!(
+            child = id,
+            agent = %agent,
+            role = %role,
+            "disconnected a child that does not read its responses ({limits})"
+        ),
+        Peer::Cli => {
+            tracing::warn!("disconnected a control-socket peer that does not read ({limits})")
+        }
     }
 }
 
@@ -514,40 +612,22 @@ async fn handle(
     fds: PassedFds,
     sender: &FrameSender,
 ) -> Outcome {
-    let cli_only = |name: &str| {
-        error(
-            ErrorCode::Forbidden,
-            format!("{name} is not available to children"),
-        )
-    };
+    if let Some(refused) = refuse_by_policy(peer, &call) {
+        return refused;
+    }
     match call {
         Call::Ping {} => Outcome::Result(json!({ "pong": true })),
-        Call::Status {} => match peer {
-            Peer::Cli => Outcome::Result(status(state)),
-            Peer::Child { .. } => cli_only("supervisor.status"),
-        },
-        Call::Ps {} => match peer {
-            Peer::Cli => {
-                let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
-                Outcome::Result(json!({ "children": rows }))
-            }
-            Peer::Child { .. } => cli_only("ps"),
-        },
-        Call::Stop {} => match peer {
-            Peer::Cli => {
-                state.request_stop();
-                Outcome::Result(json!({ "stopping": true }))
-            }
-            Peer::Child { .. } => cli_only("supervisor.stop"),
-        },
-        Call::Spawn(params) => match peer {
-            Peer::Cli => spawn_child(state, params, fds).await,
-            Peer::Child { .. } => cli_only("child.spawn"),
-        },
-        Call::Kill { child, signal } => match peer {
-            Peer::Cli => kill_child(state, child, signal),
-            Peer::Child { .. } => cli_only("child.kill"),
-        },
+        Call::Status {} => Outcome::Result(status(state)),
+        Call::Ps {} => {
+            let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
+            Outcome::Result(json!({ "children": rows }))
+        }
+        Call::Stop {} => {
+            state.request_stop();
+            Outcome::Result(json!({ "stopping": true }))
+        }
+        Call::Spawn(params) => spawn_child(state, params, fds).await,
+        Call::Kill { child, signal } => kill_child(state, child, signal),
         Call::Subscribe {} => Outcome::Result(json!({ "subscribed": true })),
         Call::MemoryCommit {
             paths,
@@ -570,12 +650,23 @@ async fn handle(
                 );
                 Outcome::Result(json!({}))
             }
-            Peer::Cli => error(
-                ErrorCode::Forbidden,
-                "turn.event comes from agent children only",
-            ),
+            Peer::Cli => error(ErrorCode::Forbidden, policy::refusal("cli", "turn.event")),
         },
     }
+}
+
+/// The per-role allow-list (`policy::TABLE`), decided from the identity
+/// the connection was made with.
+fn refuse_by_policy(peer: &Peer, call: &Call) -> Option<Outcome> {
+    let who = peer.kind();
+    let method = call.method();
+    if policy::allowed(who, method) {
+        return None;
+    }
+    if let Peer::Child { id, agent, .. } = peer {
+        tracing::warn!(child = id, agent = %agent, role = who, method, "refused a method outside the role's allow-list");
+    }
+    Some(error(ErrorCode::Forbidden, policy::refusal(who, method)))
 }
 
 fn status(state: &State) -> Value {
@@ -613,10 +704,9 @@ fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
         return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
     };
     let result = if sig == nix::sys::signal::Signal::SIGKILL {
-        // The launcher's whole group; the sandbox dies with it.
-        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(info.pid as i32), sig)
+        super::children::kill_child_tree(info.pid)
     } else {
-        super::children::signal_child_tree(info.pid, sig)
+        super::children::signal_child_tree(info.pid, info.wrapper_depth, sig)
     };
     match result {
         Ok(()) => Outcome::Result(json!({ "signalled": child })),
@@ -693,6 +783,7 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
             );
         }
     };
+    let wrapper_depth = plan.wrapper_depth();
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -708,13 +799,22 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
         Err(e) => return error(ErrorCode::Internal, e.to_string()),
     };
     let id = match state.table.lock() {
-        Ok(mut t) => t.insert(&record.id, &params.role, launched.pid, launched.started),
+        Ok(mut t) => t.insert(
+            &record.id,
+            &params.role,
+            launched.pid,
+            launched.started,
+            wrapper_depth,
+        ),
         Err(_) => return error(ErrorCode::Internal, "child table poisoned"),
     };
+    // What this child may do is fixed here, from the operator's request
+    // and the agent's record; nothing it sends later changes it.
     let peer = Peer::Child {
         id,
         agent: record.id.clone(),
         role: params.role.clone(),
+        model: params.model.clone().unwrap_or_else(|| record.model.clone()),
     };
     // The channel.
     let channel = match ours
@@ -724,7 +824,7 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
         Ok(s) => s,
         Err(e) => return error(ErrorCode::Internal, format!("child channel: {e}")),
     };
-    let (reader, sender) = split(channel);
+    let (reader, sender) = split(channel, false);
     if let Ok(mut ch) = state.channels.lock() {
         ch.insert(id, sender.clone());
     }
@@ -751,10 +851,12 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
     ] {
         if let Some(s) = stream {
             tokio::spawn(async move {
-                let mut lines = BufReader::new(s).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(child = id, stream = name, "{line}");
-                }
+                // Quoted and capped: a child's output cannot pose as a
+                // supervisor record, nor grow our memory without bound.
+                untrusted::for_each_line(s, untrusted::MAX_LINE, |line, cut| {
+                    tracing::info!(child = id, stream = name, cut, text = ?line, "child output");
+                })
+                .await;
             });
         }
     }

@@ -207,3 +207,76 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 pub mod http;
+
+/// Whether this host confines children fully (level L0, as root); when not,
+/// says why loudly — and under `MINI_LETTA_REQUIRE_SANDBOX=1` (CI) fails
+/// instead, so a missing kernel feature can never pass silently.
+pub fn confinement_or_skip(test: &str) -> bool {
+    let o = Command::new(bin())
+        .args(["sandbox", "status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let why = if !nix::unistd::geteuid().is_root() {
+        Some("not root: agent uids cannot be switched".to_string())
+    } else if v["level"] != "L0" {
+        Some(format!(
+            "sandbox level {} (need L0): {}",
+            v["level"], v["missing"]
+        ))
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) => skip(&format!("{test}: {why}")),
+    }
+}
+
+/// Skip a test that needs something this host lacks: loudly, and never
+/// silently in CI — under `MINI_LETTA_REQUIRE_SANDBOX=1` this fails the
+/// test instead. Returns false, for `if !… { return skip(…) }`.
+pub fn skip(why: &str) -> bool {
+    skip_or_fail(why);
+    false
+}
+
+/// The variable that turns a missing sandbox prerequisite from a skip into
+/// a failure (CI on a host that must confine sets it).
+pub const REQUIRE_SANDBOX_ENV: &str = "MINI_LETTA_REQUIRE_SANDBOX";
+
+/// Say loudly that a test is skipped; under `MINI_LETTA_REQUIRE_SANDBOX=1`
+/// fail instead, so a CI job that expects confinement cannot pass by
+/// skipping.
+pub fn skip_or_fail(reason: &str) {
+    eprintln!("SKIPPED (loudly): {reason}");
+    if std::env::var(REQUIRE_SANDBOX_ENV).as_deref() == Ok("1") {
+        panic!("{REQUIRE_SANDBOX_ENV}=1 but the test had to be skipped: {reason}");
+    }
+}
+
+/// The hostile test child (`tests/hostile/child.c`), built once per test
+/// binary with the system C compiler into a directory agent uids can read.
+pub fn hostile_child() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir =
+                std::env::temp_dir().join(format!("mini-letta-hostile-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            let out = dir.join("child");
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/child.c");
+            let o = Command::new("cc")
+                .arg("-O1")
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .output()
+                .expect("the C compiler (cc) is needed to build the hostile test child");
+            assert!(o.status.success(), "cc failed: {}", stderr(&o));
+            out
+        })
+        .clone()
+}

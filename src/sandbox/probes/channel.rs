@@ -93,6 +93,7 @@ pub fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
                 stdio: StdioMode::Null,
                 workspace: None,
                 isolation: Some("off".into()),
+                model: None,
             }),
         ),
     ];
@@ -167,6 +168,7 @@ pub fn env_switches(ctx: &ProbeContext) -> Verdict {
                 stdio: StdioMode::Null,
                 workspace: None,
                 isolation: Some("off".into()),
+                model: None,
             });
             match ask(&mut client, "child.spawn with isolation off", call) {
                 Answer::Accepted(e) => got.push(e),
@@ -275,5 +277,63 @@ fn restore(path: &Path, original: Option<&[u8]>) {
         None => {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// Row 64: name the model on the own channel — a scripted-model script in
+/// the own memory directory (whose path would make the supervisor read and
+/// write files of the child's choosing) and a provider the operator did not
+/// give this child. Escaped if either call is answered by a model; skipped
+/// without a channel.
+pub fn model_choice(ctx: &ProbeContext) -> Verdict {
+    let mut client = match channel() {
+        Ok(c) => c,
+        Err(reason) => return Verdict::skipped(reason),
+    };
+    let script = ctx.own_agent_dir.join(MEMORY_DIR_NAME).join("script.json");
+    let request = |model: String| Call::ModelComplete {
+        request: serde_json::json!({"model": model, "system": "",
+            "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+    };
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    for (name, model) in [
+        (
+            "scripted path",
+            format!("mock/scripted:{}", script.display()),
+        ),
+        ("another provider", "openai/gpt-4o-mini".to_string()),
+    ] {
+        match ask(&mut client, name, request(model)) {
+            Answer::Accepted(e) => got.push(e),
+            Answer::Refused(e) => refused.push(e),
+        }
+    }
+    if got.is_empty() {
+        Verdict::blocked(join(&refused))
+    } else {
+        Verdict::escaped(join(&got))
+    }
+}
+
+/// Row 65: pass descriptors to the supervisor with `SCM_RIGHTS` on a ping.
+/// Blocked if that frame is refused (the supervisor closed them); escaped
+/// if it is answered as if nothing had come with it; skipped without a
+/// channel.
+pub fn pass_descriptors(_ctx: &ProbeContext) -> Verdict {
+    let mut client = match channel() {
+        Ok(c) => c,
+        Err(reason) => return Verdict::skipped(reason),
+    };
+    let id = match client.send_request_with_fds(Call::Ping {}, &[0, 1, 2]) {
+        Ok(id) => id,
+        Err(e) => return Verdict::blocked(format!("sending descriptors failed: {e}")),
+    };
+    match client.wait_response(id, |_, _| {}) {
+        Ok(v) => Verdict::escaped(format!("a ping carrying 3 descriptors was answered: {v}")),
+        Err(ClientError::Remote(body)) if body.code == ErrorCode::Forbidden => {
+            Verdict::blocked(format!("refused: {}", body.message))
+        }
+        Err(e) => Verdict::blocked(format!("no answer for the frame: {e}")),
     }
 }

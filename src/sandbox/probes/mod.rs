@@ -17,6 +17,10 @@
 //! * network probes only reach loopback, the given abstract socket, and the
 //!   TEST-NET address 192.0.2.1 — the latter only when no route covers it.
 //!
+//! Rows 1–49 are §d's; rows 50–63 (`syscalls.rs`) are regression rows for
+//! the seccomp allow-list: calls the kernel mostly refuses anyway, checked
+//! to be refused by the filter first.
+//!
 //! The hidden `mini-letta __probe ID --context JSON` command calls
 //! [`run_one`] and prints its result.
 
@@ -30,6 +34,7 @@ mod net;
 mod privilege;
 mod proc;
 mod resources;
+mod syscalls;
 mod util;
 
 use std::path::PathBuf;
@@ -234,9 +239,27 @@ static CATALOGUE: &[Attack] = &[
     attack("47-keyring-bpf-perf", 47, "Keyring / bpf / perf", kernel::keyring_bpf_perf),
     attack("48-sandbox-off-switches", 48, "Sandbox-off switches", channel::env_switches),
     attack("49-secret-commit", 49, "Secret committed to memory", channel::secret_commit),
+    // Regression rows for the seccomp allow-list (beyond §d).
+    attack("50-int80-32bit-entry", 50, "32-bit syscall entry (int 0x80)", syscalls::int80),
+    attack("51-mount-api", 51, "fspick / open_tree_attr / mount_setattr / pivot_root / chroot", syscalls::mount_api),
+    attack("52-namespace-calls", 52, "unshare(NEWTIME) / setns / clone(NEWUSER) / clone3", syscalls::namespaces),
+    attack("53-ptrace-kcmp-init", 53, "ptrace / kcmp on pid 1", syscalls::ptrace_kcmp_init),
+    attack("54-kernel-objects", 54, "keyctl / add_key / bpf / perf / userfaultfd / io_uring", syscalls::kernel_objects),
+    attack("55-file-handles", 55, "name_to_handle_at / open_by_handle_at", syscalls::file_handles),
+    attack("56-kernel-log-and-boot", 56, "syslog / reboot / kexec_load / init_module", syscalls::kernel_log_and_boot),
+    attack("57-clock-and-hostname", 57, "clock_settime / sethostname", syscalls::clock_and_hostname),
+    attack("58-mknodat-devices", 58, "mknodat of device nodes", syscalls::mknodat_devices),
+    attack("59-socket-families", 59, "Every non-AF_UNIX socket family", syscalls::socket_families),
+    attack("60-dev-shm-write", 60, "/dev/shm writable", syscalls::dev_shm_write),
+    attack("61-proc-kmsg", 61, "/proc/kmsg readable", syscalls::proc_kmsg),
+    attack("62-x32-syscall-bit", 62, "x32 syscall numbers", syscalls::x32_bit),
+    attack("63-unknown-syscall", 63, "Unknown syscalls answer ENOSYS", syscalls::unknown_syscalls),
+    // Regression rows for the supervisor's trust boundary.
+    attack("64-channel-model-choice", 64, "Child names its model (scripted path, other provider)", channel::model_choice),
+    attack("65-channel-descriptors", 65, "Child passes descriptors to the supervisor", channel::pass_descriptors),
 ];
 
-/// Every attack, in §d order.
+/// Every attack, in §d order, then the seccomp regression rows.
 pub fn catalogue() -> &'static [Attack] {
     CATALOGUE
 }

@@ -1,0 +1,119 @@
+//! Who may call what: one allow-list row per method, one column per kind of
+//! peer. The supervisor decides from the connection's identity (the control
+//! socket, or the role it recorded when it launched a child), never from
+//! anything in the frame. `docs/protocol.md` shows the same table; a test
+//! keeps the two equal.
+
+/// The kinds of peer, in the table's column order.
+pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "tool"];
+
+/// `(method, [cli, agent, memory-worker, reflection, tool])`.
+///
+/// Why each child column is as narrow as it is:
+/// * only the agent's turn loop reports turn events (a tool could forge
+///   tool calls in `attach` otherwise);
+/// * a tool command never reaches the model proxy (it would spend the
+///   operator's API key);
+/// * workers and reflections do not commit to `main` themselves: the
+///   supervisor merges their worktree when they exit.
+pub const TABLE: &[(&str, [bool; 5])] = &[
+    ("ping", [true, true, true, true, true]),
+    ("supervisor.status", [true, false, false, false, false]),
+    ("supervisor.stop", [true, false, false, false, false]),
+    ("ps", [true, false, false, false, false]),
+    ("child.spawn", [true, false, false, false, false]),
+    ("child.kill", [true, false, false, false, false]),
+    ("events.subscribe", [true, false, false, false, false]),
+    ("memory.commit", [true, true, false, false, true]),
+    ("memory.status", [true, true, true, true, true]),
+    ("model.complete", [true, true, true, true, false]),
+    ("turn.event", [false, true, false, false, false]),
+    ("log", [true, true, true, true, true]),
+];
+
+/// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown
+/// methods and unknown roles are refused.
+pub fn allowed(peer: &str, method: &str) -> bool {
+    let Some(col) = PEERS.iter().position(|p| *p == peer) else {
+        return false;
+    };
+    TABLE
+        .iter()
+        .find(|(m, _)| *m == method)
+        .is_some_and(|(_, row)| row[col])
+}
+
+/// The refusal a peer gets for a method outside its column.
+pub fn refusal(peer: &str, method: &str) -> String {
+    match peer {
+        "cli" => format!("{method} comes from agent children only"),
+        role => format!("{method} is not available to children (role {role})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_protocol_method_has_a_row_and_no_row_is_extra() {
+        let mut rows: Vec<&str> = TABLE.iter().map(|(m, _)| *m).collect();
+        let mut methods: Vec<&str> = crate::protocol::METHODS.to_vec();
+        rows.sort_unstable();
+        methods.sort_unstable();
+        assert_eq!(rows, methods);
+    }
+
+    #[test]
+    fn the_roles_are_the_launchers_roles() {
+        assert_eq!(&PEERS[1..], crate::supervisor::children::ROLES);
+    }
+
+    #[test]
+    fn decisions() {
+        let cases = [
+            ("tool", "model.complete", false),
+            ("tool", "turn.event", false),
+            ("tool", "memory.commit", true),
+            ("agent", "model.complete", true),
+            ("agent", "turn.event", true),
+            ("agent", "child.spawn", false),
+            ("agent", "events.subscribe", false),
+            ("memory-worker", "memory.commit", false),
+            ("reflection", "model.complete", true),
+            ("cli", "turn.event", false),
+            ("cli", "child.spawn", true),
+            ("cli", "nope", false),
+            ("root", "ping", false),
+        ];
+        for (peer, method, want) in cases {
+            assert_eq!(allowed(peer, method), want, "{peer} {method}");
+        }
+    }
+
+    /// The table in `docs/protocol.md` §6 says the same as this one.
+    #[test]
+    fn the_documented_table_matches() {
+        let doc = include_str!("../../docs/protocol.md");
+        let mut seen = 0;
+        for line in doc.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // | `method` | cli | agent | memory-worker | reflection | tool |
+            if cells.len() != 8 || !cells[1].starts_with('`') {
+                continue;
+            }
+            let method = cells[1].trim_matches('`');
+            let Some((_, row)) = TABLE.iter().find(|(m, _)| *m == method) else {
+                continue;
+            };
+            let doc_row: Vec<bool> = cells[2..7].iter().map(|c| *c == "yes").collect();
+            assert_eq!(&doc_row[..], &row[..], "docs/protocol.md row for {method}");
+            seen += 1;
+        }
+        assert_eq!(
+            seen,
+            TABLE.len(),
+            "every method has one row in the doc table"
+        );
+    }
+}
