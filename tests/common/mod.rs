@@ -191,20 +191,13 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// Whether this process may run a test that needs root (chown, other uids).
-/// When it may not, it says so loudly on stderr, and when
-/// `MINI_LETTA_REQUIRE_SANDBOX=1` (CI, which runs as root) it fails instead
-/// of letting a skipped security test pass.
+/// Whether this process may run a test that needs root (chown, other uids);
+/// when not, [`skip`] (loud, and a failure under `MINI_LETTA_REQUIRE_SANDBOX=1`).
 pub fn require_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    let msg = format!("SKIPPED (loudly): {test} needs root (it chowns and checks ownership)");
-    if std::env::var_os("MINI_LETTA_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-        panic!("{msg}, and MINI_LETTA_REQUIRE_SANDBOX=1 forbids skipping");
-    }
-    eprintln!("{msg}");
-    false
+    nix::unistd::geteuid().is_root()
+        || skip(&format!(
+            "{test} needs root (it chowns and checks ownership)"
+        ))
 }
 pub mod http;
 
