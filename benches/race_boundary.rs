@@ -39,6 +39,24 @@ struct Race {
     note: String,
 }
 
+impl Race {
+    fn new(name: &'static str) -> Self {
+        Race {
+            name,
+            attempts: 0,
+            wins: 0,
+            note: String::new(),
+        }
+    }
+}
+
+/// Wait until the attacker `child` has ended.
+fn wait_gone(c: &mut Client, child: u64) {
+    while live(c, child) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Start the hostile child (confined, role tool) racing for `secs`.
 fn attacker(c: &mut Client, agent: &str, hostile: &Path, args: &[&str]) -> u64 {
     let mut argv = vec![hostile.display().to_string()];
@@ -144,9 +162,7 @@ fn main() -> ExitCode {
     let _ = c.set_timeout(Some(Duration::from_secs(5)));
     // A first confined run gives the memory tree to the agent's uid.
     let first = attacker(&mut c, &id, Path::new("/bin/true"), &[]);
-    while live(&mut c, first) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&mut c, first);
 
     // The attacker runs from the agent's own tmp/ (the only place of ours
     // its confined view shows).
@@ -196,12 +212,7 @@ fn main() -> ExitCode {
         &hostile,
         &["swap", "memory/notes", "memory/link", &secs],
     );
-    let mut race = Race {
-        name: "commit",
-        attempts: 0,
-        wins: 0,
-        note: String::new(),
-    };
+    let mut race = Race::new("commit");
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut control = mini_letta::supervisor::connect(&home).unwrap();
     let _ = control.set_timeout(Some(Duration::from_secs(10)));
@@ -222,18 +233,11 @@ fn main() -> ExitCode {
         race.wins
     );
     races.push(race);
-    while live(&mut c, child) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&mut c, child);
 
     // 2. status: a file of the tree turns into a FIFO and back.
     let child = attacker(&mut c, &id, &hostile, &["fifo", "memory/.gitignore", &secs]);
-    let mut race = Race {
-        name: "status",
-        attempts: 0,
-        wins: 0,
-        note: String::new(),
-    };
+    let mut race = Race::new("status");
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut slowest = Duration::ZERO;
     let _ = control.set_timeout(Some(Duration::from_secs(2)));
@@ -253,9 +257,7 @@ fn main() -> ExitCode {
     }
     race.note = format!("slowest answer {slowest:?}");
     races.push(race);
-    while live(&mut c, child) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&mut c, child);
 
     // 3. spawn: the supervisor prepares the agent's directories (ownership)
     //    while memory/notes is swapped with a symlink to a host directory.
@@ -265,12 +267,7 @@ fn main() -> ExitCode {
         &hostile,
         &["swap", "memory/notes", "memory/link", &secs],
     );
-    let mut race = Race {
-        name: "spawn",
-        attempts: 0,
-        wins: 0,
-        note: String::new(),
-    };
+    let mut race = Race::new("spawn");
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let _ = control.set_timeout(Some(Duration::from_secs(10)));
     while Instant::now() < deadline {
@@ -304,9 +301,7 @@ fn main() -> ExitCode {
         format!("now the agent's: {}", changed.join(", "))
     };
     races.push(race);
-    while live(&mut c, child) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(&mut c, child);
     // Drain events so the supervisor sees a reader.
     let _ = c.set_timeout(Some(Duration::from_millis(100)));
     while let Ok(ServerFrame::Event { .. }) = c.read_frame() {}

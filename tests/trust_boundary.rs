@@ -77,6 +77,19 @@ fn supervisor_log(d: &Daemon) -> Vec<u8> {
     std::fs::read(d.path().join("run/supervisor.log")).unwrap()
 }
 
+/// Start a shell script as an unconfined tool child of the first agent
+/// (the supervisor-side attacks need no confinement to be made).
+fn spawn_hostile(d: &Daemon, script: &str) -> u64 {
+    spawn(
+        &mut d.client(),
+        &d.agents[0],
+        "tool",
+        "off",
+        None,
+        &["sh", "-c", script],
+    )
+}
+
 /// The child's row in `ps` once it has ended.
 fn ended(d: &Daemon, child: u64) -> Option<Value> {
     let rows = d.client().call(Call::Ps {}).unwrap();
@@ -329,16 +342,7 @@ fn descriptors_from_a_child_are_closed_and_refused() {
     let pid = d.pid();
     let hostile = hostile_child();
     let before = fd_count(pid);
-    let mut c = d.client();
-    let script = format!("{} fds 2000 > fds.out", hostile.display());
-    let child = spawn(
-        &mut c,
-        &d.agents[0],
-        "tool",
-        "off",
-        None,
-        &["sh", "-c", &script],
-    );
+    let child = spawn_hostile(&d, &format!("{} fds 2000 > fds.out", hostile.display()));
     let mut most = before;
     let exit = loop {
         most = most.max(fd_count(pid));
@@ -378,15 +382,9 @@ fn a_child_that_never_reads_is_cut_off_and_others_are_served() {
     let pid = d.pid();
     let hostile = hostile_child();
     let before = rss_kib(pid);
-    let mut c = d.client();
-    let script = format!("{} flood 3000000 > flood.out", hostile.display());
-    let child = spawn(
-        &mut c,
-        &d.agents[0],
-        "tool",
-        "off",
-        None,
-        &["sh", "-c", &script],
+    let child = spawn_hostile(
+        &d,
+        &format!("{} flood 3000000 > flood.out", hostile.display()),
     );
     let mut other = d.client();
     let mut slowest = Duration::ZERO;

@@ -111,11 +111,11 @@ pub fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
             Answer::Refused(e) => refused.push(e),
         }
     }
-    if got.is_empty() {
-        Verdict::blocked(join(&refused))
-    } else {
-        Verdict::escaped(join(&got))
-    }
+    verdict_of(
+        got.into_iter()
+            .map(Answer::Accepted)
+            .chain(refused.into_iter().map(Answer::Refused)),
+    )
 }
 
 /// Variables that switch confinement off in other tools.
@@ -295,16 +295,22 @@ pub fn model_choice(ctx: &ProbeContext) -> Verdict {
         request: serde_json::json!({"model": model, "system": "",
             "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
     };
-    let mut got = Vec::new();
-    let mut refused = Vec::new();
-    for (name, model) in [
+    let answers = [
         (
             "scripted path",
             format!("mock/scripted:{}", script.display()),
         ),
         ("another provider", "openai/gpt-4o-mini".to_string()),
-    ] {
-        match ask(&mut client, name, request(model)) {
+    ]
+    .map(|(name, model)| ask(&mut client, name, request(model)));
+    verdict_of(answers)
+}
+
+/// Blocked when every call was refused, else escaped with what got through.
+fn verdict_of(answers: impl IntoIterator<Item = Answer>) -> Verdict {
+    let (mut got, mut refused) = (Vec::new(), Vec::new());
+    for a in answers {
+        match a {
             Answer::Accepted(e) => got.push(e),
             Answer::Refused(e) => refused.push(e),
         }
