@@ -2,6 +2,7 @@
 //! of Markdown files, run under a supervisor that confines every agent process.
 
 pub mod agent;
+pub mod agentfs;
 pub mod child;
 pub mod cli;
 pub mod fsutil;

@@ -163,6 +163,30 @@ impl AgentPaths {
 pub const MEMORY_DIR_NAME: &str = "memory";
 /// Name of the memory git directory inside the agent directory.
 pub const MEMORY_GIT_DIR_NAME: &str = "memory.git";
+/// Name of the agent's temporary directory inside the agent directory.
+pub const TMP_DIR_NAME: &str = "tmp";
+/// Name of the conversations directory inside the agent directory.
+pub const CONVERSATIONS_DIR_NAME: &str = "conversations";
+/// Name of the memory worktrees directory inside the agent directory.
+pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
+/// Name of the reflections directory inside the agent directory.
+pub const REFLECTIONS_DIR_NAME: &str = "reflections";
+
+/// Name of the marker, in the agent directory (which only the supervisor
+/// can write), recording the uid the agent's tree was last given to.
+pub const OWNERSHIP_MARKER_NAME: &str = ".owned-by-uid";
+
+/// The entries of an agent directory that belong to the agent's uid (a
+/// confined child writes below them). Everything else there (`agent.json`,
+/// `memory.git/`) stays the supervisor's. Names, one component each, so the
+/// supervisor can reach them from the agent directory's descriptor.
+pub const AGENT_OWNED_DIR_NAMES: [&str; 5] = [
+    MEMORY_DIR_NAME,
+    TMP_DIR_NAME,
+    CONVERSATIONS_DIR_NAME,
+    WORKTREES_DIR_NAME,
+    REFLECTIONS_DIR_NAME,
+];
 
 impl AgentPaths {
     pub fn dir(&self) -> &Path {
@@ -181,17 +205,23 @@ impl AgentPaths {
         self.dir.join(MEMORY_GIT_DIR_NAME)
     }
 
+    /// Records the uid the agent-owned tree was given to (see
+    /// [`OWNERSHIP_MARKER_NAME`]).
+    pub fn ownership_marker(&self) -> PathBuf {
+        self.dir.join(OWNERSHIP_MARKER_NAME)
+    }
+
     /// The agent's private temporary directory (`TMPDIR` of its children).
     pub fn tmp_dir(&self) -> PathBuf {
-        self.dir.join("tmp")
+        self.dir.join(TMP_DIR_NAME)
     }
 
     pub fn worktrees_dir(&self) -> PathBuf {
-        self.dir.join("memory-worktrees")
+        self.dir.join(WORKTREES_DIR_NAME)
     }
 
     pub fn conversations_dir(&self) -> PathBuf {
-        self.dir.join("conversations")
+        self.dir.join(CONVERSATIONS_DIR_NAME)
     }
 
     /// Paths of one conversation of this agent.
@@ -201,11 +231,12 @@ impl AgentPaths {
         }
         Ok(ConversationPaths {
             dir: self.conversations_dir().join(id),
+            id: id.to_string(),
         })
     }
 
     pub fn reflection_payloads_dir(&self) -> PathBuf {
-        self.dir.join("reflections").join("payloads")
+        self.dir.join(REFLECTIONS_DIR_NAME).join("payloads")
     }
 
     pub fn reflection_lock(&self) -> PathBuf {
@@ -217,32 +248,48 @@ impl AgentPaths {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationPaths {
     dir: PathBuf,
+    id: String,
 }
+
+/// File names inside a conversation directory. The directory is the agent's
+/// (a confined child writes it), so the supervisor and the operator's CLI
+/// reach these by name from the directory's descriptor; the paths below are
+/// for messages.
+pub const MESSAGES_FILE_NAME: &str = "messages.jsonl";
+pub const CONTEXT_FILE_NAME: &str = "context.json";
+pub const SYSTEM_PROMPT_FILE_NAME: &str = "system-prompt.json";
+pub const LAST_REQUEST_FILE_NAME: &str = "last-request.json";
+pub const PENDING_REMINDERS_FILE_NAME: &str = "pending-reminders.json";
 
 impl ConversationPaths {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The conversation id (its directory's name in `conversations/`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     pub fn messages_jsonl(&self) -> PathBuf {
-        self.dir.join("messages.jsonl")
+        self.dir.join(MESSAGES_FILE_NAME)
     }
 
     pub fn context_json(&self) -> PathBuf {
-        self.dir.join("context.json")
+        self.dir.join(CONTEXT_FILE_NAME)
     }
 
     pub fn system_prompt_json(&self) -> PathBuf {
-        self.dir.join("system-prompt.json")
+        self.dir.join(SYSTEM_PROMPT_FILE_NAME)
     }
 
     /// The last model request sent for this conversation (for operators).
     pub fn last_request_json(&self) -> PathBuf {
-        self.dir.join("last-request.json")
+        self.dir.join(LAST_REQUEST_FILE_NAME)
     }
 
     pub fn pending_reminders_json(&self) -> PathBuf {
-        self.dir.join("pending-reminders.json")
+        self.dir.join(PENDING_REMINDERS_FILE_NAME)
     }
 }
 

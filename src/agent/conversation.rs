@@ -9,16 +9,32 @@
 //!   queued after a turn and delivered with the next user message.
 //!
 //! JSON files are replaced atomically (temp file, fsync, rename).
+//!
+//! The conversations directory belongs to the agent's uid: a confined child
+//! writes it, while the operator's CLI (root) reads and writes it too. So
+//! every file here is reached by name from the conversation directory's
+//! descriptor ([`crate::agentfs`]), never by a path a swapped symlink could
+//! redirect, and reads refuse FIFOs and stop at a size cap.
 
-use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::atomic_write;
+use crate::agentfs::{Dir, FsError};
 use crate::model::{Message, Part, Role, Usage};
-use crate::paths::{AgentPaths, ConversationPaths, PathsError};
+use crate::paths::{
+    AgentPaths, CONTEXT_FILE_NAME, CONVERSATIONS_DIR_NAME, ConversationPaths,
+    LAST_REQUEST_FILE_NAME, MESSAGES_FILE_NAME, PENDING_REMINDERS_FILE_NAME, PathsError,
+};
+
+/// Largest message log read (a child can grow it without bound).
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+/// Largest JSON side file read (context, reminders, cached prompt).
+pub const MAX_JSON_BYTES: u64 = 16 << 20;
+/// Permission bits of the files written here.
+const FILE_PERM: u32 = 0o644;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConversationError {
@@ -31,6 +47,8 @@ pub enum ConversationError {
     },
     #[error("{path}: {message}")]
     Corrupt { path: PathBuf, message: String },
+    #[error(transparent)]
+    Fs(#[from] FsError),
 }
 
 fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> ConversationError + '_ {
@@ -40,14 +58,56 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> ConversationErro
     }
 }
 
-/// Replace `path` atomically with pretty JSON and a final newline.
-fn write_json<T: Serialize>(path: &std::path::Path, value: &T) -> Result<(), ConversationError> {
+/// The directory of conversation `id` of `agent`, opened from the
+/// conversations directory's descriptor; created (with `conversations/`)
+/// when `create`, else `None` when missing. `conversations/` itself sits in
+/// the agent directory, which no child can write, so it alone is opened by
+/// path (and not followed if it were a symlink); a child's view may not
+/// include the agent directory itself, only what its profile lists.
+pub fn open_dir(
+    agent: &AgentPaths,
+    id: &str,
+    create: bool,
+) -> Result<Option<Dir>, ConversationError> {
+    let paths = agent.conversation(id)?;
+    let convs = match Dir::open(&agent.conversations_dir()) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() && create => {
+            std::fs::create_dir_all(agent.dir()).map_err(io(agent.dir()))?;
+            Dir::open(agent.dir())?.create_dir(CONVERSATIONS_DIR_NAME, 0o777)?
+        }
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let opened = if create {
+        convs.create_dir(paths.id(), 0o777)
+    } else {
+        convs.open_dir(paths.id())
+    };
+    match opened {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if !create && e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The bytes of `name` in `dir` (at most `max`), or `None` when missing.
+pub(crate) fn read_optional(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>, FsError> {
+    match dir.read_file_capped(name, max) {
+        Ok((bytes, _)) => Ok(Some(bytes)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Pretty JSON with a final newline.
+fn to_json<T: Serialize>(path: PathBuf, value: &T) -> Result<Vec<u8>, ConversationError> {
     let mut json = serde_json::to_vec_pretty(value).map_err(|e| ConversationError::Corrupt {
-        path: path.to_path_buf(),
+        path,
         message: e.to_string(),
     })?;
     json.push(b'\n');
-    atomic_write(path, &json).map_err(io(path))
+    Ok(json)
 }
 
 /// One stored message.
@@ -128,6 +188,8 @@ struct RemindersFile {
 pub struct Conversation {
     pub id: String,
     paths: ConversationPaths,
+    /// The conversation directory; every file is reached from it.
+    dir: Dir,
     messages: Vec<StoredMessage>,
     /// Whether the log's last line was torn (ignored on load).
     pub torn_tail: bool,
@@ -138,13 +200,14 @@ impl Conversation {
     /// Open (creating if needed) conversation `id` of an agent.
     pub fn open(agent: &AgentPaths, id: &str) -> Result<Self, ConversationError> {
         let paths = agent.conversation(id)?;
-        fs::create_dir_all(paths.dir()).map_err(io(paths.dir()))?;
+        let dir = open_dir(agent, id, true)?.ok_or_else(|| ConversationError::Io {
+            path: paths.dir().to_path_buf(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
         let log = paths.messages_jsonl();
-        let text = match fs::read(&log) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(io(&log)(e)),
-        };
+        let text = read_optional(&dir, MESSAGES_FILE_NAME, MAX_LOG_BYTES)?
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let mut messages = Vec::new();
         let mut torn_tail = false;
         let lines: Vec<&str> = text.split('\n').collect();
@@ -182,6 +245,7 @@ impl Conversation {
         Ok(Self {
             id: id.to_string(),
             paths,
+            dir,
             messages,
             torn_tail,
             next,
@@ -207,12 +271,7 @@ impl Conversation {
     /// Append a message to the log (fsynced) and to the context.
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
         let log = self.paths.messages_jsonl();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&log)
-            .map_err(io(&log))?;
+        let mut file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
         let mut line = serde_json::to_vec(&msg).map_err(|e| ConversationError::Corrupt {
             path: log.clone(),
             message: e.to_string(),
@@ -221,11 +280,8 @@ impl Conversation {
         // After a torn line, start on a fresh line so ours stays parsable.
         let len = file.metadata().map_err(io(&log))?.len();
         if len > 0 {
-            use std::io::{Read, Seek, SeekFrom};
             let mut last = [0u8; 1];
-            let mut f = fs::File::open(&log).map_err(io(&log))?;
-            f.seek(SeekFrom::End(-1)).map_err(io(&log))?;
-            f.read_exact(&mut last).map_err(io(&log))?;
+            file.read_exact_at(&mut last, len - 1).map_err(io(&log))?;
             if last[0] != b'\n' {
                 line.insert(0, b'\n');
             }
@@ -243,27 +299,35 @@ impl Conversation {
     /// every stored message.
     pub fn context_ids(&self) -> Result<Vec<String>, ConversationError> {
         let path = self.paths.context_json();
-        match fs::read(&path) {
-            Ok(b) => serde_json::from_slice::<ContextFile>(&b)
+        match read_optional(&self.dir, CONTEXT_FILE_NAME, MAX_JSON_BYTES)? {
+            Some(b) => serde_json::from_slice::<ContextFile>(&b)
                 .map(|c| c.in_context_message_ids)
                 .map_err(|e| ConversationError::Corrupt {
                     path,
                     message: e.to_string(),
                 }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Ok(self.messages.iter().map(|m| m.id.clone()).collect())
-            }
-            Err(e) => Err(io(&path)(e)),
+            None => Ok(self.messages.iter().map(|m| m.id.clone()).collect()),
         }
     }
 
     pub fn set_context_ids(&self, ids: &[String]) -> Result<(), ConversationError> {
-        write_json(
-            &self.paths.context_json(),
+        let json = to_json(
+            self.paths.context_json(),
             &ContextFile {
                 in_context_message_ids: ids.to_vec(),
             },
-        )
+        )?;
+        self.write_file(CONTEXT_FILE_NAME, &json)
+    }
+
+    /// Replace the file `name` of this conversation atomically.
+    fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), ConversationError> {
+        Ok(self.dir.replace_file(name, bytes, FILE_PERM)?)
+    }
+
+    /// Record the last model request sent (for operators).
+    pub fn write_last_request(&self, json: &[u8]) -> Result<(), ConversationError> {
+        self.write_file(LAST_REQUEST_FILE_NAME, json)
     }
 
     /// The in-context messages, in order (unknown ids are skipped).
@@ -278,26 +342,26 @@ impl Conversation {
     /// Queued reminders.
     pub fn pending_reminders(&self) -> Result<Vec<Reminder>, ConversationError> {
         let path = self.paths.pending_reminders_json();
-        match fs::read(&path) {
-            Ok(b) => Ok(serde_json::from_slice::<RemindersFile>(&b)
+        match read_optional(&self.dir, PENDING_REMINDERS_FILE_NAME, MAX_JSON_BYTES)? {
+            Some(b) => Ok(serde_json::from_slice::<RemindersFile>(&b)
                 .map(|r| r.items)
                 .unwrap_or_else(|e| {
                     tracing::warn!("{}: unreadable reminders dropped ({e})", path.display());
                     Vec::new()
                 })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(io(&path)(e)),
+            None => Ok(Vec::new()),
         }
     }
 
     /// Replace the reminder queue.
     pub fn set_pending_reminders(&self, items: &[Reminder]) -> Result<(), ConversationError> {
-        write_json(
-            &self.paths.pending_reminders_json(),
+        let json = to_json(
+            self.paths.pending_reminders_json(),
             &RemindersFile {
                 items: items.to_vec(),
             },
-        )
+        )?;
+        self.write_file(PENDING_REMINDERS_FILE_NAME, &json)
     }
 
     /// Queue one reminder (replacing one with the same id).
@@ -340,7 +404,7 @@ mod tests {
         c.append(m).unwrap();
         // A crash mid-append leaves half a line.
         let log = c.paths().messages_jsonl();
-        let mut f = OpenOptions::new().append(true).open(&log).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(b"{\"id\":\"msg-000002\",\"ro").unwrap();
         drop(f);
         let mut c = Conversation::open(&agent, "default").unwrap();

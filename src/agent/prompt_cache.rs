@@ -136,11 +136,23 @@ pub fn resolve(
 /// Forget the cached prompt so the next step recompiles (`recompile`,
 /// compaction, a changed system prompt).
 pub fn invalidate(agent: &AgentPaths, conversation: &str) -> Result<(), PromptError> {
-    if let Ok(c) = agent.conversation(conversation) {
-        let p = c.system_prompt_json();
-        if p.exists() {
-            std::fs::remove_file(&p).map_err(|source| StoreError::Io { path: p, source })?;
-        }
+    let Ok(c) = agent.conversation(conversation) else {
+        return Ok(());
+    };
+    let path = c.system_prompt_json();
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    // Reached by descriptor: the conversation directory is the agent's.
+    let dir = match super::conversation::open_dir(agent, conversation, false) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(io(std::io::Error::other(e.to_string())).into()),
+    };
+    match dir.remove_file(crate::paths::SYSTEM_PROMPT_FILE_NAME) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(io(std::io::Error::other(e.to_string())).into()),
     }
-    Ok(())
 }

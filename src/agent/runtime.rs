@@ -251,7 +251,7 @@ pub fn run_turn(
         };
         // What the model was sent, for operators (and tests).
         if let Ok(json) = serde_json::to_vec_pretty(&request) {
-            let _ = crate::fsutil::atomic_write(&conv.paths().last_request_json(), &json);
+            let _ = conv.write_last_request(&json);
         }
         let response = match complete_with_retries(&channel, &request, emit) {
             Ok(r) => r,

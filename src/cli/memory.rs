@@ -461,7 +461,11 @@ fn commit_loop(
     reject_every: Option<usize>,
 ) -> anyhow::Result<ExitCode> {
     let w = writer(cli, target)?;
-    let full = w.work_tree().join(pathrules::check_relative(path)?);
+    let rel = pathrules::check_relative(path)?;
+    // The working tree is the agent's: written from its parent directory's
+    // descriptor, never through a path a swapped symlink could redirect.
+    let root = crate::agentfs::Dir::open(w.work_tree())?;
+    let (dir, leaf) = root.open_parent(std::ffi::OsStr::new(&rel))?;
     let name = crate::memfs::template::name_from_label(path);
     let pid = std::process::id();
     let paths = [path.to_string()];
@@ -469,19 +473,21 @@ fn commit_loop(
     let start = std::time::Instant::now();
     for i in 0..count {
         if reject_every.is_some_and(|k| k > 0 && i % k == 0) {
-            std::fs::write(&full, format!("no frontmatter, iteration {i}\n"))?;
+            dir.replace_file(
+                leaf,
+                format!("no frontmatter, iteration {i}\n").as_bytes(),
+                0o644,
+            )?;
             match w.commit(&paths, &format!("memory commit-loop: {path} invalid #{i}")) {
                 Err(e) if e.report().is_some() => rejected += 1,
                 Err(e) => return Err(e.into()),
                 Ok(_) => bail!("{path}: an invalid write was committed at iteration {i}"),
             }
         }
-        std::fs::write(
-            &full,
-            format!(
-                "---\nname: {name}\ndescription: Stress file.\n---\niteration {i} of process {pid}\n"
-            ),
-        )?;
+        let text = format!(
+            "---\nname: {name}\ndescription: Stress file.\n---\niteration {i} of process {pid}\n"
+        );
+        dir.replace_file(leaf, text.as_bytes(), 0o644)?;
         let outcome = w.commit(&paths, &format!("memory commit-loop: {path} #{i}"))?;
         if outcome.commit.is_none() {
             bail!("{path}: iteration {i} changed nothing");

@@ -20,13 +20,13 @@
 //! of the tree.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
+use git2::{Index, IndexEntry, IndexTime, ObjectType, Odb, Oid, Repository, Signature};
+
+use crate::agentfs::{Dir, FsError, Kind, Stat};
 
 use super::hook::{self, EnsureMode, HookError};
 use super::lock::{LockError, RepoLock};
@@ -35,6 +35,17 @@ use super::validate::{
     Report, TreeSnapshot, ValidateError, ValidateOptions, constraints_update_approved_from_env,
     validate,
 };
+
+/// Entries one commit may walk (a directory spec over a huge tree is
+/// refused rather than walked without end).
+pub const MAX_WALK_ENTRIES: usize = 100_000;
+/// Bytes one commit reads from the working tree at most, all files
+/// together: a directory spec over a child-filled tree stays bounded in time
+/// and memory (contents are held until validation).
+pub const MAX_COMMIT_BYTES: u64 = 128 << 20;
+/// Per-file read cap when the validator's byte limit is switched off
+/// (letta parity): reads from a child-writable tree are always bounded.
+pub const HARD_READ_CAP: u64 = 64 << 20;
 
 /// Git modes of the entries we write.
 const MODE_FILE: u32 = 0o100644;
@@ -64,6 +75,17 @@ pub enum CommitError {
     NoSuchPath(String),
     #[error("{0:?}: not a regular file, directory or symlink")]
     NotAFile(String),
+    /// Refused before reading; the same words as the validator's byte rule.
+    #[error("{path}: {size} bytes exceeds the {max}-byte file limit")]
+    TooLarge { path: String, size: u64, max: u64 },
+    /// The working tree changed under the commit in a way that would have
+    /// meant following a symlink; nothing was read through it.
+    #[error("{0:?}: changed while being committed; try again")]
+    Changed(String),
+    #[error("the named paths hold more than {max} bytes; commit fewer at a time")]
+    TooMuch { max: u64 },
+    #[error(transparent)]
+    Fs(#[from] FsError),
     #[error("{0}: the repository has no working tree")]
     Bare(PathBuf),
     /// The validator refused the tree. Display is its block.
@@ -99,13 +121,6 @@ impl CommitError {
 
 fn git(what: &'static str) -> impl FnOnce(git2::Error) -> CommitError {
     move |source| CommitError::Git { what, source }
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CommitError + '_ {
-    move |source| CommitError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// How to commit.
@@ -152,41 +167,97 @@ pub struct CommitOutcome {
 /// chapter 4 rules plus the filesystem checks (no symlinked component, no
 /// symlink pointing out). Case collisions need the tree; see
 /// [`check_case_collision`].
+///
+/// The working tree is the child's to change, so it is inspected through
+/// descriptors ([`crate::agentfs`]): each component is looked at with
+/// `fstatat` in the directory descriptor of its parent, never by a path
+/// string that could be re-resolved through a symlink swapped in.
 pub fn check_path(work_tree: &Path, path: &str) -> Result<String, CommitError> {
+    let root = Dir::open(work_tree)?;
+    locate(&root, path).map(|(path, _)| path)
+}
+
+/// Where a checked path is in the working tree.
+enum Located {
+    /// A component (maybe the last) does not exist.
+    Missing,
+    /// The last component exists: its parent directory, name and `lstat`.
+    At {
+        parent: Dir,
+        leaf: String,
+        stat: Stat,
+    },
+}
+
+/// [`check_path`] below an open working-tree root, keeping what it found.
+fn locate(root: &Dir, path: &str) -> Result<(String, Located), CommitError> {
     let path = pathrules::check_relative(path)?;
     if path.split('/').any(|s| s.eq_ignore_ascii_case(".git")) {
         return Err(CommitError::GitDirPath(path));
     }
-    let segments: Vec<&str> = path.split('/').collect();
-    let mut here = work_tree.to_path_buf();
+    let segments: Vec<String> = path.split('/').map(str::to_string).collect();
+    let mut parent: Option<Dir> = None;
     for (i, seg) in segments.iter().enumerate() {
-        here.push(seg);
+        let dir = parent.as_ref().unwrap_or(root);
         let last = i + 1 == segments.len();
-        let meta = match fs::symlink_metadata(&here) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(e) => return Err(io(&here)(e)),
-        };
         let shown = || segments[..=i].join("/");
-        if meta.file_type().is_symlink() {
-            if !last {
+        let Some(stat) = dir.stat_at(seg)? else {
+            return Ok((path, Located::Missing));
+        };
+        if last {
+            if stat.kind == Kind::Symlink {
+                let target = dir.read_link(seg).map_err(|e| changed(&path, e))?;
+                let dirs: Vec<&str> = segments[..i].iter().map(String::as_str).collect();
+                if !link_stays_inside(&dirs, Path::new(&target)) {
+                    return Err(CommitError::SymlinkOutside { path });
+                }
+            }
+            let parent = match parent {
+                Some(p) => p,
+                None => root.try_clone()?,
+            };
+            let leaf = seg.clone();
+            return Ok((path, Located::At { parent, leaf, stat }));
+        }
+        match stat.kind {
+            Kind::Symlink => {
                 return Err(CommitError::ThroughSymlink {
                     through: shown(),
                     path,
                 });
             }
-            let target = fs::read_link(&here).map_err(io(&here))?;
-            if !link_stays_inside(&segments[..i], &target) {
-                return Err(CommitError::SymlinkOutside { path });
+            Kind::Dir => {}
+            _ => {
+                return Err(CommitError::NotADirectory {
+                    through: shown(),
+                    path,
+                });
             }
-        } else if !last && !meta.is_dir() {
-            return Err(CommitError::NotADirectory {
-                through: shown(),
-                path,
-            });
         }
+        // Opened with RESOLVE_NO_SYMLINKS: a symlink swapped in since the
+        // `fstatat` is refused here, never followed.
+        let next = dir.open_dir(seg).map_err(|e| match e {
+            FsError::Symlink { .. } => CommitError::ThroughSymlink {
+                through: shown(),
+                path: path.clone(),
+            },
+            FsError::NotADirectory { .. } => CommitError::NotADirectory {
+                through: shown(),
+                path: path.clone(),
+            },
+            e => CommitError::Fs(e),
+        })?;
+        parent = Some(next);
     }
-    Ok(path)
+    Ok((path, Located::Missing))
+}
+
+/// A symlink met where the tree held something else a moment ago.
+fn changed(path: &str, e: FsError) -> CommitError {
+    match e {
+        FsError::Symlink { .. } | FsError::Changed { .. } => CommitError::Changed(path.to_string()),
+        e => CommitError::Fs(e),
+    }
 }
 
 /// Whether a relative symlink in directory `dir` (segments below the memory
@@ -260,10 +331,11 @@ pub fn commit_paths(
         .workdir()
         .ok_or_else(|| CommitError::Bare(repo.path().to_path_buf()))?
         .to_path_buf();
+    let root = Dir::open(&work_tree)?;
     let specs: BTreeSet<String> = paths
         .iter()
         .filter(|p| !p.trim().is_empty())
-        .map(|p| check_path(&work_tree, p))
+        .map(|p| locate(&root, p).map(|(p, _)| p))
         .collect::<Result<_, _>>()?;
     if specs.is_empty() {
         return Err(CommitError::NoPaths);
@@ -296,17 +368,32 @@ pub fn commit_paths(
         index.read_tree(t).map_err(git("read the HEAD tree"))?;
     }
 
-    // Take every named path from the working tree.
-    let mut staged: Vec<IndexEntry> = Vec::new();
+    // Take every named path from the working tree. Contents stay in
+    // memory (`pending`) until the validator has accepted the tree: nothing
+    // a child planted enters the object database before that.
+    let mut walk = Walk {
+        cap: opts
+            .validate
+            .max_file_bytes
+            .unwrap_or(HARD_READ_CAP)
+            .min(HARD_READ_CAP),
+        budget: MAX_WALK_ENTRIES,
+        bytes_left: MAX_COMMIT_BYTES,
+        staged: Vec::new(),
+        pending: HashMap::new(),
+    };
     for spec in &specs {
         let known = index.get_path(Path::new(spec), 0).is_some()
             || index.find_prefix(format!("{spec}/")).is_ok();
         remove_from_index(&mut index, spec).map_err(git("update the in-memory index"))?;
-        let found = collect(repo, &work_tree, spec, &mut staged)?;
+        let found = walk.collect(&root, spec)?;
         if !found && !known {
             return Err(CommitError::NoSuchPath(spec.clone()));
         }
     }
+    let Walk {
+        staged, pending, ..
+    } = walk;
     for entry in &staged {
         index
             .add(entry)
@@ -338,9 +425,14 @@ pub fn commit_paths(
         &new_paths,
     )?;
 
-    let report = validate(repo, &candidate, head_snapshot.as_ref(), &opts.validate)?;
+    let report = validate_pending(repo, &pending, &candidate, head_snapshot.as_ref(), opts)?;
     if !report.is_ok() {
         return Err(CommitError::Rejected(Box::new(report)));
+    }
+    // Accepted: now, and only now, the new contents become objects.
+    for (id, bytes) in &pending {
+        let written = repo.blob(bytes).map_err(git("write a blob"))?;
+        debug_assert_eq!(written, *id);
     }
 
     let tree_id = index.write_tree_to(repo).map_err(git("write the tree"))?;
@@ -382,75 +474,174 @@ fn remove_from_index(index: &mut Index, spec: &str) -> Result<(), git2::Error> {
     Ok(())
 }
 
-/// Stage the working-tree file, symlink or directory at `spec` into
-/// `out`. Returns whether anything exists there.
-fn collect(
+/// Validate `candidate`, whose new blobs are only in `pending`, against
+/// `head`. The validator reads blobs through a repository; when some are not
+/// in the object database yet it is given a view: an in-memory object store
+/// holding them in front of the repository's own objects (read-only, as an
+/// alternate), so judging a tree writes nothing to disk.
+fn validate_pending(
     repo: &Repository,
-    work_tree: &Path,
-    spec: &str,
-    out: &mut Vec<IndexEntry>,
-) -> Result<bool, CommitError> {
-    let full = work_tree.join(spec);
-    // Stat before reading: if the file changes in between, the stat data no
-    // longer matches and git re-hashes instead of trusting a stale entry.
-    let meta = match fs::symlink_metadata(&full) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io(&full)(e)),
-    };
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        let mut names: Vec<_> = fs::read_dir(&full)
-            .map_err(io(&full))?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<Result<_, _>>()
-            .map_err(io(&full))?;
-        names.sort();
-        for name in names {
-            let Some(name) = name.to_str() else {
-                return Err(CommitError::Path(PathRuleError::BadCharacter(format!(
-                    "{spec}/{}",
-                    name.to_string_lossy()
-                ))));
-            };
-            if name.eq_ignore_ascii_case(".git") {
-                continue;
-            }
-            let child = check_path(work_tree, &format!("{spec}/{name}"))?;
-            collect(repo, work_tree, &child, out)?;
-        }
-        return Ok(true);
+    pending: &HashMap<Oid, Vec<u8>>,
+    candidate: &TreeSnapshot,
+    head: Option<&TreeSnapshot>,
+    opts: &CommitOptions,
+) -> Result<Report, CommitError> {
+    let odb = repo.odb().map_err(git("open the object database"))?;
+    let missing: Vec<&Vec<u8>> = pending
+        .iter()
+        .filter(|(id, _)| !odb.exists(**id))
+        .map(|(_, b)| b)
+        .collect();
+    if missing.is_empty() {
+        return Ok(validate(repo, candidate, head, &opts.validate)?);
     }
-    let (mode, bytes) = if ft.is_symlink() {
-        let target = fs::read_link(&full).map_err(io(&full))?;
-        (MODE_LINK, target.as_os_str().as_bytes().to_vec())
-    } else if ft.is_file() {
-        let mode = if meta.mode() & 0o111 != 0 {
-            MODE_EXEC
-        } else {
-            MODE_FILE
+    let objects = hook::common_git_dir(repo).join("objects");
+    let objects = objects.to_str().ok_or_else(|| CommitError::Io {
+        path: objects.clone(),
+        source: std::io::Error::other("the objects directory path is not UTF-8"),
+    })?;
+    let view_odb = Odb::new().map_err(git("create an object view"))?;
+    view_odb
+        .add_disk_alternate(objects)
+        .map_err(git("create an object view"))?;
+    // Writes go to the highest-priority backend that is not an alternate:
+    // the in-memory one.
+    view_odb
+        .add_new_mempack_backend(1000)
+        .map_err(git("create an object view"))?;
+    for bytes in missing {
+        view_odb
+            .write(ObjectType::Blob, bytes)
+            .map_err(git("hold a blob in memory"))?;
+    }
+    let view = Repository::from_odb(view_odb).map_err(git("create an object view"))?;
+    Ok(validate(&view, candidate, head, &opts.validate)?)
+}
+
+/// What a commit takes from the working tree.
+struct Walk {
+    /// Per-file byte cap.
+    cap: u64,
+    /// Entries left to look at.
+    budget: usize,
+    /// Bytes left to read.
+    bytes_left: u64,
+    staged: Vec<IndexEntry>,
+    /// New contents by blob id, written only after validation.
+    pending: HashMap<Oid, Vec<u8>>,
+}
+
+impl Walk {
+    /// Stage the working-tree file, symlink or directory at `spec`.
+    /// Returns whether anything exists there.
+    fn collect(&mut self, root: &Dir, spec: &str) -> Result<bool, CommitError> {
+        let (spec, located) = locate(root, spec)?;
+        let Located::At { parent, leaf, stat } = located else {
+            return Ok(false);
         };
-        (mode, fs::read(&full).map_err(io(&full))?)
-    } else {
-        return Err(CommitError::NotAFile(spec.to_string()));
-    };
-    let id = repo.blob(&bytes).map_err(git("write a blob"))?;
-    let time = |s: i64, ns: i64| IndexTime::new(s as i32, ns as u32);
-    out.push(IndexEntry {
-        ctime: time(meta.ctime(), meta.ctime_nsec()),
-        mtime: time(meta.mtime(), meta.mtime_nsec()),
-        dev: meta.dev() as u32,
-        ino: meta.ino() as u32,
-        mode,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        file_size: meta.size() as u32,
-        id,
-        flags: 0,
-        flags_extended: 0,
-        path: spec.as_bytes().to_vec(),
-    });
-    Ok(true)
+        self.entry(&parent, &leaf, &spec, stat)?;
+        Ok(true)
+    }
+
+    /// Stage `name` of `parent` (whose repository path is `spec`), found by
+    /// `lstat` to be `stat`.
+    fn entry(
+        &mut self,
+        parent: &Dir,
+        name: &str,
+        spec: &str,
+        stat: Stat,
+    ) -> Result<(), CommitError> {
+        self.budget = self.budget.checked_sub(1).ok_or_else(|| {
+            CommitError::Fs(FsError::TooManyEntries {
+                path: parent.path().join(name),
+                max: MAX_WALK_ENTRIES,
+            })
+        })?;
+        let (mode, bytes, stat) = match stat.kind {
+            Kind::Dir => {
+                // RESOLVE_NO_SYMLINKS: a symlink swapped in is refused.
+                let dir = parent.open_dir(name).map_err(|e| changed(spec, e))?;
+                for child in dir.list(self.budget)? {
+                    let Some(child) = child.to_str() else {
+                        return Err(CommitError::Path(PathRuleError::BadCharacter(format!(
+                            "{spec}/{}",
+                            child.to_string_lossy()
+                        ))));
+                    };
+                    if child.eq_ignore_ascii_case(".git") {
+                        continue;
+                    }
+                    let path = pathrules::check_relative(&format!("{spec}/{child}"))?;
+                    // Gone since the listing: nothing to take.
+                    let Some(st) = dir.stat_at(child)? else {
+                        continue;
+                    };
+                    self.entry(&dir, child, &path, st)?;
+                }
+                return Ok(());
+            }
+            Kind::Symlink => {
+                // The target read once, checked, and that same value kept.
+                let target = parent.read_link(name).map_err(|e| changed(spec, e))?;
+                let segments: Vec<&str> = spec.split('/').collect();
+                let dirs = &segments[..segments.len().saturating_sub(1)];
+                if !link_stays_inside(dirs, Path::new(&target)) {
+                    return Err(CommitError::SymlinkOutside {
+                        path: spec.to_string(),
+                    });
+                }
+                (MODE_LINK, target.as_bytes().to_vec(), stat)
+            }
+            Kind::File => {
+                // The stat kept is the descriptor's, so it describes exactly
+                // the bytes read.
+                let (bytes, st) = parent
+                    .read_file_capped(name, self.cap)
+                    .map_err(|e| match e {
+                        FsError::TooLarge { size, max, .. } => CommitError::TooLarge {
+                            path: spec.to_string(),
+                            size,
+                            max,
+                        },
+                        FsError::NotRegular { .. } => CommitError::NotAFile(spec.to_string()),
+                        e => changed(spec, e),
+                    })?;
+                self.bytes_left = self.bytes_left.checked_sub(bytes.len() as u64).ok_or(
+                    CommitError::TooMuch {
+                        max: MAX_COMMIT_BYTES,
+                    },
+                )?;
+                let mode = if st.perm & 0o111 != 0 {
+                    MODE_EXEC
+                } else {
+                    MODE_FILE
+                };
+                (mode, bytes, st)
+            }
+            _ => return Err(CommitError::NotAFile(spec.to_string())),
+        };
+        let id = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git("hash a blob"))?;
+        self.pending.entry(id).or_insert(bytes);
+        // Index stat fields are 32-bit in git's format; truncation is what
+        // git itself does, and only makes a later stat comparison re-hash.
+        let time = |(s, ns): (i64, i64)| IndexTime::new(s as i32, ns as u32);
+        self.staged.push(IndexEntry {
+            ctime: time(stat.ctime),
+            mtime: time(stat.mtime),
+            dev: stat.dev as u32,
+            ino: stat.ino as u32,
+            mode,
+            uid: stat.uid,
+            gid: stat.gid,
+            file_size: stat.size as u32,
+            id,
+            flags: 0,
+            flags_extended: 0,
+            path: spec.as_bytes().to_vec(),
+        });
+        Ok(())
+    }
 }
 
 /// Paths at or below a spec whose entry differs between `HEAD` and the

@@ -18,3 +18,4 @@ pub mod snapshot;
 pub mod template;
 pub mod text;
 pub mod validate;
+pub mod worktree_status;

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use crate::agent::record::AgentRecord;
 use crate::agent::store::{self, StoreError};
-use crate::paths::{AgentPaths, Home};
+use crate::agentfs::{Dir, FsError, Kind};
+use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home, OWNERSHIP_MARKER_NAME};
 
 /// First uid handed to agents.
 pub const UID_BASE: u32 = 200_000;
@@ -77,47 +78,126 @@ pub fn ensure_uid(
 /// supervisor's: the agent must not rewrite its own record (model, uid) or
 /// its git directory (hooks, config, refs).
 pub fn agent_owned_dirs(paths: &AgentPaths) -> Vec<std::path::PathBuf> {
-    vec![
-        paths.memory_dir(),
-        paths.tmp_dir(),
-        paths.conversations_dir(),
-        paths.worktrees_dir(),
-        paths.dir().join("reflections"),
-    ]
+    AGENT_OWNED_DIR_NAMES
+        .iter()
+        .map(|n| paths.dir().join(n))
+        .collect()
 }
+
+/// Most entries one ownership pass looks at: a child can make its tree as
+/// large as its quota allows, the supervisor's time per spawn stays bounded.
+pub const ADOPT_MAX_ENTRIES: usize = 200_000;
+/// Deepest directory level an ownership pass descends to (each level holds
+/// one descriptor open).
+pub const ADOPT_MAX_DEPTH: usize = 64;
 
 /// Set ownership for confinement: the agent directory itself is
 /// `root:<agent gid>` mode 0750 (the agent may enter it, not add or remove
 /// entries; no other agent may enter), and the agent-owned directories are
 /// given to the agent's uid, created if missing.
+///
+/// This runs as root on every spawn, inside directories the agent has been
+/// writing (and may be changing right now). So it works only through
+/// descriptors ([`crate::agentfs`]): each entry is pinned with an `O_PATH |
+/// O_NOFOLLOW` descriptor, judged by `fstat` on that descriptor, chowned
+/// through it, and descended into through it. A directory swapped for a
+/// symlink mid-walk is at worst a symlink whose own owner changes; nothing
+/// outside the agent directory is ever reached.
+///
+/// The whole tree is walked once per uid: what was there before the agent
+/// had one (the seed memory, conversations made by the operator) is given
+/// to it, and the agent directory records it in a marker the agent cannot
+/// write ([`crate::paths::OWNERSHIP_MARKER_NAME`]). Later spawns only check
+/// the top-level directories: everything mini-letta writes as root below
+/// them is born the agent's ([`crate::agentfs`] gives new entries to the
+/// directory's owner). A file an operator creates there by other means
+/// (an editor run as root) stays root's; removing the marker makes the next
+/// spawn walk the tree again.
 pub fn own_agent_dir(paths: &AgentPaths, uid: u32) -> std::io::Result<()> {
-    let dir = paths.dir();
-    for sub in agent_owned_dirs(paths) {
-        std::fs::create_dir_all(&sub)?;
-        chown_tree(&sub, uid)?;
+    let agent = Dir::open(paths.dir()).map_err(into_io)?;
+    let prepared = prepared_for(&agent) == Some(uid);
+    let mut budget = ADOPT_MAX_ENTRIES;
+    for name in AGENT_OWNED_DIR_NAMES {
+        let sub = agent.create_dir(name, 0o755).map_err(into_io)?;
+        let st = sub.stat().map_err(into_io)?;
+        let mine = st.uid == uid && st.gid == uid;
+        if !mine && st.uid == 0 {
+            sub.chown(Some(uid), Some(uid)).map_err(into_io)?;
+        }
+        if !prepared && (mine || st.uid == 0) {
+            adopt_below(&sub, uid, 1, &mut budget)?;
+        }
     }
-    std::os::unix::fs::chown(dir, Some(0), Some(uid))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))?;
+    agent.chown(Some(0), Some(uid)).map_err(into_io)?;
+    agent.chmod(0o750).map_err(into_io)?;
+    if !prepared {
+        agent
+            .replace_file(OWNERSHIP_MARKER_NAME, format!("{uid}\n").as_bytes(), 0o644)
+            .map_err(into_io)?;
+    }
     Ok(())
 }
 
-/// Give root-owned entries to `uid`. Entries owned by anyone else are left
-/// alone, and so are files with more than one link: a hard link planted in
-/// this tree may point at another agent's file, which must never change
-/// hands.
-fn chown_tree(path: &Path, uid: u32) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    let mine = meta.uid() == uid && meta.gid() == uid;
-    let adoptable = meta.uid() == 0 && (meta.is_dir() || meta.nlink() == 1);
-    if !mine && adoptable {
-        std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
-    }
-    if meta.is_dir() && (mine || adoptable) {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid)?;
+/// The uid recorded in the agent directory's ownership marker.
+fn prepared_for(agent: &Dir) -> Option<u32> {
+    let (bytes, _) = agent.read_file_capped(OWNERSHIP_MARKER_NAME, 32).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+}
+
+/// Give root-owned entries below `dir` to `uid`. Entries owned by anyone
+/// else are left alone, and so are files with more than one link (a hard
+/// link planted in this tree may point at another agent's or the host's
+/// file, which must never change hands) and device nodes.
+fn adopt_below(dir: &Dir, uid: u32, depth: usize, budget: &mut usize) -> std::io::Result<()> {
+    let names = match dir.list(*budget) {
+        Ok(n) => n,
+        Err(e @ FsError::TooManyEntries { .. }) => {
+            tracing::warn!("not giving the rest of the tree to uid {uid}: {e}");
+            *budget = 0;
+            return Ok(());
+        }
+        Err(e) => return Err(into_io(e)),
+    };
+    for name in names {
+        *budget = budget.saturating_sub(1);
+        // Gone since the listing (the agent is busy in its tree): skip.
+        let Some(entry) = dir.entry(&name).map_err(into_io)? else {
+            continue;
+        };
+        let st = *entry.stat();
+        let mine = st.uid == uid && st.gid == uid;
+        let adoptable = st.uid == 0
+            && match st.kind {
+                Kind::Dir => true,
+                Kind::CharDevice | Kind::BlockDevice | Kind::Unknown => false,
+                _ => st.nlink == 1,
+            };
+        if !mine && adoptable {
+            entry.chown(Some(uid), Some(uid)).map_err(into_io)?;
+        }
+        if st.kind == Kind::Dir && (mine || adoptable) {
+            if depth >= ADOPT_MAX_DEPTH {
+                tracing::warn!(
+                    "not giving {} to uid {uid}: deeper than {ADOPT_MAX_DEPTH} levels",
+                    entry.path().display()
+                );
+                continue;
+            }
+            let sub = entry.open_dir().map_err(into_io)?;
+            adopt_below(&sub, uid, depth + 1, budget)?;
         }
     }
     Ok(())
+}
+
+/// `own_agent_dir` answers in `io::Error`s (its callers' type); the
+/// message keeps the path and reason, the kind keeps "not found".
+fn into_io(e: FsError) -> std::io::Error {
+    let kind = match &e {
+        FsError::Io { source, .. } => source.kind(),
+        _ => std::io::ErrorKind::Other,
+    };
+    std::io::Error::new(kind, e.to_string())
 }
 
 /// Let agent uids traverse (not list) the home and `agents/` so that

@@ -99,8 +99,16 @@ pub async fn memory_commit(
                 | CommitError::CaseCollision { .. }
                 | CommitError::NotADirectory { .. }
                 | CommitError::NoSuchPath(_)
-                | CommitError::NoPaths),
+                | CommitError::NoPaths
+                | CommitError::NotAFile(_)
+                | CommitError::TooLarge { .. }
+                | CommitError::TooMuch { .. }
+                | CommitError::Changed(_)),
             ) => Err(error(ErrorCode::Forbidden, e.to_string())),
+            // Another writer held the repository for the whole bounded wait.
+            Err(e @ CommitError::Lock(crate::memfs::lock::LockError::Timeout { .. })) => {
+                Err(error(ErrorCode::Unavailable, e.to_string()))
+            }
             Err(e) => Err(error(ErrorCode::Internal, e.to_string())),
         }
     })
@@ -126,21 +134,11 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
                 .map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
             let repo =
                 repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-            let head = repo
-                .head()
-                .ok()
-                .and_then(|h| h.peel_to_commit().ok())
-                .map(|c| c.id().to_string());
-            let mut opts = git2::StatusOptions::new();
-            opts.include_untracked(true).recurse_untracked_dirs(true);
-            let statuses = repo
-                .statuses(Some(&mut opts))
+            // Never libgit2's status here: it opens the child's files (and
+            // `.gitignore`s) by path, where a FIFO blocks this thread for good.
+            let status = crate::memfs::worktree_status::worktree_status(&repo)
                 .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-            let dirty: Vec<String> = statuses
-                .iter()
-                .filter_map(|s| s.path().ok().map(str::to_string))
-                .collect();
-            Ok(json!({ "head": head, "dirty": dirty }))
+            Ok(json!({ "head": status.head, "dirty": status.dirty }))
         },
     )
     .await;

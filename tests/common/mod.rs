@@ -190,6 +190,15 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Whether this process may run a test that needs root (chown, other uids);
+/// when not, [`skip`] (loud, and a failure under `MINI_LETTA_REQUIRE_SANDBOX=1`).
+pub fn require_root(test: &str) -> bool {
+    nix::unistd::geteuid().is_root()
+        || skip(&format!(
+            "{test} needs root (it chowns and checks ownership)"
+        ))
+}
 pub mod http;
 
 /// Whether this host confines children fully (level L0, as root); when not,

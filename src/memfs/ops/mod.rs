@@ -16,7 +16,7 @@
 
 mod history;
 
-use std::fs;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature};
@@ -24,11 +24,12 @@ use git2::{Repository, Signature};
 pub use history::{DiffFile, DiffOutput, LogEntry, diff, log};
 
 use super::commit::{
-    CommitError, CommitOptions, CommitOutcome, check_case_collision, check_path, commit_paths,
+    CommitError, CommitOptions, CommitOutcome, HARD_READ_CAP, check_case_collision, check_path,
+    commit_paths,
 };
 use super::template::name_from_label;
 use super::validate::{Report, TreeSnapshot};
-use crate::fsutil::atomic_write;
+use crate::agentfs::{Dir, FsError, Kind};
 
 /// Why an operation did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -88,10 +89,19 @@ impl OpError {
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpError + '_ {
-    move |source| OpError::Io {
-        path: path.to_path_buf(),
-        source,
+/// A filesystem failure of an operation, with the path it concerns.
+fn fs_err(e: FsError) -> OpError {
+    match e {
+        FsError::Io { path, source } => OpError::Io { path, source },
+        e => OpError::Commit(CommitError::Fs(e)),
+    }
+}
+
+/// [`fs_err`] for undo, which reports a path and an `io::Error`.
+fn undo_err(e: FsError) -> (PathBuf, std::io::Error) {
+    match e {
+        FsError::Io { path, source } => (path, source),
+        e => (PathBuf::new(), std::io::Error::other(e.to_string())),
     }
 }
 
@@ -109,76 +119,108 @@ pub struct Writer {
     remote: Option<RemoteCommit>,
 }
 
-/// What to do to the working tree if the commit does not happen.
+/// What to do to the working tree if the commit does not happen. Every
+/// entry is held by its parent directory's descriptor: the working tree may
+/// belong to a confined agent that swaps directories for symlinks, and an
+/// operator's edit (run as root) must not be redirected out of it.
 enum Undo {
     /// Remove a file we created, then the directories we created (deepest
     /// first, only while empty).
-    Remove { file: PathBuf, dirs: Vec<PathBuf> },
+    Remove {
+        dir: Dir,
+        name: OsString,
+        made: Made,
+    },
     /// Put old bytes and permissions back.
     Rewrite {
-        file: PathBuf,
+        dir: Dir,
+        name: OsString,
         bytes: Vec<u8>,
-        perms: fs::Permissions,
+        perm: u32,
     },
     /// Move a renamed file back.
     Rename {
-        from: PathBuf,
-        to: PathBuf,
-        dirs: Vec<PathBuf>,
+        from_dir: Dir,
+        from: OsString,
+        to_dir: Dir,
+        to: OsString,
+        made: Made,
     },
 }
 
 impl Undo {
     fn run(self) -> Result<(), (PathBuf, std::io::Error)> {
         match self {
-            Undo::Remove { file, dirs } => {
-                match fs::remove_file(&file) {
+            Undo::Remove { dir, name, made } => {
+                match dir.remove_file(&name) {
                     Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err((file, e)),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(undo_err(e)),
                 }
-                remove_dirs(&dirs);
+                remove_dirs(&made);
                 Ok(())
             }
-            Undo::Rewrite { file, bytes, perms } => {
-                atomic_write(&file, &bytes).map_err(|e| (file.clone(), e))?;
-                fs::set_permissions(&file, perms).map_err(|e| (file, e))
-            }
-            Undo::Rename { from, to, dirs } => {
-                fs::rename(&to, &from).map_err(|e| (from, e))?;
-                remove_dirs(&dirs);
+            Undo::Rewrite {
+                dir,
+                name,
+                bytes,
+                perm,
+            } => dir.replace_file(&name, &bytes, perm).map_err(undo_err),
+            Undo::Rename {
+                from_dir,
+                from,
+                to_dir,
+                to,
+                made,
+            } => {
+                to_dir.rename_to(&to, &from_dir, &from).map_err(undo_err)?;
+                remove_dirs(&made);
                 Ok(())
             }
         }
     }
 }
 
-fn remove_dirs(dirs: &[PathBuf]) {
-    for d in dirs.iter().rev() {
+fn remove_dirs(made: &Made) {
+    for (parent, name) in made.iter().rev() {
         // Only empty directories go; anything else is someone's file.
-        let _ = fs::remove_dir(d);
+        let _ = parent.remove_dir(name);
     }
 }
 
-/// Create the missing ancestors of `file`, returning them outermost first.
-fn make_parents(file: &Path) -> Result<Vec<PathBuf>, OpError> {
-    let mut missing = Vec::new();
-    let mut p = file.parent();
-    while let Some(dir) = p {
-        if fs::symlink_metadata(dir).is_ok() {
-            break;
+/// Directories an operation made, each as (its parent, its name).
+type Made = Vec<(Dir, OsString)>;
+
+/// Open the parent directory of `rel` below `root`, creating the missing
+/// ones (outermost first, each from its parent's descriptor). Returns the
+/// parent, the last component and the directories made.
+fn make_parents<'a>(root: &Dir, rel: &'a str) -> Result<(Dir, &'a OsStr, Made), OpError> {
+    let (dirs, leaf) = match rel.rsplit_once('/') {
+        Some((d, l)) => (Some(d), l),
+        None => (None, rel),
+    };
+    let mut here = root.try_clone().map_err(fs_err)?;
+    let mut made: Made = Vec::new();
+    for seg in dirs.into_iter().flat_map(|d| d.split('/')) {
+        let step = (|| {
+            let existed = here.stat_at(seg)?.is_some();
+            // Refuses a symlink (even one raced in after the check).
+            let next = here.create_dir(seg, 0o777)?;
+            Ok::<_, FsError>((existed, next))
+        })();
+        let (existed, next) = match step {
+            Ok(v) => v,
+            Err(e) => {
+                remove_dirs(&made);
+                return Err(fs_err(e));
+            }
+        };
+        let parent = std::mem::replace(&mut here, next);
+        if !existed {
+            made.push((parent, OsString::from(seg)));
         }
-        missing.push(dir.to_path_buf());
-        p = dir.parent();
     }
-    missing.reverse();
-    for d in &missing {
-        if let Err(e) = fs::create_dir(d) {
-            remove_dirs(&missing);
-            return Err(io(d)(e));
-        }
-    }
-    Ok(missing)
+    Ok((here, OsStr::new(leaf), made))
 }
 
 /// One-line, trimmed description (newlines become spaces, as letta-code).
@@ -294,10 +336,31 @@ impl Writer {
         Ok(out)
     }
 
+    /// The working tree, opened (the root is the supervisor's or the
+    /// operator's path; everything below is reached by descriptor).
+    fn root(&self) -> Result<Dir, OpError> {
+        Dir::open(&self.work_tree).map_err(fs_err)
+    }
+
+    /// Per-file read cap: the validator's byte limit, always bounded.
+    fn read_cap(&self) -> u64 {
+        self.opts
+            .validate
+            .max_file_bytes
+            .unwrap_or(HARD_READ_CAP)
+            .min(HARD_READ_CAP)
+    }
+
     /// A path that must not exist yet: rules, absence, case collisions.
     fn check_new(&self, path: &str, exists: fn(String) -> OpError) -> Result<String, OpError> {
         let path = check_path(&self.work_tree, path)?;
-        if fs::symlink_metadata(self.work_tree.join(&path)).is_ok() {
+        let present = match self.root()?.open_parent(OsStr::new(&path)) {
+            Ok((dir, leaf)) => dir.stat_at(leaf).map_err(fs_err)?.is_some(),
+            // The parent does not exist yet, so neither does the path.
+            Err(e) if e.is_not_found() => false,
+            Err(e) => return Err(fs_err(e)),
+        };
+        if present {
             return Err(exists(path));
         }
         let known = self.known_paths()?;
@@ -308,22 +371,34 @@ impl Writer {
         Ok(path)
     }
 
-    /// An existing regular file: `(path, full path, bytes, permissions)`.
-    fn existing(&self, path: &str) -> Result<(String, PathBuf, Vec<u8>, fs::Permissions), OpError> {
+    /// An existing regular file: `(path, its directory, its name, bytes,
+    /// permission bits)`, read through descriptors (never through a
+    /// symlink, never a FIFO, never beyond the byte limit).
+    fn existing(&self, path: &str) -> Result<(String, Dir, OsString, Vec<u8>, u32), OpError> {
         let path = check_path(&self.work_tree, path)?;
-        let full = self.work_tree.join(&path);
-        let meta = match fs::symlink_metadata(&full) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(OpError::NotFound(path));
-            }
-            Err(e) => return Err(io(&full)(e)),
+        let (dir, leaf) = match self.root()?.open_parent(OsStr::new(&path)) {
+            Ok(v) => v,
+            Err(e) if e.is_not_found() => return Err(OpError::NotFound(path)),
+            Err(e) => return Err(fs_err(e)),
         };
-        if !meta.is_file() {
-            return Err(OpError::NotAFile(path));
+        match dir.stat_at(leaf).map_err(fs_err)? {
+            None => return Err(OpError::NotFound(path)),
+            Some(st) if st.kind != Kind::File => return Err(OpError::NotAFile(path)),
+            Some(_) => {}
         }
-        let bytes = fs::read(&full).map_err(io(&full))?;
-        Ok((path, full, bytes, meta.permissions()))
+        let (bytes, st) = match dir.read_file_capped(leaf, self.read_cap()) {
+            Ok(v) => v,
+            Err(FsError::NotRegular { .. } | FsError::Symlink { .. }) => {
+                return Err(OpError::NotAFile(path));
+            }
+            Err(FsError::TooLarge { size, max, .. }) => {
+                return Err(OpError::Commit(CommitError::TooLarge { path, size, max }));
+            }
+            Err(e) if e.is_not_found() => return Err(OpError::NotFound(path)),
+            Err(e) => return Err(fs_err(e)),
+        };
+        let leaf = leaf.to_os_string();
+        Ok((path, dir, leaf, bytes, st.perm))
     }
 
     /// Rewrite an existing text file through `edit`, commit, or restore.
@@ -333,19 +408,19 @@ impl Writer {
         path: &str,
         edit: impl FnOnce(&str, &str) -> Result<String, OpError>,
     ) -> Result<CommitOutcome, OpError> {
-        let (path, full, bytes, perms) = self.existing(path)?;
+        let (path, dir, name, bytes, perm) = self.existing(path)?;
         let text = std::str::from_utf8(&bytes).map_err(|_| OpError::NotUtf8(path.clone()))?;
         let new_text = edit(&path, text)?;
-        atomic_write(&full, new_text.as_bytes()).map_err(io(&full))?;
+        // Replaced by rename in the directory's descriptor, with the old
+        // permission bits: the name is never followed if swapped.
+        dir.replace_file(&name, new_text.as_bytes(), perm)
+            .map_err(fs_err)?;
         let undo = Undo::Rewrite {
-            file: full.clone(),
+            dir,
+            name,
             bytes,
-            perms: perms.clone(),
+            perm,
         };
-        if let Err(e) = fs::set_permissions(&full, perms) {
-            let _ = undo.run();
-            return Err(io(&full)(e));
-        }
         self.commit_or_undo(
             std::slice::from_ref(&path),
             &format!("memory {op}: {path}"),
@@ -394,16 +469,13 @@ impl Writer {
             }
             format!("---\nname: {name}\ndescription: {description}\n---\n{body}")
         };
-        let full = self.work_tree.join(&path);
-        let dirs = make_parents(&full)?;
-        let undo = Undo::Remove {
-            file: full.clone(),
-            dirs,
-        };
-        if let Err(e) = fs::write(&full, content) {
-            let _ = undo.run();
-            return Err(io(&full)(e));
+        let (dir, name, made) = make_parents(&self.root()?, &path)?;
+        let name = name.to_os_string();
+        if let Err(e) = dir.create_file(&name, content.as_bytes(), 0o666) {
+            remove_dirs(&made);
+            return Err(fs_err(e));
         }
+        let undo = Undo::Remove { dir, name, made };
         self.commit_or_undo(
             std::slice::from_ref(&path),
             &format!("memory create: {path}"),
@@ -510,12 +582,13 @@ impl Writer {
 
     /// Delete a file.
     pub fn delete(&self, path: &str) -> Result<CommitOutcome, OpError> {
-        let (path, full, bytes, perms) = self.existing(path)?;
-        fs::remove_file(&full).map_err(io(&full))?;
+        let (path, dir, name, bytes, perm) = self.existing(path)?;
+        dir.remove_file(&name).map_err(fs_err)?;
         let undo = Undo::Rewrite {
-            file: full,
+            dir,
+            name,
             bytes,
-            perms,
+            perm,
         };
         self.commit_or_undo(
             std::slice::from_ref(&path),
@@ -526,18 +599,20 @@ impl Writer {
 
     /// Move a file to a new path (creating directories as needed).
     pub fn rename(&self, from: &str, to: &str) -> Result<CommitOutcome, OpError> {
-        let (from, from_full, _, _) = self.existing(from)?;
+        let (from, from_dir, from_name, _, _) = self.existing(from)?;
         let to = self.check_new(to, OpError::DestinationExists)?;
-        let to_full = self.work_tree.join(&to);
-        let dirs = make_parents(&to_full)?;
-        if let Err(e) = fs::rename(&from_full, &to_full) {
-            remove_dirs(&dirs);
-            return Err(io(&to_full)(e));
+        let (to_dir, to_name, made) = make_parents(&self.root()?, &to)?;
+        let to_name = to_name.to_os_string();
+        if let Err(e) = from_dir.rename_to(&from_name, &to_dir, &to_name) {
+            remove_dirs(&made);
+            return Err(fs_err(e));
         }
         let undo = Undo::Rename {
-            from: from_full,
-            to: to_full,
-            dirs,
+            from_dir,
+            from: from_name,
+            to_dir,
+            to: to_name,
+            made,
         };
         self.commit_or_undo(
             &[from.clone(), to.clone()],
