@@ -439,6 +439,12 @@ fn a_child_that_never_reads_is_cut_off_and_others_are_served() {
         log.contains("disconnected a child that does not read"),
         "{log}"
     );
+    // Nothing it made the supervisor hold is kept after it is gone.
+    let after = rss_kib(pid);
+    assert!(
+        after < before + 32 * 1024,
+        "the supervisor kept {after} KiB (from {before} KiB)"
+    );
 }
 
 /// Attack 7: newlines in a child's `log` message (or its output) wrote a
@@ -908,4 +914,18 @@ fn an_agent_that_fills_its_quota_stops_alone() {
     let o = run(h.0.path(), &["chat", "-a", "q", "-p", "记住: coffee"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
+}
+
+/// Attack 12 (smaller): an agent directory stayed `0755 root` until its
+/// first confined run. It is private from creation.
+#[test]
+fn a_new_agent_directory_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let o = run(home.path(), &["agent", "create", "a", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let dir = home.path().join("agents").join(v["id"].as_str().unwrap());
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "{mode:o}");
 }

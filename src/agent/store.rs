@@ -147,6 +147,13 @@ pub fn create_with_quota(
 
 fn build_agent_dir(paths: &AgentPaths, record: &AgentRecord) -> Result<(), StoreError> {
     fs::create_dir_all(paths.dir()).map_err(io(paths.dir()))?;
+    // Private from the start: until its first confined run makes it
+    // `root:<agent gid>` 0750, no other user (or agent) may enter.
+    fs::set_permissions(
+        paths.dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .map_err(io(paths.dir()))?;
     let files = initial_files();
     let seed: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
     let sig = agent_signature(record)?;

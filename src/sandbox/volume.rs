@@ -157,9 +157,16 @@ pub fn create(
                 .arg(&image),
         )?;
         std::fs::create_dir(dest).map_err(io(dest))?;
-        mount(&image, dest)
+        mount(&image, dest)?;
+        // The volume's root is the agent directory: private until the first
+        // confined run gives it to the agent's group.
+        std::fs::set_permissions(dest, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(io(dest))
     })();
     if made.is_err() {
+        if is_mounted(dest) {
+            let _ = run("umount", dest, Command::new("umount").arg(dest));
+        }
         let _ = std::fs::remove_dir(dest);
         let _ = std::fs::remove_file(&image);
     }
