@@ -929,3 +929,70 @@ fn a_new_agent_directory_is_private() {
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o700, "{mode:o}");
 }
+
+/// `agent delete` is the only way a uid is freed; it also removes the
+/// agent's quota volume, and refuses while the agent has running children.
+#[test]
+fn deleting_an_agent_frees_its_uid_and_volume() {
+    if !confinement_or_skip("deleting_an_agent_frees_its_uid_and_volume") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let home = dir.path();
+    let o = run(home, &["agent", "create", "a", "--disk-mb", "8", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let agent_dir = home.join("agents").join(&id);
+    assert!(run(home, &["supervisor", "start"]).status.success());
+    let mut c = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(home)).unwrap();
+    c.call(Call::Subscribe {}).unwrap();
+    let child = spawn(&mut c, &id, "tool", "strict", None, &["sleep", "30"]);
+    let uid =
+        serde_json::from_str::<Value>(&read(&agent_dir.join("agent.json"))).unwrap()["sandbox_uid"]
+            .as_u64()
+            .unwrap();
+    let registered = || {
+        std::fs::read_to_string(mini_letta::sandbox::identity::REGISTRY)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with(&format!("{uid} {id} ")))
+    };
+    assert!(registered());
+    let o = run(home, &["agent", "delete", "a"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--yes"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(home, &["agent", "delete", "a", "--yes"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("running children"),
+        "{}",
+        stderr(&o)
+    );
+    c.call(Call::Kill {
+        child,
+        signal: Some(9),
+    })
+    .unwrap();
+    wait_exit(&mut c, child);
+    let o = run(home, &["agent", "delete", "a", "--yes", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["uid_freed"], uid);
+    assert_eq!(v["volume_removed"], true);
+    assert!(!agent_dir.exists());
+    assert!(!registered());
+    assert!(!mini_letta::sandbox::volume::is_mounted(&agent_dir));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&id), "the volume is still mounted");
+    let _ = run(home, &["supervisor", "stop", "--timeout", "5"]);
+}

@@ -32,6 +32,19 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete an agent for good: its memory, conversations and files, its
+    /// quota volume, and its sandbox uid (the only way a uid is freed).
+    /// Refused while any of its children run.
+    Delete {
+        /// Agent id or name.
+        agent: String,
+        /// Yes, delete it (required: nothing of it can be recovered).
+        #[arg(long)]
+        yes: bool,
+        /// Print what was deleted as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List agents, oldest first.
     List {
         /// Print {"agents": [...]} instead of a table.
@@ -92,6 +105,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 println!("created agent {} ({})", record.name, record.id);
             }
         }
+        AgentCommand::Delete { agent, yes, json } => delete(&home, agent, *yes, *json)?,
         AgentCommand::List { json } => {
             let agents = store::list(&home)?;
             if *json {
@@ -134,4 +148,68 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyhow::Result<()> {
+    let (record, paths) = store::find(home, Some(agent))?;
+    if !yes {
+        anyhow::bail!(
+            "deleting agent {} ({}) removes its memory, conversations and files for good; \
+             pass --yes to do it",
+            record.name,
+            record.id
+        );
+    }
+    // A running supervisor may have children of this agent.
+    if let Ok(mut client) = crate::supervisor::connect(home) {
+        let rows = client.call(crate::protocol::Call::Ps {})?;
+        let live: Vec<String> = rows["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                r["agent"] == record.id.as_str()
+                    && (r["state"] == "running" || r["state"] == "starting")
+            })
+            .map(|r| r["id"].to_string())
+            .collect();
+        if !live.is_empty() {
+            anyhow::bail!(
+                "agent {} has running children ({}); stop them first (mini-letta ps)",
+                record.name,
+                live.join(", ")
+            );
+        }
+    }
+    // Nothing is removed while a process of the agent's uid still runs.
+    if let Some(uid) = record.sandbox_uid
+        && let Some(pid) =
+            crate::sandbox::identity::wait_uid_idle(uid, std::time::Duration::from_secs(3))
+    {
+        anyhow::bail!(
+            "a process of agent {} still runs (pid {pid}, uid {uid}); stop it first",
+            record.name
+        );
+    }
+    let volume = crate::sandbox::volume::remove(home, &record.id)?;
+    std::fs::remove_dir_all(paths.dir())
+        .with_context(|| format!("cannot remove {}", paths.dir().display()))?;
+    let uid_freed = match record.sandbox_uid {
+        Some(uid) => crate::sandbox::identity::release_uid(home, &record.id, uid)?.then_some(uid),
+        None => None,
+    };
+    if json {
+        output::json(&json!({
+            "deleted": record.id,
+            "name": record.name,
+            "uid_freed": uid_freed,
+            "volume_removed": volume,
+        }))?;
+    } else {
+        println!("deleted agent {} ({})", record.name, record.id);
+        if let Some(uid) = uid_freed {
+            println!("uid {uid} freed");
+        }
+    }
+    Ok(())
 }

@@ -73,6 +73,78 @@ pub fn ensure_uid(
     Ok(uid)
 }
 
+/// Free the uid of a deleted agent (`agent delete`): its registry entry is
+/// removed — the only way a uid is ever handed out again. Refused while any
+/// process still runs as that uid. Returns whether an entry was removed.
+pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, StoreError> {
+    use std::io::{Seek, SeekFrom};
+    let io = |source| StoreError::Io {
+        path: PathBuf::from(REGISTRY),
+        source,
+    };
+    let _guard = ALLOCATION.lock().unwrap_or_else(|p| p.into_inner());
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(REGISTRY)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io(e)),
+    };
+    file.lock().map_err(io)?;
+    if let Some(pid) = process_of_uid(uid) {
+        return Err(io(std::io::Error::other(format!(
+            "uid {uid} is still in use (process {pid}); stop it before deleting the agent"
+        ))));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    let entry = format!("{uid} {agent_id} {}", home.root().display());
+    let kept: Vec<&str> = text.lines().filter(|l| *l != entry).collect();
+    if kept.len() == text.lines().count() {
+        return Ok(false);
+    }
+    let mut out = kept.join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    file.set_len(0).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    file.write_all(out.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    Ok(true)
+}
+
+/// A live (not zombie) process running as `uid`, if any.
+pub fn process_of_uid(uid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        if std::fs::metadata(e.path()).ok()?.uid() != uid {
+            return None;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'));
+        (!zombie).then_some(pid)
+    })
+}
+
+/// Wait up to `limit` for every process of `uid` to end (a killed child's
+/// processes take a moment to go); the one still running, if any.
+pub fn wait_uid_idle(uid: u32, limit: std::time::Duration) -> Option<u32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let running = process_of_uid(uid);
+        if running.is_none() || std::time::Instant::now() >= deadline {
+            return running;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Directories inside the agent directory that belong to the agent's uid.
 /// Everything else there (`agent.json`, `memory.git/`) stays the
 /// supervisor's: the agent must not rewrite its own record (model, uid) or

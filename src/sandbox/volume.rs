@@ -225,6 +225,18 @@ pub fn unmount(home: &Home, agent_id: &str) -> Result<(), VolumeError> {
     run("umount", &dest, Command::new("umount").arg(&dest))
 }
 
+/// Unmount and delete `agent_id`'s volume (for `agent delete`); false when
+/// it had none.
+pub fn remove(home: &Home, agent_id: &str) -> Result<bool, VolumeError> {
+    let image = home.volume_image(agent_id)?;
+    if !image.exists() {
+        return Ok(false);
+    }
+    unmount(home, agent_id)?;
+    std::fs::remove_file(&image).map_err(io(&image))?;
+    Ok(true)
+}
+
 fn mount(image: &Path, dest: &Path) -> Result<(), VolumeError> {
     // nosuid, nodev: nothing on an agent's volume may gain privilege.
     run(
