@@ -608,11 +608,16 @@ fn each_role_sees_exactly_its_profile() {
              (: >> {entry}) 2>/dev/null && w=w || w=-; fi; echo \"{entry} $r$w\" >> $out\n"
         ));
     }
+    // TMPDIR is a directory the child can write (it was a /tmp it could not).
+    script.push_str(
+        "(: > \"$TMPDIR/.probe\") 2>/dev/null && echo \"TMPDIR w\" >> $out || echo \"TMPDIR -\" >> $out\n",
+    );
     for (i, role) in roles.iter().enumerate() {
         let s = script.replace("$ROLE", role);
         let exit = run_script(&d, 0, role, "strict", &s);
         assert_eq!(exit["code"], 0, "{role}: {exit}");
         let seen = read(&dir.join(format!("tmp/visibility-{role}.txt")));
+        assert!(seen.lines().any(|l| l == "TMPDIR w"), "{role}: {seen}");
         for (entry, want) in table {
             let want = match want[i] {
                 "rw" => "rw",
