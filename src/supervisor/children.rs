@@ -582,8 +582,8 @@ pub type SharedTable = Arc<Mutex<ChildTable>>;
 pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
     let kill = nix::sys::signal::Signal::SIGKILL;
     let group = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), kill);
-    for p in process_tree(pid) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), kill);
+    for p in process_tree(pid).into_iter().skip(1) {
+        let _ = signal_descendant(pid, p, kill);
     }
     group
 }
@@ -613,7 +613,7 @@ pub fn signal_child_tree(
     }
     let mut result = Ok(());
     for p in targets {
-        if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), signal)
+        if let Err(e) = signal_descendant(pid, p, signal)
             && e != nix::errno::Errno::ESRCH
         {
             result = Err(e);
@@ -622,11 +622,90 @@ pub fn signal_child_tree(
     result
 }
 
+/// Signal `target` through a pidfd, after checking — with the pidfd
+/// holding that very process — that it still descends from `root`: a pid
+/// read from `/proc` and then reused by an unrelated process is never hit.
+fn signal_descendant(root: u32, target: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, target as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    if !descends_from(target, root) {
+        return Err(nix::errno::Errno::ESRCH);
+    }
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `pid`'s chain of parents reaches `root`.
+fn descends_from(pid: u32, root: u32) -> bool {
+    let mut here = pid;
+    for _ in 0..128 {
+        if here == root {
+            return true;
+        }
+        let Some(parent) = std::fs::read_to_string(format!("/proc/{here}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit(')')
+                    .next()?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse::<u32>()
+                    .ok()
+            })
+        else {
+            return false;
+        };
+        if parent <= 1 {
+            return false;
+        }
+        here = parent;
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A failed pre-exec step comes back from `spawn` with its name.
+    #[test]
+    fn descent_is_checked_through_parents() {
+        let me = std::process::id();
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(descends_from(child.id(), me));
+        assert!(!descends_from(me, child.id()));
+        // A process outside the tree is not signalled (ESRCH), the child is.
+        assert_eq!(
+            signal_descendant(child.id(), me, nix::sys::signal::Signal::SIGCONT),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        let mut child = child;
+        signal_descendant(me, child.id(), nix::sys::signal::Signal::SIGKILL).unwrap();
+        assert!(!child.wait().unwrap().success());
+    }
+
     #[test]
     fn pre_exec_steps_are_named() {
         for (i, (step, name)) in PRE_EXEC_STEPS.iter().enumerate() {
