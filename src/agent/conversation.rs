@@ -1,8 +1,9 @@
 //! One conversation on disk (book names, spec agent-loop.md §1.2):
 //!
 //! * `messages.jsonl` — append-only, one JSON object a line; never rewritten.
-//!   A torn last line (a crash mid-append) is detected and ignored, never
-//!   fatal, and the next append starts on a fresh line.
+//!   A torn last line (a crash or a full disk mid-append) is ignored when
+//!   read, never fatal, and cut off by the next append (it was never an
+//!   acknowledged message); appends are serialised by a lock on the file.
 //! * `context.json` — `{"in_context_message_ids": [...]}`: which stored
 //!   messages the model sees, in order (compaction rewrites this, not the log).
 //! * `pending-reminders.json` — `{"items": [{"id", "text"}]}`: reminders
@@ -269,25 +270,32 @@ impl Conversation {
     }
 
     /// Append a message to the log (fsynced) and to the context.
+    ///
+    /// Writers take an exclusive lock on the log, so a line is never seen
+    /// half-written by another writer. A torn last line (a crash, or a full
+    /// disk, mid-append) was never an acknowledged message: it is cut off
+    /// before writing. A write that fails (ENOSPC) is undone the same way,
+    /// so the log never keeps a fragment.
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
         let log = self.paths.messages_jsonl();
-        let mut file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
+        let file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
+        let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| io(&log)(e.into()))?;
         let mut line = serde_json::to_vec(&msg).map_err(|e| ConversationError::Corrupt {
             path: log.clone(),
             message: e.to_string(),
         })?;
         line.push(b'\n');
-        // After a torn line, start on a fresh line so ours stays parsable.
-        let len = file.metadata().map_err(io(&log))?.len();
-        if len > 0 {
-            let mut last = [0u8; 1];
-            file.read_exact_at(&mut last, len - 1).map_err(io(&log))?;
-            if last[0] != b'\n' {
-                line.insert(0, b'\n');
-            }
+        let len = complete_length(&file).map_err(io(&log))?;
+        if len < file.metadata().map_err(io(&log))?.len() {
+            tracing::warn!("{}: torn last line removed", log.display());
+            file.set_len(len).map_err(io(&log))?;
         }
-        file.write_all(&line).map_err(io(&log))?;
-        file.sync_data().map_err(io(&log))?;
+        if let Err(e) = file.write_all(&line).and_then(|()| file.sync_data()) {
+            // Nothing half-written stays behind.
+            let _ = file.set_len(len);
+            return Err(io(&log)(e));
+        }
         let mut ids = self.context_ids()?;
         ids.push(msg.id.clone());
         self.set_context_ids(&ids)?;
@@ -376,6 +384,24 @@ impl Conversation {
     }
 }
 
+/// The length of `file` up to and including its last newline: what is
+/// past it is a torn line. Reads the tail backwards in small blocks.
+fn complete_length(file: &std::fs::File) -> std::io::Result<u64> {
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut block = [0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..(end - start) as usize];
+        file.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,10 +439,17 @@ mod tests {
         let m = msg(&mut c, "two");
         c.append(m).unwrap();
         let c = Conversation::open(&agent, "default").unwrap();
+        assert!(!c.torn_tail);
         assert_eq!(
             c.messages().iter().map(|m| m.text()).collect::<Vec<_>>(),
             ["one", "two"]
         );
         assert_eq!(c.context().unwrap().len(), 2);
+        // The fragment was cut off, not kept in the middle of the log.
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.ends_with('\n'));
+        for line in text.lines() {
+            serde_json::from_str::<StoredMessage>(line).unwrap();
+        }
     }
 }

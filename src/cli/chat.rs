@@ -299,6 +299,16 @@ pub fn turn(
 
 /// The hidden `__agent` entry: run the turn read from stdin.
 pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    // A write past the file-size limit must be an error we report (and
+    // undo), not a signal that kills the turn half-way through a line.
+    // SAFETY: setting a signal to be ignored installs no handler code.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGXFSZ,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    }
+    .context("cannot ignore SIGXFSZ")?;
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
