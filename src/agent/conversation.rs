@@ -279,8 +279,7 @@ impl Conversation {
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
         let log = self.paths.messages_jsonl();
         let file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
-        let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| io(&log)(e.into()))?;
+        let mut file = lock_log(file).map_err(io(&log))?;
         let mut line = serde_json::to_vec(&msg).map_err(|e| ConversationError::Corrupt {
             path: log.clone(),
             message: e.to_string(),
@@ -381,6 +380,32 @@ impl Conversation {
             text: text.to_string(),
         });
         self.set_pending_reminders(&items)
+    }
+}
+
+/// How long an append waits for another writer of the same log.
+const LOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The log, locked for this writer; a holder that never lets go (any
+/// process of the agent's uid can take the lock) costs a bounded wait.
+fn lock_log(mut file: std::fs::File) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let deadline = std::time::Instant::now() + LOG_LOCK_WAIT;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("another writer held the log for {LOG_LOCK_WAIT:?}"),
+                ));
+            }
+            Err((_, e)) => return Err(e.into()),
+        }
     }
 }
 
