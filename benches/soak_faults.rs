@@ -1,0 +1,341 @@
+//! Fault-injection soak (`scripts/soak-faults`): a supervisor with several
+//! agents under load (one client per agent, turns that commit a memory
+//! fact), and a fault every few hundred milliseconds chosen at random —
+//! `kill -9` of an agent child, `kill -9` of the supervisor (then a restart),
+//! a full disk (an agent's quota volume filled, then emptied). After each
+//! fault and at the end: every repository passes `git fsck` and the
+//! validator at `main`, every fact whose turn was acknowledged is in `main`,
+//! every `messages.jsonl` parses line by line, and at the end no process of
+//! an agent uid and no mount of ours is left.
+//!
+//! Bounded: `--faults N` (default 50) and `--seconds S` (default 120),
+//! whichever comes first; `--agents K` (default 3). Needs root (quota
+//! volumes, agent uids). Exits 1 on any loss or corruption.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mini-letta"))
+}
+
+fn run(home: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// A small deterministic generator (no dependency, reproducible by seed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    acknowledged: u64,
+    failed_turns: u64,
+    faults: BTreeMap<&'static str, u64>,
+    lost: Vec<String>,
+    corrupt: Vec<String>,
+    recovery_ms: Vec<u64>,
+}
+
+fn supervisor_pid(home: &Path) -> Option<i32> {
+    std::fs::read_to_string(home.join("run/supervisor.pid"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Pids of live agent-role children, from `ps`.
+fn agent_children(home: &Path) -> Vec<i32> {
+    let o = run(home, &["ps", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["role"] == "agent" && r["state"] == "running")
+        .filter_map(|r| r["pid"].as_i64().map(|p| p as i32))
+        .collect()
+}
+
+/// Every check on one agent; returns what is wrong.
+fn check_agent(home: &Path, name: &str, id: &str, facts: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut lost, mut corrupt) = (Vec::new(), Vec::new());
+    let agent = home.join("agents").join(id);
+    let fsck = Command::new("git")
+        .arg("--git-dir")
+        .arg(agent.join("memory.git"))
+        .args(["fsck", "--full", "--strict"])
+        .output()
+        .unwrap();
+    if !fsck.status.success() {
+        corrupt.push(format!(
+            "{name}: git fsck: {}",
+            String::from_utf8_lossy(&fsck.stderr)
+        ));
+    }
+    let v = run(home, &["memory", "validate", "--rev", "main", "-a", name]);
+    if !v.status.success() {
+        corrupt.push(format!(
+            "{name}: validator at main: {}",
+            String::from_utf8_lossy(&v.stderr)
+        ));
+    }
+    let show = run(home, &["memory", "show", "-a", name, "human.md"]);
+    let human = String::from_utf8_lossy(&show.stdout);
+    for f in facts {
+        if !human.contains(&format!("- {f}")) {
+            lost.push(format!("{name}: acknowledged fact {f:?} is not in main"));
+        }
+    }
+    let log = agent.join("conversations/default/messages.jsonl");
+    if let Ok(text) = std::fs::read_to_string(&log) {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            // Only the very last line may be torn (a kill mid-append); the
+            // next append repairs it.
+            let last = i + 1 == lines.len() && !text.ends_with('\n');
+            if serde_json::from_str::<serde_json::Value>(l).is_err() && !last {
+                corrupt.push(format!(
+                    "{name}: messages.jsonl line {} is not whole",
+                    i + 1
+                ));
+            }
+        }
+    }
+    (lost, corrupt)
+}
+
+fn main() -> ExitCode {
+    let (mut faults, mut seconds, mut agents, mut seed) = (50u64, 120u64, 3usize, 0x5eed_u64);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().and_then(|s| s.parse::<u64>().ok());
+        match a.as_str() {
+            "--faults" => faults = val().unwrap_or(faults),
+            "--seconds" => seconds = val().unwrap_or(seconds),
+            "--agents" => agents = val().map(|v| v as usize).unwrap_or(agents),
+            "--seed" => seed = val().unwrap_or(seed),
+            "--bench" => {}
+            other => {
+                eprintln!(
+                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X)"
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("soak-faults needs root (quota volumes and agent uids)");
+        return ExitCode::from(2);
+    }
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        work.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let home = work.path().to_path_buf();
+    let mut ids = Vec::new();
+    for i in 0..agents {
+        let o = run(
+            &home,
+            &[
+                "agent",
+                "create",
+                &format!("a{i}"),
+                "--disk-mb",
+                "16",
+                "--json",
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    assert!(run(&home, &["supervisor", "start"]).status.success());
+
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let acked: Arc<Mutex<Vec<Vec<String>>>> = Arc::new(Mutex::new(vec![Vec::new(); agents]));
+    let stop = Arc::new(AtomicBool::new(false));
+    // The load: one client per agent, one turn after another.
+    let workers: Vec<_> = (0..agents)
+        .map(|i| {
+            let (home, tally, acked, stop) =
+                (home.clone(), tally.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let fact = format!("fact-{i}-{n}");
+                    let o = run(
+                        &home,
+                        &[
+                            "chat",
+                            "-a",
+                            &format!("a{i}"),
+                            "-p",
+                            &format!("记住: {fact}"),
+                        ],
+                    );
+                    let ok = o.status.success()
+                        && String::from_utf8_lossy(&o.stdout).contains("好的，已更新记忆。");
+                    let mut t = tally.lock().unwrap();
+                    if ok {
+                        t.acknowledged += 1;
+                        acked.lock().unwrap()[i].push(fact);
+                    } else {
+                        t.failed_turns += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let mut rng = Rng(seed);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut injected = 0;
+    while injected < faults && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200 + rng.below(400)));
+        let kind = match rng.below(10) {
+            0..=5 => "kill-agent-child",
+            6..=7 => "kill-supervisor",
+            _ => "disk-full",
+        };
+        let t0 = Instant::now();
+        match kind {
+            "kill-agent-child" => {
+                let kids = agent_children(&home);
+                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                    continue;
+                };
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            "kill-supervisor" => {
+                if let Some(pid) = supervisor_pid(&home) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                // Recovery: a new supervisor answers.
+                let mut up = false;
+                for _ in 0..100 {
+                    if run(&home, &["supervisor", "start"]).status.success() {
+                        up = true;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if !up {
+                    tally
+                        .lock()
+                        .unwrap()
+                        .corrupt
+                        .push("the supervisor did not restart".into());
+                }
+            }
+            _ => {
+                let i = rng.below(agents as u64) as usize;
+                let name = format!("a{i}");
+                let fill = "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; sleep 0.3; rm -f tmp/fill-*";
+                let _ = run(
+                    &home,
+                    &["sandbox", "run", "-a", &name, "--", "sh", "-c", fill],
+                );
+            }
+        }
+        injected += 1;
+        let mut t = tally.lock().unwrap();
+        *t.faults.entry(kind).or_default() += 1;
+        t.recovery_ms.push(t0.elapsed().as_millis() as u64);
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        let _ = w.join();
+    }
+    // Final checks, with a live supervisor, then its stop leaves nothing.
+    let _ = run(&home, &["supervisor", "start"]);
+    let acked = acked.lock().unwrap().clone();
+    let mut t = tally.lock().unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let (lost, corrupt) = check_agent(&home, &format!("a{i}"), id, &acked[i]);
+        t.lost.extend(lost);
+        t.corrupt.extend(corrupt);
+    }
+    let _ = run(&home, &["supervisor", "stop", "--timeout", "5"]);
+    let uids: Vec<u32> = ids
+        .iter()
+        .filter_map(|id| {
+            let rec =
+                std::fs::read_to_string(home.join("agents").join(id).join("agent.json")).ok()?;
+            serde_json::from_str::<serde_json::Value>(&rec).ok()?["sandbox_uid"]
+                .as_u64()
+                .map(|u| u as u32)
+        })
+        .collect();
+    let leftovers: Vec<u32> = uids
+        .iter()
+        .filter_map(|u| mini_letta::sandbox::identity::process_of_uid(*u))
+        .collect();
+    let h = mini_letta::paths::Home::at(&home);
+    for id in &ids {
+        let _ = mini_letta::sandbox::volume::unmount(&h, id);
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mounted = mounts
+        .lines()
+        .filter(|l| l.contains(&*home.to_string_lossy()))
+        .count();
+
+    t.recovery_ms.sort_unstable();
+    let pct = |p: f64| {
+        t.recovery_ms
+            .get(((t.recovery_ms.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!("faults injected   {injected} {:?}", t.faults);
+    println!(
+        "turns acknowledged {} (failed {})",
+        t.acknowledged, t.failed_turns
+    );
+    println!("lost              {}", t.lost.len());
+    println!("corrupt           {}", t.corrupt.len());
+    println!("recovery ms       p50 {} p99 {}", pct(0.5), pct(0.99));
+    println!("leftover processes {} mounts {}", leftovers.len(), mounted);
+    for l in t.lost.iter().chain(&t.corrupt) {
+        println!("  {l}");
+    }
+    if t.lost.is_empty() && t.corrupt.is_empty() && leftovers.is_empty() && mounted == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
