@@ -57,6 +57,8 @@ struct Tally {
     lost: Vec<String>,
     corrupt: Vec<String>,
     recovery_ms: Vec<u64>,
+    /// Why turns failed: the last line of their error, counted.
+    errors: BTreeMap<String, u64>,
 }
 
 fn supervisor_pid(home: &Path) -> Option<i32> {
@@ -209,6 +211,16 @@ fn main() -> ExitCode {
                         acked.lock().unwrap()[i].push(fact);
                     } else {
                         t.failed_turns += 1;
+                        let err = String::from_utf8_lossy(&o.stderr);
+                        let why = err
+                            .lines()
+                            .find(|l| l.contains("error"))
+                            .unwrap_or("(no error text)")
+                            .chars()
+                            .filter(|c| !c.is_ascii_digit())
+                            .take(120)
+                            .collect::<String>();
+                        *t.errors.entry(why).or_default() += 1;
                     }
                 }
             })
@@ -332,6 +344,11 @@ fn main() -> ExitCode {
     println!("leftover processes {} mounts {}", leftovers.len(), mounted);
     for l in t.lost.iter().chain(&t.corrupt) {
         println!("  {l}");
+    }
+    let mut errors: Vec<_> = t.errors.iter().collect();
+    errors.sort_by(|a, b| b.1.cmp(a.1));
+    for (why, n) in errors.iter().take(6) {
+        println!("  failed turns: {n:>5}  {why}");
     }
     if t.lost.is_empty() && t.corrupt.is_empty() && leftovers.is_empty() && mounted == 0 {
         ExitCode::SUCCESS
