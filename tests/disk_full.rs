@@ -45,19 +45,9 @@ fn a_full_disk_loses_nothing_acknowledged() {
     if !confinement_or_skip("a_full_disk_loses_nothing_acknowledged") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = common::open_home();
     let home = dir.path();
-    let o = run(home, &["agent", "create", "q", "--disk-mb", "8", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = common::create_agent(home, &["q", "--disk-mb", "8"]);
     struct Cleanup<'a>(&'a Path, String);
     impl Drop for Cleanup<'_> {
         fn drop(&mut self) {
@@ -146,19 +136,9 @@ fn a_write_cut_short_leaves_no_fragment() {
     if !confinement_or_skip("a_write_cut_short_leaves_no_fragment") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = common::open_home();
     let home = dir.path();
-    let o = run(home, &["agent", "create", "q", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = common::create_agent(home, &["q"]);
     let agent = home.join("agents").join(&id);
     let o = run(home, &["chat", "-a", "q", "-p", "hello"]);
     assert!(o.status.success(), "{}", stderr(&o));

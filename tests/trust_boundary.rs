@@ -302,12 +302,7 @@ fn the_agents_tool_commands_inherit_no_channel() {
     if !confinement_or_skip("the_agents_tool_commands_inherit_no_channel") {
         return;
     }
-    let home = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        home.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let home = common::open_home();
     let o = run(home.path(), &["agent", "create", "a"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let cmd = format!(
@@ -843,12 +838,7 @@ fn an_agent_that_fills_its_quota_stops_alone() {
             }
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = common::open_home();
     std::fs::write(
         dir.path().join("config.toml"),
         "[quota]\ndisk_mb = 16\ninodes = 600\n",
@@ -942,19 +932,9 @@ fn deleting_an_agent_frees_its_uid_and_volume() {
     if !confinement_or_skip("deleting_an_agent_frees_its_uid_and_volume") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let dir = common::open_home();
     let home = dir.path();
-    let o = run(home, &["agent", "create", "a", "--disk-mb", "8", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = common::create_agent(home, &["a", "--disk-mb", "8"]);
     let agent_dir = home.join("agents").join(&id);
     assert!(run(home, &["supervisor", "start"]).status.success());
     let mut c = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(home)).unwrap();

@@ -104,6 +104,29 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A fresh home agent uids can traverse (a plain temporary directory is
+/// 0700, which would stop every confined child at its first step).
+pub fn open_home() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    dir
+}
+
+/// `agent create` with `args` (name first) under `home`; the new id.
+pub fn create_agent(home: &Path, args: &[&str]) -> String {
+    let mut all = vec!["agent", "create"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = run(home, &all);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
 /// A background supervisor on a fresh home with one agent per name given;
 /// stopped (and killed if need be) on drop.
 pub struct Daemon {
