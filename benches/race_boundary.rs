@@ -11,26 +11,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mini_letta::paths::Home;
 use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
 use mini_letta::supervisor::client::Client;
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mini-letta"))
-}
+// The integration tests' helpers: the built binary, `run`, the hostile child.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
-fn run(home: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(bin())
-        .args(args)
-        .env("MINI_LETTA_HOME", home)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap()
-}
+use common::run;
 
 struct Race {
     name: &'static str,
@@ -127,24 +120,8 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let work = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        work.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let hostile = work.path().join("hostile");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/child.c");
-    let cc = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&hostile)
-        .arg(&src)
-        .output();
-    if !cc.as_ref().is_ok_and(|o| o.status.success()) {
-        eprintln!("cannot build the hostile child with cc: {cc:?}");
-        return ExitCode::from(2);
-    }
+    let work = common::open_home();
+    let hostile = common::hostile_child();
     let home_dir = work.path().join("home");
     std::fs::create_dir(&home_dir).unwrap();
     let home = Home::at(&home_dir);

@@ -14,24 +14,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Output};
+use std::path::Path;
+use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mini-letta"))
-}
+// The integration tests' helpers: the built binary, `run`, the hostile child.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
-fn run(home: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("MINI_LETTA_HOME", home)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap()
-}
+use common::run;
 
 /// A small deterministic generator (no dependency, reproducible by seed).
 struct Rng(u64);
@@ -154,12 +147,7 @@ fn main() -> ExitCode {
         eprintln!("soak-faults needs root (quota volumes and agent uids)");
         return ExitCode::from(2);
     }
-    let work = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        work.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let work = common::open_home();
     let home = work.path().to_path_buf();
     let mut ids = Vec::new();
     for i in 0..agents {

@@ -18,6 +18,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// and answered with a `frame_too_large` error.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
+/// The variable naming a child's channel descriptor (the wire's entry point
+/// in a child; the agent keeps it from the programs it runs).
+pub const CHANNEL_FD_ENV: &str = "MINI_LETTA_CHANNEL_FD";
+
 /// Who is speaking, as said in `hello`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

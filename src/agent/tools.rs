@@ -325,7 +325,7 @@ fn bash(ctx: &ToolContext, command: &str, timeout_ms: Option<u64>) -> ToolOutput
         .arg(command)
         .current_dir(&cwd)
         // The agent's channel stays the agent's (it is close-on-exec too).
-        .env_remove(crate::supervisor::client::CHANNEL_FD_ENV)
+        .env_remove(crate::protocol::CHANNEL_FD_ENV)
         .env("AGENT_ID", &ctx.agent_id)
         .env("CONVERSATION_ID", &ctx.conversation_id)
         .env("MEMORY_DIR", ctx.agent.memory_dir())

@@ -283,10 +283,7 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
             "MEMORY_DIR".to_string(),
             spec.agent.memory_dir().display().to_string(),
         ),
-        (
-            crate::supervisor::client::CHANNEL_FD_ENV.to_string(),
-            "3".to_string(),
-        ),
+        (crate::protocol::CHANNEL_FD_ENV.to_string(), "3".to_string()),
     ];
     for name in PASSED_ENV {
         if let Ok(v) = std::env::var(name) {

@@ -17,7 +17,7 @@ use crate::protocol::{
 };
 
 /// Environment variable naming a child's channel descriptor.
-pub const CHANNEL_FD_ENV: &str = "MINI_LETTA_CHANNEL_FD";
+pub use crate::protocol::CHANNEL_FD_ENV;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -15,7 +15,7 @@ use super::util::{
     read_limited, same_session, slot_result,
 };
 use super::{ProbeContext, Verdict};
-use crate::supervisor::client::CHANNEL_FD_ENV;
+use crate::protocol::CHANNEL_FD_ENV;
 
 fn proc_dir(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}"))
