@@ -717,6 +717,36 @@ fn the_operators_terminal_is_relayed_never_handed_over() {
             "{bad:?} reached the terminal: {text:?}"
         );
     }
+
+    // --raw is the operator's explicit choice: the sequence goes through.
+    let status = std::process::Command::new(bin())
+        .args([
+            "sandbox",
+            "run",
+            "-a",
+            "a",
+            "--isolation",
+            "off",
+            "--raw",
+            "--",
+        ])
+        .args(["printf", "\\033]0;raw-title\\007done\\n"])
+        .env("MINI_LETTA_HOME", d.path())
+        .stdin(operator.slave.try_clone().unwrap())
+        .stdout(operator.slave.try_clone().unwrap())
+        .stderr(operator.slave.try_clone().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut seen = Vec::new();
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("\u{1b}]0;raw-title"), "{text:?}");
 }
 
 /// The operator's own commands on an agent whose working tree belongs to
@@ -980,4 +1010,26 @@ fn deleting_an_agent_frees_its_uid_and_volume() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&id), "the volume is still mounted");
     let _ = run(home, &["supervisor", "stop", "--timeout", "5"]);
+}
+
+/// Bad quota settings are refused clearly, and nothing is left behind.
+#[test]
+fn bad_quota_settings_are_refused_clearly() {
+    let dir = common::open_home();
+    let home = dir.path();
+    let o = run(home, &["agent", "create", "tiny", "--disk-mb", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("at least 8 MB"), "{}", stderr(&o));
+    std::fs::write(home.join("config.toml"), "[quota]\ndisk_gb = 3\n").unwrap();
+    let o = run(home, &["agent", "create", "typo"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("config.toml") && err.contains("disk_gb"),
+        "{err}"
+    );
+    let agents = std::fs::read_dir(home.join("agents"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(agents, 0, "a refused agent left files");
 }
