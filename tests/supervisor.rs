@@ -282,8 +282,8 @@ fn malformed_frames_get_error_frames_and_the_connection_survives() {
 
 #[test]
 fn a_foreign_uid_is_refused() {
-    assert!(mini_letta::supervisor::server::peer_allowed(0, 0));
-    assert!(!mini_letta::supervisor::server::peer_allowed(65534, 0));
+    assert!(mini_letta::supervisor::listener::peer_allowed(0, 0));
+    assert!(!mini_letta::supervisor::listener::peer_allowed(65534, 0));
     if !nix::unistd::geteuid().is_root() {
         common::skip(
             "a_foreign_uid_is_refused needs root to connect as another uid; only the check function was tested",

@@ -3,17 +3,21 @@
 //! children talk over the socketpair they were started with.
 //!
 //! A one-shot command that needs a supervisor and finds none runs one
-//! *embedded*, in-process, for its own duration: the same [`server`] code on
+//! *embedded*, in-process, for its own duration: the same [`listener`] code on
 //! a background runtime, bound to the same socket, stopped when the command
 //! ends.
 
 pub mod children;
 pub mod client;
 pub mod conn;
+pub mod connection;
+pub mod dispatch;
+pub mod launch;
+pub mod listener;
 pub mod pidfile;
 pub mod policy;
 pub mod rpc;
-pub mod server;
+pub mod state;
 pub mod untrusted;
 
 use std::path::Path;
@@ -27,7 +31,7 @@ use client::{Client, ClientError};
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
     #[error(transparent)]
-    Serve(#[from] server::ServeError),
+    Serve(#[from] listener::ServeError),
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("cannot start the async runtime: {0}")]
@@ -59,7 +63,7 @@ pub fn run_foreground(home: &Home) -> Result<(), SupervisorError> {
     harden_self()?;
     let rt = runtime()?;
     rt.block_on(async {
-        let bound = server::bind(home)?;
+        let bound = listener::bind(home)?;
         let state = bound.state.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
@@ -118,7 +122,7 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
     if let Ok(c) = connect(home) {
         return Ok(Started::AlreadyRunning(c.server_pid));
     }
-    pidfile::ensure_private_dir(&home.run_dir()).map_err(server::ServeError::from)?;
+    pidfile::ensure_private_dir(&home.run_dir()).map_err(listener::ServeError::from)?;
     let log_path = home.run_dir().join("supervisor.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -252,7 +256,7 @@ impl Session {
                     }
                 };
                 rt.block_on(async {
-                    match server::bind(&h) {
+                    match listener::bind(&h) {
                         Ok(bound) => {
                             let _ = tx.send(Ok(()));
                             bound.serve().await;
@@ -275,7 +279,7 @@ impl Session {
                 })
             }
             // Somebody else bound first: use theirs.
-            Ok(Err(SupervisorError::Serve(server::ServeError::PidFile(_)))) => {
+            Ok(Err(SupervisorError::Serve(listener::ServeError::PidFile(_)))) => {
                 let _ = thread.join();
                 Ok(Self {
                     client: connect(home)?,

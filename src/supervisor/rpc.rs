@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::conn::FrameSender;
-use super::server::{Peer, State, error};
+use super::state::{Peer, State, error};
 use crate::agent::store;
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
 use crate::memfs::repo;

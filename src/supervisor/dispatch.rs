@@ -1,0 +1,144 @@
+//! From a decoded request to its outcome: the per-role allow-list first,
+//! then one function per method family (supervisor, children, memory,
+//! model, turn and log).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::conn::{FrameSender, PassedFds};
+use super::state::{Peer, State, error};
+use super::{launch, policy, rpc};
+use crate::protocol::{Call, ErrorCode, Outcome, PROTOCOL_VERSION};
+
+/// Answer one request of `peer`.
+pub async fn handle(
+    state: &Arc<State>,
+    peer: &Peer,
+    id: u64,
+    call: Call,
+    fds: PassedFds,
+    sender: &FrameSender,
+) -> Outcome {
+    if let Some(refused) = refuse_by_policy(peer, &call) {
+        return refused;
+    }
+    match call {
+        Call::Ping {} | Call::Status {} | Call::Stop {} | Call::Ps {} | Call::Subscribe {} => {
+            supervisor_call(state, call)
+        }
+        Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
+        Call::MemoryCommit { .. } | Call::MemoryStatus { .. } => {
+            memory_call(state, peer, call).await
+        }
+        Call::ModelComplete { request } => {
+            rpc::model_complete(state, peer, id, request, sender).await
+        }
+        Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
+    }
+}
+
+/// The per-role allow-list (`policy::TABLE`), decided from the identity
+/// the connection was made with.
+pub fn refuse_by_policy(peer: &Peer, call: &Call) -> Option<Outcome> {
+    let who = peer.kind();
+    let method = call.method();
+    if policy::allowed(who, method) {
+        return None;
+    }
+    if let Peer::Child { id, agent, .. } = peer {
+        tracing::warn!(child = id, agent = %agent, role = who, method, "refused a method outside the role's allow-list");
+    }
+    Some(error(ErrorCode::Forbidden, policy::refusal(who, method)))
+}
+
+/// `ping`, `supervisor.*`, `ps`, `events.subscribe` (the subscription
+/// itself is made by the connection loop, which owns the sender).
+fn supervisor_call(state: &State, call: Call) -> Outcome {
+    match call {
+        Call::Ping {} => Outcome::Result(json!({ "pong": true })),
+        Call::Status {} => Outcome::Result(status(state)),
+        Call::Ps {} => {
+            let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
+            Outcome::Result(json!({ "children": rows }))
+        }
+        Call::Stop {} => {
+            state.request_stop();
+            Outcome::Result(json!({ "stopping": true }))
+        }
+        Call::Subscribe {} => Outcome::Result(json!({ "subscribed": true })),
+        other => unrouted(&other),
+    }
+}
+
+/// `child.spawn`, `child.kill`.
+async fn children_call(state: &Arc<State>, call: Call, fds: PassedFds) -> Outcome {
+    match call {
+        Call::Spawn(params) => launch::spawn_child(state, params, fds).await,
+        Call::Kill { child, signal } => launch::kill_child(state, child, signal),
+        other => unrouted(&other),
+    }
+}
+
+/// `memory.*`: validated commits and status of the caller's checkout.
+async fn memory_call(state: &Arc<State>, peer: &Peer, call: Call) -> Outcome {
+    match call {
+        Call::MemoryCommit {
+            paths,
+            message,
+            agent,
+        } => rpc::memory_commit(state, peer, paths, message, agent).await,
+        Call::MemoryStatus { agent } => rpc::memory_status(state, peer, agent).await,
+        other => unrouted(&other),
+    }
+}
+
+/// What a child reports about itself: turn events (re-broadcast to
+/// subscribers, attributed from the child table) and log lines.
+fn child_report(state: &State, peer: &Peer, call: Call) -> Outcome {
+    match (call, peer) {
+        (Call::Log { level, message }, _) => rpc::log(peer, level, &message),
+        (
+            Call::TurnEvent {
+                conversation,
+                event,
+            },
+            Peer::Child { id, agent, .. },
+        ) => {
+            state.emit(
+                "turn.event",
+                json!({ "agent": agent, "child": id, "conversation": conversation, "event": event }),
+            );
+            Outcome::Result(json!({}))
+        }
+        (call, Peer::Cli) => error(ErrorCode::Forbidden, policy::refusal("cli", call.method())),
+        (other, _) => unrouted(&other),
+    }
+}
+
+/// A call routed to the wrong family: a bug in [`handle`], not the peer's.
+fn unrouted(call: &Call) -> Outcome {
+    error(
+        ErrorCode::Internal,
+        format!("{} reached the wrong handler", call.method()),
+    )
+}
+
+fn status(state: &State) -> Value {
+    let (live, total) = state
+        .table
+        .lock()
+        .map(|t| (t.live().len(), t.rows().len()))
+        .unwrap_or((0, 0));
+    json!({
+        "running": true,
+        "pid": std::process::id(),
+        "uptime_ms": state.started.elapsed().as_millis() as u64,
+        "home": state.home.root(),
+        "socket": state.home.supervisor_socket(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": PROTOCOL_VERSION,
+        "children": live,
+        "children_known": total,
+    })
+}

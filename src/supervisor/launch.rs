@@ -1,0 +1,297 @@
+//! Starting and signalling children: prepare the agent (uid, ownership,
+//! cgroup) and plan the confinement off the async workers, launch, wire
+//! the channel to a protocol loop, log the output, reap the exit.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::net::UnixStream;
+
+use super::children::{ChildState, LaunchSpec, ROLES, ended_state};
+use super::conn::{PassedFds, split};
+use super::connection::serve_frames;
+use super::state::{Peer, State, blocking, error};
+use super::untrusted;
+use crate::agent::record::AgentRecord;
+use crate::agent::store;
+use crate::paths::AgentPaths;
+use crate::protocol::{ErrorCode, Outcome, SpawnParams, StdioMode};
+use crate::sandbox::plan::LaunchPlan;
+use crate::sandbox::report::Isolation;
+
+/// `child.spawn`.
+pub async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) -> Outcome {
+    match try_spawn(state, params, fds).await {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+async fn try_spawn(
+    state: &Arc<State>,
+    params: SpawnParams,
+    fds: PassedFds,
+) -> Result<Outcome, Outcome> {
+    if state.is_stopping() {
+        return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
+    }
+    if !ROLES.contains(&params.role.as_str()) {
+        return Err(error(
+            ErrorCode::InvalidParams,
+            format!(
+                "unknown role {:?} (roles: {})",
+                params.role,
+                ROLES.join(", ")
+            ),
+        ));
+    }
+    if params.argv.is_empty() {
+        return Err(error(ErrorCode::InvalidParams, "argv must name a program"));
+    }
+    let isolation: Isolation = params
+        .isolation
+        .as_deref()
+        .unwrap_or("strict")
+        .parse()
+        .map_err(|e: String| error(ErrorCode::InvalidParams, e))?;
+    let stdio = match params.stdio {
+        StdioMode::Null => None,
+        StdioMode::Passed => {
+            let mut it = fds.into_iter();
+            match (it.next(), it.next(), it.next()) {
+                (Some(i), Some(o), Some(e)) => Some([i, o, e]),
+                _ => {
+                    return Err(error(
+                        ErrorCode::InvalidParams,
+                        "stdio \"passed\" needs three descriptors sent with the request",
+                    ));
+                }
+            }
+        }
+    };
+    let workspace = params.workspace.as_ref().map(PathBuf::from);
+    // Reading the record, chown, cgroup set-up: all blocking.
+    let (record, agent, plan) = {
+        let (st, name, role, ws) = (
+            state.clone(),
+            params.agent.clone(),
+            params.role.clone(),
+            workspace.clone(),
+        );
+        blocking(move || {
+            let (mut record, agent) = store::find(&st.home, Some(&name))
+                .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+            let plan = plan_child(&st, &mut record, &agent, &role, isolation, ws.as_deref())?;
+            Ok((record, agent, plan))
+        })
+        .await?
+    };
+    let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
+    let internal =
+        |what: &str, e: std::io::Error| error(ErrorCode::Internal, format!("{what}: {e}"));
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| internal("cannot create the child channel", e))?;
+    let wrapper_depth = plan.wrapper_depth();
+    let spec = LaunchSpec {
+        agent_id: record.id.clone(),
+        agent,
+        role: params.role.clone(),
+        argv: params.argv.clone(),
+        cwd,
+        plan,
+        stdio,
+        channel: OwnedFd::from(theirs),
+    };
+    let launched = state
+        .launcher
+        .launch(spec)
+        .await
+        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    let id = state
+        .table
+        .lock()
+        .map_err(|_| error(ErrorCode::Internal, "child table poisoned"))?
+        .insert(
+            &record.id,
+            &params.role,
+            launched.pid,
+            launched.started,
+            wrapper_depth,
+        );
+    // What this child may do is fixed here, from the operator's request
+    // and the agent's record; nothing it sends later changes it.
+    let peer = Peer::Child {
+        id,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+        model: params.model.clone().unwrap_or_else(|| record.model.clone()),
+    };
+    let channel = ours
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(ours))
+        .map_err(|e| internal("child channel", e))?;
+    let (reader, sender) = split(channel, false);
+    if let Ok(mut ch) = state.channels.lock() {
+        ch.insert(id, sender.clone());
+    }
+    tokio::spawn(serve_frames(state.clone(), reader, sender, peer));
+    let mut child = launched.child;
+    log_output(id, child.stdout.take(), "stdout");
+    log_output(id, child.stderr.take(), "stderr");
+    let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
+    tokio::spawn(reap(state.clone(), child, id, agent_id, role, pid));
+    state.emit(
+        "child.start",
+        json!({ "child": id, "agent": record.id, "role": params.role, "pid": launched.pid }),
+    );
+    Ok(Outcome::Result(
+        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
+    ))
+}
+
+/// Output of children without passed stdio goes to our log, quoted and
+/// capped: a child's output cannot pose as a supervisor record, nor grow
+/// our memory without bound.
+fn log_output<R>(id: u64, stream: Option<R>, name: &'static str)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let Some(stream) = stream else { return };
+    tokio::spawn(async move {
+        untrusted::for_each_line(stream, untrusted::MAX_LINE, |line, cut| {
+            tracing::info!(child = id, stream = name, cut, text = ?line, "child output");
+        })
+        .await;
+    });
+}
+
+/// Wait for a child's exit, record it, and announce it.
+async fn reap(
+    state: Arc<State>,
+    mut child: tokio::process::Child,
+    id: u64,
+    agent_id: String,
+    role: String,
+    pid: u32,
+) {
+    let ended = match child.wait().await {
+        Ok(status) => ended_state(status),
+        Err(e) => {
+            tracing::warn!(child = id, "cannot wait for child: {e}");
+            ChildState::Exited { code: -1 }
+        }
+    };
+    if let Ok(mut t) = state.table.lock() {
+        t.mark_ended(id, ended.clone());
+    }
+    if let Ok(mut ch) = state.channels.lock() {
+        ch.remove(&id);
+    }
+    state.child_ended.notify_waiters();
+    match &ended {
+        ChildState::Killed { signal } => {
+            tracing::warn!(child = id, agent = %agent_id, role = %role, pid, signal, "child killed by a signal")
+        }
+        ChildState::Exited { code } if *code != 0 => {
+            tracing::warn!(child = id, agent = %agent_id, role = %role, pid, code, "child failed")
+        }
+        _ => tracing::info!(child = id, agent = %agent_id, role = %role, pid, "child exited"),
+    }
+    let mut data = json!({ "child": id, "agent": agent_id, "role": role, "pid": pid });
+    if let (Some(obj), Ok(extra)) = (data.as_object_mut(), serde_json::to_value(&ended))
+        && let Some(extra) = extra.as_object()
+    {
+        obj.extend(extra.clone());
+    }
+    state.emit("child.exit", data);
+}
+/// `child.kill`: a signal to a live child (its whole tree for SIGKILL).
+pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
+    let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
+    let Some(info) = info else {
+        return error(ErrorCode::NotFound, format!("no child {child}"));
+    };
+    if !info.is_live() {
+        return error(
+            ErrorCode::NotFound,
+            format!("child {child} has already ended"),
+        );
+    }
+    let sig = signal.unwrap_or(libc::SIGTERM);
+    let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
+        return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
+    };
+    let result = if sig == nix::sys::signal::Signal::SIGKILL {
+        super::children::kill_child_tree(info.pid)
+    } else {
+        super::children::signal_child_tree(info.pid, info.wrapper_depth, sig)
+    };
+    match result {
+        Ok(()) => Outcome::Result(json!({ "signalled": child })),
+        Err(e) => error(
+            ErrorCode::Internal,
+            format!("cannot signal child {child}: {e}"),
+        ),
+    }
+}
+
+/// Prepare an agent for a confined child (uid, ownership, cgroup) and plan
+/// its launch; refuse when the isolation asked for cannot be met.
+fn plan_child(
+    state: &State,
+    record: &mut AgentRecord,
+    agent: &AgentPaths,
+    role: &str,
+    isolation: Isolation,
+    workspace: Option<&std::path::Path>,
+) -> Result<LaunchPlan, Outcome> {
+    use crate::sandbox::{cgroup, identity, plan, profile};
+    let internal = |e: &dyn std::fmt::Display| error(ErrorCode::Internal, e.to_string());
+    let exe = std::env::current_exe().map_err(|e| internal(&e))?;
+    if isolation == Isolation::Off {
+        tracing::warn!(agent = %record.id, role, "ISOLATION OFF: starting a child without confinement, as requested");
+    }
+    let profile = profile::load(&state.home, role)
+        .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
+    let resolved = profile.resolve(agent, workspace, None);
+    let report = &state.sandbox;
+    let confined = isolation != Isolation::Off;
+    let mut uid = None;
+    if confined && report.uid_switch.available {
+        let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
+        identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
+        identity::check_reachable(
+            &super::children::stage_exe(&exe),
+            "run",
+            "install mini-letta where every user can run it (e.g. /usr/local/bin)",
+        )
+        .map_err(|e| internal(&e))?;
+        identity::own_agent_dir(agent, u).map_err(|e| internal(&e))?;
+        uid = Some(u);
+    } else if confined {
+        std::fs::create_dir_all(agent.tmp_dir()).map_err(|e| internal(&e))?;
+    }
+    let mut launch = plan::plan(&plan::PlanInput {
+        report,
+        isolation,
+        home: state.home.root(),
+        agent_dir: agent.dir(),
+        agent_id: &record.id,
+        tmp_dir: &agent.tmp_dir(),
+        resolved: &resolved,
+        exe: &exe,
+        stage_exe: &super::children::stage_exe(&exe),
+        uid,
+    })
+    .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;
+    if confined && report.level != crate::sandbox::report::Level::L0 {
+        tracing::warn!(level = ?report.level, "child runs below L0: {}", report.missing.join("; "));
+    }
+    if confined && report.cgroup.available {
+        launch.cgroup_procs =
+            cgroup::prepare(&report.cgroup_info, &record.id, role, &resolved.limits)
+                .map_err(|e| internal(&e))?;
+    }
+    Ok(launch)
+}

@@ -1,0 +1,274 @@
+//! The control socket: bind it privately, accept CLI peers (same uid
+//! only), and shut down gracefully once a stop is requested.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::net::{UnixListener, UnixStream};
+
+use super::children::Launcher;
+use super::conn::split;
+use super::connection::serve_frames;
+use super::pidfile::{PidFile, ensure_private_dir};
+use super::state::{Peer, State};
+use crate::paths::Home;
+use crate::protocol::{ErrorCode, ServerFrame};
+
+/// How long children get to finish after a stop before they are killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// How long in-flight requests (commits) get once children are gone.
+const REQUEST_GRACE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    PidFile(#[from] super::pidfile::PidFileError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A bound, running supervisor (before its accept loop is driven).
+pub struct Bound {
+    pub state: Arc<State>,
+    listener: UnixListener,
+    _pid: PidFile,
+    socket: PathBuf,
+}
+
+/// Take the home's pid file and bind the control socket (mode 0600 before
+/// anyone can connect, inside a 0700 directory).
+pub fn bind(home: &Home) -> Result<Bound, ServeError> {
+    ensure_private_dir(&home.run_dir())?;
+    let pid = PidFile::acquire(&home.supervisor_pid_file())?;
+    if pid.reclaimed {
+        tracing::warn!("reclaimed the pid file of a supervisor that did not stop cleanly");
+    }
+    let socket = home.supervisor_socket();
+    let io = |source| ServeError::Io {
+        path: socket.clone(),
+        source,
+    };
+    // We hold the pid lock, so any socket file here is a dead supervisor's.
+    let _ = std::fs::remove_file(&socket);
+    let listener = bind_private(&socket).map_err(io)?;
+    let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
+    if nix::unistd::geteuid().is_root() {
+        let n = crate::sandbox::identity::kill_leftovers(home);
+        if n > 0 {
+            tracing::warn!(
+                "killed {n} leftover process(es) of this home's agents from an earlier supervisor"
+            );
+        }
+    }
+    match crate::sandbox::volume::ensure_mounted(home) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("mounted {n} agent quota volume(s)"),
+        Err(e) => tracing::error!("cannot mount the agents' quota volumes: {e}"),
+    }
+    let sandbox = crate::sandbox::report::SandboxReport::probe();
+    prune_cgroups(home, &sandbox);
+    tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
+    for m in &sandbox.missing {
+        tracing::warn!("sandbox layer missing: {m}");
+    }
+    if let Err(e) = crate::sandbox::profile::load_all(home) {
+        tracing::error!("{e}");
+        return Err(ServeError::Io {
+            path: home.sandbox_profiles_dir(),
+            source: std::io::Error::other(e.to_string()),
+        });
+    }
+    Ok(Bound {
+        state: Arc::new(State::new(home.clone(), sandbox, launcher)),
+        listener,
+        _pid: pid,
+        socket,
+    })
+}
+
+/// Bind with the socket's mode set before `bind` makes it reachable.
+fn bind_private(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen};
+    let fd = nix::sys::socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    // fchmod on an unbound socket sets the mode of the inode bind creates.
+    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &UnixAddr::new(path)?)?;
+    // Belt and braces: fix the mode if the kernel ignored the fchmod.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listen(&fd, Backlog::new(128).unwrap_or(Backlog::MAXCONN))?;
+    UnixListener::from_std(std::os::unix::net::UnixListener::from(fd))
+}
+
+impl Bound {
+    /// Serve until stopped, then shut down gracefully.
+    pub async fn serve(self) {
+        let Bound {
+            state,
+            listener,
+            _pid,
+            socket,
+        } = self;
+        tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        tokio::spawn(serve_control(state.clone(), stream));
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        // Out of descriptors, most likely: give them back a
+                        // moment rather than spinning.
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                            _ = state.stop.cancelled() => break,
+                        }
+                    }
+                },
+                _ = state.stop.cancelled() => break,
+            }
+        }
+        drop(listener);
+        shutdown(&state).await;
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || prune_cgroups(&st.home, &st.sandbox)).await;
+        let _ = std::fs::remove_file(&socket);
+        tracing::info!("supervisor stopped");
+        // `_pid` drops here: the pid file is removed and unlocked last.
+    }
+}
+
+/// Drop the empty cgroups of this home's agents (left by an earlier
+/// supervisor, or by the children of this one once they are gone).
+fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
+    if !sandbox.cgroup.available {
+        return;
+    }
+    let agents: Vec<String> = crate::agent::store::list(home)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let n = crate::sandbox::cgroup::prune(&sandbox.cgroup_info, &agents);
+    tracing::debug!(removed = n, "empty agent cgroups pruned");
+}
+
+/// Ask children to finish (notice on their channel, SIGTERM), kill those
+/// still alive after [`STOP_GRACE`], then let in-flight requests complete.
+async fn shutdown(state: &Arc<State>) {
+    state.request_stop();
+    let live = state.table.lock().map(|t| t.live()).unwrap_or_default();
+    if !live.is_empty() {
+        tracing::info!(children = live.len(), "asking children to finish");
+        if let Ok(ch) = state.channels.lock() {
+            for c in ch.values() {
+                c.send(&ServerFrame::Event {
+                    event: "supervisor.shutdown".into(),
+                    data: json!({ "grace_ms": STOP_GRACE.as_millis() as u64 }),
+                });
+            }
+        }
+        for c in &live {
+            let _ = super::children::signal_child_tree(
+                c.pid,
+                c.wrapper_depth,
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        loop {
+            // Registered before the check, so an exit between the two is
+            // not missed.
+            let ended = state.child_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !state.any_live() {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
+        }
+        let left = state.table.lock().map(|t| t.live()).unwrap_or_default();
+        for c in &left {
+            tracing::warn!(
+                child = c.id,
+                pid = c.pid,
+                "child did not finish in time; killing it"
+            );
+            let _ = super::children::kill_child_tree(c.pid);
+        }
+    }
+    // In-flight requests (commits) complete before we exit.
+    state.requests.close();
+    let started = Instant::now();
+    if tokio::time::timeout(REQUEST_GRACE, state.requests.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = state.requests.len(),
+            waited = ?started.elapsed(),
+            "requests still running at exit"
+        );
+    }
+}
+
+/// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.
+pub fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
+    peer_uid == our_uid
+}
+
+async fn serve_control(state: Arc<State>, stream: UnixStream) {
+    let our = nix::unistd::geteuid().as_raw();
+    let refusal = match stream.peer_cred().map(|c| c.uid()) {
+        Ok(uid) if peer_allowed(uid, our) => None,
+        Ok(uid) => Some(format!(
+            "connection refused: peer uid {uid} is not the supervisor's uid {our}"
+        )),
+        Err(e) => Some(format!(
+            "connection refused: cannot read peer credentials: {e}"
+        )),
+    };
+    if let Some(message) = refusal {
+        tracing::warn!("{message}");
+        refuse(stream, message).await;
+        return;
+    }
+    let (reader, sender) = split(stream, true);
+    serve_frames(state, reader, sender, Peer::Cli).await;
+}
+
+/// Send one `forbidden` error frame and close politely: drain what the peer
+/// sent (briefly) so the close is not a reset that could swallow the frame.
+async fn refuse(mut stream: UnixStream, message: String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let frame = crate::protocol::encode(&ServerFrame::Error {
+        id: None,
+        code: ErrorCode::Forbidden,
+        message,
+    });
+    let _ = stream.write_all(&frame).await;
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}

@@ -1,0 +1,141 @@
+//! What every task of one supervisor shares: the child table, the event
+//! bus, the stop signal and the tracker of requests in flight; and who is
+//! on the other end of a connection ([`Peer`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::{Notify, Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::children::{Launcher, SharedTable};
+use super::conn::FrameSender;
+use crate::paths::Home;
+use crate::protocol::{ErrorBody, ErrorCode, Outcome};
+
+/// Who is on the other end of a connection. Fixed when the connection is
+/// made (a CLI on the control socket, a child on the channel it was
+/// launched with); nothing the peer sends changes it.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    Cli,
+    Child {
+        id: u64,
+        agent: String,
+        role: String,
+        /// The model recorded at launch; `model.complete` uses no other.
+        model: String,
+    },
+}
+
+impl Peer {
+    /// The allow-list column: `"cli"` or the child's recorded role.
+    pub fn kind(&self) -> &str {
+        match self {
+            Peer::Cli => "cli",
+            Peer::Child { role, .. } => role,
+        }
+    }
+}
+
+/// State shared by every task of one supervisor.
+pub struct State {
+    pub home: Home,
+    /// Confinement layers of this host, probed at start.
+    pub sandbox: crate::sandbox::report::SandboxReport,
+    pub started: Instant,
+    pub table: SharedTable,
+    pub launcher: Launcher,
+    pub events: broadcast::Sender<(String, Value)>,
+    /// Cancelled once a stop is requested: the accept loop ends, new
+    /// children are refused, shutdown begins.
+    pub stop: CancellationToken,
+    /// Requests being handled; shutdown waits for them (in-flight commits
+    /// complete rather than being cut off).
+    pub requests: TaskTracker,
+    /// Woken whenever a child ends (shutdown waits on it, not on a timer).
+    pub child_ended: Notify,
+    /// Channels to live children, for shutdown notices.
+    pub(super) channels: Mutex<HashMap<u64, FrameSender>>,
+    /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
+    agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl State {
+    pub fn new(
+        home: Home,
+        sandbox: crate::sandbox::report::SandboxReport,
+        launcher: Launcher,
+    ) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        State {
+            home,
+            sandbox,
+            started: Instant::now(),
+            table: Default::default(),
+            launcher,
+            events,
+            stop: CancellationToken::new(),
+            requests: TaskTracker::new(),
+            child_ended: Notify::new(),
+            channels: Mutex::new(HashMap::new()),
+            agent_slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn emit(&self, event: &str, data: Value) {
+        let _ = self.events.send((event.to_string(), data));
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    pub fn request_stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// The semaphore bounding `agent`'s blocking work.
+    pub fn agent_slots(&self, agent: &str, size: usize) -> Arc<Semaphore> {
+        let mut map = self.agent_slots.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(agent.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(size)))
+            .clone()
+    }
+
+    /// Whether any child is starting or running.
+    pub fn any_live(&self) -> bool {
+        self.table
+            .lock()
+            .map(|t| !t.live().is_empty())
+            .unwrap_or(false)
+    }
+}
+
+/// A failed request's outcome.
+pub fn error(code: ErrorCode, message: impl Into<String>) -> Outcome {
+    Outcome::Error(ErrorBody {
+        code,
+        message: message.into(),
+        data: None,
+    })
+}
+
+/// Run blocking work (file system, git, chown, agent lookup) off the
+/// async workers; a panic in it becomes an internal error.
+pub async fn blocking<T, F>(f: F) -> Result<T, Outcome>
+where
+    F: FnOnce() -> Result<T, Outcome> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(error(
+            ErrorCode::Internal,
+            format!("blocking task failed: {e}"),
+        )),
+    }
+}
