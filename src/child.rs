@@ -1,4 +1,4 @@
-//! The hidden `__child ROLE` entry: what every supervisor-launched process
+//! The child stage (`mini-letta-stage2 ROLE …`): what every supervisor-launched process
 //! runs first, single-threaded, before the real program.
 //!
 //! It says hello on the inherited channel (descriptor 3) so the supervisor

@@ -266,3 +266,37 @@ fn home_flag_overrides_env() {
     assert!(flag_home.path().join("agents").is_dir());
     assert!(!env_home.path().join("agents").exists());
 }
+
+/// The user's command line holds no internal entry: `--help` lists none,
+/// and the old hidden words are unknown commands. The agent-side program
+/// is its own executable with its own help.
+#[test]
+fn internal_entries_are_not_user_commands() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| run(home.path(), args);
+    let help = run(&["--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    let text = stdout(&help);
+    for word in ["__agent", "__probe", "__child", "turn", "probe"] {
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with(word)),
+            "{word} listed in --help:\n{text}"
+        );
+    }
+    for word in ["__agent", "__probe", "__child"] {
+        let o = run(&[word, "--agent-dir", "/nonexistent"]);
+        assert_eq!(o.status.code(), Some(2), "{word} accepted: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("unrecognized subcommand"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let agent = std::process::Command::new(env!("CARGO_BIN_EXE_mini-letta-agent"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(agent.status.success());
+    let text = String::from_utf8_lossy(&agent.stdout);
+    assert!(text.contains("turn") && text.contains("probe"), "{text}");
+}

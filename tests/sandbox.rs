@@ -590,7 +590,11 @@ fn a_stage_program_agent_uids_cannot_run_is_refused_clearly() {
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let bin_dir = private.path().join("bin");
     std::fs::create_dir(&bin_dir).unwrap();
-    for exe in [bin(), env!("CARGO_BIN_EXE_mini-letta-stage2").into()] {
+    for exe in [
+        bin(),
+        env!("CARGO_BIN_EXE_mini-letta-stage2").into(),
+        env!("CARGO_BIN_EXE_mini-letta-agent").into(),
+    ] {
         std::fs::copy(&exe, bin_dir.join(exe.file_name().unwrap())).unwrap();
     }
     let h = home_with_two_agents();
@@ -724,15 +728,8 @@ fn a_failed_confinement_step_stops_the_child_before_exec() {
         "no_network": true,
         "require_no_caps": true,
     });
-    for stage in [
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_mini-letta-stage2")),
-        bin(),
-    ] {
-        let mut cmd = Command::new(&stage);
-        if stage == bin() {
-            cmd.arg("__child");
-        }
-        let o = cmd
+    {
+        let o = Command::new(env!("CARGO_BIN_EXE_mini-letta-stage2"))
             .args([
                 "tool",
                 "--agent",

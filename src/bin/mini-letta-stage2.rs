@@ -1,9 +1,8 @@
 //! The child stage as a small program of its own: what every confined
 //! child runs first (capability check, landlock, seccomp, hello on the
-//! channel, exec of the real program). It does exactly what
-//! `mini-letta __child` does, but without the full binary's start-up cost,
-//! which matters on every launch. The supervisor uses it when it sits next
-//! to `mini-letta`, and falls back to `mini-letta __child` otherwise.
+//! channel, exec of the real program). Small, so it starts fast on every
+//! launch; it must be installed beside `mini-letta` (the supervisor
+//! refuses to launch without it, naming the missing file).
 //!
 //! Usage (by the supervisor only): `mini-letta-stage2 ROLE --agent ID
 //! [--policy JSON] -- PROGRAM ARGS…`

@@ -1,5 +1,5 @@
-//! `mini-letta chat` and `mini-letta attach`, and the hidden `__agent`
-//! entry the confined agent child runs.
+//! `mini-letta chat` and `mini-letta attach`, and the turn the agent-side
+//! program (`mini-letta-agent turn`) runs in the confined child.
 //!
 //! A turn: the CLI asks the supervisor (embedded if none runs) to start a
 //! confined `agent` child, hands it the turn on stdin, and reads the turn's
@@ -218,7 +218,7 @@ pub fn turn(
     on_event: &mut dyn FnMut(&TurnEvent),
 ) -> anyhow::Result<TurnEvent> {
     let agent = home.agent(agent_id)?;
-    let exe = std::env::current_exe().context("cannot find this program's executable")?;
+    let programs = crate::paths::Programs::installed()?;
     let (in_r, mut in_w) = std::io::pipe()?;
     let (out_r, out_w) = std::io::pipe()?;
     // Not our stderr: the child's errors are relayed, cleaned of control
@@ -240,8 +240,8 @@ pub fn turn(
             agent: agent_id.to_string(),
             role: "agent".into(),
             argv: vec![
-                exe.display().to_string(),
-                "__agent".into(),
+                programs.agent.display().to_string(),
+                "turn".into(),
                 "--agent-dir".into(),
                 agent.dir().display().to_string(),
             ],
@@ -297,7 +297,7 @@ pub fn turn(
     })
 }
 
-/// The hidden `__agent` entry: run the turn read from stdin.
+/// `mini-letta-agent turn`: run the turn read from stdin.
 pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     // A write past the file-size limit must be an error we report (and
     // undo), not a signal that kills the turn half-way through a line.

@@ -144,12 +144,10 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Test and benchmark helper (hidden): commit PATH COUNT times from one
-    /// process through the validated-commit library, optionally attempting
-    /// an invalid write every K iterations (which must be refused), and print
-    /// {"committed", "rejected", "millis"}. Used by the two-process
-    /// concurrency test and benches/commit.rs.
-    #[command(hide = true)]
+    /// Stress the validated commit: rewrite PATH and commit it COUNT times
+    /// (with --reject-every K, also attempt an invalid write every K
+    /// iterations, which must be refused), then print {"committed",
+    /// "rejected", "millis"}. Run two at once to check concurrent writers.
     CommitLoop {
         #[command(flatten)]
         target: AgentArg,

@@ -60,12 +60,6 @@ enum Command {
     Conversations(chat::ConversationsArgs),
     /// Compile a conversation's system prompt from memory now and cache it.
     Recompile(chat::RecompileArgs),
-    /// The confined agent child's entry: runs the turn given on stdin (internal).
-    #[command(name = "__agent", hide = true)]
-    AgentChild {
-        #[arg(long)]
-        agent_dir: PathBuf,
-    },
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -80,25 +74,6 @@ enum Command {
     /// Talk to the supervisor from inside a child (uses MINI_LETTA_CHANNEL_FD).
     #[command(subcommand)]
     Channel(channel::ChannelCommand),
-    /// One escape probe, run inside a confined child by `sandbox verify` (internal).
-    #[command(name = "__probe", hide = true)]
-    Probe {
-        id: String,
-        /// The context as JSON, or `-` to read it from stdin.
-        #[arg(long)]
-        context: String,
-    },
-    /// The supervisor-side entry of every child (internal).
-    #[command(name = "__child", hide = true)]
-    Child {
-        role: String,
-        #[arg(long)]
-        agent: String,
-        #[arg(long)]
-        policy: Option<String>,
-        #[arg(last = true)]
-        argv: Vec<String>,
-    },
 }
 
 impl Cli {
@@ -113,7 +88,7 @@ impl Cli {
     }
 }
 
-fn init_logging(verbose: u8) {
+pub(crate) fn init_logging(verbose: u8) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::filter::LevelFilter;
@@ -192,7 +167,7 @@ impl Cli {
 
 /// The error and its causes on one line, without repeating a cause that the
 /// message already contains.
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -217,35 +192,15 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(args) => chat::attach(cli, args),
         Command::Conversations(args) => chat::conversations(cli, args),
         Command::Recompile(args) => chat::recompile(cli, args),
-        Command::AgentChild { agent_dir } => chat::agent_child(agent_dir),
         Command::Ps { json } => supervisor::ps(cli, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Channel(cmd) => channel::run(cmd),
-        Command::Probe { id, context } => {
-            let text = if context == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
-                s
-            } else {
-                context.clone()
-            };
-            let ctx: crate::sandbox::probes::ProbeContext = serde_json::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("invalid probe context: {e}"))?;
-            let result = crate::sandbox::probes::run_one(id, &ctx);
-            output::raw(format!("{result}\n").as_bytes())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Child {
-            role,
-            agent,
-            policy,
-            argv,
-        } => {
-            let err = crate::child::run(role, agent, policy.as_deref(), argv);
-            eprintln!("mini-letta: child stage failed: {err}");
-            Ok(ExitCode::from(crate::child::STAGE_FAILURE as u8))
-        }
     }
+}
+
+/// The agent's turn inside its confined child (`mini-letta-agent turn`).
+pub(crate) fn agent_turn(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    chat::agent_child(agent_dir)
 }
 
 #[cfg(test)]
@@ -321,5 +276,25 @@ mod parse_tests {
             <Cli as clap::CommandFactory>::command().get_name(),
             Cli::command_name()
         );
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use clap::CommandFactory;
+
+    /// Every command of the user's type is one a user may type: none is
+    /// hidden, none has an internal-looking name.
+    #[test]
+    fn the_user_command_type_has_no_hidden_entry() {
+        fn walk(cmd: &clap::Command, path: &str) {
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                assert!(!sub.is_hide_set(), "hidden command: {name}");
+                assert!(!sub.get_name().starts_with('_'), "internal name: {name}");
+                walk(sub, &name);
+            }
+        }
+        walk(&super::Cli::command(), "mini-letta");
     }
 }

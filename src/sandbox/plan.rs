@@ -58,7 +58,7 @@ pub struct LaunchPlan {
     pub isolation: Isolation,
     /// Program to exec (bwrap, or this binary).
     pub program: PathBuf,
-    /// Arguments before this binary's `__child` stage (bwrap's).
+    /// Arguments before the child-stage program (bwrap's).
     pub wrapper_args: Vec<OsString>,
     /// The stage-2 policy, when any layer applies.
     pub stage: Option<StagePolicy>,
@@ -119,6 +119,8 @@ pub struct PlanInput<'a> {
     pub exe: &'a Path,
     /// The stage-2 program children start with.
     pub stage_exe: &'a Path,
+    /// The agent-side program (the agent's turn, the escape probes).
+    pub agent_exe: &'a Path,
     pub uid: Option<u32>,
 }
 
@@ -154,6 +156,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let mut read_exec: Vec<PathBuf> = SYSTEM_READ_EXEC.iter().map(PathBuf::from).collect();
     read_exec.push(exe_dir);
     read_exec.push(input.stage_exe.to_path_buf());
+    read_exec.push(input.agent_exe.to_path_buf());
     let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
     // Only the parts the role's profile lists: the agent directory itself
     // is not granted (landlock does not need it to reach its parts), so a
@@ -284,8 +287,10 @@ pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep>
         dest: p.to_path_buf(),
     };
     steps.push(ro(input.exe));
-    if input.stage_exe != input.exe {
-        steps.push(ro(input.stage_exe));
+    for program in [input.stage_exe, input.agent_exe] {
+        if program != input.exe {
+            steps.push(ro(program));
+        }
     }
     // The profile's paths one by one (never the whole agent directory),
     // parents before what lies below them.

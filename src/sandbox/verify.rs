@@ -6,7 +6,7 @@
 //! a sibling child of B, host listeners (TCP on loopback, an abstract Unix
 //! socket), a host SysV shared-memory segment, and links planted in A's
 //! directory before confinement. Then every attack runs in its own confined
-//! child of A (`mini-letta __probe ID`), and its verdict is checked again
+//! child of A (`mini-letta-agent probe ID`), and its verdict is checked again
 //! from outside (the secret unchanged, the sibling alive, no hook written).
 //!
 //! Strict mode fails on any escape and when fewer than [`MIN_ATTEMPTED`]
@@ -106,7 +106,9 @@ fn run_in(
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))
         .map_err(setup("temporary home"))?;
     let home = Home::at(root);
-    let exe = std::env::current_exe().map_err(setup("own executable"))?;
+    let exe = crate::paths::Programs::installed()
+        .map_err(setup("mini-letta's programs"))?
+        .agent;
     let marker = format!("MINI-LETTA-DECOY-SECRET-{:016x}", rand::random::<u64>());
     let env_value = format!("sk-decoy{:032x}", rand::random::<u128>());
     // The supervisor (embedded in this process) holds the decoy key. Set
@@ -297,7 +299,7 @@ fn run_attack(
         role: role.into(),
         argv: vec![
             exe.display().to_string(),
-            "__probe".into(),
+            "probe".into(),
             id.into(),
             "--context".into(),
             "-".into(),

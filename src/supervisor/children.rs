@@ -1,7 +1,7 @@
 //! The child table and the launch pipeline.
 //!
-//! Every agent-side process is started here, as this same binary in its
-//! hidden `__child ROLE` entry, with:
+//! Every agent-side process is started here, through the child-stage
+//! program (`mini-letta-stage2 ROLE …`, installed beside `mini-letta`), with:
 //! * one end of a `socketpair` as descriptor 3 — its only channel; identity is
 //!   the connection, so a child can never speak for another agent;
 //! * an allow-listed environment (no API keys, no `MINI_LETTA_*` switches);
@@ -218,7 +218,7 @@ pub struct Launched {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("cannot find this program's own executable: {0}")]
+    #[error("cannot find mini-letta's programs: {0}")]
     SelfExe(std::io::Error),
     #[error("cannot start child: {0}")]
     Spawn(std::io::Error),
@@ -248,10 +248,10 @@ impl Launcher {
             .name("launcher".into())
             .spawn(move || {
                 let _guard = rt.enter();
-                let exe = std::env::current_exe();
+                let programs = crate::paths::Programs::installed();
                 while let Ok((spec, reply)) = rx.recv() {
-                    let result = match &exe {
-                        Ok(exe) => launch(exe, spec),
+                    let result = match &programs {
+                        Ok(p) => launch(&p.stage, spec),
                         Err(e) => Err(LaunchError::SelfExe(std::io::Error::new(
                             e.kind(),
                             e.to_string(),
@@ -293,20 +293,16 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
     env
 }
 
-fn launch(exe: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
+fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
     let plan = &spec.plan;
-    let stage = stage_exe(exe);
     // Without a wrapper, the stage program is what we exec directly.
     let mut cmd = if plan.wrapper_args.is_empty() {
-        tokio::process::Command::new(&stage)
+        tokio::process::Command::new(stage)
     } else {
         let mut c = tokio::process::Command::new(&plan.program);
-        c.args(&plan.wrapper_args).arg("--").arg(&stage);
+        c.args(&plan.wrapper_args).arg("--").arg(stage);
         c
     };
-    if stage == exe {
-        cmd.arg("__child");
-    }
     cmd.arg(&spec.role).arg("--agent").arg(&spec.agent_id);
     if let Some(stage) = &plan.stage {
         let policy = serde_json::to_string(stage)
@@ -510,17 +506,6 @@ impl PreExecStep {
             },
             None => LaunchError::Spawn(e),
         }
-    }
-}
-
-/// The stage-2 program: the small `mini-letta-stage2` next to this binary
-/// when it is there (it starts much faster), else this binary's `__child`.
-pub fn stage_exe(exe: &std::path::Path) -> PathBuf {
-    let small = exe.with_file_name("mini-letta-stage2");
-    if small.is_file() {
-        small
-    } else {
-        exe.to_path_buf()
     }
 }
 

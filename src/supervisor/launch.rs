@@ -248,7 +248,7 @@ fn plan_child(
 ) -> Result<LaunchPlan, Outcome> {
     use crate::sandbox::{cgroup, identity, plan, profile};
     let internal = |e: &dyn std::fmt::Display| error(ErrorCode::Internal, e.to_string());
-    let exe = std::env::current_exe().map_err(|e| internal(&e))?;
+    let programs = crate::paths::Programs::installed().map_err(|e| internal(&e))?;
     if isolation == Isolation::Off {
         tracing::warn!(agent = %record.id, role, "ISOLATION OFF: starting a child without confinement, as requested");
     }
@@ -262,7 +262,7 @@ fn plan_child(
         let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
         identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
         identity::check_reachable(
-            &super::children::stage_exe(&exe),
+            &programs.stage,
             "run",
             "install mini-letta where every user can run it (e.g. /usr/local/bin)",
         )
@@ -280,8 +280,9 @@ fn plan_child(
         agent_id: &record.id,
         tmp_dir: &agent.tmp_dir(),
         resolved: &resolved,
-        exe: &exe,
-        stage_exe: &super::children::stage_exe(&exe),
+        exe: &programs.cli,
+        stage_exe: &programs.stage,
+        agent_exe: &programs.agent,
         uid,
     })
     .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;

@@ -21,7 +21,7 @@
 //! the seccomp allow-list: calls the kernel mostly refuses anyway, checked
 //! to be refused by the filter first.
 //!
-//! The hidden `mini-letta __probe ID --context JSON` command calls
+//! The agent-side program's `mini-letta-agent probe ID --context JSON` calls
 //! [`run_one`] and prints its result.
 
 mod channel;
@@ -288,7 +288,7 @@ pub fn run(attack: &Attack, ctx: &ProbeContext) -> Verdict {
     }
 }
 
-/// Entry used by the hidden `mini-letta __probe ID --context JSON` command:
+/// Entry used by `mini-letta-agent probe ID --context JSON`:
 /// runs one attack and returns the JSON line to print:
 /// `{"id","number","title","verdict","evidence"|"reason","elapsed_ms"}`.
 pub fn run_one(id: &str, ctx: &ProbeContext) -> Value {
