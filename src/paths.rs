@@ -90,6 +90,12 @@ impl Home {
         self.root.join("agents")
     }
 
+    /// The agents' name index (a cache of every record's id and name; its
+    /// `.` keeps it out of the id alphabet, so listings skip it).
+    pub fn agents_index(&self) -> PathBuf {
+        self.agents_dir().join("index.json")
+    }
+
     /// Operator overrides of the built-in sandbox role profiles.
     pub fn sandbox_profiles_dir(&self) -> PathBuf {
         self.root.join("sandbox-profiles")

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod conversation;
+pub mod index;
 pub mod prompt_cache;
 pub mod record;
 pub mod runtime;

@@ -7,6 +7,7 @@ use git2::Signature;
 use rand::RngCore;
 use time::OffsetDateTime;
 
+use super::index;
 use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
@@ -136,6 +137,7 @@ pub fn create_with_quota(
                     made?;
                 }
             }
+            reindex(home);
             Ok(record)
         }
         Err(e) => {
@@ -190,6 +192,15 @@ fn write_record(path: &std::path::Path, record: &AgentRecord) -> Result<(), Stor
     atomic_write(path, &json).map_err(io(path))
 }
 
+/// Rebuild the name index from the records (after a create or delete; a
+/// failure only costs the next lookup a scan).
+pub fn reindex(home: &Home) {
+    match list(home) {
+        Ok(agents) => index::write(home, &agents),
+        Err(e) => tracing::debug!("cannot rebuild the agents' index: {e}"),
+    }
+}
+
 /// Every agent, oldest first (ties by name).
 pub fn list(home: &Home) -> Result<Vec<AgentRecord>, StoreError> {
     let dir = home.agents_dir();
@@ -224,22 +235,65 @@ pub fn load(paths: &AgentPaths) -> Result<AgentRecord, StoreError> {
 }
 
 /// Find an agent by id or name; with no selector, the only agent there is.
+///
+/// An id is read directly; a name goes through the index (one small file
+/// and one record). Only when the index is missing or out of date, or
+/// misses the name, are all records read (and the index rebuilt).
 pub fn find(home: &Home, selector: Option<&str>) -> Result<(AgentRecord, AgentPaths), StoreError> {
+    if let Some(sel) = selector
+        && let Ok(paths) = home.agent(sel)
+        && paths.agent_json().is_file()
+    {
+        let record = load(&paths)?;
+        if record.id == sel {
+            return Ok((record, paths));
+        }
+    }
+    if let Some(entries) = index::read_current(home)
+        && let Some(found) = find_indexed(home, &entries, selector)?
+    {
+        return Ok(found);
+    }
     let agents = list(home)?;
+    index::write(home, &agents);
     let found = match selector {
         Some(sel) => agents
             .into_iter()
             .find(|a| a.id == sel || a.name == sel)
             .ok_or_else(|| StoreError::NotFound(sel.to_string()))?,
-        None => match agents.len() {
-            0 => return Err(StoreError::NoAgents),
-            1 => agents.into_iter().next().ok_or(StoreError::NoAgents)?,
-            _ => {
-                let names: Vec<_> = agents.iter().map(|a| a.name.as_str()).collect();
-                return Err(StoreError::Ambiguous(names.join(", ")));
-            }
-        },
+        None => only_one(agents, |a| a.name.clone())?,
     };
     let paths = home.agent(&found.id)?;
     Ok((found, paths))
+}
+
+/// The lookup through a current index; `None` when the index cannot
+/// answer (the name is not there, or a record disagrees with it).
+fn find_indexed(
+    home: &Home,
+    entries: &[index::Entry],
+    selector: Option<&str>,
+) -> Result<Option<(AgentRecord, AgentPaths)>, StoreError> {
+    let entry = match selector {
+        Some(sel) => match entries.iter().find(|e| e.name == sel) {
+            Some(e) => e.clone(),
+            None => return Ok(None),
+        },
+        None => only_one(entries.to_vec(), |e| e.name.clone())?,
+    };
+    let paths = home.agent(&entry.id)?;
+    let record = load(&paths)?;
+    let agrees = record.id == entry.id && selector.is_none_or(|s| record.name == s);
+    Ok(agrees.then_some((record, paths)))
+}
+
+/// The single item, or why there is not exactly one.
+fn only_one<T>(mut items: Vec<T>, name: impl Fn(&T) -> String) -> Result<T, StoreError> {
+    match items.len() {
+        0 => Err(StoreError::NoAgents),
+        1 => items.pop().ok_or(StoreError::NoAgents),
+        _ => Err(StoreError::Ambiguous(
+            items.iter().map(name).collect::<Vec<_>>().join(", "),
+        )),
+    }
 }

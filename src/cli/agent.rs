@@ -194,6 +194,7 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
     let volume = crate::sandbox::volume::remove(home, &record.id)?;
     std::fs::remove_dir_all(paths.dir())
         .with_context(|| format!("cannot remove {}", paths.dir().display()))?;
+    store::reindex(home);
     let uid_freed = match record.sandbox_uid {
         Some(uid) => crate::sandbox::identity::release_uid(home, &record.id, uid)?.then_some(uid),
         None => None,
