@@ -1,6 +1,7 @@
 //! Finding an agent by name reads the index and one record, and a stale,
 //! torn or missing index never gives a wrong answer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use mini_letta::agent::store::{self, StoreError};
 use mini_letta::paths::Home;
 
