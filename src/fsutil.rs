@@ -1,31 +1,40 @@
 //! Small filesystem helpers shared by every writer.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-/// Write `contents` to `path` atomically: a temporary file in the same
-/// directory, fsynced, then renamed over the target, so a crash leaves either
-/// the old or the new file, never a torn one.
+/// Write `contents` to `path` atomically: a uniquely named temporary file
+/// in the same directory, fsynced, then renamed over the target, so a crash
+/// leaves either the old or the new file, never a torn one, and concurrent
+/// writers (threads or processes) never share a temporary file.
 pub fn atomic_write(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    atomic_write_mode(path, contents, 0o644)
+}
+
+/// [`atomic_write`] with the file's mode (the temporary file is created
+/// private and given `mode` before it is renamed into place).
+pub fn atomic_write_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        // Persist the rename itself.
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    // Dropped (and removed) on any error below.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(contents)?;
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // Persist the rename itself.
+    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -38,7 +47,33 @@ mod tests {
         let p = dir.path().join("a.json");
         atomic_write(&p, b"one").unwrap();
         atomic_write(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&p).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o644);
+    }
+
+    /// Threads writing the same file at once never tear it nor leave
+    /// temporary files behind (a name per process would be shared).
+    #[test]
+    fn concurrent_writers_in_one_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("index.json");
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let p = &p;
+                s.spawn(move || {
+                    let body = vec![b'a' + t; 64 * 1024];
+                    for _ in 0..20 {
+                        atomic_write(p, &body).unwrap();
+                    }
+                });
+            }
+        });
+        let got = std::fs::read(&p).unwrap();
+        assert_eq!(got.len(), 64 * 1024);
+        assert!(got.iter().all(|b| *b == got[0]), "torn file");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

@@ -480,11 +480,21 @@ fn sigterm_reaches_the_confined_program() {
         &[
             "sh",
             "-c",
-            "trap 'exit 42' TERM; while true; do sleep 0.1; done",
+            "trap 'exit 42' TERM; : > \"$TMPDIR/trap-set\"; while true; do sleep 0.1; done",
         ],
     );
     let child = v["child"].as_u64().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The signal is sent once the trap is in place, not after a guess.
+    let ready = mini_letta::paths::Home::at(d.path())
+        .agent(&d.agents[0])
+        .unwrap()
+        .tmp_dir()
+        .join("trap-set");
+    assert!(
+        common::wait_until(10, || ready.exists()),
+        "the program never set its trap ({})",
+        ready.display()
+    );
     c.call(mini_letta::protocol::Call::Kill {
         child,
         signal: None,

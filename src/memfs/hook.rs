@@ -10,12 +10,9 @@
 //! rewrites the script (`.git/hooks` is not cloned either, lab 2.3).
 
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use git2::Repository;
 
@@ -126,32 +123,10 @@ pub fn install(git_dir: &Path, binary: &Path) -> Result<(), HookError> {
         source,
     };
     fs::create_dir_all(&hooks).map_err(err)?;
-    // Created 0755 under a temporary name and renamed, so git never sees a
-    // half-written or non-executable hook (it would skip it silently).
-    // Unique per process *and* call, so concurrent installers never share
-    // (or delete) each other's temporary file.
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = hooks.join(format!(
-        ".pre-commit.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .open(&tmp)?;
-        f.write_all(&script(binary))?;
-        f.sync_all()?;
-        // The umask may have cleared bits at creation.
-        fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        fs::rename(&tmp, &target)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(err)
+    // Written 0755 under a unique temporary name and renamed, so git never
+    // sees a half-written or non-executable hook (it would skip it
+    // silently), and concurrent installers never share a temporary file.
+    crate::fsutil::atomic_write_mode(&target, &script(binary), 0o755).map_err(err)
 }
 
 /// Make sure the hook calls `binary`, writing only when needed.

@@ -27,7 +27,6 @@
 //! fatal "script exhausted".
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -130,14 +129,8 @@ impl ScriptedModel {
                 cursor_file.display()
             )));
         };
-        let tmp = cursor_file.with_extension(format!("cursor.tmp{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            writeln!(f, "{}", cursor + 1)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &cursor_file)
-        };
-        write().map_err(|e| io("cannot write the cursor", e))?;
+        crate::fsutil::atomic_write(&cursor_file, format!("{}\n", cursor + 1).as_bytes())
+            .map_err(|e| io("cannot write the cursor", e))?;
         drop(lock);
         Ok(turn)
     }

@@ -277,9 +277,14 @@ pub fn hostile_child() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir =
-                std::env::temp_dir().join(format!("mini-letta-hostile-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
+            // Kept for the test process's life (the binary is shared by
+            // its tests); a unique name, so parallel test processes never
+            // race on one build.
+            let dir = tempfile::Builder::new()
+                .prefix("mini-letta-hostile-")
+                .tempdir()
+                .unwrap()
+                .keep();
             std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
                 .unwrap();
             let out = dir.join("child");
