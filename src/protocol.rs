@@ -94,6 +94,12 @@ pub enum Call {
     /// A model request; answered by `model.delta` events then a response.
     #[serde(rename = "model.complete")]
     ModelComplete { request: Value },
+    /// Run one turn: the supervisor finds the agent, starts its `agent`
+    /// child on the three descriptors sent with the frame (stdin, stdout,
+    /// stderr), and answers when the child has exited, with its exit. One
+    /// request per turn.
+    #[serde(rename = "turn.run")]
+    TurnRun(TurnParams),
     /// A turn event from an agent child, re-broadcast to subscribers as
     /// `turn.event` (how `attach` follows a running turn).
     #[serde(rename = "turn.event")]
@@ -117,6 +123,7 @@ impl Call {
             Call::MemoryCommit { .. } => "memory.commit",
             Call::MemoryStatus { .. } => "memory.status",
             Call::ModelComplete { .. } => "model.complete",
+            Call::TurnRun(_) => "turn.run",
             Call::TurnEvent { .. } => "turn.event",
             Call::Log { .. } => "log",
         }
@@ -163,6 +170,26 @@ pub struct SpawnParams {
     /// The model this child's `model.complete` calls use (the agent's
     /// recorded model when absent). Recorded at launch: the child cannot
     /// name another one later.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Parameters of `turn.run`. The program the child runs is the
+/// supervisor's choice (the installed agent-side program), never the
+/// caller's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnParams {
+    /// Agent id or name; the only agent when absent.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// A project directory the agent may read and write.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Isolation level (`strict` when absent, `degraded`, `off`).
+    #[serde(default)]
+    pub isolation: Option<String>,
+    /// The model the child's `model.complete` calls use (the agent's
+    /// recorded model when absent).
     #[serde(default)]
     pub model: Option<String>,
 }
@@ -270,6 +297,7 @@ pub const METHODS: &[&str] = &[
     "memory.commit",
     "memory.status",
     "model.complete",
+    "turn.run",
     "turn.event",
     "log",
 ];

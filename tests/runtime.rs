@@ -581,3 +581,32 @@ fn attach_follows_a_running_turn_live() {
     assert!(types.contains(&"tool_result"), "{types:?}");
     assert_eq!(types.last(), Some(&"done"), "{types:?}");
 }
+
+/// A `chat -p` costs the supervisor one control-socket request (`turn.run`),
+/// whatever the turn does inside its child; an unknown agent is refused by
+/// that same request, with the store's message.
+#[test]
+fn one_chat_turn_is_one_request() {
+    let d = Daemon::start(&["solo"]);
+    let requests = || {
+        let mut c = d.client();
+        let v = c.call(mini_letta::protocol::Call::Status {}).unwrap();
+        v["cli_requests"].as_u64().unwrap()
+    };
+    let before = requests();
+    let v = chat_json(d.path(), "记住: one trip", &[]);
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
+    let after = requests();
+    // `after` counts its own status request.
+    assert_eq!(
+        after - before,
+        2,
+        "chat -p made {} requests",
+        after - before - 1
+    );
+
+    let o = chat(d.path(), &["-a", "nobody", "-p", "hi"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no agent \"nobody\""), "{}", stderr(&o));
+    assert_eq!(requests() - after, 2, "a refused turn is one request too");
+}

@@ -21,7 +21,7 @@ use super::{Cli, output};
 use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::{Call, SpawnParams, StdioMode};
+use crate::protocol::{Call, TurnParams};
 use crate::supervisor::Session;
 use crate::supervisor::client::Client;
 
@@ -58,7 +58,6 @@ pub struct ChatArgs {
 
 pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
-    let (record, _) = store::find(&home, args.agent.as_deref())?;
     let workspace = match &args.workspace {
         Some(w) => {
             Some(std::fs::canonicalize(w).with_context(|| format!("workspace {}", w.display()))?)
@@ -79,8 +78,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         let mut events = Vec::new();
         let done = turn(
             &mut session,
-            &home,
-            &record.id,
+            args.agent.as_deref(),
             &args.isolation,
             workspace.as_deref(),
             &input(prompt, args.recompile, true),
@@ -110,6 +108,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         });
     }
+    let (record, _) = store::find(&home, args.agent.as_deref())?;
     interactive(&mut session, &home, &record, args, &input)
 }
 
@@ -154,8 +153,7 @@ fn interactive(
         let ws = args.workspace.clone();
         match turn(
             session,
-            home,
-            &record.id,
+            Some(&record.id),
             &args.isolation,
             ws.as_deref(),
             &input(line, recompile, new_session),
@@ -208,17 +206,18 @@ fn render_live(e: &TurnEvent) {
 }
 
 /// Run one turn in a confined agent child; returns its `done` event.
+///
+/// One request (`turn.run`): the supervisor finds the agent and starts its
+/// child on our pipes; we feed the turn's input, read its events, then read
+/// the response, which comes when the child has exited.
 pub fn turn(
     session: &mut Session,
-    home: &Home,
-    agent_id: &str,
+    agent: Option<&str>,
     isolation: &str,
     workspace: Option<&std::path::Path>,
     input: &TurnInput,
     on_event: &mut dyn FnMut(&TurnEvent),
 ) -> anyhow::Result<TurnEvent> {
-    let agent = home.agent(agent_id)?;
-    let programs = crate::paths::Programs::installed()?;
     let (in_r, mut in_w) = std::io::pipe()?;
     let (out_r, out_w) = std::io::pipe()?;
     // Not our stderr: the child's errors are relayed, cleaned of control
@@ -234,18 +233,9 @@ pub fn turn(
         }
     });
     let client = &mut session.client;
-    client.call(Call::Subscribe {})?;
     let req = client.send_request_with_fds(
-        Call::Spawn(SpawnParams {
-            agent: agent_id.to_string(),
-            role: "agent".into(),
-            argv: vec![
-                programs.agent.display().to_string(),
-                "turn".into(),
-                "--agent-dir".into(),
-                agent.dir().display().to_string(),
-            ],
-            stdio: StdioMode::Passed,
+        Call::TurnRun(TurnParams {
+            agent: agent.map(str::to_string),
             workspace: workspace.map(|w| w.display().to_string()),
             isolation: Some(isolation.to_string()),
             model: input.model.clone(),
@@ -255,17 +245,10 @@ pub fn turn(
     drop(in_r);
     drop(out_w);
     drop(err_w);
-    serde_json::to_writer(&mut in_w, input)?;
+    // A refused turn (no such agent) closes the pipes unread: not an error
+    // of ours, the response says why.
+    let fed = serde_json::to_writer(&mut in_w, input);
     drop(in_w);
-    let mut exits: Vec<Value> = Vec::new();
-    let spawned = client.wait_response(req, |event, data| {
-        if event == "child.exit" {
-            exits.push(data.clone());
-        }
-    })?;
-    let child = spawned["child"]
-        .as_u64()
-        .context("supervisor gave no child id")?;
     let mut done = None;
     for line in BufReader::new(out_r).lines() {
         let line = line?;
@@ -279,7 +262,9 @@ pub fn turn(
             Err(_) => eprintln!("{}", clean(&line)),
         }
     }
-    let exit = client.wait_child_exit(child, &mut exits)?;
+    let ended = client.wait_response(req, |_, _| {})?;
+    fed.context("cannot hand the turn to the agent process")?;
+    let exit = &ended["exit"];
     // Its stderr closes with it; a lingering descendant could keep it open,
     // so wait only briefly — but do wait: the error that ended it is there.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);

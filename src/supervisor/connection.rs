@@ -129,6 +129,11 @@ async fn serve_frames_inner(
                 });
             }
             ClientFrame::Request { id, call } => {
+                if matches!(peer, Peer::Cli) {
+                    state
+                        .cli_requests
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 if !greeted {
                     sender.send(&ServerFrame::Error {
                         id: Some(id),
@@ -161,6 +166,7 @@ async fn serve_frames_inner(
                     Call::Spawn(p) if p.stdio == StdioMode::Passed => {
                         fds.into_iter().take(3).collect()
                     }
+                    Call::TurnRun(_) => fds.into_iter().take(3).collect(),
                     _ => Vec::new(),
                 };
                 // At most this many requests of one connection run at once:

@@ -28,6 +28,7 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
+        Call::TurnRun(params) => launch::run_turn(state, params, fds).await,
         Call::MemoryCommit { .. } | Call::MemoryStatus { .. } => {
             memory_call(state, peer, call).await
         }
@@ -140,5 +141,6 @@ fn status(state: &State) -> Value {
         "protocol": PROTOCOL_VERSION,
         "children": live,
         "children_known": total,
+        "cli_requests": state.cli_requests.load(std::sync::atomic::Ordering::Relaxed),
     })
 }

@@ -17,7 +17,7 @@ use super::untrusted;
 use crate::agent::record::AgentRecord;
 use crate::agent::store;
 use crate::paths::AgentPaths;
-use crate::protocol::{ErrorCode, Outcome, SpawnParams, StdioMode};
+use crate::protocol::{ErrorCode, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
 
@@ -148,6 +148,86 @@ async fn try_spawn(
     Ok(Outcome::Result(
         json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
     ))
+}
+
+/// `turn.run`: start the agent's turn child on the caller's descriptors and
+/// answer once it has exited.
+pub async fn run_turn(state: &Arc<State>, params: TurnParams, fds: PassedFds) -> Outcome {
+    match try_run_turn(state, params, fds).await {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+async fn try_run_turn(
+    state: &Arc<State>,
+    params: TurnParams,
+    fds: PassedFds,
+) -> Result<Outcome, Outcome> {
+    let (st, selector) = (state.clone(), params.agent.clone());
+    let (record, agent) = blocking(move || {
+        store::find(&st.home, selector.as_deref())
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+    })
+    .await?;
+    let programs = crate::paths::Programs::installed()
+        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    let spawn = SpawnParams {
+        agent: record.id.clone(),
+        role: "agent".into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "turn".into(),
+            "--agent-dir".into(),
+            agent.dir().display().to_string(),
+        ],
+        stdio: StdioMode::Passed,
+        workspace: params.workspace,
+        isolation: params.isolation,
+        model: params.model,
+    };
+    // Subscribed before the launch, so the exit cannot pass unseen.
+    let mut events = state.events.subscribe();
+    let Outcome::Result(started) = try_spawn(state, spawn, fds).await? else {
+        return Err(error(ErrorCode::Internal, "the turn's child did not start"));
+    };
+    let id = started["child"].as_u64().unwrap_or_default();
+    let exit = loop {
+        match events.recv().await {
+            Ok((event, data)) if event == "child.exit" && data["child"].as_u64() == Some(id) => {
+                break data;
+            }
+            Ok(_) => {}
+            // Missed events: the table still knows how the child ended.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                if let Some(ended) = ended_in_table(state, id) {
+                    break ended;
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
+            }
+        }
+    };
+    let mut result = started;
+    if let Some(obj) = result.as_object_mut() {
+        let mut end = serde_json::Map::new();
+        for key in ["state", "code", "signal"] {
+            if let Some(v) = exit.get(key) {
+                end.insert(key.into(), v.clone());
+            }
+        }
+        obj.insert("exit".into(), end.into());
+    }
+    Ok(Outcome::Result(result))
+}
+
+/// How child `id` ended, if the table says it has.
+fn ended_in_table(state: &State, id: u64) -> Option<serde_json::Value> {
+    let info = state.table.lock().ok()?.get(id).cloned()?;
+    if info.is_live() {
+        return None;
+    }
+    serde_json::to_value(&info.state).ok()
 }
 
 /// Output of children without passed stdio goes to our log, quoted and

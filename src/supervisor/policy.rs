@@ -27,6 +27,7 @@ pub const TABLE: &[(&str, [bool; 5])] = &[
     ("memory.commit", [true, true, false, false, true]),
     ("memory.status", [true, true, true, true, true]),
     ("model.complete", [true, true, true, true, false]),
+    ("turn.run", [true, false, false, false, false]),
     ("turn.event", [false, true, false, false, false]),
     ("log", [true, true, true, true, true]),
 ];

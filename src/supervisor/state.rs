@@ -58,6 +58,9 @@ pub struct State {
     pub requests: TaskTracker,
     /// Woken whenever a child ends (shutdown waits on it, not on a timer).
     pub child_ended: Notify,
+    /// Requests received on the control socket (`supervisor.status` shows
+    /// it: how many trips the CLI costs is measured, not guessed).
+    pub cli_requests: std::sync::atomic::AtomicU64,
     /// Channels to live children, for shutdown notices.
     pub(super) channels: Mutex<HashMap<u64, FrameSender>>,
     /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
@@ -81,6 +84,7 @@ impl State {
             stop: CancellationToken::new(),
             requests: TaskTracker::new(),
             child_ended: Notify::new(),
+            cli_requests: Default::default(),
             channels: Mutex::new(HashMap::new()),
             agent_slots: Mutex::new(HashMap::new()),
         }
