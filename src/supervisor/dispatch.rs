@@ -76,7 +76,13 @@ fn supervisor_call(state: &State, call: Call) -> Outcome {
 async fn children_call(state: &Arc<State>, call: Call, fds: PassedFds) -> Outcome {
     match call {
         Call::Spawn(params) => launch::spawn_child(state, params, fds).await,
-        Call::Kill { child, signal } => launch::kill_child(state, child, signal),
+        Call::Kill { child, signal } => {
+            // Walks /proc and opens pidfds: off the async workers.
+            let st = state.clone();
+            match super::state::blocking(move || Ok(launch::kill_child(&st, child, signal))).await {
+                Ok(o) | Err(o) => o,
+            }
+        }
         other => unrouted(&other),
     }
 }
