@@ -13,5 +13,6 @@ pub mod profile;
 pub mod report;
 pub mod seccomp;
 pub mod stage2;
+pub mod sys;
 pub mod verify;
 pub mod volume;
