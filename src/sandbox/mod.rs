@@ -14,5 +14,4 @@ pub mod report;
 pub mod seccomp;
 pub mod stage2;
 pub mod sys;
-pub mod verify;
 pub mod volume;

@@ -154,7 +154,8 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let launcher = Launcher::start(rt).map_err(io)?;
     let (events, _) = broadcast::channel(1024);
     if nix::unistd::geteuid().is_root() {
-        let n = crate::sandbox::identity::kill_leftovers(home);
+        let uids = crate::agent::store::sandbox_uids(home).unwrap_or_default();
+        let n = crate::sandbox::identity::kill_leftovers(&uids);
         if n > 0 {
             tracing::warn!(
                 "killed {n} leftover process(es) of this home's agents from an earlier supervisor"
@@ -925,7 +926,8 @@ fn plan_child(
     let confined = isolation != Isolation::Off;
     let mut uid = None;
     if confined && report.uid_switch.available {
-        let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
+        let u = crate::agent::store::ensure_sandbox_uid(&state.home, record, agent)
+            .map_err(|e| internal(&e))?;
         identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
         identity::check_reachable(
             &super::children::stage_exe(&exe),
