@@ -284,13 +284,7 @@ fn build_view(
     for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = proc_dir.join(sub);
         if p.exists() {
-            mount(
-                Some(&p),
-                &p,
-                None,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None,
-            )?;
+            mount(Some(&p), &p, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
             set_attr(&p, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
         }
     }
@@ -506,7 +500,8 @@ pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
     // and exec.
     unsafe {
         cmd.pre_exec(move || {
-            let fail = |step: i32, e: Errno| std::io::Error::from_raw_os_error(step * 1000 + e as i32);
+            let fail =
+                |step: i32, e: Errno| std::io::Error::from_raw_os_error(step * 1000 + e as i32);
             if let Some(u) = as_uid {
                 let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
                 nix::unistd::setgroups(&[])
@@ -531,9 +526,8 @@ pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
                 None::<&std::ffi::CStr>,
             )
             .map_err(|e| fail(4, e))?;
-            sys::mount_setattr_recursive(c"/tmp", MOUNT_ATTR_RDONLY).map_err(|e| {
-                fail(5, Errno::from_raw(e.raw_os_error().unwrap_or(0)))
-            })?;
+            sys::mount_setattr_recursive(c"/tmp", MOUNT_ATTR_RDONLY)
+                .map_err(|e| fail(5, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
             Ok(())
         });
     }

@@ -105,7 +105,8 @@ impl From<BoundingSetError> for io::Error {
 pub fn clear_bounding_set() -> Result<(), BoundingSetError> {
     for cap in 0..=63u32 {
         // SAFETY: PR_CAPBSET_DROP takes integers only.
-        let dropped = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+        let dropped =
+            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
         if let Err(source) = check(dropped.into()) {
             if source.raw_os_error() == Some(libc::EINVAL) {
                 break;

@@ -100,8 +100,8 @@ fn run_in(
     let is_root = nix::unistd::geteuid().is_root();
     if isolation != Isolation::Off && report.uid_switch.available {
         let mut b_rec = b.clone();
-        let uid = store::ensure_sandbox_uid(&home, &mut b_rec, &b_paths)
-            .map_err(setup("agent B uid"))?;
+        let uid =
+            store::ensure_sandbox_uid(&home, &mut b_rec, &b_paths).map_err(setup("agent B uid"))?;
         identity::own_agent_dir(&b_paths, uid).map_err(setup("agent B ownership"))?;
     }
     let planted = decoys::plant(&a_paths, &secret, is_root)?;
