@@ -13,3 +13,4 @@ pub mod paths;
 pub mod protocol;
 pub mod sandbox;
 pub mod supervisor;
+pub mod verify;

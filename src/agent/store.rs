@@ -49,6 +49,8 @@ pub enum StoreError {
     Signature(git2::Error),
     #[error(transparent)]
     Volume(#[from] crate::sandbox::volume::VolumeError),
+    #[error(transparent)]
+    UidRegistry(#[from] crate::sandbox::identity::RegistryError),
 }
 
 fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -225,6 +227,29 @@ pub fn list(home: &Home) -> Result<Vec<AgentRecord>, StoreError> {
             .then_with(|| a.name.cmp(&b.name))
     });
     Ok(out)
+}
+
+/// The sandbox uids this home's agent records name.
+pub fn sandbox_uids(home: &Home) -> Result<Vec<u32>, StoreError> {
+    Ok(list(home)?.iter().filter_map(|a| a.sandbox_uid).collect())
+}
+
+/// The agent's sandbox uid: the one its record names, else the lowest uid
+/// free on this host ([`crate::sandbox::identity::allocate_uid`]), saved in
+/// the record before it is used.
+pub fn ensure_sandbox_uid(
+    home: &Home,
+    record: &mut AgentRecord,
+    paths: &AgentPaths,
+) -> Result<u32, StoreError> {
+    if let Some(uid) = record.sandbox_uid {
+        return Ok(uid);
+    }
+    let recorded = sandbox_uids(home)?;
+    let uid = crate::sandbox::identity::allocate_uid(home, &record.id, &recorded)?;
+    record.sandbox_uid = Some(uid);
+    save(paths, record)?;
+    Ok(uid)
 }
 
 /// Read one agent's record.

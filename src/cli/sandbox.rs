@@ -210,7 +210,7 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
 
 fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
     let isolation: Isolation = isolation.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    let report = crate::sandbox::verify::run(isolation, role, |r| {
+    let report = crate::verify::run(isolation, role, |r| {
         if json {
             return;
         }

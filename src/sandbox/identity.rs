@@ -8,8 +8,6 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::agent::record::AgentRecord;
-use crate::agent::store::{self, StoreError};
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home, OWNERSHIP_MARKER_NAME};
 
@@ -26,23 +24,21 @@ static ALLOCATION: Mutex<()> = Mutex::new(());
 /// on this machine so that two tenants' agents never share a uid.
 pub const REGISTRY: &str = "/var/lib/mini-letta/.agent-uids";
 
-/// The agent's uid, assigning the lowest uid free on this host on first use.
-pub fn ensure_uid(
-    home: &Home,
-    record: &mut AgentRecord,
-    paths: &AgentPaths,
-) -> Result<u32, StoreError> {
-    if let Some(uid) = record.sandbox_uid {
-        return Ok(uid);
-    }
+/// A failure reading or writing the host's uid registry ([`REGISTRY`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{registry}: {0}", registry = REGISTRY)]
+pub struct RegistryError(#[source] pub std::io::Error);
+
+/// Hand out the lowest uid free on this host to `agent_id` of `home` and
+/// record it in the host registry. `recorded` are the uids the home's
+/// agent records already name (the caller reads them: this module knows no
+/// agent record); they stay taken even where the registry lacks them. The
+/// caller stores the uid in the agent's record.
+pub fn allocate_uid(home: &Home, agent_id: &str, recorded: &[u32]) -> Result<u32, RegistryError> {
     let _guard = ALLOCATION.lock().unwrap_or_else(|p| p.into_inner());
-    let io = |source| StoreError::Io {
-        path: PathBuf::from(REGISTRY),
-        source,
-    };
     let registry = Path::new(REGISTRY);
     if let Some(dir) = registry.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::create_dir_all(dir).map_err(RegistryError)?;
     }
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -50,11 +46,11 @@ pub fn ensure_uid(
         .create(true)
         .mode(0o600)
         .open(registry)
-        .map_err(io)?;
+        .map_err(RegistryError)?;
     // Serialise allocation across supervisors of different homes.
-    file.lock().map_err(io)?;
+    file.lock().map_err(RegistryError)?;
     let mut text = String::new();
-    file.read_to_string(&mut text).map_err(io)?;
+    file.read_to_string(&mut text).map_err(RegistryError)?;
     // Every uid ever handed out stays taken, even when its agent directory
     // is not found now: a home that is moved or not mounted still has files
     // owned by that uid, which the next agent given it would own.
@@ -62,26 +58,20 @@ pub fn ensure_uid(
         .lines()
         .filter_map(|l| l.split(' ').next()?.parse().ok())
         .collect();
-    used.extend(store::list(home)?.iter().filter_map(|a| a.sandbox_uid));
+    used.extend(recorded.iter().copied());
     let uid = (UID_BASE..PROBE_UID)
         .find(|u| !used.contains(u))
-        .ok_or_else(|| io(std::io::Error::other("no free agent uid left")))?;
-    writeln!(file, "{uid} {} {}", record.id, home.root().display()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    record.sandbox_uid = Some(uid);
-    store::save(paths, record)?;
+        .ok_or_else(|| RegistryError(std::io::Error::other("no free agent uid left")))?;
+    writeln!(file, "{uid} {agent_id} {}", home.root().display()).map_err(RegistryError)?;
+    file.sync_all().map_err(RegistryError)?;
     Ok(uid)
 }
 
 /// Free the uid of a deleted agent (`agent delete`): its registry entry is
 /// removed — the only way a uid is ever handed out again. Refused while any
 /// process still runs as that uid. Returns whether an entry was removed.
-pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, StoreError> {
+pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, RegistryError> {
     use std::io::{Seek, SeekFrom};
-    let io = |source| StoreError::Io {
-        path: PathBuf::from(REGISTRY),
-        source,
-    };
     let _guard = ALLOCATION.lock().unwrap_or_else(|p| p.into_inner());
     let mut file = match std::fs::OpenOptions::new()
         .read(true)
@@ -90,16 +80,16 @@ pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, StoreE
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io(e)),
+        Err(e) => return Err(RegistryError(e)),
     };
-    file.lock().map_err(io)?;
+    file.lock().map_err(RegistryError)?;
     if let Some(pid) = process_of_uid(uid) {
-        return Err(io(std::io::Error::other(format!(
+        return Err(RegistryError(std::io::Error::other(format!(
             "uid {uid} is still in use (process {pid}); stop it before deleting the agent"
         ))));
     }
     let mut text = String::new();
-    file.read_to_string(&mut text).map_err(io)?;
+    file.read_to_string(&mut text).map_err(RegistryError)?;
     let entry = format!("{uid} {agent_id} {}", home.root().display());
     let kept: Vec<&str> = text.lines().filter(|l| *l != entry).collect();
     if kept.len() == text.lines().count() {
@@ -109,10 +99,10 @@ pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, StoreE
     if !out.is_empty() {
         out.push('\n');
     }
-    file.set_len(0).map_err(io)?;
-    file.seek(SeekFrom::Start(0)).map_err(io)?;
-    file.write_all(out.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
+    file.set_len(0).map_err(RegistryError)?;
+    file.seek(SeekFrom::Start(0)).map_err(RegistryError)?;
+    file.write_all(out.as_bytes()).map_err(RegistryError)?;
+    file.sync_all().map_err(RegistryError)?;
     Ok(true)
 }
 
@@ -149,7 +139,7 @@ pub fn wait_uid_idle(uid: u32, limit: std::time::Duration) -> Option<u32> {
 /// Everything else there (`agent.json`, `memory.git/`) stays the
 /// supervisor's: the agent must not rewrite its own record (model, uid) or
 /// its git directory (hooks, config, refs).
-pub fn agent_owned_dirs(paths: &AgentPaths) -> Vec<std::path::PathBuf> {
+pub fn agent_owned_dirs(paths: &AgentPaths) -> Vec<PathBuf> {
     AGENT_OWNED_DIR_NAMES
         .iter()
         .map(|n| paths.dir().join(n))
@@ -317,7 +307,8 @@ pub fn check_reachable(path: &Path, what: &str, elsewhere: &str) -> std::io::Res
     Ok(())
 }
 
-/// Kill every process still running as one of this home's agent uids.
+/// Kill every process still running as one of `uids`, this home's agent
+/// uids (the caller reads them from the agent records).
 ///
 /// Called when a supervisor starts: nothing of an agent may outlive its
 /// supervisor, but a sandbox launched in the instant before the previous
@@ -325,12 +316,7 @@ pub fn check_reachable(path: &Path, what: &str, elsewhere: &str) -> std::io::Res
 /// re-arms it only after its own set-up). Each agent uid belongs to one
 /// home (the host-wide registry), so these processes can only be leftovers
 /// of this home. Returns how many were killed.
-pub fn kill_leftovers(home: &Home) -> usize {
-    let uids: std::collections::HashSet<u32> = store::list(home)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|a| a.sandbox_uid)
-        .collect();
+pub fn kill_leftovers(uids: &[u32]) -> usize {
     if uids.is_empty() {
         return 0;
     }

@@ -13,5 +13,5 @@ pub mod profile;
 pub mod report;
 pub mod seccomp;
 pub mod stage2;
-pub mod verify;
+pub mod sys;
 pub mod volume;

@@ -25,12 +25,23 @@
 //! `clone` namespace flags, `clone3`), where bubblewrap uses a sysctl.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::mount::{MntFlags, MsFlags};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::stat::{Mode, SFlag};
+use nix::sys::wait::WaitStatus;
+use nix::unistd::{ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
+
+use super::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 /// `comm` of the stage process left outside the pid namespace.
 pub const MONITOR_COMM: &str = "ml-ns-monitor";
@@ -63,44 +74,40 @@ pub struct NsError {
     source: std::io::Error,
 }
 
-fn err(what: impl Into<String>) -> NsError {
-    NsError {
-        what: what.into(),
-        source: std::io::Error::last_os_error(),
+impl NsError {
+    fn new(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        Self {
+            what: what.into(),
+            source: source.into(),
+        }
     }
 }
 
-fn check(r: libc::c_long, what: impl FnOnce() -> String) -> Result<(), NsError> {
-    if r < 0 { Err(err(what())) } else { Ok(()) }
-}
-
 fn cstr(p: &Path) -> Result<CString, NsError> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|e| NsError {
-        what: format!("{}: path has a NUL byte", p.display()),
-        source: std::io::Error::other(e),
+    CString::new(p.as_os_str().as_bytes()).map_err(|e| {
+        NsError::new(
+            format!("{}: path has a NUL byte", p.display()),
+            std::io::Error::other(e),
+        )
     })
 }
 
 /// Every namespace the child gets.
-pub const NAMESPACE_FLAGS: libc::c_int = libc::CLONE_NEWUSER
-    | libc::CLONE_NEWNS
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWCGROUP;
+pub const NAMESPACE_FLAGS: CloneFlags = CloneFlags::CLONE_NEWUSER
+    .union(CloneFlags::CLONE_NEWNS)
+    .union(CloneFlags::CLONE_NEWPID)
+    .union(CloneFlags::CLONE_NEWNET)
+    .union(CloneFlags::CLONE_NEWIPC)
+    .union(CloneFlags::CLONE_NEWUTS)
+    .union(CloneFlags::CLONE_NEWCGROUP);
 
 /// Enter the namespaces and build the view. Returns only in the program
 /// process (pid 2 of the new pid namespace), with no capability left; the
 /// monitor and init processes exit with the program's status instead.
 pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
-    // SAFETY: plain id queries.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
     let cwd = std::env::current_dir().ok();
-    // SAFETY: unshare with constant flags.
-    check(unsafe { libc::unshare(NAMESPACE_FLAGS) } as _, || {
-        "unshare".into()
-    })?;
+    nix::sched::unshare(NAMESPACE_FLAGS).map_err(|e| NsError::new("unshare", e))?;
     write_proc("/proc/self/setgroups", "deny")?;
     write_proc("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
     write_proc("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
@@ -117,15 +124,17 @@ pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
         .collect::<Result<Vec<_>, _>>()?;
     // The monitor holds the write end for its whole life: init sees the
     // monitor die even if that happens before its death signal is set.
-    let (alive_r, alive_w) = pipe()?;
-    // SAFETY: this process is single-threaded (a fresh exec of the stage).
-    match unsafe { libc::fork() } {
-        -1 => Err(err("fork of the namespace init")),
-        0 => {
+    let (alive_r, alive_w) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| NsError::new("pipe", e))?;
+    // SAFETY: this process is single-threaded (a fresh exec of the stage),
+    // so the child may do anything after the fork.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(NsError::new("fork of the namespace init", e)),
+        Ok(ForkResult::Child) => {
             drop(alive_w);
             init(plan, sources, alive_r, cwd.as_deref())
         }
-        child => {
+        Ok(ForkResult::Parent { child }) => {
             drop(alive_r);
             drop(sources);
             monitor(child, alive_w)
@@ -134,7 +143,7 @@ pub fn enter(plan: &NamespacePlan) -> Result<(), NsError> {
 }
 
 /// The stage outside the pid namespace: wait for init, exit as it did.
-fn monitor(child: libc::pid_t, alive: OwnedFd) -> ! {
+fn monitor(child: Pid, alive: OwnedFd) -> ! {
     set_comm(MONITOR_COMM);
     stand_by(child, false, alive)
 }
@@ -143,30 +152,25 @@ fn monitor(child: libc::pid_t, alive: OwnedFd) -> ! {
 /// hold no capability and none of the child's descriptors, wait for it
 /// (reaping every orphan too, as pid 1 must), and exit as it did. The
 /// `alive` pipe closes only when we exit.
-fn stand_by(child: libc::pid_t, reap_all: bool, alive: OwnedFd) -> ! {
+fn stand_by(child: Pid, reap_all: bool, alive: OwnedFd) -> ! {
     forward_signals_to(child);
     // The monitor and init hold every capability of the new user
     // namespace until here; one that cannot shed them must not stay
     // beside the program: take the sandbox down instead.
     if let Err(e) = drop_capabilities() {
         eprintln!("mini-letta: child stage failed: {e}; stopping the sandbox");
-        // SAFETY: killing our own child, then leaving.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::_exit(crate::child::STAGE_FAILURE);
-        }
+        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        sys::exit_now(crate::child::STAGE_FAILURE);
     }
-    // SAFETY: closing our copies of stdio and the channel; the child has
-    // its own.
-    unsafe {
-        for fd in 0..=3 {
-            libc::close(fd);
-        }
+    // Our copies of stdio and the channel; the child has its own. Some
+    // may not be open (EBADF), which is as good.
+    for fd in 0..=3 {
+        let _ = sys::close(fd);
     }
     let code = wait_for(child, reap_all);
     drop(alive);
-    // SAFETY: leaving without running destructors of a forked state.
-    unsafe { libc::_exit(code) }
+    // A forked copy: leave without running its destructors.
+    sys::exit_now(code)
 }
 
 /// Pid 1: build the view, start the program, then reap and forward.
@@ -180,105 +184,50 @@ fn init(
     // Without it, init (and the whole pid namespace) would outlive a
     // killed monitor: a sandbox nobody supervises.
     set_pdeathsig("init")?;
-    // SAFETY: a poll on our own pipe.
-    unsafe {
-        let mut p = libc::pollfd {
-            fd: alive.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        if libc::poll(&mut p, 1, 0) > 0 {
-            libc::_exit(1);
-        }
+    // The monitor died before the death signal was set: nobody would
+    // ever kill this namespace.
+    let mut p = [PollFd::new(alive.as_fd(), PollFlags::POLLIN)];
+    if nix::poll::poll(&mut p, PollTimeout::ZERO).is_ok_and(|n| n > 0) {
+        sys::exit_now(1);
     }
     build_view(plan, &sources, cwd)?;
     drop(sources);
     // SAFETY: single-threaded; see `enter`.
-    match unsafe { libc::fork() } {
-        -1 => Err(err("fork of the program")),
-        0 => {
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(NsError::new("fork of the program", e)),
+        Ok(ForkResult::Child) => {
             drop(alive);
             // Pid 1 dying takes the whole namespace anyway; the signal is
             // there for the window before that.
             set_pdeathsig("program")?;
             // A session of its own: no controlling terminal to inject into
             // (TIOCSTI) and the supervisor's process group is not ours.
-            nix::unistd::setsid().map_err(|e| NsError {
-                what: "setsid of the program".into(),
-                source: e.into(),
-            })?;
+            nix::unistd::setsid().map_err(|e| NsError::new("setsid of the program", e))?;
             drop_capabilities()
         }
-        program => stand_by(program, true, alive),
+        Ok(ForkResult::Parent { child }) => stand_by(child, true, alive),
     }
-}
-
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
 }
 
 /// Set `flags` on the mount at `path` and every mount below it.
 fn set_attr(path: &Path, flags: u64) -> Result<(), NsError> {
-    let c = cstr(path)?;
-    let attr = MountAttr {
-        attr_set: flags,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: documented mount_setattr call with a valid struct and size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check(r, || format!("mount_setattr {}", path.display()))
+    sys::mount_setattr_recursive(&cstr(path)?, flags)
+        .map_err(|e| NsError::new(format!("mount_setattr {}", path.display()), e))
 }
 
 fn mount(
     src: Option<&Path>,
     dest: &Path,
     fstype: Option<&str>,
-    flags: libc::c_ulong,
+    flags: MsFlags,
     data: Option<&str>,
 ) -> Result<(), NsError> {
-    let src_c = src.map(cstr).transpose()?;
-    let dest_c = cstr(dest)?;
-    let fs_c = fstype.map(|s| CString::new(s).unwrap_or_default());
-    let data_c = data.map(|s| CString::new(s).unwrap_or_default());
-    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-    // SAFETY: NUL-terminated strings that outlive the call.
-    let r = unsafe {
-        libc::mount(
-            ptr(&src_c),
-            dest_c.as_ptr(),
-            ptr(&fs_c),
-            flags,
-            ptr(&data_c).cast(),
-        )
-    };
-    check(r as _, || {
-        format!(
-            "mount {} on {}",
-            src.map_or_else(
-                || fstype.unwrap_or("").to_string(),
-                |s| s.display().to_string()
-            ),
-            dest.display()
-        )
+    nix::mount::mount(src, dest, fstype, flags, data).map_err(|e| {
+        let what = src.map_or_else(
+            || fstype.unwrap_or("").to_string(),
+            |s| s.display().to_string(),
+        );
+        NsError::new(format!("mount {what} on {}", dest.display()), e)
     })
 }
 
@@ -287,7 +236,7 @@ fn tmpfs(dest: &Path, mode: &str) -> Result<(), NsError> {
         None,
         dest,
         Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(mode),
     )
 }
@@ -307,19 +256,16 @@ fn build_view(
         None,
         Path::new("/"),
         None,
-        libc::MS_REC | libc::MS_PRIVATE,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None,
     )?;
     tmpfs(Path::new(STAGING), "mode=0700")?;
-    std::fs::create_dir(root).map_err(|e| NsError {
-        what: format!("mkdir {NEW_ROOT}"),
-        source: e,
-    })?;
+    std::fs::create_dir(root).map_err(|e| NsError::new(format!("mkdir {NEW_ROOT}"), e))?;
     mount(
         Some(Path::new("/")),
         root,
         None,
-        libc::MS_BIND | libc::MS_REC,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
         None,
     )?;
     set_attr(
@@ -332,13 +278,13 @@ fn build_view(
         None,
         &proc_dir,
         Some("proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None,
     )?;
     for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = proc_dir.join(sub);
         if p.exists() {
-            mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+            mount(Some(&p), &p, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
             set_attr(&p, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
         }
     }
@@ -353,7 +299,13 @@ fn build_view(
                 let d = under(root, dest);
                 ensure_mountpoint(&d, is_dir(fd))?;
                 let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-                mount(Some(&via), &d, None, libc::MS_BIND | libc::MS_REC, None)?;
+                mount(
+                    Some(&via),
+                    &d,
+                    None,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    None,
+                )?;
                 let ro = matches!(step, MountStep::RoBind { .. });
                 set_attr(
                     &d,
@@ -363,31 +315,27 @@ fn build_view(
             (_, None) => {}
         }
     }
-    let here = cstr(root)?;
-    let dot = c".";
-    // SAFETY: documented pivot_root(".", ".") sequence: the old root is
+    // The documented pivot_root(".", ".") sequence: the old root is
     // stacked on the new one and detached right away.
-    unsafe {
-        check(libc::chdir(here.as_ptr()) as _, || "chdir new root".into())?;
-        check(
-            libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()),
-            || "pivot_root".into(),
-        )?;
-        check(libc::umount2(dot.as_ptr(), libc::MNT_DETACH) as _, || {
-            "detach the old root".into()
-        })?;
-    }
+    nix::unistd::chdir(root).map_err(|e| NsError::new("chdir new root", e))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| NsError::new("pivot_root", e))?;
+    nix::mount::umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| NsError::new("detach the old root", e))?;
     let back = cwd.filter(|c| c.is_dir()).unwrap_or(Path::new("/"));
-    std::env::set_current_dir(back).map_err(|e| NsError {
-        what: format!("chdir {}", back.display()),
-        source: e,
-    })
+    std::env::set_current_dir(back)
+        .map_err(|e| NsError::new(format!("chdir {}", back.display()), e))
 }
 
 /// A private `/dev`: tmpfs, the data-only device nodes bound from the host,
 /// the usual links, and a new `devpts` instance.
 fn build_dev(dev: &Path) -> Result<(), NsError> {
-    mount(None, dev, Some("tmpfs"), libc::MS_NOSUID, Some("mode=0755"))?;
+    mount(
+        None,
+        dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=0755"),
+    )?;
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let d = dev.join(node);
         ensure_mountpoint(&d, false)?;
@@ -395,11 +343,10 @@ fn build_dev(dev: &Path) -> Result<(), NsError> {
             Some(&Path::new("/dev").join(node)),
             &d,
             None,
-            libc::MS_BIND,
+            MsFlags::MS_BIND,
             None,
         )?;
     }
-    let io = |what: String| move |e: std::io::Error| NsError { what, source: e };
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -409,16 +356,16 @@ fn build_dev(dev: &Path) -> Result<(), NsError> {
         ("ptmx", "pts/ptmx"),
     ] {
         std::os::unix::fs::symlink(target, dev.join(name))
-            .map_err(io(format!("symlink /dev/{name}")))?;
+            .map_err(|e| NsError::new(format!("symlink /dev/{name}"), e))?;
     }
     for d in ["shm", "pts"] {
-        std::fs::create_dir(dev.join(d)).map_err(io(format!("mkdir /dev/{d}")))?;
+        std::fs::create_dir(dev.join(d)).map_err(|e| NsError::new(format!("mkdir /dev/{d}"), e))?;
     }
     mount(
         None,
         &dev.join("pts"),
         Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=620"),
     )
 }
@@ -434,10 +381,7 @@ fn ensure_mountpoint(path: &Path, dir: bool) -> Result<(), NsError> {
     if path.symlink_metadata().is_ok() {
         return Ok(());
     }
-    let io = |e: std::io::Error| NsError {
-        what: format!("create mount point {}", path.display()),
-        source: e,
-    };
+    let io = |e: std::io::Error| NsError::new(format!("create mount point {}", path.display()), e);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
@@ -449,39 +393,18 @@ fn ensure_mountpoint(path: &Path, dir: bool) -> Result<(), NsError> {
 }
 
 fn open_path(p: &Path) -> Result<OwnedFd, NsError> {
-    let c = cstr(p)?;
-    // SAFETY: open with O_PATH; the descriptor is owned below.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(err(format!("open {}", p.display())));
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    nix::fcntl::open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| NsError::new(format!("open {}", p.display()), e))
 }
 
 fn is_dir(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat into a zeroed struct.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFDIR
-    }
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(err("pipe"));
-    }
-    // SAFETY: fresh descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    nix::sys::stat::fstat(fd).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR
+    })
 }
 
 fn write_proc(path: &str, text: &str) -> Result<(), NsError> {
-    std::fs::write(path, text).map_err(|e| NsError {
-        what: format!("write {path}"),
-        source: e,
-    })
+    std::fs::write(path, text).map_err(|e| NsError::new(format!("write {path}"), e))
 }
 
 /// Name this process. Best effort on purpose: the name only tells the
@@ -495,76 +418,17 @@ fn set_comm(name: &str) {
 
 /// `PR_SET_PDEATHSIG(SIGKILL)` for `who`, checked.
 fn set_pdeathsig(who: &str) -> Result<(), NsError> {
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|e| NsError {
-        what: format!("prctl(PR_SET_PDEATHSIG) of the {who}"),
-        source: e.into(),
-    })
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| NsError::new(format!("prctl(PR_SET_PDEATHSIG) of the {who}"), e))
 }
 
 /// No capability of any kind, in any set, from here on.
 fn drop_capabilities() -> Result<(), NsError> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
     // The bounding set first (needs CAP_SETPCAP, which capset removes).
-    // EINVAL means a number past the kernel's last capability: the end.
-    for cap in 0..=63 {
-        // SAFETY: PR_CAPBSET_DROP takes integers only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
-            if errno() == libc::EINVAL {
-                break;
-            }
-            return Err(err(format!("prctl(PR_CAPBSET_DROP, {cap})")));
-        }
-        // Read back: a capability left in the bounding set could come back
-        // through a file capability if no_new_privs were ever missing.
-        // SAFETY: PR_CAPBSET_READ takes integers only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } != 0 {
-            return Err(NsError {
-                what: format!("capability {cap} is still in the bounding set"),
-                source: std::io::Error::from_raw_os_error(libc::EPERM),
-            });
-        }
-    }
-    // SAFETY: PR_CAP_AMBIENT takes integers only.
-    check(
-        unsafe {
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                0,
-                0,
-                0,
-            )
-        } as _,
-        || "prctl(PR_CAP_AMBIENT_CLEAR_ALL)".into(),
-    )?;
-    // SAFETY: capset with valid structures.
-    unsafe {
-        let header = Header {
-            version: VERSION_3,
-            pid: 0,
-        };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        check(
-            libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()),
-            || "capset".into(),
-        )
-    }
+    sys::clear_bounding_set().map_err(|e| NsError::new(e.to_string(), e))?;
+    sys::clear_ambient_capabilities()
+        .map_err(|e| NsError::new("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", e))?;
+    sys::clear_capability_sets().map_err(|e| NsError::new("capset", e))
 }
 
 /// The process signals are passed on to.
@@ -572,122 +436,98 @@ static TARGET: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
     let pid = TARGET.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe {
-            libc::kill(pid, sig);
-        }
+    if pid > 0
+        && let Ok(sig) = Signal::try_from(sig)
+    {
+        // kill is async-signal-safe; nix adds no allocation around it.
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
     }
 }
 
-fn forward_signals_to(pid: libc::pid_t) {
-    TARGET.store(pid, Ordering::Relaxed);
+fn forward_signals_to(pid: Pid) {
+    TARGET.store(pid.as_raw(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(forward),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
     for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
     ] {
-        // SAFETY: installing an async-signal-safe handler.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = forward as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        // SAFETY: `forward` is async-signal-safe (an atomic load and kill).
+        let _ = unsafe { nix::sys::signal::sigaction(sig, &action) };
     }
 }
 
 /// Exit code for a wait status: the code, or 128 + the signal.
-fn code_of(status: libc::c_int) -> libc::c_int {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        1
+fn code_of(status: WaitStatus) -> i32 {
+    match status {
+        WaitStatus::Exited(_, code) => code,
+        WaitStatus::Signaled(_, sig, _) => 128 + sig as i32,
+        _ => 1,
     }
 }
 
 /// Wait until `child` exits (with `reap_all`, reaping any other child of
 /// ours meanwhile) and return its exit code.
-fn wait_for(child: libc::pid_t, reap_all: bool) -> libc::c_int {
-    let mut status = 0;
+fn wait_for(child: Pid, reap_all: bool) -> i32 {
+    let target = if reap_all { Pid::from_raw(-1) } else { child };
     loop {
-        // SAFETY: waiting for our own children.
-        let r = unsafe { libc::waitpid(if reap_all { -1 } else { child }, &mut status, 0) };
-        if r == child {
-            return code_of(status);
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return 1;
+        match nix::sys::wait::waitpid(target, None) {
+            Ok(status) if status.pid() == Some(child) => return code_of(status),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return 1,
         }
     }
 }
 
 /// Whether this host lets an unprivileged process do what [`enter`] does:
 /// create the namespaces, map its uid and set mount attributes. Run in a
-/// child of the prober (which is multi-threaded), so only raw calls.
+/// child of the prober (which is multi-threaded), so only calls that do not
+/// allocate (paths are C strings).
 pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new("/bin/true");
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: only raw system calls between fork and exec.
+    // SAFETY: only system calls that neither allocate nor lock between fork
+    // and exec.
     unsafe {
         cmd.pre_exec(move || {
-            let fail = |step: i32| std::io::Error::from_raw_os_error(step * 1000 + errno());
-            if let Some(u) = as_uid
-                && (libc::setgroups(0, std::ptr::null()) < 0
-                    || libc::setresgid(u, u, u) < 0
-                    || libc::setresuid(u, u, u) < 0)
-            {
-                return Err(fail(1));
+            let fail =
+                |step: i32, e: Errno| std::io::Error::from_raw_os_error(step * 1000 + e as i32);
+            if let Some(u) = as_uid {
+                let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
+                nix::unistd::setgroups(&[])
+                    .and_then(|()| nix::unistd::setresgid(g, g, g))
+                    .and_then(|()| nix::unistd::setresuid(u, u, u))
+                    .map_err(|e| fail(1, e))?;
             }
-            if libc::unshare(NAMESPACE_FLAGS) < 0 {
-                return Err(fail(2));
-            }
-            if libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) < 0
-            {
-                return Err(fail(3));
-            }
-            if libc::mount(
-                c"tmpfs".as_ptr(),
-                c"/tmp".as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                std::ptr::null(),
-            ) < 0
-            {
-                return Err(fail(4));
-            }
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            if libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                c"/tmp".as_ptr(),
-                libc::AT_RECURSIVE as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ) < 0
-            {
-                return Err(fail(5));
-            }
+            nix::sched::unshare(NAMESPACE_FLAGS).map_err(|e| fail(2, e))?;
+            nix::mount::mount(
+                None::<&std::ffi::CStr>,
+                c"/",
+                None::<&std::ffi::CStr>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&std::ffi::CStr>,
+            )
+            .map_err(|e| fail(3, e))?;
+            nix::mount::mount(
+                Some(c"tmpfs"),
+                c"/tmp",
+                Some(c"tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                None::<&std::ffi::CStr>,
+            )
+            .map_err(|e| fail(4, e))?;
+            sys::mount_setattr_recursive(c"/tmp", MOUNT_ATTR_RDONLY)
+                .map_err(|e| fail(5, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
             Ok(())
         });
     }
@@ -710,8 +550,4 @@ pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
             ))
         }
     }
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -330,3 +330,450 @@ fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
     }
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::{AgentPaths, Home};
+    use crate::sandbox::profile;
+    use crate::sandbox::report::{CgroupInfo, Layer};
+
+    /// The roles, in the column order of every table below.
+    const ROLES: [&str; 4] = ["agent", "tool", "memory-worker", "reflection"];
+
+    /// What a child gets of a path.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Grant {
+        /// Read (and, for system directories, execute) only.
+        Ro,
+        /// Read and write.
+        Rw,
+        /// Nothing: not granted by landlock, not shown by the view.
+        No,
+    }
+    use Grant::{No, Ro, Rw};
+
+    /// Where a row's path is.
+    #[derive(Debug, Clone, Copy)]
+    enum At {
+        /// In the agent's directory (`""`: the directory itself).
+        Agent(&'static str),
+        /// The workspace the child was given.
+        Workspace,
+        /// The child's memory worktree.
+        Worktree,
+        /// In the home, outside the agent's directory.
+        Home(&'static str),
+    }
+
+    /// What each role gets of the agent's tree, its workspace and worktree:
+    /// the profiles' grants, and everything else absent.
+    #[rustfmt::skip]
+    const AGENT_TREE: &[(At, [Grant; 4])] = &[
+        //                                     agent tool memory-worker reflection
+        (At::Agent("agent.json"),             [Ro, Ro, Ro, Ro]),
+        (At::Agent("memory.git"),             [Ro, Ro, Ro, Ro]),
+        (At::Agent("memory.git/hooks"),       [Ro, Ro, Ro, Ro]),
+        (At::Agent("memory"),                 [Rw, Rw, Ro, Ro]),
+        (At::Agent("memory/human.md"),        [Rw, Rw, Ro, Ro]),
+        (At::Agent("conversations"),          [Rw, No, No, Ro]),
+        (At::Agent("reflections"),            [Ro, No, No, Ro]),
+        (At::Agent("tmp"),                    [Rw, Rw, Rw, Rw]),
+        (At::Agent("memory-worktrees"),       [No, No, No, No]),
+        (At::Agent(".owned-by-uid"),          [No, No, No, No]),
+        (At::Agent(""),                       [No, No, No, No]),
+        (At::Workspace,                       [Rw, Rw, No, No]),
+        (At::Worktree,                        [No, No, Rw, Rw]),
+        (At::Home(""),                        [No, No, No, No]),
+        (At::Home("agents"),                  [No, No, No, No]),
+        (At::Home("agents/agent-other/memory"), [No, No, No, No]),
+        (At::Home("run"),                     [No, No, No, No]),
+        (At::Home("config.toml"),             [No, No, No, No]),
+    ];
+
+    /// Host paths, the same for every role: landlock grants (`Ro` for the
+    /// read-and-execute system directories as for the narrow part of
+    /// `/etc`), and whether the view masks the path with an empty tmpfs.
+    #[rustfmt::skip]
+    const SYSTEM: &[(&str, Grant, bool)] = &[
+        ("/usr",                Ro, false),
+        ("/usr/bin/git",        Ro, false),
+        ("/bin",                Ro, false),
+        ("/lib",                Ro, false),
+        ("/etc/passwd",         Ro, false),
+        ("/etc/ssl/certs",      Ro, false),
+        ("/etc/resolv.conf",    Ro, false),
+        ("/proc",               Ro, false),
+        ("/dev/urandom",        Ro, false),
+        ("/dev/null",           Rw, false),
+        ("/dev/tty",            Rw, false),
+        ("/etc",                No, false),
+        ("/etc/shadow",         No, false),
+        ("/etc/sudoers",        No, false),
+        ("/var/lib",            No, false),
+        ("/sys",                No, false),
+        ("/dev/sda",            No, false),
+        ("/tmp",                No, true),
+        ("/var/tmp",            No, true),
+        ("/run",                No, true),
+        ("/home",               No, true),
+        ("/root/.ssh",          No, true),
+    ];
+
+    /// One agent with every directory of its tree, a workspace and a
+    /// worktree, in a temporary home.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        home: Home,
+        agent: AgentPaths,
+        workspace: PathBuf,
+        worktree: PathBuf,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let home = Home::at(&dir.path().join("home"));
+            let agent = home.agent("agent-planned").unwrap();
+            for d in [
+                "memory.git/hooks",
+                "memory",
+                "conversations",
+                "reflections",
+                "tmp",
+                "memory-worktrees/wt-1",
+            ] {
+                std::fs::create_dir_all(agent.dir().join(d)).unwrap();
+            }
+            for f in ["agent.json", "memory/human.md", ".owned-by-uid"] {
+                std::fs::write(agent.dir().join(f), "").unwrap();
+            }
+            std::fs::create_dir_all(home.agents_dir().join("agent-other/memory")).unwrap();
+            std::fs::create_dir_all(home.run_dir()).unwrap();
+            let workspace = dir.path().join("workspace");
+            std::fs::create_dir_all(&workspace).unwrap();
+            let worktree = agent.dir().join("memory-worktrees/wt-1");
+            Self {
+                _dir: dir,
+                home,
+                agent,
+                workspace,
+                worktree,
+            }
+        }
+
+        fn path(&self, at: At) -> PathBuf {
+            match at {
+                At::Agent("") => self.agent.dir().to_path_buf(),
+                At::Agent(rel) => self.agent.dir().join(rel),
+                At::Workspace => self.workspace.clone(),
+                At::Worktree => self.worktree.clone(),
+                At::Home("") => self.home.root().to_path_buf(),
+                At::Home(rel) => self.home.root().join(rel),
+            }
+        }
+
+        fn plan(
+            &self,
+            role: &str,
+            report: &SandboxReport,
+            isolation: Isolation,
+        ) -> Result<LaunchPlan, PlanError> {
+            let resolved = profile::load(&self.home, role).unwrap().resolve(
+                &self.agent,
+                Some(&self.workspace),
+                Some(&self.worktree),
+            );
+            plan(&PlanInput {
+                report,
+                isolation,
+                home: self.home.root(),
+                agent_dir: self.agent.dir(),
+                agent_id: "agent-planned",
+                tmp_dir: &self.agent.tmp_dir(),
+                resolved: &resolved,
+                exe: Path::new(EXE),
+                stage_exe: Path::new(STAGE),
+                agent_exe: Path::new(AGENT_EXE),
+                uid: Some(UID),
+            })
+        }
+    }
+
+    const EXE: &str = "/opt/mini-letta/bin/mini-letta";
+    const STAGE: &str = "/opt/mini-letta/bin/mini-letta-stage2";
+    const AGENT_EXE: &str = "/opt/mini-letta/bin/mini-letta-agent";
+    const BWRAP: &str = "/usr/bin/bwrap";
+    const UID: u32 = 200_123;
+
+    /// A host reaching `level`, with namespaces made by `ns`.
+    fn host(level: Level, ns: Option<NsBackend>, uid_switch: bool) -> SandboxReport {
+        let layer = |available| Layer {
+            available,
+            detail: String::new(),
+        };
+        let landlock_abi = match level {
+            Level::L0 | Level::L2 => 6,
+            Level::L3 => 5,
+            Level::L4 | Level::None => 0,
+        };
+        SandboxReport {
+            level,
+            backend: String::new(),
+            bwrap: (ns == Some(NsBackend::Bwrap)).then(|| PathBuf::from(BWRAP)),
+            ns_backend: ns,
+            namespaces: layer(ns.is_some()),
+            landlock: layer(landlock_abi > 0),
+            landlock_abi,
+            seccomp: layer(level != Level::None),
+            cgroup: layer(true),
+            cgroup_info: CgroupInfo {
+                version: "v2".into(),
+                roots: vec![PathBuf::from("/sys/fs/cgroup/mini-letta")],
+            },
+            uid_switch: layer(uid_switch),
+            no_new_privs: layer(level != Level::None),
+            disabled: Vec::new(),
+            missing: if level == Level::L0 {
+                Vec::new()
+            } else {
+                vec!["a layer".into()]
+            },
+        }
+    }
+
+    fn l0(ns: NsBackend) -> SandboxReport {
+        host(Level::L0, Some(ns), true)
+    }
+
+    /// Landlock's answer for `path`: rights on a directory reach everything
+    /// below it, and add up.
+    fn landlock_grant(stage: &StagePolicy, path: &Path) -> Grant {
+        let covers = |list: &[PathBuf]| list.iter().any(|p| path.starts_with(p));
+        if covers(&stage.writable) {
+            Rw
+        } else if covers(&stage.read_only) || covers(&stage.read_exec) {
+            Ro
+        } else {
+            No
+        }
+    }
+
+    /// The view's answer for a path below a masked tree (`under_mask`) or
+    /// the read-only root: the deepest step at or above it decides.
+    fn view_grant(steps: &[MountStep], path: &Path) -> (Grant, bool) {
+        let deepest = steps
+            .iter()
+            .filter(|s| {
+                let dest = match s {
+                    MountStep::Tmpfs { dest }
+                    | MountStep::RoBind { dest, .. }
+                    | MountStep::Bind { dest, .. } => dest,
+                };
+                path.starts_with(dest)
+            })
+            .max_by_key(|s| match s {
+                MountStep::Tmpfs { dest }
+                | MountStep::RoBind { dest, .. }
+                | MountStep::Bind { dest, .. } => dest.components().count(),
+            });
+        match deepest {
+            Some(MountStep::Tmpfs { .. }) => (No, true),
+            Some(MountStep::RoBind { .. }) => (Ro, false),
+            Some(MountStep::Bind { .. }) => (Rw, false),
+            // The read-only root: visible, and landlock decides.
+            None => (Ro, false),
+        }
+    }
+
+    /// The mount steps bubblewrap is given, read back from its arguments.
+    fn bwrap_steps(args: &[OsString]) -> Vec<MountStep> {
+        let mut rest = args[BWRAP_BASE_ARGS.len()..].iter().map(PathBuf::from);
+        let mut steps = Vec::new();
+        while let Some(flag) = rest.next() {
+            let mut next = || rest.next().unwrap();
+            steps.push(match flag.to_str().unwrap() {
+                "--tmpfs" => MountStep::Tmpfs { dest: next() },
+                "--ro-bind" => MountStep::RoBind {
+                    src: next(),
+                    dest: next(),
+                },
+                "--bind" => MountStep::Bind {
+                    src: next(),
+                    dest: next(),
+                },
+                other => panic!("unexpected bwrap argument {other}"),
+            });
+        }
+        steps
+    }
+
+    #[test]
+    fn each_role_gets_exactly_its_profile_paths() {
+        let f = Fixture::new();
+        for (col, role) in ROLES.iter().enumerate() {
+            let native = f
+                .plan(role, &l0(NsBackend::Native), Isolation::Strict)
+                .unwrap();
+            let stage = native.stage.as_ref().unwrap();
+            let view = &stage.namespaces.as_ref().unwrap().mounts;
+            let bwrap = f
+                .plan(role, &l0(NsBackend::Bwrap), Isolation::Strict)
+                .unwrap();
+            let bwrap_view = bwrap_steps(&bwrap.wrapper_args);
+            for (at, grants) in AGENT_TREE {
+                let want = grants[col];
+                let path = f.path(*at);
+                assert_eq!(
+                    landlock_grant(stage, &path),
+                    want,
+                    "{role}: landlock, {at:?}"
+                );
+                // Everything in the home outside the grants is under the
+                // home's mask.
+                let shown = if want == No {
+                    (No, true)
+                } else {
+                    (want, false)
+                };
+                assert_eq!(view_grant(view, &path), shown, "{role}: view, {at:?}");
+                assert_eq!(
+                    view_grant(&bwrap_view, &path),
+                    shown,
+                    "{role}: bwrap view, {at:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_role_sees_the_same_host() {
+        let f = Fixture::new();
+        for role in ROLES {
+            let plan = f
+                .plan(role, &l0(NsBackend::Native), Isolation::Strict)
+                .unwrap();
+            let stage = plan.stage.as_ref().unwrap();
+            let view = &stage.namespaces.as_ref().unwrap().mounts;
+            for (path, grant, masked) in SYSTEM {
+                let path = Path::new(path);
+                assert_eq!(
+                    landlock_grant(stage, path),
+                    *grant,
+                    "{role}: landlock, {path:?}"
+                );
+                assert_eq!(
+                    view_grant(view, path).1,
+                    *masked,
+                    "{role}: view mask, {path:?}"
+                );
+            }
+            // The programs it starts with: executable, shown read-only.
+            for exe in [EXE, STAGE, AGENT_EXE] {
+                assert!(
+                    stage.read_exec.contains(&PathBuf::from(exe)),
+                    "{role}: {exe}"
+                );
+                assert_eq!(
+                    view_grant(view, Path::new(exe)),
+                    (Ro, false),
+                    "{role}: {exe}"
+                );
+            }
+        }
+    }
+
+    /// Per role: its seccomp list, limits and cgroup, from its profile.
+    #[test]
+    fn each_role_has_its_filter_limits_and_cgroup() {
+        use super::super::seccomp::Role;
+        const MB: u64 = 1024 * 1024;
+        #[rustfmt::skip]
+        let table: [(&str, Role, u64, u64, u64); 4] = [
+            // role           seccomp list        open files  file size   pids
+            ("agent",         Role::Agent,        1024,       1024 * MB,  256),
+            ("tool",          Role::Tool,         512,        256 * MB,   128),
+            ("memory-worker", Role::MemoryWorker, 512,        64 * MB,    128),
+            ("reflection",    Role::Reflection,   512,        64 * MB,    128),
+        ];
+        let f = Fixture::new();
+        for (role, seccomp_role, nofile, fsize, nproc) in table {
+            let plan = f
+                .plan(role, &l0(NsBackend::Native), Isolation::Strict)
+                .unwrap();
+            let stage = plan.stage.as_ref().unwrap();
+            assert_eq!(stage.seccomp_role, seccomp_role, "{role}");
+            assert!(stage.no_network, "{role}: network");
+            let limits = plan.rlimits.unwrap();
+            assert_eq!(
+                (limits.nofile, limits.fsize, limits.nproc),
+                (nofile, fsize, nproc),
+                "{role}: limits"
+            );
+            assert_eq!(
+                plan.cgroup_procs,
+                [PathBuf::from(format!(
+                    "/sys/fs/cgroup/mini-letta/agent-planned/{role}/cgroup.procs"
+                ))],
+                "{role}: cgroup"
+            );
+            assert_eq!(plan.tmpdir, f.agent.tmp_dir(), "{role}: TMPDIR");
+        }
+    }
+
+    /// How each host and isolation mode launches, for every role: refused,
+    /// or which program, how many wrapper levels, an IPC namespace of its
+    /// own, the agent's uid, stage 2 at all.
+    #[test]
+    fn the_host_decides_how_every_role_launches() {
+        #[derive(Debug, PartialEq)]
+        enum Program {
+            Stage,
+            Bwrap,
+            Exe,
+        }
+        use Isolation::{Degraded, Off, Strict};
+        use NsBackend::{Bwrap, Native};
+        type Shape = Option<(Program, usize, bool, bool, bool)>;
+        #[rustfmt::skip]
+        let table: Vec<(Level, Option<NsBackend>, bool, Isolation, Shape)> = vec![
+            // host level, namespaces, uid switch, mode => (program, wrappers, private ipc, uid, stage 2)
+            (Level::L0, Some(Native), true, Strict,     Some((Program::Stage, 2, true, true, true))),
+            (Level::L0, Some(Bwrap), true, Strict,      Some((Program::Bwrap, 2, true, true, true))),
+            (Level::L0, Some(Native), false, Strict,    Some((Program::Stage, 2, true, false, true))),
+            (Level::L2, None, true, Strict,             Some((Program::Exe, 0, false, true, true))),
+            (Level::L3, None, true, Strict,             None),
+            (Level::L3, None, true, Degraded,           Some((Program::Exe, 0, false, true, true))),
+            (Level::L4, None, true, Strict,             None),
+            (Level::L4, None, true, Degraded,           Some((Program::Exe, 0, false, true, true))),
+            (Level::None, None, false, Strict,          None),
+            (Level::None, None, false, Degraded,        None),
+            (Level::None, None, false, Off,             Some((Program::Exe, 0, false, false, false))),
+            (Level::L0, Some(Native), true, Off,        Some((Program::Exe, 0, false, false, false))),
+        ];
+        let f = Fixture::new();
+        for role in ROLES {
+            for (level, ns, uid_switch, isolation, want) in &table {
+                let row = format!("{role}: {level:?} {ns:?} uid {uid_switch} {isolation:?}");
+                let report = host(*level, *ns, *uid_switch);
+                let got = f.plan(role, &report, *isolation).ok().map(|p| {
+                    let program = match p.program.to_str().unwrap() {
+                        STAGE => Program::Stage,
+                        BWRAP => Program::Bwrap,
+                        EXE => Program::Exe,
+                        other => panic!("{row}: program {other}"),
+                    };
+                    let private_ipc = p.stage.as_ref().is_some_and(|s| s.private_ipc);
+                    (
+                        program,
+                        p.wrapper_depth(),
+                        private_ipc,
+                        p.uid == Some(UID),
+                        p.stage.is_some(),
+                    )
+                });
+                assert_eq!(&got, want, "{row}");
+            }
+        }
+    }
+}

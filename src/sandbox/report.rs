@@ -281,17 +281,7 @@ pub fn compute_level(namespaces: bool, landlock: bool, abi: i32, seccomp: bool) 
 
 /// The kernel's landlock ABI version (0 when unavailable).
 pub fn landlock_abi() -> i32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: the documented version query: no ruleset, size 0, flag VERSION.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if v < 0 { 0 } else { v as i32 }
+    super::sys::landlock_abi_version().unwrap_or(0)
 }
 
 /// Which namespace backend to use: `MINI_LETTA_NAMESPACES=native` (the

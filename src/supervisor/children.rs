@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 use crate::paths::AgentPaths;
 use crate::sandbox::plan::LaunchPlan;
+use crate::sandbox::sys;
 
 /// The roles a child can have.
 pub const ROLES: &[&str] = &["agent", "memory-worker", "reflection", "tool"];
@@ -339,103 +340,67 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
         .map_err(LaunchError::Spawn)?;
     let cgroup_raw: Vec<i32> = cgroup_fds.iter().map(|f| f.as_raw_fd()).collect();
     let channel_fd = spec.channel.as_raw_fd();
-    let parent = std::process::id() as libc::pid_t;
+    let parent = std::process::id();
     let uid = plan.uid;
     let limits = plan.rlimits;
-    // SAFETY: only async-signal-safe calls between fork and exec (the nix
-    // wrappers used are thin system calls that do not allocate).
+    // SAFETY: only async-signal-safe calls between fork and exec: the nix
+    // wrappers and `sandbox::sys` used are thin system calls that do not
+    // allocate.
     unsafe {
         cmd.pre_exec(move || {
+            use nix::sys::resource::{Resource, setrlimit};
             use nix::unistd::{Gid, Uid};
+            use std::os::fd::BorrowedFd;
             // Any failure stops the child before exec (std reports the
             // error to `spawn`), tagged with the step (see `PreExecStep`).
-            let check = |step: PreExecStep, r: libc::c_int| {
-                if r < 0 {
-                    Err(step.error(std::io::Error::last_os_error()))
-                } else {
-                    Ok(())
-                }
-            };
-            let nix_step = |step: PreExecStep, r: nix::Result<()>| {
-                r.map_err(|e| step.error(std::io::Error::from(e)))
-            };
-            check(PreExecStep::Channel, libc::dup2(channel_fd, 3))?;
-            // dup2 onto the same number keeps CLOEXEC; clear it explicitly.
-            check(PreExecStep::Channel, libc::fcntl(3, libc::F_SETFD, 0))?;
-            check(PreExecStep::Session, libc::setsid())?;
+            let failed = |step: PreExecStep| move |e: nix::Error| step.error(e.into());
+            // SAFETY: the channel and the cgroup files stay open in the
+            // supervisor until `spawn` returns, so their copies in this
+            // forked process are open while we use them.
+            let channel = BorrowedFd::borrow_raw(channel_fd);
+            sys::install_fd(channel, 3).map_err(|e| PreExecStep::Channel.error(e))?;
+            nix::unistd::setsid().map_err(failed(PreExecStep::Session))?;
             for fd in &cgroup_raw {
-                if libc::write(*fd, b"0\n".as_ptr().cast(), 2) < 0 {
-                    return Err(PreExecStep::Cgroup.error(std::io::Error::last_os_error()));
-                }
+                // SAFETY: as for the channel above.
+                let procs = BorrowedFd::borrow_raw(*fd);
+                nix::unistd::write(procs, b"0\n").map_err(failed(PreExecStep::Cgroup))?;
             }
             if let Some(l) = limits {
-                let set = |res, v: u64| {
-                    let r = libc::rlimit {
-                        rlim_cur: v,
-                        rlim_max: v,
-                    };
-                    check(PreExecStep::Rlimits, libc::setrlimit(res, &r))
-                };
-                set(libc::RLIMIT_NOFILE, l.nofile)?;
-                set(libc::RLIMIT_FSIZE, l.fsize)?;
-                set(libc::RLIMIT_CORE, 0)?;
+                let set = |res, v: u64| setrlimit(res, v, v).map_err(failed(PreExecStep::Rlimits));
+                set(Resource::RLIMIT_NOFILE, l.nofile)?;
+                set(Resource::RLIMIT_FSIZE, l.fsize)?;
+                set(Resource::RLIMIT_CORE, 0)?;
                 if uid.is_some() {
-                    set(libc::RLIMIT_NPROC, l.nproc)?;
+                    set(Resource::RLIMIT_NPROC, l.nproc)?;
                 }
             }
             if let Some(u) = uid {
                 // Empty the bounding set while still privileged, so nothing
                 // below can regain a capability (even without namespaces).
-                // EINVAL is a number past the kernel's last capability.
-                for cap in 0..=63 {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
-                        let e = std::io::Error::last_os_error();
-                        if e.raw_os_error() == Some(libc::EINVAL) {
-                            break;
-                        }
-                        return Err(PreExecStep::BoundingSet.error(e));
-                    }
-                }
-                nix_step(PreExecStep::Groups, nix::unistd::setgroups(&[]))?;
+                sys::clear_bounding_set().map_err(|e| PreExecStep::BoundingSet.error(e.into()))?;
+                nix::unistd::setgroups(&[]).map_err(failed(PreExecStep::Groups))?;
                 let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
-                nix_step(PreExecStep::Gid, nix::unistd::setresgid(g, g, g))?;
-                nix_step(PreExecStep::Uid, nix::unistd::setresuid(u, u, u))?;
+                nix::unistd::setresgid(g, g, g).map_err(failed(PreExecStep::Gid))?;
+                nix::unistd::setresuid(u, u, u).map_err(failed(PreExecStep::Uid))?;
                 // Read back: a uid change that silently did not happen
                 // would run the child as root.
                 if nix::unistd::getresuid().map(|r| (r.real, r.effective, r.saved)) != Ok((u, u, u))
                     || nix::unistd::getresgid().map(|r| (r.real, r.effective, r.saved))
                         != Ok((g, g, g))
                 {
-                    return Err(
-                        PreExecStep::Uid.error(std::io::Error::from_raw_os_error(libc::EPERM))
-                    );
+                    return Err(failed(PreExecStep::Uid)(nix::Error::EPERM));
                 }
-                libc::umask(0o077);
+                nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
             }
             // After the uid change: changing credentials clears it.
-            nix_step(
-                PreExecStep::DeathSignal,
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL),
-            )?;
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(failed(PreExecStep::DeathSignal))?;
             // The supervisor may have died between fork and prctl.
-            if libc::getppid() != parent {
-                libc::_exit(1);
+            if u32::try_from(nix::unistd::getppid().as_raw()) != Ok(parent) {
+                sys::exit_now(1);
             }
             // Nothing but 0–3 survives exec, whatever the supervisor holds.
-            let closed = libc::syscall(
-                libc::SYS_close_range,
-                4u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            if closed != 0 {
-                // Kernels before 5.11: mark them one by one (EBADF for the
-                // numbers that are not open is expected).
-                let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
-                for fd in 4..max {
-                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                }
-            }
+            sys::cloexec_from(4);
             Ok(())
         });
     }
@@ -488,7 +453,7 @@ const PRE_EXEC_STEPS: &[(PreExecStep, &str)] = &[
 impl PreExecStep {
     /// `e` tagged with this step (no allocation: it runs after fork).
     fn error(self, e: std::io::Error) -> std::io::Error {
-        let errno = e.raw_os_error().unwrap_or(libc::EINVAL) % STEP_BASE;
+        let errno = e.raw_os_error().unwrap_or(nix::errno::Errno::EINVAL as i32) % STEP_BASE;
         std::io::Error::from_raw_os_error((self as i32 + 1) * STEP_BASE + errno)
     }
 
@@ -608,32 +573,13 @@ pub fn signal_child_tree(
 /// holding that very process — that it still descends from `root`: a pid
 /// read from `/proc` and then reused by an unrelated process is never hit.
 fn signal_descendant(root: u32, target: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, target as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(nix::errno::Errno::last());
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    use std::os::fd::AsFd;
+    let errno = |e: std::io::Error| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0));
+    let pidfd = sys::pidfd_open(target).map_err(errno)?;
     if !descends_from(target, root) {
         return Err(nix::errno::Errno::ESRCH);
     }
-    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-            signal as libc::c_int,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if r < 0 {
-        Err(nix::errno::Errno::last())
-    } else {
-        Ok(())
-    }
+    sys::pidfd_send_signal(pidfd.as_fd(), signal).map_err(errno)
 }
 
 /// Whether `pid`'s chain of parents reaches `root`.
@@ -692,16 +638,20 @@ mod tests {
     fn pre_exec_steps_are_named() {
         for (i, (step, name)) in PRE_EXEC_STEPS.iter().enumerate() {
             assert_eq!(*step as usize, i, "{name} is out of order");
-            let e = step.error(std::io::Error::from_raw_os_error(libc::EPERM));
+            let e = step.error(std::io::Error::from_raw_os_error(
+                nix::errno::Errno::EPERM as i32,
+            ));
             match PreExecStep::decode(e) {
                 LaunchError::PreExec { step, source } => {
                     assert_eq!(step, *name);
-                    assert_eq!(source.raw_os_error(), Some(libc::EPERM));
+                    assert_eq!(source.raw_os_error(), Some(nix::errno::Errno::EPERM as i32));
                 }
                 other => panic!("{other}"),
             }
         }
-        let plain = PreExecStep::decode(std::io::Error::from_raw_os_error(libc::ENOENT));
+        let plain = PreExecStep::decode(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOENT as i32,
+        ));
         assert!(matches!(plain, LaunchError::Spawn(_)));
     }
 }

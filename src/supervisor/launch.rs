@@ -339,7 +339,7 @@ fn plan_child(
     let confined = isolation != Isolation::Off;
     let mut uid = None;
     if confined && report.uid_switch.available {
-        let u = identity::ensure_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
+        let u = store::ensure_sandbox_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
         identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
         identity::check_reachable(
             &programs.stage,

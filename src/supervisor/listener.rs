@@ -60,7 +60,8 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let listener = bind_private(&socket).map_err(io)?;
     let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
     if nix::unistd::geteuid().is_root() {
-        let n = crate::sandbox::identity::kill_leftovers(home);
+        let uids = crate::agent::store::sandbox_uids(home).unwrap_or_default();
+        let n = crate::sandbox::identity::kill_leftovers(&uids);
         if n > 0 {
             tracing::warn!(
                 "killed {n} leftover process(es) of this home's agents from an earlier supervisor"

@@ -21,6 +21,13 @@
 //! the seccomp allow-list: calls the kernel mostly refuses anyway, checked
 //! to be refused by the filter first.
 //!
+//! The probes issue their system calls raw (`libc`, often `libc::syscall`
+//! with a bare number) on purpose: they are the attacks, passing numbers,
+//! flags and arguments no wrapper would (x32 numbers, `int 0x80`, invalid
+//! flags, made-up handles), and each reads the errno itself as evidence.
+//! They do not go through `nix` or [`super::sys`], which the confinement
+//! code uses; each `unsafe` block still says why the call is harmless.
+//!
 //! The agent-side program's `mini-letta-agent probe ID --context JSON` calls
 //! [`run_one`] and prints its result.
 

@@ -1,0 +1,101 @@
+//! What the attacks aim at besides agent B: listeners and an IPC object of
+//! the host, links planted in the attacker's directory before confinement,
+//! and tight limits for the attacked role.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::{VerifyError, setup};
+use crate::paths::{AgentPaths, Home};
+use crate::sandbox::{profile, sys};
+
+/// An abstract Unix socket listening in the host's network namespace.
+pub(super) fn abstract_listener(name: &str) -> std::io::Result<OwnedFd> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket,
+    };
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let addr = UnixAddr::new_abstract(name.as_bytes())?;
+    bind(fd.as_raw_fd(), &addr)?;
+    listen(&fd, Backlog::new(8).unwrap_or(Backlog::MAXCONN))?;
+    Ok(fd)
+}
+
+/// A SysV shared-memory segment in the host's IPC namespace, removed on
+/// drop.
+pub(super) struct HostShm {
+    pub key: i32,
+    id: i32,
+}
+
+impl HostShm {
+    /// A fresh segment under a random key; `None` where SysV IPC is not
+    /// available (the probe then looks for nothing).
+    pub fn create() -> Option<Self> {
+        let key = 0x4d4c_0000 | i32::from(rand::random::<u16>());
+        let id = sys::shm_create(key, 4096).ok()?;
+        Some(Self { key, id })
+    }
+}
+
+impl Drop for HostShm {
+    fn drop(&mut self) {
+        let _ = sys::shm_remove(self.id);
+    }
+}
+
+/// Links planted in the attacker's directory before confinement.
+pub(super) struct Planted {
+    /// A symlink to B's secret, in A's writable memory directory.
+    pub symlink: PathBuf,
+    /// A hard link to B's secret there, where the filesystem allows one.
+    pub hardlink: Option<PathBuf>,
+    /// A setuid-root copy of `id` (as root only).
+    pub setuid: Option<PathBuf>,
+}
+
+pub(super) fn plant(a: &AgentPaths, secret: &Path, is_root: bool) -> Result<Planted, VerifyError> {
+    let mem = a.memory_dir();
+    let symlink = mem.join("planted-symlink.md");
+    std::os::unix::fs::symlink(secret, &symlink).map_err(setup("planted symlink"))?;
+    let hardlink = mem.join("planted-hardlink.md");
+    let hardlink = std::fs::hard_link(secret, &hardlink)
+        .ok()
+        .map(|()| hardlink);
+    // In the agent directory itself, which stays root's (a setuid file in
+    // an agent-owned directory would be handed to the agent and lose its bit).
+    let setuid = if is_root {
+        let p = a.dir().join("id-setuid");
+        std::fs::copy("/usr/bin/id", &p)
+            .and_then(|_| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4755)))
+            .ok()
+            .map(|()| p)
+    } else {
+        None
+    };
+    Ok(Planted {
+        symlink,
+        hardlink,
+        setuid,
+    })
+}
+
+/// Tight limits for the attacked role (a profile override in the home), so
+/// that the memory bomb and the disk fill meet a limit within the probes'
+/// bounds.
+pub(super) fn tighten_profile(home: &Home, role: &str) -> Result<(), VerifyError> {
+    let mut tight = profile::load(home, role).map_err(setup("profile"))?;
+    tight.limits.memory_mb = tight.limits.memory_mb.min(192);
+    tight.limits.file_size_mb = tight.limits.file_size_mb.min(16);
+    tight.limits.pids = tight.limits.pids.min(64);
+    let dir = home.sandbox_profiles_dir();
+    std::fs::create_dir_all(&dir).map_err(setup("profile override"))?;
+    let text = toml::to_string(&tight).map_err(setup("profile override"))?;
+    std::fs::write(dir.join(format!("{role}.toml")), text).map_err(setup("profile override"))
+}

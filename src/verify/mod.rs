@@ -1,0 +1,192 @@
+//! `mini-letta sandbox verify`: prove the escapes of the catalogue are
+//! blocked on this host, through the production launch path.
+//!
+//! It builds a throw-away home with the attacker (agent A), a decoy agent B
+//! holding a secret file, a decoy API key in the supervisor's environment,
+//! a sibling child of B, host listeners (TCP on loopback, an abstract Unix
+//! socket), a host SysV shared-memory segment, and links planted in A's
+//! directory before confinement ([`decoys`]). Then every attack runs in its
+//! own confined child of A (`mini-letta-agent probe ID`, started through the
+//! supervisor's `child.spawn`), and its verdict is checked again from
+//! outside: the secret unchanged, the sibling alive, no hook written
+//! ([`attack`]).
+//!
+//! This module is the orchestration only: the attacks themselves are the
+//! probes of [`crate::sandbox::probes`], which know nothing of agents or
+//! the supervisor; the tally is [`report`].
+//!
+//! Strict mode fails on any escape and when fewer than [`MIN_ATTEMPTED`]
+//! attacks were actually attempted (skips are reported with their reason).
+
+mod attack;
+mod decoys;
+pub mod report;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
+
+use crate::agent::store;
+use crate::paths::Home;
+use crate::protocol::{Call, SpawnParams, StdioMode};
+use crate::sandbox::probes::{self, ProbeContext};
+use crate::sandbox::report::{Isolation, SandboxReport};
+use crate::sandbox::{identity, profile};
+use crate::supervisor::Session;
+use crate::supervisor::client::ClientError;
+
+/// The decoy key placed in the supervisor's environment.
+pub const DECOY_ENV: &str = "OPENAI_API_KEY";
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("verify setup: {0}")]
+    Setup(String),
+    #[error(transparent)]
+    Supervisor(#[from] crate::supervisor::SupervisorError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> VerifyError + '_ {
+    move |e| VerifyError::Setup(format!("{what}: {e}"))
+}
+
+/// Run the catalogue. `on_result` sees each result as it arrives.
+pub fn run(
+    isolation: Isolation,
+    role: &str,
+    mut on_result: impl FnMut(&AttackResult),
+) -> Result<VerifyReport, VerifyError> {
+    let report = SandboxReport::probe();
+    // Removed when dropped, whatever happens below.
+    let root = tempfile::Builder::new()
+        .prefix("mini-letta-verify-")
+        .tempdir()
+        .map_err(setup("a temporary home"))?;
+    run_in(root.path(), &report, isolation, role, &mut on_result)
+}
+
+fn run_in(
+    root: &Path,
+    report: &SandboxReport,
+    isolation: Isolation,
+    role: &str,
+    on_result: &mut dyn FnMut(&AttackResult),
+) -> Result<VerifyReport, VerifyError> {
+    std::fs::create_dir_all(root).map_err(setup("temporary home"))?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))
+        .map_err(setup("temporary home"))?;
+    let home = Home::at(root);
+    let exe = crate::paths::Programs::installed()
+        .map_err(setup("mini-letta's programs"))?
+        .agent;
+    let marker = format!("MINI-LETTA-DECOY-SECRET-{:016x}", rand::random::<u64>());
+    let env_value = format!("sk-decoy{:032x}", rand::random::<u128>());
+    // The supervisor (embedded in this process) holds the decoy key. Set
+    // before any thread exists: the CLI calls us single-threaded.
+    // SAFETY: no other thread reads the environment yet.
+    unsafe { std::env::set_var(DECOY_ENV, &env_value) };
+
+    let a = store::create(&home, "attacker", None).map_err(setup("agent A"))?;
+    let b = store::create(&home, "decoy", None).map_err(setup("agent B"))?;
+    let a_paths = home.agent(&a.id).map_err(setup("agent A"))?;
+    let b_paths = home.agent(&b.id).map_err(setup("agent B"))?;
+    let secret = b_paths.memory_dir().join("secret.md");
+    std::fs::write(&secret, format!("{marker}\n")).map_err(setup("decoy secret"))?;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))
+        .map_err(setup("decoy secret"))?;
+    let is_root = nix::unistd::geteuid().is_root();
+    if isolation != Isolation::Off && report.uid_switch.available {
+        let mut b_rec = b.clone();
+        let uid =
+            store::ensure_sandbox_uid(&home, &mut b_rec, &b_paths).map_err(setup("agent B uid"))?;
+        identity::own_agent_dir(&b_paths, uid).map_err(setup("agent B ownership"))?;
+    }
+    let planted = decoys::plant(&a_paths, &secret, is_root)?;
+    std::fs::create_dir_all(a_paths.tmp_dir()).map_err(setup("scratch dir"))?;
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").map_err(setup("TCP listener"))?;
+    let tcp_port = tcp.local_addr().map_err(setup("TCP listener"))?.port();
+    let abstract_name = format!("mini-letta-verify-{}", rand::random::<u32>());
+    let _abstract = decoys::abstract_listener(&abstract_name).map_err(setup("abstract socket"))?;
+    let shm = decoys::HostShm::create();
+    decoys::tighten_profile(&home, role)?;
+
+    let mut session = Session::open(&home)?;
+    let iso = match isolation {
+        Isolation::Strict => "strict",
+        Isolation::Degraded => "degraded",
+        Isolation::Off => "off",
+    };
+    session.client.call(Call::Subscribe {})?;
+    let sibling = session.client.call(Call::Spawn(SpawnParams {
+        agent: b.id.clone(),
+        role: "tool".into(),
+        argv: vec!["sleep".into(), "3600".into()],
+        stdio: StdioMode::Null,
+        workspace: None,
+        isolation: Some(iso.into()),
+        model: None,
+    }))?;
+    let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
+    let sibling_child = sibling["child"].as_u64().unwrap_or(0);
+    let profile = profile::load(&home, role).map_err(setup("profile"))?;
+    let ctx = ProbeContext {
+        own_agent_dir: a_paths.dir().to_path_buf(),
+        own_memory_git_dir: a_paths.memory_git_dir(),
+        other_agent_dir: b_paths.dir().to_path_buf(),
+        other_secret_file: secret.clone(),
+        secret_marker: marker.clone(),
+        agents_dir: home.agents_dir(),
+        supervisor_pid: std::process::id(),
+        sibling_pid,
+        env_secret_name: DECOY_ENV.into(),
+        env_secret_value: env_value.clone(),
+        control_socket: home.supervisor_socket(),
+        host_tcp_port: tcp_port,
+        host_abstract_socket: abstract_name.clone(),
+        planted_symlink: Some(planted.symlink),
+        planted_hardlink: planted.hardlink,
+        planted_setuid: planted.setuid,
+        host_shm_name: shm.as_ref().map(|s| format!("{:#x}", s.key)),
+        pids_limit: report.cgroup.available.then_some(profile.limits.pids),
+        fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
+        scratch_dir: a_paths.tmp_dir(),
+    };
+    let ctx_json = serde_json::to_string(&ctx).map_err(setup("context"))?;
+    let witness = attack::Witness::new(
+        secret,
+        marker,
+        sibling_pid,
+        a_paths.memory_git_dir().join("hooks"),
+    );
+    let mut results = Vec::new();
+    for attack in probes::catalogue() {
+        let verdict = attack::run(
+            &mut session.client,
+            &a.id,
+            role,
+            iso,
+            &exe,
+            attack.id,
+            &ctx_json,
+        );
+        let r = AttackResult {
+            id: attack.id.to_string(),
+            number: attack.number,
+            title: attack.title.to_string(),
+            verdict: witness.judge(verdict),
+        };
+        on_result(&r);
+        results.push(r);
+    }
+    let _ = session.client.call(Call::Kill {
+        child: sibling_child,
+        signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
+    });
+    session.close();
+    drop(shm);
+    drop(tcp);
+    Ok(VerifyReport::new(report.level, isolation, role, results))
+}
