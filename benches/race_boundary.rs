@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mini_letta::paths::Home;
+use mini_letta::protocol::client::Client;
 use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::Client;
 
 // The integration tests' helpers: the built binary, `run`, the hostile child.
 #[path = "../tests/common/mod.rs"]

@@ -17,8 +17,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mini_letta::protocol::client::Client;
 use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::Client;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");

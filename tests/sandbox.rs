@@ -535,11 +535,7 @@ fn a_new_supervisor_kills_leftovers_of_its_agents() {
 }
 
 /// Start a strictly confined `tool` child of `agent` running `argv`.
-fn spawn_strict(
-    c: &mut mini_letta::supervisor::client::Client,
-    agent: &str,
-    argv: &[&str],
-) -> Value {
+fn spawn_strict(c: &mut mini_letta::protocol::client::Client, agent: &str, argv: &[&str]) -> Value {
     c.call(mini_letta::protocol::Call::Spawn(
         mini_letta::protocol::SpawnParams {
             agent: agent.to_string(),

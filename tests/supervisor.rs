@@ -10,8 +10,8 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::{Daemon, bin, process_gone, run, stderr, stdout, wait_until};
+use mini_letta::protocol::client::{Client, ClientError};
 use mini_letta::protocol::{Call, ErrorCode, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::{Client, ClientError};
 use serde_json::{Value, json};
 
 fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, bin, confinement_or_skip, hostile_child, run, stderr, wait_until};
+use mini_letta::protocol::client::{Client, ClientError};
 use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::{Client, ClientError};
 use serde_json::{Value, json};
 
 /// Spawn a child and return its id.

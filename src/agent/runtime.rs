@@ -22,7 +22,7 @@ use super::tools::{self, ToolContext};
 use crate::model::{Message, ModelError, ModelRequest, ModelResponse, Part, Purpose, Role, Usage};
 use crate::paths::AgentPaths;
 use crate::protocol::Call;
-use crate::supervisor::client::{Client, ClientError};
+use crate::protocol::client::{Client, ClientError};
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;

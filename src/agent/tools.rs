@@ -17,7 +17,7 @@ use crate::memfs::repo;
 use crate::model::ToolSpec;
 use crate::paths::AgentPaths;
 use crate::protocol::Call;
-use crate::supervisor::client::{Client, ClientError};
+use crate::protocol::client::{Client, ClientError};
 
 /// Bash output is clamped to this many characters.
 pub const OUTPUT_LIMIT: usize = 30_000;

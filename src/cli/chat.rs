@@ -21,9 +21,9 @@ use super::{Cli, output};
 use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
+use crate::protocol::client::Client;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::supervisor::Session;
-use crate::supervisor::client::Client;
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {

@@ -41,7 +41,7 @@ pub enum VerifyError {
     #[error(transparent)]
     Supervisor(#[from] crate::supervisor::SupervisorError),
     #[error(transparent)]
-    Client(#[from] crate::supervisor::client::ClientError),
+    Client(#[from] crate::protocol::client::ClientError),
 }
 
 fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> VerifyError + '_ {

@@ -8,7 +8,6 @@
 //! ends.
 
 pub mod children;
-pub mod client;
 pub mod conn;
 pub mod pidfile;
 pub mod policy;
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::paths::Home;
 use crate::protocol::Call;
-use client::{Client, ClientError};
+use crate::protocol::client::{Client, ClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {

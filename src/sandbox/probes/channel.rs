@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::util::{contains, io_name, join};
 use super::{ProbeContext, Verdict};
 use crate::paths::MEMORY_DIR_NAME;
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, ErrorCode, SpawnParams, StdioMode};
-use crate::supervisor::client::{Client, ClientError};
 
 /// The channel this process was started with.
 fn channel() -> Result<Client, String> {

@@ -11,13 +11,10 @@ use std::time::Duration;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use serde_json::Value;
 
-use crate::protocol::{
-    Call, ClientFrame, ErrorBody, ErrorCode, Line, LineSplitter, Outcome, PROTOCOL_VERSION,
-    PeerKind, ServerFrame, encode,
+use super::{
+    CHANNEL_FD_ENV, Call, ClientFrame, ErrorBody, ErrorCode, Line, LineSplitter, Outcome,
+    PROTOCOL_VERSION, PeerKind, ServerFrame, encode,
 };
-
-/// Environment variable naming a child's channel descriptor.
-pub use crate::protocol::CHANNEL_FD_ENV;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
