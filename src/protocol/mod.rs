@@ -11,10 +11,13 @@
 //!
 //! * [`frames`] — the frames, requests ([`Call`]), outcomes, error codes,
 //!   the decoder, the encoder and the line splitter.
+//! * [`messages`] — what `model.complete` carries: messages, tool specs,
+//!   model requests, responses and failures.
 //! * [`client`] — the blocking client (CLI, children, tests).
 
 pub mod client;
 pub mod frames;
+pub mod messages;
 
 pub use frames::{
     Call, ClientFrame, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel, METHODS,
