@@ -491,11 +491,12 @@ fn sigterm_reaches_the_confined_program() {
     })
     .unwrap();
     let exit = loop {
-        if let mini_letta::protocol::ServerFrame::Event { event, data } = c.read_frame().unwrap()
-            && event == "child.exit"
-            && data["child"].as_u64() == Some(child)
+        if let mini_letta::protocol::ServerFrame::Event(mini_letta::protocol::Event::ChildExit(
+            exit,
+        )) = c.read_frame().unwrap()
+            && exit.child == child
         {
-            break data;
+            break serde_json::to_value(exit).unwrap();
         }
     };
     assert_eq!(exit["state"], "exited", "{exit}");

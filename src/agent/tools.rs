@@ -14,10 +14,9 @@ use serde_json::{Value, json};
 use crate::memfs::commit::CommitOutcome;
 use crate::memfs::ops::{OpError, Writer};
 use crate::memfs::repo;
-use crate::model::ToolSpec;
 use crate::paths::AgentPaths;
-use crate::protocol::Call;
 use crate::protocol::client::{Client, ClientError};
+use crate::protocol::messages::ToolSpec;
 
 /// Bash output is clamped to this many characters.
 pub const OUTPUT_LIMIT: usize = 30_000;
@@ -215,23 +214,13 @@ fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
         repo,
         Box::new(move |paths: &[String], message: &str| {
             let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-            match client.call(Call::MemoryCommit {
-                paths: paths.to_vec(),
-                message: message.to_string(),
-                agent: None,
-            }) {
-                Ok(v) => Ok(CommitOutcome {
-                    commit: v["commit"]
-                        .as_str()
+            match client.memory_commit(paths.to_vec(), message.to_string()) {
+                Ok(c) => Ok(CommitOutcome {
+                    commit: c
+                        .commit
+                        .as_deref()
                         .and_then(|c| git2::Oid::from_str(c).ok()),
-                    changed: v["changed"]
-                        .as_array()
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|x| x.as_str().map(String::from))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    changed: c.changed,
                 }),
                 Err(ClientError::Remote(body)) => {
                     Err(OpError::Refused(body.message.trim_end().to_string()))

@@ -18,11 +18,12 @@ use serde_json::{Value, json};
 
 use super::terminal::clean;
 use super::{Cli, output};
-use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
+use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::client::Client;
-use crate::protocol::{Call, SpawnParams, StdioMode};
+use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use crate::supervisor::Session;
 
 #[derive(Debug, Args)]
@@ -257,12 +258,8 @@ pub fn turn(
     drop(err_w);
     serde_json::to_writer(&mut in_w, input)?;
     drop(in_w);
-    let mut exits: Vec<Value> = Vec::new();
-    let spawned = client.wait_response(req, |event, data| {
-        if event == "child.exit" {
-            exits.push(data.clone());
-        }
-    })?;
+    let mut exits = Vec::new();
+    let spawned = client.wait_response_keeping_exits(req, &mut exits)?;
     let child = spawned["child"]
         .as_u64()
         .context("supervisor gave no child id")?;
@@ -279,7 +276,7 @@ pub fn turn(
             Err(_) => eprintln!("{}", clean(&line)),
         }
     }
-    let exit = client.wait_child_exit(child, &mut exits)?;
+    let exit = client.wait_exit(child, &mut exits)?;
     // Its stderr closes with it; a lingering descendant could keep it open,
     // so wait only briefly — but do wait: the error that ended it is there.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -292,7 +289,7 @@ pub fn turn(
     done.with_context(|| {
         format!(
             "the agent process ended without finishing the turn (exit {}); the conversation is intact",
-            exit.get("code").or_else(|| exit.get("signal")).cloned().unwrap_or(Value::Null)
+            exit.code().or(exit.signal()).map(|n| n.to_string()).unwrap_or_else(|| "null".into())
         )
     })
 }
@@ -382,23 +379,17 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         loop {
-            let crate::protocol::ServerFrame::Event { event, data } = client.read_frame()? else {
+            let ServerFrame::Event(event) = client.read_frame()? else {
                 continue;
             };
-            if data["agent"].as_str() != Some(me.as_str()) {
-                continue;
-            }
-            match event.as_str() {
-                "turn.delta" if !args.json => {
-                    print!("{}", clean(data["text"].as_str().unwrap_or("")));
+            match event {
+                Event::TurnDelta(d) if d.agent.as_deref() == Some(me.as_str()) && !args.json => {
+                    print!("{}", clean(&d.text));
                 }
-                "turn.event"
-                    if data["conversation"].as_str() == Some(args.conversation.as_str()) =>
-                {
+                Event::TurnEvent(n) if n.agent == me && n.conversation == args.conversation => {
                     if args.json {
-                        println!("{}", data["event"]);
-                    } else if let Ok(e) = serde_json::from_value::<TurnEvent>(data["event"].clone())
-                    {
+                        println!("{}", n.event);
+                    } else if let Some(e) = n.turn_event() {
                         match e {
                             TurnEvent::Step { n } => println!("· step {n}"),
                             TurnEvent::ToolCall {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::MAX_FRAME_BYTES;
+use super::events::Event;
 
 /// Who is speaking, as said in `hello`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +111,15 @@ impl Call {
     }
 }
 
+/// The result of `memory.commit`: the new commit (none when the paths did
+/// not change) and the paths it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    pub commit: Option<String>,
+    #[serde(default)]
+    pub changed: Vec<String>,
+}
+
 /// Log levels a child may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -168,10 +178,8 @@ pub enum ServerFrame {
         #[serde(flatten)]
         outcome: Outcome,
     },
-    Event {
-        event: String,
-        data: Value,
-    },
+    /// Unsolicited: `{"type":"event","event":NAME,"data":{...}}`.
+    Event(Event),
     /// A frame that could not be handled; `id` when the request had one.
     Error {
         id: Option<u64>,

@@ -11,17 +11,28 @@
 //!
 //! * [`frames`] — the frames, requests ([`Call`]), outcomes, error codes,
 //!   the decoder, the encoder and the line splitter.
+//! * [`events`] — the supervisor's events, typed ([`Event`]).
 //! * [`messages`] — what `model.complete` carries: messages, tool specs,
 //!   model requests, responses and failures.
+//! * [`turn`] — the agent child's own stream: its turn input and the turn
+//!   events it reports.
 //! * [`client`] — the blocking client (CLI, children, tests).
+//!
+//! The CLI, the supervisor and the agent child all speak through this
+//! module; the agent child knows nothing else of the supervisor or of the
+//! model providers.
 
 pub mod client;
+pub mod events;
 pub mod frames;
 pub mod messages;
+pub mod turn;
+
+pub use events::Event;
 
 pub use frames::{
-    Call, ClientFrame, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel, METHODS,
-    Outcome, PeerKind, ServerFrame, SpawnParams, StdioMode, decode_client, encode,
+    Call, ClientFrame, Committed, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel,
+    METHODS, Outcome, PeerKind, ServerFrame, SpawnParams, StdioMode, decode_client, encode,
 };
 
 /// Version carried in every `hello`.

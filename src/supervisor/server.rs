@@ -20,9 +20,10 @@ use super::pidfile::{PidFile, ensure_private_dir};
 use super::{policy, rpc, untrusted};
 use crate::agent::store;
 use crate::paths::Home;
+use crate::protocol::events::{ChildEnd, ChildExit, ChildStart, Lagged, Shutdown, TurnNotice};
 use crate::protocol::{
-    Call, ClientFrame, ErrorBody, ErrorCode, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
-    ServerFrame, SpawnParams, StdioMode, decode_client,
+    Call, ClientFrame, ErrorBody, ErrorCode, Event, FrameError, Line, Outcome, PROTOCOL_VERSION,
+    PeerKind, ServerFrame, SpawnParams, StdioMode, decode_client,
 };
 
 /// How long children get to finish after a stop before they are killed.
@@ -70,7 +71,7 @@ pub struct State {
     pub started: Instant,
     pub table: SharedTable,
     pub launcher: Launcher,
-    pub events: broadcast::Sender<(String, Value)>,
+    pub events: broadcast::Sender<Event>,
     pub stop: Notify,
     stopping: std::sync::atomic::AtomicBool,
     /// Requests being handled; shutdown waits for them (in-flight commits
@@ -84,8 +85,8 @@ pub struct State {
 }
 
 impl State {
-    pub fn emit(&self, event: &str, data: Value) {
-        let _ = self.events.send((event.to_string(), data));
+    pub fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -279,10 +280,9 @@ async fn shutdown(state: &Arc<State>) {
         tracing::info!(children = live.len(), "asking children to finish");
         if let Ok(ch) = state.channels.lock() {
             for c in ch.values() {
-                c.send(&ServerFrame::Event {
-                    event: "supervisor.shutdown".into(),
-                    data: json!({ "grace_ms": STOP_GRACE.as_millis() as u64 }),
-                });
+                c.send(&ServerFrame::Event(Event::SupervisorShutdown(Shutdown {
+                    grace_ms: STOP_GRACE.as_millis() as u64,
+                })));
             }
         }
         for c in &live {
@@ -578,16 +578,15 @@ fn forward_events(state: Arc<State>, sender: FrameSender) -> tokio::task::JoinHa
     tokio::spawn(async move {
         loop {
             match rx.recv().await {
-                Ok((event, data)) => {
-                    if !sender.send(&ServerFrame::Event { event, data }) {
+                Ok(event) => {
+                    if !sender.send(&ServerFrame::Event(event)) {
                         break;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    sender.send(&ServerFrame::Event {
-                        event: "events.lagged".into(),
-                        data: json!({ "missed": n }),
-                    });
+                    sender.send(&ServerFrame::Event(Event::EventsLagged(Lagged {
+                        missed: n,
+                    })));
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             }
@@ -643,10 +642,12 @@ async fn handle(
             event,
         } => match peer {
             Peer::Child { id, agent, .. } => {
-                state.emit(
-                    "turn.event",
-                    json!({ "agent": agent, "child": id, "conversation": conversation, "event": event }),
-                );
+                state.emit(Event::TurnEvent(TurnNotice {
+                    agent: agent.clone(),
+                    child: *id,
+                    conversation,
+                    event,
+                }));
                 Outcome::Result(json!({}))
             }
             Peer::Cli => error(ErrorCode::Forbidden, policy::refusal("cli", "turn.event")),
@@ -885,18 +886,26 @@ async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) ->
             }
             _ => tracing::info!(child = id, agent = %agent_id, role = %role, pid, "child exited"),
         }
-        let mut data = json!({ "child": id, "agent": agent_id, "role": role, "pid": pid });
-        if let (Some(obj), Ok(extra)) = (data.as_object_mut(), serde_json::to_value(&ended))
-            && let Some(extra) = extra.as_object()
-        {
-            obj.extend(extra.clone());
-        }
-        st.emit("child.exit", data);
+        let end = match ended {
+            ChildState::Killed { signal } => ChildEnd::Killed { signal },
+            ChildState::Exited { code } => ChildEnd::Exited { code },
+            // An ended child is never starting or running.
+            ChildState::Starting | ChildState::Running => ChildEnd::Exited { code: -1 },
+        };
+        st.emit(Event::ChildExit(ChildExit {
+            child: id,
+            agent: agent_id,
+            role,
+            pid,
+            end,
+        }));
     });
-    state.emit(
-        "child.start",
-        json!({ "child": id, "agent": record.id, "role": params.role, "pid": launched.pid }),
-    );
+    state.emit(Event::ChildStart(ChildStart {
+        child: id,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+        pid: launched.pid,
+    }));
     Outcome::Result(
         json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
     )
