@@ -5,6 +5,10 @@
 //! confined `agent` child, hands it the turn on stdin, and reads the turn's
 //! events (NDJSON) from the child's stdout; model calls and memory commits
 //! go from the child to the supervisor over the child's channel.
+//!
+//! What all of these print of a turn is decided in one place, [`render`].
+
+mod render;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::terminal::clean;
 use super::{Cli, output};
@@ -25,6 +29,7 @@ use crate::protocol::client::Client;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use crate::supervisor::Session;
+use render::{Detail, Printer};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -78,6 +83,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(prompt) = &args.prompt {
         let mut events = Vec::new();
+        let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
         let done = turn(
             &mut session,
             &home,
@@ -89,7 +95,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
                 if args.json {
                     events.push(json!(e));
                 } else {
-                    render_live(e);
+                    let _ = printer.event(e, Detail::Brief);
                 }
             },
         )?;
@@ -103,7 +109,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             output::json(&json!({ "text": text, "stop_reason": stop_reason, "events": events }))?;
         } else {
-            println!();
+            printer.end_line()?;
         }
         return Ok(if stop_reason == "error" {
             ExitCode::FAILURE
@@ -131,6 +137,7 @@ fn interactive(
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
+    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
@@ -160,52 +167,23 @@ fn interactive(
             &args.isolation,
             ws.as_deref(),
             &input(line, recompile, new_session),
-            &mut render_live,
+            &mut |e| {
+                let _ = printer.event(e, Detail::Brief);
+            },
         ) {
             Ok(_) => {
-                println!();
+                printer.end_line()?;
                 new_session = false;
             }
-            Err(e) => eprintln!("mini-letta: error: {e:#}"),
+            Err(e) => {
+                printer.end_line()?;
+                eprintln!("mini-letta: error: {e:#}");
+            }
         }
         recompile = false;
     }
     let _ = rl.save_history(&history);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Print a turn's events as they arrive: reply text on stdout, activity on stderr.
-fn render_live(e: &TurnEvent) {
-    match e {
-        TurnEvent::TextDelta { text } => {
-            print!("{}", clean(text));
-            let _ = std::io::stdout().flush();
-        }
-        TurnEvent::ToolCall {
-            name, arguments, ..
-        } => {
-            let what = arguments
-                .get("command")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            eprintln!("· {} {}", clean(name), clean(what));
-        }
-        TurnEvent::ToolResult {
-            text,
-            is_error: true,
-            ..
-        } => {
-            eprintln!(
-                "· tool error: {}",
-                clean(text.lines().next().unwrap_or_default())
-            );
-        }
-        TurnEvent::Retry { attempt, error } => eprintln!("· retry {attempt}: {}", clean(error)),
-        TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
-            eprintln!("· stopped: {}", clean(stop_reason))
-        }
-        _ => {}
-    }
 }
 
 /// Run one turn in a confined agent child; returns its `done` event.
@@ -361,7 +339,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!("{}", json!(m));
         } else {
-            println!("[{}] {:?}: {}", m.id, m.role, clean(&summarize(m)));
+            println!("{}", render::message(m));
         }
     };
     for m in conv.messages().iter().skip(seen.saturating_sub(args.last)) {
@@ -378,44 +356,26 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let mut printer = Printer::one_stream(std::io::stdout());
         loop {
             let ServerFrame::Event(event) = client.read_frame()? else {
                 continue;
             };
             match event {
+                // The text a child's model streams: the turn's text deltas.
                 Event::TurnDelta(d) if d.agent.as_deref() == Some(me.as_str()) && !args.json => {
-                    print!("{}", clean(&d.text));
+                    printer.event(&TurnEvent::TextDelta { text: d.text }, Detail::Full)?;
                 }
                 Event::TurnEvent(n) if n.agent == me && n.conversation == args.conversation => {
                     if args.json {
                         println!("{}", n.event);
+                        std::io::stdout().flush()?;
                     } else if let Some(e) = n.turn_event() {
-                        match e {
-                            TurnEvent::Step { n } => println!("· step {n}"),
-                            TurnEvent::ToolCall {
-                                name, arguments, ..
-                            } => println!("\n→ {} {}", clean(&name), clean(&arguments.to_string())),
-                            TurnEvent::ToolResult {
-                                name,
-                                text,
-                                is_error,
-                                ..
-                            } => println!(
-                                "← {}{}: {}",
-                                clean(&name),
-                                if is_error { " (error)" } else { "" },
-                                clean(text.lines().next().unwrap_or(""))
-                            ),
-                            TurnEvent::Done { stop_reason, .. } => {
-                                println!("\n· done ({})", clean(&stop_reason))
-                            }
-                            _ => {}
-                        }
+                        printer.event(&e, Detail::Full)?;
                     }
                 }
                 _ => {}
             }
-            let _ = std::io::stdout().flush();
         }
     }
     loop {
@@ -427,33 +387,6 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         seen = conv.messages().len();
         let _ = std::io::stdout().flush();
     }
-}
-
-fn summarize(m: &crate::agent::conversation::StoredMessage) -> String {
-    use crate::model::Part;
-    m.parts
-        .iter()
-        .filter(|p| !matches!(p, Part::Text { text } if text.starts_with("<system-reminder>")))
-        .map(|p| match p {
-            Part::Text { text } => text.clone(),
-            Part::ToolCall {
-                name, arguments, ..
-            } => format!("→ {name} {arguments}"),
-            Part::ToolResult {
-                name,
-                text,
-                is_error,
-                ..
-            } => {
-                format!(
-                    "← {name}{}: {}",
-                    if *is_error { " (error)" } else { "" },
-                    text.lines().next().unwrap_or("")
-                )
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 #[derive(Debug, Args)]
