@@ -4,7 +4,7 @@
 //! commit made by the supervisor, whose refusal text (the validator's block)
 //! is the result.
 //!
-//! A tool is a [`Tool`] row of [`TOOLS`]: its name, the schema the model is
+//! A tool is a `Tool` row of `TOOLS`: its name, the schema the model is
 //! shown, and the function that runs a call. Adding one is a new file and a
 //! new row.
 
