@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mini_letta::paths::Home;
+use mini_letta::protocol::client::Client;
 use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::Client;
 
 // The integration tests' helpers: the built binary, `run`, the hostile child.
 #[path = "../tests/common/mod.rs"]
@@ -281,7 +281,7 @@ fn main() -> ExitCode {
     wait_gone(&mut c, child);
     // Drain events so the supervisor sees a reader.
     let _ = c.set_timeout(Some(Duration::from_millis(100)));
-    while let Ok(ServerFrame::Event { .. }) = c.read_frame() {}
+    while let Ok(ServerFrame::Event(_)) = c.read_frame() {}
 
     let _ = run(&home_dir, &["supervisor", "stop", "--timeout", "5"]);
     // The attacker's own count (its stdout is in the supervisor's log): a

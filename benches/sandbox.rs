@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mini_letta::paths::Home;
+use mini_letta::protocol::client::Client;
 use mini_letta::protocol::{Call, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::Client;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -17,8 +17,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::Client;
+use mini_letta::protocol::client::Client;
+use mini_letta::protocol::events::ChildExit;
+use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
@@ -86,26 +87,19 @@ fn spawn_params(agent: &str, argv: Vec<String>) -> Call {
 
 /// Send a request and wait for its result, keeping `child.exit` events
 /// (a short-lived child's exit can arrive before its spawn response).
-fn call_keeping_exits(c: &mut Client, call: Call, seen: &mut Vec<Value>) -> Value {
+fn call_keeping_exits(c: &mut Client, call: Call, seen: &mut Vec<ChildExit>) -> Value {
     let id = c.send_request(call).unwrap();
-    c.wait_response(id, |event, data| {
-        if event == "child.exit" {
-            seen.push(data.clone());
-        }
-    })
-    .unwrap()
+    c.wait_response_keeping_exits(id, seen).unwrap()
 }
 
 /// Wait for the `child.exit` events of `children` (the client subscribed).
-fn wait_exits(c: &mut Client, children: &[u64], seen: &mut Vec<Value>) {
+fn wait_exits(c: &mut Client, children: &[u64], seen: &mut Vec<ChildExit>) {
     while !children
         .iter()
-        .all(|id| seen.iter().any(|e| e["child"].as_u64() == Some(*id)))
+        .all(|id| seen.iter().any(|e| e.child == *id))
     {
-        if let ServerFrame::Event { event, data } = c.read_frame().unwrap()
-            && event == "child.exit"
-        {
-            seen.push(data);
+        if let ServerFrame::Event(Event::ChildExit(exit)) = c.read_frame().unwrap() {
+            seen.push(exit);
         }
     }
 }
@@ -158,11 +152,8 @@ fn main() {
     );
     let child = v["child"].as_u64().unwrap();
     wait_exits(&mut c, &[child], &mut exits);
-    let exit = exits
-        .iter()
-        .find(|e| e["child"].as_u64() == Some(child))
-        .unwrap();
-    assert_eq!(exit["code"], 0, "channel ping child failed: {exit}");
+    let exit = exits.iter().find(|e| e.child == child).unwrap();
+    assert_eq!(exit.code(), Some(0), "channel ping child failed: {exit:?}");
     let channel: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
 
     // (c) launch → first frame, children running `true`.
@@ -190,7 +181,7 @@ fn main() {
         .collect();
     let failed = exits
         .iter()
-        .filter(|e| ids.contains(&e["child"].as_u64().unwrap_or(0)) && e["code"] != 0)
+        .filter(|e| ids.contains(&e.child) && e.code() != Some(0))
         .count();
 
     // (d) bare fork+exec of `true`, from this process.

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use mini_letta::paths::Home;
 use mini_letta::protocol::Call;
-use mini_letta::supervisor::client::Client;
+use mini_letta::protocol::client::Client;
 use serde_json::json;
 
 fn bin() -> &'static str {

@@ -12,8 +12,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use mini_letta::protocol::events::{
+    ChildEnd, ChildExit, ChildStart, Lagged, ModelDelta, Shutdown, TurnDelta, TurnNotice,
+};
 use mini_letta::protocol::{
-    Call, ClientFrame, ErrorBody, ErrorCode, Line, LineSplitter, LogLevel, MAX_FRAME_BYTES,
+    Call, ClientFrame, ErrorBody, ErrorCode, Event, Line, LineSplitter, LogLevel, MAX_FRAME_BYTES,
     Outcome, PeerKind, ServerFrame, SpawnParams, StdioMode, decode_client, encode,
 };
 use proptest::prelude::*;
@@ -132,6 +135,85 @@ fn arb_error_code() -> impl Strategy<Value = ErrorCode> {
     ])
 }
 
+/// Every typed event, and arbitrary names and data (read as the client
+/// reads them: unknown names, and known ones with unreadable data, become
+/// `Event::Other`).
+fn arb_event() -> impl Strategy<Value = Event> {
+    let end = prop_oneof![
+        any::<i32>().prop_map(|code| ChildEnd::Exited { code }),
+        any::<i32>().prop_map(|signal| ChildEnd::Killed { signal }),
+    ];
+    prop_oneof![
+        (any::<u64>(), any::<String>(), any::<String>(), any::<u32>()).prop_map(
+            |(child, agent, role, pid)| Event::ChildStart(ChildStart {
+                child,
+                agent,
+                role,
+                pid
+            })
+        ),
+        (
+            any::<u64>(),
+            any::<String>(),
+            any::<String>(),
+            any::<u32>(),
+            end
+        )
+            .prop_map(
+                |(child, agent, role, pid, end)| Event::ChildExit(ChildExit {
+                    child,
+                    agent,
+                    role,
+                    pid,
+                    end
+                })
+            ),
+        (any::<u64>(), any::<String>())
+            .prop_map(|(request, text)| Event::ModelDelta(ModelDelta { request, text })),
+        (
+            arb_opt_string(),
+            prop::option::of(any::<u64>()),
+            any::<String>()
+        )
+            .prop_map(|(agent, child, text)| Event::TurnDelta(TurnDelta {
+                agent,
+                child,
+                text
+            })),
+        (any::<String>(), any::<u64>(), any::<String>(), arb_json()).prop_map(
+            |(agent, child, conversation, event)| Event::TurnEvent(TurnNotice {
+                agent,
+                child,
+                conversation,
+                event
+            })
+        ),
+        any::<u64>().prop_map(|grace_ms| Event::SupervisorShutdown(Shutdown { grace_ms })),
+        any::<u64>().prop_map(|missed| Event::EventsLagged(Lagged { missed })),
+        (any::<String>(), arb_json()).prop_map(|(event, data)| Event::from_wire(event, data)),
+        (
+            prop::sample::select(vec![
+                "child.start",
+                "child.exit",
+                "model.delta",
+                "turn.delta",
+                "turn.event",
+                "supervisor.shutdown",
+                "events.lagged",
+            ]),
+            arb_json()
+        )
+            .prop_map(|(event, data)| Event::from_wire(event.to_string(), data)),
+    ]
+}
+
+/// The event frame as it was before events were typed.
+#[derive(serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum UntypedFrame {
+    Event { event: String, data: Value },
+}
+
 fn arb_server_frame() -> impl Strategy<Value = ServerFrame> {
     prop_oneof![
         (any::<u32>(), any::<String>(), any::<u32>()).prop_map(|(version, server, pid)| {
@@ -160,7 +242,7 @@ fn arb_server_frame() -> impl Strategy<Value = ServerFrame> {
                     data
                 })
             }),
-        (any::<String>(), arb_json()).prop_map(|(event, data)| ServerFrame::Event { event, data }),
+        arb_event().prop_map(ServerFrame::Event),
         (
             prop::option::of(any::<u64>()),
             arb_error_code(),
@@ -331,6 +413,33 @@ proptest! {
         prop_assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
         let back: ServerFrame = serde_json::from_slice(&line).unwrap();
         prop_assert_eq!(back, frame);
+    }
+
+    /// Typed events are the same bytes as the untyped event frame
+    /// (`{"type":"event","event":NAME,"data":DATA}`) they replaced.
+    #[test]
+    fn event_frames_keep_the_untyped_bytes(event in arb_event()) {
+        let untyped = UntypedFrame::Event {
+            event: event.name().to_string(),
+            data: event.data(),
+        };
+        prop_assert_eq!(encode(&ServerFrame::Event(event)), encode(&untyped));
+    }
+
+    /// Any untyped event frame decodes (nothing a newer supervisor sends can
+    /// break a reader), under its own name; unknown ones keep their data.
+    #[test]
+    fn any_event_frame_decodes(event in any::<String>(), data in arb_json()) {
+        let line = encode(&UntypedFrame::Event { event: event.clone(), data: data.clone() });
+        let back: ServerFrame = serde_json::from_slice(&line).unwrap();
+        let ServerFrame::Event(back) = back else {
+            prop_assert!(false, "not an event: {back:?}");
+            unreachable!()
+        };
+        prop_assert_eq!(back.name(), event.as_str());
+        if let Event::Other { data: kept, .. } = &back {
+            prop_assert_eq!(kept, &data);
+        }
     }
 
     /// Whatever garbage came before, a valid frame on its own line decodes to

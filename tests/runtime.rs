@@ -546,6 +546,7 @@ fn attach_follows_a_running_turn_live() {
         .args(["attach", "--json", "--last", "0"])
         .env("MINI_LETTA_HOME", d.path())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let out = attach.stdout.take().unwrap();
@@ -557,8 +558,15 @@ fn attach_follows_a_running_turn_live() {
             }
         }
     });
-    // Give attach time to subscribe, then run a turn with a tool call.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Once attach says it follows live, run a turn with a tool call.
+    // Kept open to the end: attach may say more on stderr.
+    let mut err = BufReader::new(attach.stderr.take().unwrap());
+    let mut said = String::new();
+    err.read_line(&mut said).unwrap();
+    assert!(
+        said.contains("following conversation default live"),
+        "{said}"
+    );
     let v = chat_json(d.path(), "记住: attach works", &[]);
     assert_eq!(v["stop_reason"], "end_turn");
     let mut seen = Vec::new();

@@ -501,11 +501,12 @@ fn sigterm_reaches_the_confined_program() {
     })
     .unwrap();
     let exit = loop {
-        if let mini_letta::protocol::ServerFrame::Event { event, data } = c.read_frame().unwrap()
-            && event == "child.exit"
-            && data["child"].as_u64() == Some(child)
+        if let mini_letta::protocol::ServerFrame::Event(mini_letta::protocol::Event::ChildExit(
+            exit,
+        )) = c.read_frame().unwrap()
+            && exit.child == child
         {
-            break data;
+            break serde_json::to_value(exit).unwrap();
         }
     };
     assert_eq!(exit["state"], "exited", "{exit}");
@@ -545,11 +546,7 @@ fn a_new_supervisor_kills_leftovers_of_its_agents() {
 }
 
 /// Start a strictly confined `tool` child of `agent` running `argv`.
-fn spawn_strict(
-    c: &mut mini_letta::supervisor::client::Client,
-    agent: &str,
-    argv: &[&str],
-) -> Value {
+fn spawn_strict(c: &mut mini_letta::protocol::client::Client, agent: &str, argv: &[&str]) -> Value {
     c.call(mini_letta::protocol::Call::Spawn(
         mini_letta::protocol::SpawnParams {
             agent: agent.to_string(),

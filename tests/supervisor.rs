@@ -10,8 +10,8 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::{Daemon, bin, process_gone, run, stderr, stdout, wait_until};
-use mini_letta::protocol::{Call, ErrorCode, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::{Client, ClientError};
+use mini_letta::protocol::client::{Client, ClientError};
+use mini_letta::protocol::{Call, ErrorCode, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::{Value, json};
 
 fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {
@@ -34,11 +34,10 @@ fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {
 
 fn wait_exit(c: &mut Client, child: u64) -> Value {
     loop {
-        if let ServerFrame::Event { event, data } = c.read_frame().unwrap()
-            && event == "child.exit"
-            && data["child"].as_u64() == Some(child)
+        if let ServerFrame::Event(Event::ChildExit(exit)) = c.read_frame().unwrap()
+            && exit.child == child
         {
-            return data;
+            return serde_json::to_value(exit).unwrap();
         }
     }
 }
@@ -363,10 +362,8 @@ done
     }
     let mut exits = std::collections::HashMap::new();
     while exits.len() < children.len() {
-        if let ServerFrame::Event { event, data } = c.read_frame().unwrap()
-            && event == "child.exit"
-        {
-            exits.insert(data["child"].as_u64().unwrap(), data);
+        if let ServerFrame::Event(Event::ChildExit(exit)) = c.read_frame().unwrap() {
+            exits.insert(exit.child, serde_json::to_value(exit).unwrap());
         }
     }
     for child in children {
@@ -431,9 +428,10 @@ fn model_complete_streams_then_answers() {
         .unwrap();
     let mut deltas = Vec::new();
     let v = c
-        .wait_response(id, |event, data| {
-            if event == "model.delta" {
-                deltas.push(data["text"].as_str().unwrap().to_string());
+        .wait_response_with(id, |event| {
+            if let Event::ModelDelta(d) = event {
+                assert_eq!(d.request, id, "a delta tagged with another request");
+                deltas.push(d.text.clone());
             }
         })
         .unwrap();

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, bin, confinement_or_skip, hostile_child, run, stderr, wait_until};
-use mini_letta::protocol::{Call, ServerFrame, SpawnParams, StdioMode};
-use mini_letta::supervisor::client::{Client, ClientError};
+use mini_letta::protocol::client::{Client, ClientError};
+use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::{Value, json};
 
 /// Spawn a child and return its id.
@@ -43,10 +43,8 @@ fn wait_exit(c: &mut Client, child: u64) -> Value {
     c.set_timeout(Some(Duration::from_secs(30))).unwrap();
     loop {
         match c.read_frame() {
-            Ok(ServerFrame::Event { event, data })
-                if event == "child.exit" && data["child"].as_u64() == Some(child) =>
-            {
-                return data;
+            Ok(ServerFrame::Event(Event::ChildExit(exit))) if exit.child == child => {
+                return serde_json::to_value(exit).unwrap();
             }
             Ok(_) => {}
             Err(e) => panic!("child {child} did not exit within 30 s: {e}"),

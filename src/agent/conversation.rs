@@ -24,11 +24,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::agentfs::{Dir, FsError};
-use crate::model::{Message, Part, Role, Usage};
 use crate::paths::{
     AgentPaths, CONTEXT_FILE_NAME, CONVERSATIONS_DIR_NAME, ConversationPaths,
     LAST_REQUEST_FILE_NAME, MESSAGES_FILE_NAME, PENDING_REMINDERS_FILE_NAME, PathsError,
 };
+use crate::protocol::messages::{Message, Part, Role, Usage};
 
 /// Largest message log read (a child can grow it without bound).
 pub const MAX_LOG_BYTES: u64 = 256 << 20;

@@ -10,7 +10,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -19,84 +18,17 @@ use super::conversation::{Conversation, ConversationError, Reminder, StoredMessa
 use super::prompt_cache::{self, PromptError};
 use super::record::AgentRecord;
 use super::tools::{self, ToolContext};
-use crate::model::{Message, ModelError, ModelRequest, ModelResponse, Part, Purpose, Role, Usage};
 use crate::paths::AgentPaths;
-use crate::protocol::Call;
-use crate::supervisor::client::{Client, ClientError};
+use crate::protocol::client::{Client, ClientError};
+use crate::protocol::messages::{
+    Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, Usage,
+};
+use crate::protocol::turn::{TurnEvent, TurnInput};
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;
 /// Retries of a transient model error (after the first attempt).
 pub const MAX_RETRIES: u32 = 3;
-
-/// What starts a turn (sent to the agent child on its stdin).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TurnInput {
-    pub text: String,
-    #[serde(default = "default_conversation")]
-    pub conversation: String,
-    /// Model handle overriding the agent's.
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub max_steps: Option<u32>,
-    #[serde(default)]
-    pub workspace: Option<String>,
-    /// Recompile the system prompt before the first step.
-    #[serde(default)]
-    pub recompile: bool,
-    /// First turn of a session: the agent-info reminder is sent once per
-    /// session (an interactive chat is one session; each `chat -p` is one).
-    #[serde(default = "yes")]
-    pub new_session: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn default_conversation() -> String {
-    "default".into()
-}
-
-/// Events of a turn, streamed to whoever runs it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum TurnEvent {
-    Reminders {
-        items: Vec<String>,
-    },
-    Step {
-        n: u32,
-    },
-    MemoryUpdate {
-        revision: Option<String>,
-    },
-    TextDelta {
-        text: String,
-    },
-    ToolCall {
-        id: String,
-        name: String,
-        arguments: Value,
-    },
-    ToolResult {
-        id: String,
-        name: String,
-        text: String,
-        is_error: bool,
-    },
-    Retry {
-        attempt: u32,
-        error: String,
-    },
-    Done {
-        stop_reason: String,
-        text: String,
-        steps: u32,
-        usage: Usage,
-    },
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -384,22 +316,21 @@ fn complete_with_retries(
     channel: &Arc<Mutex<Client>>,
     request: &ModelRequest,
     emit: &mut dyn FnMut(&TurnEvent),
-) -> Result<ModelResponse, ModelError> {
+) -> Result<ModelResponse, ModelFailure> {
     let mut attempt = 0;
     loop {
-        match complete_once(channel, request, emit) {
+        let result = {
+            let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+            client.model_complete(request, |text| {
+                emit(&TurnEvent::TextDelta {
+                    text: text.to_string(),
+                })
+            })
+        };
+        match result {
             Ok(r) => return Ok(r),
-            Err(ModelError::Transient {
-                status,
-                message,
-                retry_after_ms,
-            }) if attempt < MAX_RETRIES => {
+            Err(err @ ModelFailure::Transient { retry_after_ms, .. }) if attempt < MAX_RETRIES => {
                 attempt += 1;
-                let err = ModelError::Transient {
-                    status,
-                    message,
-                    retry_after_ms,
-                };
                 emit(&TurnEvent::Retry {
                     attempt,
                     error: err.to_string(),
@@ -410,51 +341,6 @@ fn complete_with_retries(
             }
             Err(e) => return Err(e),
         }
-    }
-}
-
-fn complete_once(
-    channel: &Arc<Mutex<Client>>,
-    request: &ModelRequest,
-    emit: &mut dyn FnMut(&TurnEvent),
-) -> Result<ModelResponse, ModelError> {
-    let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-    let req = serde_json::to_value(request).map_err(|e| ModelError::Fatal {
-        status: None,
-        message: e.to_string(),
-    })?;
-    let id = client
-        .send_request(Call::ModelComplete { request: req })
-        .map_err(|e| ModelError::Fatal {
-            status: None,
-            message: format!("cannot reach the supervisor: {e}"),
-        })?;
-    let result = client.wait_response(id, |event, data| {
-        if event == "model.delta"
-            && data["request"].as_u64() == Some(id)
-            && let Some(t) = data["text"].as_str()
-        {
-            emit(&TurnEvent::TextDelta {
-                text: t.to_string(),
-            });
-        }
-    });
-    match result {
-        Ok(v) => serde_json::from_value(v).map_err(|e| ModelError::Fatal {
-            status: None,
-            message: format!("unreadable model response: {e}"),
-        }),
-        Err(ClientError::Remote(body)) => Err(body
-            .data
-            .and_then(|d| serde_json::from_value::<ModelError>(d).ok())
-            .unwrap_or(ModelError::Fatal {
-                status: None,
-                message: body.message,
-            })),
-        Err(e) => Err(ModelError::Fatal {
-            status: None,
-            message: format!("supervisor channel: {e}"),
-        }),
     }
 }
 

@@ -9,8 +9,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::output;
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, ClientFrame, decode_client};
-use crate::supervisor::client::{Client, ClientError};
 
 #[derive(Debug, Subcommand)]
 pub enum ChannelCommand {

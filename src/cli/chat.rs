@@ -5,6 +5,10 @@
 //! confined `agent` child, hands it the turn on stdin, and reads the turn's
 //! events (NDJSON) from the child's stdout; model calls and memory commits
 //! go from the child to the supervisor over the child's channel.
+//!
+//! What all of these print of a turn is decided in one place, [`render`].
+
+mod render;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,16 +18,19 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::terminal::clean;
 use super::{Cli, output};
-use crate::agent::runtime::{TurnEvent, TurnInput, emit_json_line, run_turn};
+use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::{Call, TurnParams};
+use crate::protocol::client::Client;
+use crate::protocol::events::ChildEnd;
+use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::protocol::{Call, Event, ServerFrame, TurnParams};
 use crate::supervisor::Session;
-use crate::supervisor::client::Client;
+use render::{Detail, Printer};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -76,6 +83,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(prompt) = &args.prompt {
         let mut events = Vec::new();
+        let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
         let done = turn(
             &mut session,
             args.agent.as_deref(),
@@ -86,7 +94,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
                 if args.json {
                     events.push(json!(e));
                 } else {
-                    render_live(e);
+                    let _ = printer.event(e, Detail::Brief);
                 }
             },
         )?;
@@ -100,7 +108,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             output::json(&json!({ "text": text, "stop_reason": stop_reason, "events": events }))?;
         } else {
-            println!();
+            printer.end_line()?;
         }
         return Ok(if stop_reason == "error" {
             ExitCode::FAILURE
@@ -129,6 +137,7 @@ fn interactive(
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
+    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
@@ -157,52 +166,23 @@ fn interactive(
             &args.isolation,
             ws.as_deref(),
             &input(line, recompile, new_session),
-            &mut render_live,
+            &mut |e| {
+                let _ = printer.event(e, Detail::Brief);
+            },
         ) {
             Ok(_) => {
-                println!();
+                printer.end_line()?;
                 new_session = false;
             }
-            Err(e) => eprintln!("mini-letta: error: {e:#}"),
+            Err(e) => {
+                printer.end_line()?;
+                eprintln!("mini-letta: error: {e:#}");
+            }
         }
         recompile = false;
     }
     let _ = rl.save_history(&history);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Print a turn's events as they arrive: reply text on stdout, activity on stderr.
-fn render_live(e: &TurnEvent) {
-    match e {
-        TurnEvent::TextDelta { text } => {
-            print!("{}", clean(text));
-            let _ = std::io::stdout().flush();
-        }
-        TurnEvent::ToolCall {
-            name, arguments, ..
-        } => {
-            let what = arguments
-                .get("command")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            eprintln!("· {} {}", clean(name), clean(what));
-        }
-        TurnEvent::ToolResult {
-            text,
-            is_error: true,
-            ..
-        } => {
-            eprintln!(
-                "· tool error: {}",
-                clean(text.lines().next().unwrap_or_default())
-            );
-        }
-        TurnEvent::Retry { attempt, error } => eprintln!("· retry {attempt}: {}", clean(error)),
-        TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
-            eprintln!("· stopped: {}", clean(stop_reason))
-        }
-        _ => {}
-    }
 }
 
 /// Run one turn in a confined agent child; returns its `done` event.
@@ -262,9 +242,9 @@ pub fn turn(
             Err(_) => eprintln!("{}", clean(&line)),
         }
     }
-    let ended = client.wait_response(req, |_, _| {})?;
+    let ended = client.wait_response_with(req, |_| {})?;
     fed.context("cannot hand the turn to the agent process")?;
-    let exit = &ended["exit"];
+    let exit: Option<ChildEnd> = serde_json::from_value(ended["exit"].clone()).ok();
     // Its stderr closes with it; a lingering descendant could keep it open,
     // so wait only briefly — but do wait: the error that ended it is there.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -277,7 +257,11 @@ pub fn turn(
     done.with_context(|| {
         format!(
             "the agent process ended without finishing the turn (exit {}); the conversation is intact",
-            exit.get("code").or_else(|| exit.get("signal")).cloned().unwrap_or(Value::Null)
+            match exit {
+                Some(ChildEnd::Exited { code }) => code.to_string(),
+                Some(ChildEnd::Killed { signal }) => format!("signal {signal}"),
+                None => "unknown".into(),
+            }
         )
     })
 }
@@ -349,7 +333,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!("{}", json!(m));
         } else {
-            println!("[{}] {:?}: {}", m.id, m.role, clean(&summarize(m)));
+            println!("{}", render::message(m));
         }
     };
     for m in conv.messages().iter().skip(seen.saturating_sub(args.last)) {
@@ -361,55 +345,36 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     // With a supervisor running: its live events, text as it streams.
     if let Ok(mut client) = crate::supervisor::connect(&home) {
         client.call(Call::Subscribe {})?;
+        // Said once following has begun: what comes next is live.
+        eprintln!(
+            "following conversation {} live (Ctrl-C to stop)",
+            clean(&args.conversation)
+        );
         let me = agent
             .dir()
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let mut printer = Printer::one_stream(std::io::stdout());
         loop {
-            let crate::protocol::ServerFrame::Event { event, data } = client.read_frame()? else {
+            let ServerFrame::Event(event) = client.read_frame()? else {
                 continue;
             };
-            if data["agent"].as_str() != Some(me.as_str()) {
-                continue;
-            }
-            match event.as_str() {
-                "turn.delta" if !args.json => {
-                    print!("{}", clean(data["text"].as_str().unwrap_or("")));
+            match event {
+                // The text a child's model streams: the turn's text deltas.
+                Event::TurnDelta(d) if d.agent.as_deref() == Some(me.as_str()) && !args.json => {
+                    printer.event(&TurnEvent::TextDelta { text: d.text }, Detail::Full)?;
                 }
-                "turn.event"
-                    if data["conversation"].as_str() == Some(args.conversation.as_str()) =>
-                {
+                Event::TurnEvent(n) if n.agent == me && n.conversation == args.conversation => {
                     if args.json {
-                        println!("{}", data["event"]);
-                    } else if let Ok(e) = serde_json::from_value::<TurnEvent>(data["event"].clone())
-                    {
-                        match e {
-                            TurnEvent::Step { n } => println!("· step {n}"),
-                            TurnEvent::ToolCall {
-                                name, arguments, ..
-                            } => println!("\n→ {} {}", clean(&name), clean(&arguments.to_string())),
-                            TurnEvent::ToolResult {
-                                name,
-                                text,
-                                is_error,
-                                ..
-                            } => println!(
-                                "← {}{}: {}",
-                                clean(&name),
-                                if is_error { " (error)" } else { "" },
-                                clean(text.lines().next().unwrap_or(""))
-                            ),
-                            TurnEvent::Done { stop_reason, .. } => {
-                                println!("\n· done ({})", clean(&stop_reason))
-                            }
-                            _ => {}
-                        }
+                        println!("{}", n.event);
+                        std::io::stdout().flush()?;
+                    } else if let Some(e) = n.turn_event() {
+                        printer.event(&e, Detail::Full)?;
                     }
                 }
                 _ => {}
             }
-            let _ = std::io::stdout().flush();
         }
     }
     loop {
@@ -421,33 +386,6 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
         seen = conv.messages().len();
         let _ = std::io::stdout().flush();
     }
-}
-
-fn summarize(m: &crate::agent::conversation::StoredMessage) -> String {
-    use crate::model::Part;
-    m.parts
-        .iter()
-        .filter(|p| !matches!(p, Part::Text { text } if text.starts_with("<system-reminder>")))
-        .map(|p| match p {
-            Part::Text { text } => text.clone(),
-            Part::ToolCall {
-                name, arguments, ..
-            } => format!("→ {name} {arguments}"),
-            Part::ToolResult {
-                name,
-                text,
-                is_error,
-                ..
-            } => {
-                format!(
-                    "← {name}{}: {}",
-                    if *is_error { " (error)" } else { "" },
-                    text.lines().next().unwrap_or("")
-                )
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 #[derive(Debug, Args)]

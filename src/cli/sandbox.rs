@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde_json::Value;
 
 use super::{Cli, terminal};
 use crate::protocol::{Call, SpawnParams, StdioMode};
@@ -122,12 +121,8 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         &passed,
     )?;
     // child.exit may arrive before the spawn response: remember them all.
-    let mut exits: Vec<Value> = Vec::new();
-    let spawned = client.wait_response(id, |event, data| {
-        if event == "child.exit" {
-            exits.push(data.clone());
-        }
-    })?;
+    let mut exits = Vec::new();
+    let spawned = client.wait_response_keeping_exits(id, &mut exits)?;
     let child = spawned["child"]
         .as_u64()
         .context("supervisor gave no child id")?;
@@ -155,7 +150,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let exit = client.wait_child_exit(child, &mut exits);
+    let exit = client.wait_exit(child, &mut exits);
     if let Some((out, raw_mode)) = relay {
         // The output ends when the pty closes; a descendant still holding
         // it would keep it open, so wait only briefly after the exit.
@@ -167,7 +162,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     let exit = exit?;
     session.close();
-    Ok(match (exit["code"].as_i64(), exit["signal"].as_i64()) {
+    Ok(match (exit.code(), exit.signal()) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
         (None, Some(sig)) => ExitCode::from(u8::try_from((128 + sig) & 0xff).unwrap_or(1)),
         _ => ExitCode::FAILURE,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Cli, output};
 use crate::protocol::Call;
-use crate::supervisor::client::ClientError;
+use crate::protocol::client::ClientError;
 use crate::supervisor::{self, Started};
 
 #[derive(Debug, Subcommand)]

@@ -21,102 +21,12 @@ pub mod openai;
 pub mod scripted;
 mod sse;
 
+pub use crate::protocol::messages::{
+    Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, StopKind, ToolSpec,
+    Usage,
+};
 pub use config::{ConfigError, ProviderConfig, default_model};
 pub use factory::open_model;
-
-/// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    User,
-    Assistant,
-    /// Results of tool calls, answering the preceding assistant message.
-    Tool,
-}
-
-/// One part of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Part {
-    Text {
-        text: String,
-    },
-    ToolCall {
-        id: String,
-        name: String,
-        /// Parsed JSON arguments (an object), or a string holding arguments
-        /// that were not valid JSON (the tool then reports an error).
-        arguments: Value,
-    },
-    ToolResult {
-        call_id: String,
-        name: String,
-        text: String,
-        is_error: bool,
-    },
-}
-
-/// A message of the conversation as the model sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub parts: Vec<Part>,
-}
-
-/// A tool the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: Value,
-}
-
-/// Why a request is made (the mock answers summaries and reflections
-/// deterministically; real providers ignore it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Purpose {
-    #[default]
-    Turn,
-    Summary,
-    Reflection,
-}
-
-/// One model request (= one step).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelRequest {
-    /// Provider-qualified handle, e.g. `mock`, `openai/gpt-4o-mini`.
-    pub model: String,
-    pub system: String,
-    pub messages: Vec<Message>,
-    #[serde(default)]
-    pub tools: Vec<ToolSpec>,
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    #[serde(default)]
-    pub purpose: Purpose,
-}
-
-/// Token accounting of one response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    #[serde(default)]
-    pub cache_write_tokens: u64,
-}
-
-/// Why the model stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopKind {
-    EndTurn,
-    ToolUse,
-    MaxTokens,
-}
 
 /// Streamed while a response is produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,18 +40,6 @@ pub enum ModelEvent {
         name: String,
         arguments: Value,
     },
-}
-
-/// A complete response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelResponse {
-    /// Text and tool-call parts, in order.
-    pub parts: Vec<Part>,
-    pub usage: Usage,
-    pub stop: StopKind,
-    pub response_id: String,
-    /// The model that answered.
-    pub model: String,
 }
 
 /// Why a request failed.
@@ -177,31 +75,6 @@ pub trait Model: Send + Sync {
     ) -> Result<ModelResponse, ModelError>;
 }
 
-impl Part {
-    /// A text part.
-    pub fn text(text: impl Into<String>) -> Self {
-        Part::Text { text: text.into() }
-    }
-}
-
-impl Message {
-    /// A user message of one text part.
-    pub fn user(text: impl Into<String>) -> Self {
-        Message {
-            role: Role::User,
-            parts: vec![Part::text(text)],
-        }
-    }
-
-    /// An assistant message of one text part.
-    pub fn assistant(text: impl Into<String>) -> Self {
-        Message {
-            role: Role::Assistant,
-            parts: vec![Part::text(text)],
-        }
-    }
-}
-
 impl ModelError {
     /// A fatal error without an HTTP status.
     pub fn fatal(message: impl Into<String>) -> Self {
@@ -214,5 +87,67 @@ impl ModelError {
     /// Whether the agent loop should retry the request.
     pub fn is_transient(&self) -> bool {
         matches!(self, ModelError::Transient { .. })
+    }
+}
+
+/// What the caller of `model.complete` reads: the same fields, the same
+/// words (the supervisor sends a `ModelError` as the response's `data`).
+impl From<ModelError> for ModelFailure {
+    fn from(e: ModelError) -> Self {
+        match e {
+            ModelError::Transient {
+                status,
+                message,
+                retry_after_ms,
+            } => ModelFailure::Transient {
+                status,
+                message,
+                retry_after_ms,
+            },
+            ModelError::ContextOverflow { message } => ModelFailure::ContextOverflow { message },
+            ModelError::Fatal { status, message } => ModelFailure::Fatal { status, message },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider's error on the wire reads back as the protocol's
+    /// `ModelFailure` with the same fields and the same message.
+    #[test]
+    fn model_errors_travel_as_model_failures() {
+        let errors = [
+            ModelError::Transient {
+                status: Some(503),
+                message: "overloaded".into(),
+                retry_after_ms: Some(1500),
+            },
+            ModelError::Transient {
+                status: None,
+                message: "reset".into(),
+                retry_after_ms: None,
+            },
+            ModelError::ContextOverflow {
+                message: "too long".into(),
+            },
+            ModelError::Fatal {
+                status: Some(401),
+                message: "bad key".into(),
+            },
+            ModelError::fatal("unknown model"),
+        ];
+        for e in errors {
+            let wire = serde_json::to_value(&e).unwrap_or_default();
+            let read: ModelFailure = match serde_json::from_value(wire.clone()) {
+                Ok(f) => f,
+                Err(err) => panic!("{wire} does not read as a ModelFailure: {err}"),
+            };
+            assert_eq!(read.to_string(), e.to_string());
+            assert_eq!(read.is_transient(), e.is_transient());
+            assert_eq!(serde_json::to_value(&read).unwrap_or_default(), wire);
+            assert_eq!(ModelFailure::from(e), read);
+        }
     }
 }

@@ -10,8 +10,9 @@ use tokio::sync::broadcast;
 use super::conn::{FrameReader, FrameSender};
 use super::dispatch::{handle, refuse_by_policy};
 use super::state::{Peer, State};
+use crate::protocol::events::Lagged;
 use crate::protocol::{
-    Call, ClientFrame, ErrorCode, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
+    Call, ClientFrame, ErrorCode, Event, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
     ServerFrame, StdioMode, decode_client,
 };
 
@@ -228,16 +229,15 @@ fn forward_events(state: Arc<State>, sender: FrameSender) -> tokio::task::JoinHa
     tokio::spawn(async move {
         loop {
             match rx.recv().await {
-                Ok((event, data)) => {
-                    if !sender.send(&ServerFrame::Event { event, data }) {
+                Ok(event) => {
+                    if !sender.send(&ServerFrame::Event(event)) {
                         break;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    sender.send(&ServerFrame::Event {
-                        event: "events.lagged".into(),
-                        data: json!({ "missed": n }),
-                    });
+                    sender.send(&ServerFrame::Event(Event::EventsLagged(Lagged {
+                        missed: n,
+                    })));
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             }

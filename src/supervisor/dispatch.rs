@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use super::conn::{FrameSender, PassedFds};
 use super::state::{Peer, State, error};
 use super::{launch, policy, rpc};
-use crate::protocol::{Call, ErrorCode, Outcome, PROTOCOL_VERSION};
+use crate::protocol::events::TurnNotice;
+use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
 /// Answer one request of `peer`.
 pub async fn handle(
@@ -112,10 +113,12 @@ fn child_report(state: &State, peer: &Peer, call: Call) -> Outcome {
             },
             Peer::Child { id, agent, .. },
         ) => {
-            state.emit(
-                "turn.event",
-                json!({ "agent": agent, "child": id, "conversation": conversation, "event": event }),
-            );
+            state.emit(Event::TurnEvent(TurnNotice {
+                agent: agent.clone(),
+                child: *id,
+                conversation,
+                event,
+            }));
             Outcome::Result(json!({}))
         }
         (call, Peer::Cli) => error(ErrorCode::Forbidden, policy::refusal("cli", call.method())),

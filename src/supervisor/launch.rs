@@ -17,7 +17,8 @@ use super::untrusted;
 use crate::agent::record::AgentRecord;
 use crate::agent::store;
 use crate::paths::AgentPaths;
-use crate::protocol::{ErrorCode, Outcome, SpawnParams, StdioMode, TurnParams};
+use crate::protocol::events::{ChildEnd, ChildExit, ChildStart};
+use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
 
@@ -141,10 +142,12 @@ async fn try_spawn(
     log_output(id, child.stderr.take(), "stderr");
     let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
     tokio::spawn(reap(state.clone(), child, id, agent_id, role, pid));
-    state.emit(
-        "child.start",
-        json!({ "child": id, "agent": record.id, "role": params.role, "pid": launched.pid }),
-    );
+    state.emit(Event::ChildStart(ChildStart {
+        child: id,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+        pid: launched.pid,
+    }));
     Ok(Outcome::Result(
         json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
     ))
@@ -191,16 +194,14 @@ async fn try_run_turn(
         return Err(error(ErrorCode::Internal, "the turn's child did not start"));
     };
     let id = started["child"].as_u64().unwrap_or_default();
-    let exit = loop {
+    let end = loop {
         match events.recv().await {
-            Ok((event, data)) if event == "child.exit" && data["child"].as_u64() == Some(id) => {
-                break data;
-            }
+            Ok(Event::ChildExit(exit)) if exit.child == id => break exit.end,
             Ok(_) => {}
             // Missed events: the table still knows how the child ended.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                if let Some(ended) = ended_in_table(state, id) {
-                    break ended;
+                if let Some(end) = ended_in_table(state, id) {
+                    break end;
                 }
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => {
@@ -209,25 +210,20 @@ async fn try_run_turn(
         }
     };
     let mut result = started;
-    if let Some(obj) = result.as_object_mut() {
-        let mut end = serde_json::Map::new();
-        for key in ["state", "code", "signal"] {
-            if let Some(v) = exit.get(key) {
-                end.insert(key.into(), v.clone());
-            }
-        }
-        obj.insert("exit".into(), end.into());
+    if let (Some(obj), Ok(end)) = (result.as_object_mut(), serde_json::to_value(end)) {
+        obj.insert("exit".into(), end);
     }
     Ok(Outcome::Result(result))
 }
 
 /// How child `id` ended, if the table says it has.
-fn ended_in_table(state: &State, id: u64) -> Option<serde_json::Value> {
+fn ended_in_table(state: &State, id: u64) -> Option<ChildEnd> {
     let info = state.table.lock().ok()?.get(id).cloned()?;
-    if info.is_live() {
-        return None;
+    match info.state {
+        ChildState::Exited { code } => Some(ChildEnd::Exited { code }),
+        ChildState::Killed { signal } => Some(ChildEnd::Killed { signal }),
+        ChildState::Starting | ChildState::Running => None,
     }
-    serde_json::to_value(&info.state).ok()
 }
 
 /// Output of children without passed stdio goes to our log, quoted and
@@ -278,13 +274,19 @@ async fn reap(
         }
         _ => tracing::info!(child = id, agent = %agent_id, role = %role, pid, "child exited"),
     }
-    let mut data = json!({ "child": id, "agent": agent_id, "role": role, "pid": pid });
-    if let (Some(obj), Ok(extra)) = (data.as_object_mut(), serde_json::to_value(&ended))
-        && let Some(extra) = extra.as_object()
-    {
-        obj.extend(extra.clone());
-    }
-    state.emit("child.exit", data);
+    let end = match ended {
+        ChildState::Killed { signal } => ChildEnd::Killed { signal },
+        ChildState::Exited { code } => ChildEnd::Exited { code },
+        // An ended child is never starting or running.
+        ChildState::Starting | ChildState::Running => ChildEnd::Exited { code: -1 },
+    };
+    state.emit(Event::ChildExit(ChildExit {
+        child: id,
+        agent: agent_id,
+        role,
+        pid,
+        end,
+    }));
 }
 /// `child.kill`: a signal to a live child (its whole tree for SIGKILL).
 pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::net::{UnixListener, UnixStream};
 
 use super::children::Launcher;
@@ -15,7 +14,8 @@ use super::connection::serve_frames;
 use super::pidfile::{PidFile, ensure_private_dir};
 use super::state::{Peer, State};
 use crate::paths::Home;
-use crate::protocol::{ErrorCode, ServerFrame};
+use crate::protocol::events::Shutdown;
+use crate::protocol::{ErrorCode, Event, ServerFrame};
 
 /// How long children get to finish after a stop before they are killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -175,10 +175,9 @@ async fn shutdown(state: &Arc<State>) {
         tracing::info!(children = live.len(), "asking children to finish");
         if let Ok(ch) = state.channels.lock() {
             for c in ch.values() {
-                c.send(&ServerFrame::Event {
-                    event: "supervisor.shutdown".into(),
-                    data: json!({ "grace_ms": STOP_GRACE.as_millis() as u64 }),
-                });
+                c.send(&ServerFrame::Event(Event::SupervisorShutdown(Shutdown {
+                    grace_ms: STOP_GRACE.as_millis() as u64,
+                })));
             }
         }
         for c in &live {

@@ -8,7 +8,6 @@
 //! ends.
 
 pub mod children;
-pub mod client;
 pub mod conn;
 pub mod connection;
 pub mod dispatch;
@@ -26,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::paths::Home;
 use crate::protocol::Call;
-use client::{Client, ClientError};
+use crate::protocol::client::{Client, ClientError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {

@@ -14,7 +14,8 @@ use crate::memfs::repo;
 use crate::model::{
     ModelError, ModelEvent, ModelRequest, ModelResponse, ProviderConfig, open_model,
 };
-use crate::protocol::{ErrorBody, ErrorCode, LogLevel, Outcome, ServerFrame};
+use crate::protocol::events::{ModelDelta, TurnDelta};
+use crate::protocol::{ErrorBody, ErrorCode, Event, LogLevel, Outcome, ServerFrame};
 
 /// Blocking work (git, files, model calls) one agent may have running at
 /// once; more waits for a slot, so one agent whose work hangs cannot take
@@ -192,9 +193,9 @@ pub async fn model_complete(
     let sender = sender.clone();
     // Deltas also go to subscribers (attach), tagged with the agent.
     let st = state.clone();
-    let who = match peer {
-        Peer::Child { id, agent, .. } => json!({ "agent": agent, "child": id }),
-        Peer::Cli => json!({ "agent": null, "child": null }),
+    let (who_agent, who_child) = match peer {
+        Peer::Child { id, agent, .. } => (Some(agent.clone()), Some(*id)),
+        Peer::Cli => (None, None),
     };
     let slot = match peer {
         Peer::Child { agent, .. } => agent.clone(),
@@ -208,13 +209,15 @@ pub async fn model_complete(
             let model = open_model(&request.model, &cfg)?;
             model.complete(&request, &mut |event| {
                 if let ModelEvent::TextDelta { text } = event {
-                    let mut delta = who.clone();
-                    delta["text"] = json!(text);
-                    st.emit("turn.delta", delta);
-                    sender.send(&ServerFrame::Event {
-                        event: "model.delta".into(),
-                        data: json!({ "request": id, "text": text }),
-                    });
+                    st.emit(Event::TurnDelta(TurnDelta {
+                        agent: who_agent.clone(),
+                        child: who_child,
+                        text: text.clone(),
+                    }));
+                    sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
+                        request: id,
+                        text,
+                    })));
                 }
             })
         },

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -14,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::children::{Launcher, SharedTable};
 use super::conn::FrameSender;
 use crate::paths::Home;
-use crate::protocol::{ErrorBody, ErrorCode, Outcome};
+use crate::protocol::{ErrorBody, ErrorCode, Event, Outcome};
 
 /// Who is on the other end of a connection. Fixed when the connection is
 /// made (a CLI on the control socket, a child on the channel it was
@@ -49,7 +48,7 @@ pub struct State {
     pub started: Instant,
     pub table: SharedTable,
     pub launcher: Launcher,
-    pub events: broadcast::Sender<(String, Value)>,
+    pub events: broadcast::Sender<Event>,
     /// Cancelled once a stop is requested: the accept loop ends, new
     /// children are refused, shutdown begins.
     pub stop: CancellationToken,
@@ -90,8 +89,8 @@ impl State {
         }
     }
 
-    pub fn emit(&self, event: &str, data: Value) {
-        let _ = self.events.send((event.to_string(), data));
+    pub fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
     }
 
     pub fn is_stopping(&self) -> bool {

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::protocol::client::Client;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
-use crate::supervisor::client::Client;
 
 /// Run probe `id` in a confined child of `agent` and read its verdict.
 pub(super) fn run(
@@ -64,18 +64,14 @@ pub(super) fn run(
     drop(in_r);
     let _ = in_w.write_all(ctx.as_bytes());
     drop(in_w);
-    let mut exits: Vec<Value> = Vec::new();
-    let child = match client.wait_response(req, |event, data| {
-        if event == "child.exit" {
-            exits.push(data.clone());
-        }
-    }) {
+    let mut exits = Vec::new();
+    let child = match client.wait_response_keeping_exits(req, &mut exits) {
         Ok(v) => v["child"].as_u64().unwrap_or(0),
         Err(e) => return Verdict::skipped(format!("the supervisor refused the probe: {e}")),
     };
     let mut output = String::new();
     let _ = out_r.read_to_string(&mut output);
-    let exit = match client.wait_child_exit(child, &mut exits) {
+    let exit = match client.wait_exit(child, &mut exits) {
         Ok(e) => e,
         Err(e) => return Verdict::skipped(format!("lost the supervisor: {e}")),
     };
@@ -89,7 +85,7 @@ pub(super) fn run(
     {
         return verdict;
     }
-    match (exit["signal"].as_i64(), exit["code"].as_i64()) {
+    match (exit.signal(), exit.code()) {
         (Some(sig), _) => Verdict::blocked(format!("the probe process was killed by signal {sig}")),
         (_, code) => Verdict::skipped(format!(
             "the probe gave no verdict (exit {}): {}",

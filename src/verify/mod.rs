@@ -29,12 +29,12 @@ pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
 
 use crate::agent::store;
 use crate::paths::Home;
+use crate::protocol::client::ClientError;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::{self, ProbeContext};
 use crate::sandbox::report::{Isolation, SandboxReport};
 use crate::sandbox::{identity, profile};
 use crate::supervisor::Session;
-use crate::supervisor::client::ClientError;
 
 /// The decoy key placed in the supervisor's environment.
 pub const DECOY_ENV: &str = "OPENAI_API_KEY";

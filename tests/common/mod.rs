@@ -167,7 +167,7 @@ impl Daemon {
         mini_letta::paths::Home::at(self.home.path())
     }
 
-    pub fn client(&self) -> mini_letta::supervisor::client::Client {
+    pub fn client(&self) -> mini_letta::protocol::client::Client {
         mini_letta::supervisor::connect(&self.mini_home()).unwrap()
     }
 

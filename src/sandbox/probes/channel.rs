@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::util::{contains, io_name, join};
 use super::{ProbeContext, Verdict};
 use crate::paths::MEMORY_DIR_NAME;
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, ErrorCode, SpawnParams, StdioMode};
-use crate::supervisor::client::{Client, ClientError};
 
 /// The channel this process was started with.
 fn channel() -> Result<Client, String> {
@@ -335,7 +335,7 @@ pub fn pass_descriptors(_ctx: &ProbeContext) -> Verdict {
         Ok(id) => id,
         Err(e) => return Verdict::blocked(format!("sending descriptors failed: {e}")),
     };
-    match client.wait_response(id, |_, _| {}) {
+    match client.wait_response_with(id, |_| {}) {
         Ok(v) => Verdict::escaped(format!("a ping carrying 3 descriptors was answered: {v}")),
         Err(ClientError::Remote(body)) if body.code == ErrorCode::Forbidden => {
             Verdict::blocked(format!("refused: {}", body.message))

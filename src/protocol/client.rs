@@ -11,13 +11,12 @@ use std::time::Duration;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use serde_json::Value;
 
-use crate::protocol::{
-    Call, ClientFrame, ErrorBody, ErrorCode, Line, LineSplitter, Outcome, PROTOCOL_VERSION,
-    PeerKind, ServerFrame, encode,
+use super::events::{ChildExit, Event};
+use super::messages::{ModelFailure, ModelRequest, ModelResponse};
+use super::{
+    CHANNEL_FD_ENV, Call, ClientFrame, Committed, ErrorBody, ErrorCode, Line, LineSplitter,
+    Outcome, PROTOCOL_VERSION, PeerKind, ServerFrame, encode,
 };
-
-/// Environment variable naming a child's channel descriptor.
-pub use crate::protocol::CHANNEL_FD_ENV;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -207,11 +206,12 @@ impl Client {
         }
     }
 
-    /// Wait for the response to `id`, passing events to `on_event`.
-    pub fn wait_response(
+    /// Wait for the response to `id`, passing the events that arrive
+    /// meanwhile to `on_event`.
+    pub fn wait_response_with(
         &mut self,
         id: u64,
-        mut on_event: impl FnMut(&str, &Value),
+        mut on_event: impl FnMut(&Event),
     ) -> Result<Value, ClientError> {
         loop {
             match self.read_frame()? {
@@ -232,36 +232,96 @@ impl Client {
                         data: None,
                     }));
                 }
-                ServerFrame::Event { event, data } => on_event(&event, &data),
+                ServerFrame::Event(event) => on_event(&event),
                 _ => {}
             }
         }
     }
 
+    /// Wait for the response to `id`, keeping the `child.exit` events that
+    /// arrive meanwhile in `exits` (a short-lived child's exit may come
+    /// before its spawn response), for [`Self::wait_exit`].
+    pub fn wait_response_keeping_exits(
+        &mut self,
+        id: u64,
+        exits: &mut Vec<ChildExit>,
+    ) -> Result<Value, ClientError> {
+        self.wait_response_with(id, |e| {
+            if let Event::ChildExit(x) = e {
+                exits.push(x.clone());
+            }
+        })
+    }
+
     /// Wait for the `child.exit` event of `child` (on a subscribed
     /// connection). `seen` holds exit events that arrived earlier, e.g.
     /// while waiting for the spawn response; others read meanwhile are kept.
-    pub fn wait_child_exit(
+    pub fn wait_exit(
         &mut self,
         child: u64,
-        seen: &mut Vec<Value>,
-    ) -> Result<Value, ClientError> {
+        seen: &mut Vec<ChildExit>,
+    ) -> Result<ChildExit, ClientError> {
         loop {
-            if let Some(pos) = seen.iter().position(|e| e["child"].as_u64() == Some(child)) {
+            if let Some(pos) = seen.iter().position(|e| e.child == child) {
                 return Ok(seen.remove(pos));
             }
-            if let ServerFrame::Event { event, data } = self.read_frame()?
-                && event == "child.exit"
-            {
-                seen.push(data);
+            if let ServerFrame::Event(Event::ChildExit(exit)) = self.read_frame()? {
+                seen.push(exit);
             }
         }
+    }
+
+    /// `model.complete`: ask the supervisor for a model response, passing
+    /// the text deltas streamed for it to `on_delta`. A failure is the
+    /// model error the supervisor sent, or a fatal one naming why the call
+    /// itself failed.
+    pub fn model_complete(
+        &mut self,
+        request: &ModelRequest,
+        mut on_delta: impl FnMut(&str),
+    ) -> Result<ModelResponse, ModelFailure> {
+        let request = serde_json::to_value(request)
+            .map_err(|e| ModelFailure::fatal(format!("unwritable model request: {e}")))?;
+        let id = self
+            .send_request(Call::ModelComplete { request })
+            .map_err(|e| ModelFailure::fatal(format!("cannot reach the supervisor: {e}")))?;
+        let result = self.wait_response_with(id, |e| {
+            if let Event::ModelDelta(d) = e
+                && d.request == id
+            {
+                on_delta(&d.text);
+            }
+        });
+        match result {
+            Ok(v) => serde_json::from_value(v)
+                .map_err(|e| ModelFailure::fatal(format!("unreadable model response: {e}"))),
+            Err(ClientError::Remote(body)) => Err(body
+                .data
+                .and_then(|d| serde_json::from_value::<ModelFailure>(d).ok())
+                .unwrap_or_else(|| ModelFailure::fatal(body.message))),
+            Err(e) => Err(ModelFailure::fatal(format!("supervisor channel: {e}"))),
+        }
+    }
+
+    /// `memory.commit` of `paths` of the caller's own memory checkout.
+    pub fn memory_commit(
+        &mut self,
+        paths: Vec<String>,
+        message: String,
+    ) -> Result<Committed, ClientError> {
+        let v = self.call(Call::MemoryCommit {
+            paths,
+            message,
+            agent: None,
+        })?;
+        serde_json::from_value(v)
+            .map_err(|e| ClientError::BadFrame(format!("unreadable memory.commit result: {e}")))
     }
 
     /// Send a request and wait for its result, ignoring events.
     pub fn call(&mut self, call: Call) -> Result<Value, ClientError> {
         let id = self.send_request(call)?;
-        self.wait_response(id, |_, _| {})
+        self.wait_response_with(id, |_| {})
     }
 
     /// Write raw bytes (tests of malformed frames).

@@ -1,26 +1,14 @@
-//! The wire protocol between the supervisor and its peers (CLIs on the control
-//! socket, children on their socketpair channel). See `docs/protocol.md`.
-//!
-//! Newline-delimited JSON, one frame per line. Client → supervisor frames are
-//! [`ClientFrame`]; supervisor → client frames are [`ServerFrame`]. A peer
-//! opens with `hello` carrying [`PROTOCOL_VERSION`]; requests carry an `id`
-//! that the response echoes; events carry none. Decoding never panics: a bad
-//! frame becomes a [`FrameError`] that the supervisor answers with an `error`
-//! frame, and the connection keeps working.
+//! Frames: what travels on a connection, one JSON object a line.
+//! [`ClientFrame`] goes to the supervisor, [`ServerFrame`] comes back;
+//! [`decode_client`] reads a peer's line without ever panicking,
+//! [`encode`] writes one, and [`LineSplitter`] cuts a byte stream into
+//! lines within [`MAX_FRAME_BYTES`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Version carried in every `hello`.
-pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Largest accepted frame, newline excluded. Larger lines are skipped whole
-/// and answered with a `frame_too_large` error.
-pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
-
-/// The variable naming a child's channel descriptor (the wire's entry point
-/// in a child; the agent keeps it from the programs it runs).
-pub const CHANNEL_FD_ENV: &str = "MINI_LETTA_CHANNEL_FD";
+use super::MAX_FRAME_BYTES;
+use super::events::Event;
 
 /// Who is speaking, as said in `hello`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +118,15 @@ impl Call {
     }
 }
 
+/// The result of `memory.commit`: the new commit (none when the paths did
+/// not change) and the paths it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    pub commit: Option<String>,
+    #[serde(default)]
+    pub changed: Vec<String>,
+}
+
 /// Log levels a child may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -208,10 +205,8 @@ pub enum ServerFrame {
         #[serde(flatten)]
         outcome: Outcome,
     },
-    Event {
-        event: String,
-        data: Value,
-    },
+    /// Unsolicited: `{"type":"event","event":NAME,"data":{...}}`.
+    Event(Event),
     /// A frame that could not be handled; `id` when the request had one.
     Error {
         id: Option<u64>,

@@ -1,0 +1,139 @@
+//! `memory`: edit the memory files and commit the change through the
+//! supervisor (which validates it; its refusal is the tool's error).
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{Args, Tool, ToolContext, ToolOutput, string};
+use crate::memfs::commit::CommitOutcome;
+use crate::memfs::ops::{OpError, Writer};
+use crate::memfs::repo;
+use crate::protocol::client::ClientError;
+use crate::protocol::messages::ToolSpec;
+
+pub(super) const TOOL: Tool = Tool {
+    name: "memory",
+    spec,
+    run,
+};
+
+fn spec() -> ToolSpec {
+    ToolSpec {
+        name: TOOL.name.into(),
+        description: "Edit your memory files (Markdown in your memory directory) and commit the change. \
+            Commands: create, str_replace (an empty new_string deletes every line containing old_string), \
+            insert, delete, rename, update_description. Paths are relative to the memory directory."
+            .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description"]},
+                "reason": {"type": "string", "description": "Why: becomes part of the commit record."},
+                "file_path": {"type": "string"},
+                "old_path": {"type": "string"},
+                "new_path": {"type": "string"},
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+                "insert_line": {"type": "integer", "minimum": 1},
+                "insert_text": {"type": "string"},
+                "description": {"type": "string"},
+                "file_text": {"type": "string"}
+            },
+            "required": ["command", "reason"]
+        }),
+    }
+}
+
+/// A writer whose commits go through the supervisor.
+fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
+    let repo = repo::open_agent(&ctx.agent).map_err(|e| OpError::Refused(e.to_string()))?;
+    let channel = ctx.channel.clone();
+    Writer::with_remote_commit(
+        repo,
+        Box::new(move |paths: &[String], message: &str| {
+            let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+            match client.memory_commit(paths.to_vec(), message.to_string()) {
+                Ok(c) => Ok(CommitOutcome {
+                    commit: c
+                        .commit
+                        .as_deref()
+                        .and_then(|c| git2::Oid::from_str(c).ok()),
+                    changed: c.changed,
+                }),
+                Err(ClientError::Remote(body)) => {
+                    Err(OpError::Refused(body.message.trim_end().to_string()))
+                }
+                Err(e) => Err(OpError::Refused(format!(
+                    "cannot reach the supervisor: {e}"
+                ))),
+            }
+        }),
+    )
+}
+
+/// A memory path from the model: relative, or absolute inside the memory dir.
+fn memory_path(ctx: &ToolContext, p: &str) -> String {
+    let mem = ctx.agent.memory_dir();
+    match Path::new(p).strip_prefix(&mem) {
+        Ok(rel) => rel.to_string_lossy().into_owned(),
+        Err(_) => p.to_string(),
+    }
+}
+
+fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
+    let s = |k: &str| string(args, k);
+    let Some(command) = s("command") else {
+        return ToolOutput::err(
+            "memory: 'command' must be one of create, str_replace, insert, delete, rename, update_description",
+        );
+    };
+    let w = match writer(ctx) {
+        Ok(w) => w,
+        Err(e) => return ToolOutput::err(e.to_string()),
+    };
+    let need = |k: &str| {
+        s(k).ok_or_else(|| OpError::Refused(format!("memory {command}: '{k}' must be a string")))
+    };
+    let path = |k: &str| need(k).map(|p| memory_path(ctx, p));
+    let result = match command {
+        "create" => (|| {
+            let p = path("file_path")?;
+            w.create(
+                &p,
+                s("description").unwrap_or(""),
+                s("file_text").unwrap_or(""),
+            )
+        })(),
+        "str_replace" => (|| {
+            w.replace(
+                &path("file_path")?,
+                need("old_string")?,
+                s("new_string").unwrap_or(""),
+            )
+        })(),
+        "insert" => (|| {
+            let line = args
+                .get("insert_line")
+                .and_then(Value::as_u64)
+                .map(|n| n as usize);
+            w.insert(&path("file_path")?, need("insert_text")?, line)
+        })(),
+        "delete" => (|| w.delete(&path("file_path")?))(),
+        "rename" => (|| w.rename(&path("old_path")?, &path("new_path")?))(),
+        "update_description" => (|| w.set_description(&path("file_path")?, need("description")?))(),
+        other => Err(OpError::Refused(format!(
+            "memory: unknown command {other:?} (create, str_replace, insert, delete, rename, update_description)"
+        ))),
+    };
+    match result {
+        Ok(o) => match o.commit {
+            Some(c) => ToolOutput::ok(format!(
+                "Memory {command} committed locally ({}).",
+                &c.to_string()[..7]
+            )),
+            None => ToolOutput::ok(format!("Memory {command}: nothing changed.")),
+        },
+        Err(e) => ToolOutput::err(e.to_string()),
+    }
+}

@@ -1,0 +1,173 @@
+//! The tools an agent may call (letta-code's names and schemas, spec
+//! agent-loop.md §2.4, plus the book's `recall_search`), one file each. They
+//! run inside the agent child, under its confinement; memory edits end in a
+//! commit made by the supervisor, whose refusal text (the validator's block)
+//! is the result.
+//!
+//! A tool is a `Tool` row of `TOOLS`: its name, the schema the model is
+//! shown, and the function that runs a call. Adding one is a new file and a
+//! new row.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::paths::AgentPaths;
+use crate::protocol::client::Client;
+use crate::protocol::messages::ToolSpec;
+
+mod bash;
+mod edit;
+mod memory;
+mod read;
+mod recall_search;
+mod write;
+
+pub use bash::{BASH_DEFAULT_TIMEOUT_MS, BASH_MAX_TIMEOUT_MS, OUTPUT_LIMIT};
+
+/// What a tool run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    fn ok(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+    fn err(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Where tools act.
+pub struct ToolContext {
+    pub agent: AgentPaths,
+    pub agent_id: String,
+    pub conversation_id: String,
+    pub workspace: Option<PathBuf>,
+    /// The channel to the supervisor (memory commits).
+    pub channel: Arc<Mutex<Client>>,
+}
+
+/// A call's arguments: always a JSON object by the time a tool sees them.
+type Args = serde_json::Map<String, Value>;
+
+/// One tool.
+struct Tool {
+    /// The name the model calls it by.
+    name: &'static str,
+    /// The schema the model is shown.
+    spec: fn() -> ToolSpec,
+    /// Run one call. Malformed arguments are a tool error, never a crash.
+    run: fn(&ToolContext, &Args) -> ToolOutput,
+}
+
+/// Every tool, in the order the model is shown them.
+const TOOLS: &[Tool] = &[
+    memory::TOOL,
+    bash::TOOL,
+    read::TOOL,
+    write::TOOL,
+    edit::TOOL,
+    recall_search::TOOL,
+];
+
+/// The schemas sent to the model.
+pub fn specs() -> Vec<ToolSpec> {
+    TOOLS.iter().map(|t| (t.spec)()).collect()
+}
+
+/// Run one tool call. Malformed arguments are a tool error, never a crash.
+pub fn execute(ctx: &ToolContext, name: &str, args: &Value) -> ToolOutput {
+    let Some(args) = args.as_object() else {
+        return ToolOutput::err(format!(
+            "Invalid arguments for {name}: expected a JSON object, got {}",
+            truncate(&args.to_string(), 200)
+        ));
+    };
+    match TOOLS.iter().find(|t| t.name == name) {
+        Some(tool) => (tool.run)(ctx, args),
+        None => ToolOutput::err(format!("Unknown tool {name:?}")),
+    }
+}
+
+/// A string argument.
+fn string<'a>(args: &'a Args, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}… [truncated]")
+}
+
+/// File tools act only in the workspace and the own memory directory.
+fn allowed_path(ctx: &ToolContext, p: &str) -> Result<PathBuf, ToolOutput> {
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err(ToolOutput::err(format!("{p}: file_path must be absolute")));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(ToolOutput::err(format!("{p}: '..' is not allowed")));
+    }
+    let roots: Vec<PathBuf> = [Some(ctx.agent.memory_dir()), ctx.workspace.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    // Resolve symlinks of the existing part so a link cannot lead outside.
+    let existing = path.ancestors().find(|a| a.exists()).unwrap_or(path);
+    let real = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    let inside = roots.iter().any(|r| {
+        let r = r.canonicalize().unwrap_or_else(|_| r.clone());
+        real.starts_with(&r)
+    });
+    if !inside {
+        return Err(ToolOutput::err(format!(
+            "{p}: outside your workspace and memory directory"
+        )));
+    }
+    Ok(path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model sees the tools in a fixed order, each under the name it
+    /// is dispatched by.
+    #[test]
+    fn specs_are_the_registry_in_order() {
+        let names: Vec<String> = specs().into_iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            ["memory", "Bash", "Read", "Write", "Edit", "recall_search"]
+        );
+        for t in TOOLS {
+            assert_eq!((t.spec)().name, t.name);
+        }
+    }
+
+    #[test]
+    fn truncate_marks_what_it_cuts() {
+        assert_eq!(truncate("abc", 3), "abc");
+        assert_eq!(truncate("abcd", 3), "abc… [truncated]");
+        assert_eq!(truncate("ééé", 2), "éé… [truncated]");
+    }
+}

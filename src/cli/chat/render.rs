@@ -1,0 +1,445 @@
+//! How a turn looks on a terminal — the one place for `chat -p`, the
+//! interactive session and `attach` (live events and stored history alike).
+//!
+//! [`event`] turns a turn event into a [`Piece`]: the model's text, which
+//! continues the current line, or one line of activity (`→` a tool call,
+//! `←` its result, `·` anything else). [`message`] renders a stored message
+//! as one line with the same words. A [`Printer`] writes pieces, reply text
+//! to one stream and activity to the same or another one, and starts an
+//! activity line on a fresh line when the text before it did not end one.
+//! Everything a child or a model wrote is cleaned of control sequences
+//! here.
+
+use std::io::Write;
+
+use serde_json::Value;
+
+use super::super::terminal::clean;
+use crate::agent::conversation::StoredMessage;
+use crate::protocol::messages::Part;
+use crate::protocol::turn::TurnEvent;
+
+/// Longest argument summary of a tool call, in characters.
+const ARGS_MAX: usize = 200;
+
+/// How much of a turn is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// The reply, tool calls, failures and an abnormal end (`chat`).
+    Brief,
+    /// Everything (`attach`).
+    Full,
+}
+
+/// Something to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Model text: printed as it comes, continuing the current line.
+    Text(String),
+    /// One line of activity (no newline in it).
+    Note(String),
+}
+
+/// What a turn event shows, if anything.
+pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
+    let full = detail == Detail::Full;
+    let note = |s: String| Some(Piece::Note(s));
+    match e {
+        TurnEvent::TextDelta { text } => Some(Piece::Text(clean(text).into_owned())),
+        TurnEvent::ToolCall {
+            name, arguments, ..
+        } => note(tool_call(name, arguments)),
+        TurnEvent::ToolResult {
+            name,
+            text,
+            is_error,
+            ..
+        } if full || *is_error => note(tool_result(name, text, *is_error)),
+        TurnEvent::Retry { attempt, error } => {
+            note(format!("· retry {attempt}: {}", first_line(error)))
+        }
+        TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
+            note(format!("· stopped: {}", first_line(stop_reason)))
+        }
+        TurnEvent::Done { .. } if full => note("· done".into()),
+        TurnEvent::Step { n } if full => note(format!("· step {n}")),
+        TurnEvent::Reminders { items } if full && !items.is_empty() => {
+            note(format!("· reminders: {}", clean(&items.join(", "))))
+        }
+        TurnEvent::MemoryUpdate { revision } if full => note(match revision {
+            Some(r) => format!("· memory changed (revision {})", clean(r)),
+            None => "· memory changed".into(),
+        }),
+        _ => None,
+    }
+}
+
+/// A stored message as one line: `[id] Role: what it holds`, system
+/// reminders left out.
+pub fn message(m: &StoredMessage) -> String {
+    let parts: Vec<String> = m
+        .parts
+        .iter()
+        .filter(|p| !matches!(p, Part::Text { text } if text.starts_with("<system-reminder>")))
+        .map(|p| match p {
+            Part::Text { text } => clean(text).into_owned(),
+            Part::ToolCall {
+                name, arguments, ..
+            } => tool_call(name, arguments),
+            Part::ToolResult {
+                name,
+                text,
+                is_error,
+                ..
+            } => tool_result(name, text, *is_error),
+        })
+        .collect();
+    format!("[{}] {:?}: {}", clean(&m.id), m.role, parts.join(" | "))
+}
+
+/// `→ name what`: the call's command, path or query when it has one, else
+/// its arguments as JSON; one line, clipped.
+fn tool_call(name: &str, arguments: &Value) -> String {
+    const KEYS: &[&str] = &["command", "file_path", "old_path", "new_path", "query"];
+    let named: Vec<&str> = KEYS
+        .iter()
+        .filter_map(|k| arguments.get(*k).and_then(Value::as_str))
+        .collect();
+    let what = if named.is_empty() {
+        arguments.to_string()
+    } else {
+        named.join(" ")
+    };
+    let what = clip(first_line(&what), ARGS_MAX);
+    format!("→ {} {what}", clean(name)).trim_end().to_string()
+}
+
+/// `← name: first line`, `← name (error): first line`.
+fn tool_result(name: &str, text: &str, is_error: bool) -> String {
+    format!(
+        "← {}{}: {}",
+        clean(name),
+        if is_error { " (error)" } else { "" },
+        first_line(text)
+    )
+    .trim_end()
+    .to_string()
+}
+
+/// The first line of `text`, cleaned.
+fn first_line(text: &str) -> String {
+    clean(text.lines().next().unwrap_or_default()).into_owned()
+}
+
+fn clip(s: String, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s;
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// Writes pieces: text to `text`, activity lines to `notes` (or to `text`
+/// when there is no second stream). A line of activity after text that
+/// did not end its line first ends it.
+pub struct Printer<T: Write, N: Write> {
+    text: T,
+    notes: Option<N>,
+    mid_line: bool,
+}
+
+impl<T: Write> Printer<T, T> {
+    /// Text and activity on one stream.
+    pub fn one_stream(out: T) -> Self {
+        Self {
+            text: out,
+            notes: None,
+            mid_line: false,
+        }
+    }
+}
+
+impl<T: Write, N: Write> Printer<T, N> {
+    /// Text on `text`, activity on `notes`.
+    pub fn two_streams(text: T, notes: N) -> Self {
+        Self {
+            text,
+            notes: Some(notes),
+            mid_line: false,
+        }
+    }
+
+    /// Print one piece.
+    pub fn print(&mut self, piece: &Piece) -> std::io::Result<()> {
+        match piece {
+            Piece::Text(t) if t.is_empty() => Ok(()),
+            Piece::Text(t) => {
+                self.text.write_all(t.as_bytes())?;
+                self.mid_line = !t.ends_with('\n');
+                self.text.flush()
+            }
+            Piece::Note(line) => {
+                self.end_line()?;
+                let out: &mut dyn Write = match &mut self.notes {
+                    Some(n) => n,
+                    None => &mut self.text,
+                };
+                writeln!(out, "{line}")?;
+                out.flush()
+            }
+        }
+    }
+
+    /// Print what `e` shows at `detail`.
+    pub fn event(&mut self, e: &TurnEvent, detail: Detail) -> std::io::Result<()> {
+        match event(e, detail) {
+            Some(p) => self.print(&p),
+            None => Ok(()),
+        }
+    }
+
+    /// End the text's line if it is open (the end of a turn).
+    pub fn end_line(&mut self) -> std::io::Result<()> {
+        if self.mid_line {
+            self.mid_line = false;
+            self.text.write_all(b"\n")?;
+            self.text.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The streams back.
+    #[cfg(test)]
+    pub fn into_inner(self) -> (T, Option<N>) {
+        (self.text, self.notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::messages::{Role, Usage};
+
+    fn done(reason: &str) -> TurnEvent {
+        TurnEvent::Done {
+            stop_reason: reason.into(),
+            text: String::new(),
+            steps: 1,
+            usage: Usage::default(),
+        }
+    }
+
+    fn call(name: &str, arguments: Value) -> TurnEvent {
+        TurnEvent::ToolCall {
+            id: "c1".into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    fn result(text: &str, is_error: bool) -> TurnEvent {
+        TurnEvent::ToolResult {
+            id: "c1".into(),
+            name: "memory".into(),
+            text: text.into(),
+            is_error,
+        }
+    }
+
+    fn note(s: &str) -> Option<Piece> {
+        Some(Piece::Note(s.into()))
+    }
+
+    #[test]
+    fn tool_calls_show_what_they_act_on() {
+        for detail in [Detail::Brief, Detail::Full] {
+            assert_eq!(
+                event(
+                    &call(
+                        "Bash",
+                        json!({"command": "ls -l\nrm x", "description": "d"})
+                    ),
+                    detail
+                ),
+                note("→ Bash ls -l")
+            );
+        }
+        assert_eq!(
+            event(
+                &call(
+                    "memory",
+                    json!({"command": "insert", "file_path": "human.md", "reason": "r"})
+                ),
+                Detail::Brief
+            ),
+            note("→ memory insert human.md")
+        );
+        assert_eq!(
+            event(&call("odd", json!({"n": 1})), Detail::Brief),
+            note(r#"→ odd {"n":1}"#)
+        );
+        assert_eq!(
+            event(&call("odd", json!({})), Detail::Brief),
+            note("→ odd {}")
+        );
+        let long = "x".repeat(500);
+        let Some(Piece::Note(line)) = event(&call("Bash", json!({"command": long})), Detail::Full)
+        else {
+            panic!("a tool call shows")
+        };
+        assert_eq!(
+            line.chars().count(),
+            "→ Bash ".chars().count() + ARGS_MAX + 1
+        );
+        assert!(line.ends_with("x…"));
+    }
+
+    #[test]
+    fn brief_shows_failures_full_shows_everything() {
+        let ok = result("Memory insert committed locally (abc1234).\nmore", false);
+        let bad = result("No space left on device\ndetail", true);
+        assert_eq!(event(&ok, Detail::Brief), None);
+        assert_eq!(
+            event(&ok, Detail::Full),
+            note("← memory: Memory insert committed locally (abc1234).")
+        );
+        for d in [Detail::Brief, Detail::Full] {
+            assert_eq!(
+                event(&bad, d),
+                note("← memory (error): No space left on device")
+            );
+            assert_eq!(event(&done("max_steps"), d), note("· stopped: max_steps"));
+            assert_eq!(
+                event(
+                    &TurnEvent::Retry {
+                        attempt: 2,
+                        error: "transient model error (HTTP 503): busy".into()
+                    },
+                    d
+                ),
+                note("· retry 2: transient model error (HTTP 503): busy")
+            );
+        }
+        assert_eq!(event(&done("end_turn"), Detail::Brief), None);
+        assert_eq!(event(&done("end_turn"), Detail::Full), note("· done"));
+        let step = TurnEvent::Step { n: 3 };
+        assert_eq!(event(&step, Detail::Brief), None);
+        assert_eq!(event(&step, Detail::Full), note("· step 3"));
+        let reminders = TurnEvent::Reminders {
+            items: vec!["agent-info".into(), "memory-commit-needed".into()],
+        };
+        assert_eq!(event(&reminders, Detail::Brief), None);
+        assert_eq!(
+            event(&reminders, Detail::Full),
+            note("· reminders: agent-info, memory-commit-needed")
+        );
+        let none = TurnEvent::Reminders { items: vec![] };
+        assert_eq!(event(&none, Detail::Full), None);
+        let update = TurnEvent::MemoryUpdate {
+            revision: Some("3f0c1e2".into()),
+        };
+        assert_eq!(event(&update, Detail::Brief), None);
+        assert_eq!(
+            event(&update, Detail::Full),
+            note("· memory changed (revision 3f0c1e2)")
+        );
+    }
+
+    #[test]
+    fn control_sequences_never_reach_the_terminal() {
+        let text = TurnEvent::TextDelta {
+            text: "hi\x1b]0;owned\x07 there\x1b[2J".into(),
+        };
+        let Some(Piece::Text(t)) = event(&text, Detail::Brief) else {
+            panic!("text shows")
+        };
+        assert!(!t.contains('\x1b') && !t.contains('\x07'), "{t:?}");
+        assert!(t.starts_with("hi") && t.contains("there"), "{t:?}");
+        let Some(Piece::Note(n)) = event(&call("Ba\x1b[2Jsh", json!({})), Detail::Brief) else {
+            panic!("a tool call shows")
+        };
+        assert!(!n.contains('\x1b'), "{n:?}");
+    }
+
+    #[test]
+    fn stored_messages_read_like_live_events() {
+        let m = StoredMessage::new(
+            "m7".into(),
+            Role::Assistant,
+            vec![
+                Part::text("<system-reminder>\nhidden\n</system-reminder>"),
+                Part::text("On it."),
+                Part::ToolCall {
+                    id: "c1".into(),
+                    name: "Bash".into(),
+                    arguments: json!({"command": "date"}),
+                },
+            ],
+        );
+        assert_eq!(message(&m), "[m7] Assistant: On it. | → Bash date");
+        let r = StoredMessage::new(
+            "m8".into(),
+            Role::Tool,
+            vec![Part::ToolResult {
+                call_id: "c1".into(),
+                name: "Bash".into(),
+                text: "boom\ntrace".into(),
+                is_error: true,
+            }],
+        );
+        assert_eq!(message(&r), "[m8] Tool: ← Bash (error): boom");
+    }
+
+    #[test]
+    fn activity_starts_on_a_fresh_line() {
+        let mut p = Printer::one_stream(Vec::new());
+        let events = [
+            TurnEvent::Step { n: 1 },
+            TurnEvent::TextDelta {
+                text: "Let me ".into(),
+            },
+            TurnEvent::TextDelta {
+                text: "check.".into(),
+            },
+            call("Bash", json!({"command": "date"})),
+            result("Tue", false),
+            TurnEvent::TextDelta {
+                text: "Done.\n".into(),
+            },
+            done("end_turn"),
+        ];
+        for e in &events {
+            p.event(e, Detail::Full).unwrap_or_default();
+        }
+        p.end_line().unwrap_or_default();
+        let (out, _) = p.into_inner();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "· step 1\nLet me check.\n→ Bash date\n← memory: Tue\nDone.\n· done\n"
+        );
+    }
+
+    #[test]
+    fn two_streams_keep_the_reply_apart() {
+        let mut p = Printer::two_streams(Vec::new(), Vec::new());
+        for e in [
+            TurnEvent::TextDelta { text: "Hi".into() },
+            call("Bash", json!({"command": "date"})),
+            TurnEvent::TextDelta {
+                text: " there".into(),
+            },
+            done("end_turn"),
+        ] {
+            p.event(&e, Detail::Brief).unwrap_or_default();
+        }
+        p.end_line().unwrap_or_default();
+        let (out, notes) = p.into_inner();
+        assert_eq!(String::from_utf8_lossy(&out), "Hi\n there\n");
+        assert_eq!(
+            String::from_utf8_lossy(&notes.unwrap_or_default()),
+            "→ Bash date\n"
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! The agent child's own stream, between the CLI that starts a turn and
+//! the child that runs it: a [`TurnInput`] on the child's stdin, then
+//! [`TurnEvent`]s as JSON lines on its stdout. The child also reports its
+//! events (text deltas aside) to the supervisor with `turn.event`, which
+//! re-broadcasts them to subscribers (`attach`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::messages::Usage;
+
+/// What starts a turn (sent to the agent child on its stdin).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TurnInput {
+    pub text: String,
+    #[serde(default = "default_conversation")]
+    pub conversation: String,
+    /// Model handle overriding the agent's.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Recompile the system prompt before the first step.
+    #[serde(default)]
+    pub recompile: bool,
+    /// First turn of a session: the agent-info reminder is sent once per
+    /// session (an interactive chat is one session; each `chat -p` is one).
+    #[serde(default = "yes")]
+    pub new_session: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_conversation() -> String {
+    "default".into()
+}
+
+/// Events of a turn, streamed to whoever runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnEvent {
+    Reminders {
+        items: Vec<String>,
+    },
+    Step {
+        n: u32,
+    },
+    MemoryUpdate {
+        revision: Option<String>,
+    },
+    TextDelta {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    ToolResult {
+        id: String,
+        name: String,
+        text: String,
+        is_error: bool,
+    },
+    Retry {
+        attempt: u32,
+        error: String,
+    },
+    Done {
+        stop_reason: String,
+        text: String,
+        steps: u32,
+        usage: Usage,
+    },
+}
