@@ -9,7 +9,7 @@
 //! in this fresh single-threaded process.
 
 use std::io::Write;
-use std::os::fd::{BorrowedFd, FromRawFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
 use crate::protocol::{ClientFrame, PROTOCOL_VERSION, PeerKind, encode};
@@ -45,10 +45,7 @@ fn say_hello() -> std::io::Result<()> {
     // SAFETY: descriptor 3 is the channel the supervisor installed; we only
     // borrow it for one write and leave it open for the program.
     let fd = unsafe { BorrowedFd::borrow_raw(3) };
-    let dup = fd.try_clone_to_owned()?;
-    let mut stream = unsafe {
-        std::os::unix::net::UnixStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(dup))
-    };
+    let mut stream = std::os::unix::net::UnixStream::from(fd.try_clone_to_owned()?);
     stream.write_all(&encode(&ClientFrame::Hello {
         version: PROTOCOL_VERSION,
         peer: PeerKind::Child,

@@ -200,6 +200,8 @@ pub fn open_pty(like: BorrowedFd<'_>) -> std::io::Result<Pty> {
     })
 }
 
+nix::ioctl_read_bad!(tiocgwinsz, nix::libc::TIOCGWINSZ, nix::pty::Winsize);
+
 fn window_size(fd: BorrowedFd<'_>) -> Option<nix::pty::Winsize> {
     let mut ws = nix::pty::Winsize {
         ws_row: 0,
@@ -208,8 +210,8 @@ fn window_size(fd: BorrowedFd<'_>) -> Option<nix::pty::Winsize> {
         ws_ypixel: 0,
     };
     // SAFETY: TIOCGWINSZ fills the struct we pass; the fd is borrowed.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
-    (r == 0).then_some(ws)
+    unsafe { tiocgwinsz(fd.as_raw_fd(), &mut ws) }.ok()?;
+    Some(ws)
 }
 
 /// Copy the pty's output to `out`, sanitized, until the pty closes (every

@@ -79,9 +79,12 @@ impl Client {
             .ok_or(ClientError::NoChannel)?;
         // The descriptor must be an open socket; fstat guards against a stale
         // variable naming some unrelated descriptor.
+        // SAFETY: borrowed only for the checks below; an fd that is not
+        // open fails the fstat, and a non-socket is refused.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
         let st = nix::sys::stat::fstat(borrowed).map_err(|e| ClientError::Io(e.into()))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode);
+        if kind & nix::sys::stat::SFlag::S_IFMT != nix::sys::stat::SFlag::S_IFSOCK {
             return Err(ClientError::NoChannel);
         }
         // dup so that dropping this client leaves the inherited fd open for

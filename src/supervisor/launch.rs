@@ -300,7 +300,7 @@ pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
             format!("child {child} has already ended"),
         );
     }
-    let sig = signal.unwrap_or(libc::SIGTERM);
+    let sig = signal.unwrap_or(nix::sys::signal::Signal::SIGTERM as i32);
     let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
         return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
     };

@@ -141,10 +141,10 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
         cmd.env("RUST_LOG", "info");
     }
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our
-    // terminal and process group.
+    // terminal and process group (a failure is reported by spawn).
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::setsid();
+            nix::unistd::setsid()?;
             Ok(())
         });
     }
