@@ -42,28 +42,10 @@ pub enum ModelEvent {
     },
 }
 
-/// Why a request failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ModelError {
-    /// Worth retrying (5xx, 429, connection reset) — the loop retries at
-    /// most three times with backoff.
-    #[error("transient model error{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
-    Transient {
-        status: Option<u16>,
-        message: String,
-        retry_after_ms: Option<u64>,
-    },
-    /// The request does not fit the model's context window.
-    #[error("context window exceeded: {message}")]
-    ContextOverflow { message: String },
-    /// Anything else (4xx, bad configuration, unparsable stream).
-    #[error("model error{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
-    Fatal {
-        status: Option<u16>,
-        message: String,
-    },
-}
+/// Why a request failed: the protocol's `ModelFailure`, so a provider's
+/// error and what the agent child reads of it are one type (retries: the
+/// agent loop retries a transient one at most three times with backoff).
+pub use crate::protocol::messages::ModelFailure as ModelError;
 
 /// A language model.
 pub trait Model: Send + Sync {
@@ -75,47 +57,12 @@ pub trait Model: Send + Sync {
     ) -> Result<ModelResponse, ModelError>;
 }
 
-impl ModelError {
-    /// A fatal error without an HTTP status.
-    pub fn fatal(message: impl Into<String>) -> Self {
-        ModelError::Fatal {
-            status: None,
-            message: message.into(),
-        }
-    }
-
-    /// Whether the agent loop should retry the request.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, ModelError::Transient { .. })
-    }
-}
-
-/// What the caller of `model.complete` reads: the same fields, the same
-/// words (the supervisor sends a `ModelError` as the response's `data`).
-impl From<ModelError> for ModelFailure {
-    fn from(e: ModelError) -> Self {
-        match e {
-            ModelError::Transient {
-                status,
-                message,
-                retry_after_ms,
-            } => ModelFailure::Transient {
-                status,
-                message,
-                retry_after_ms,
-            },
-            ModelError::ContextOverflow { message } => ModelFailure::ContextOverflow { message },
-            ModelError::Fatal { status, message } => ModelFailure::Fatal { status, message },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A provider's error on the wire reads back as the protocol's
-    /// `ModelFailure` with the same fields and the same message.
+    /// A provider's error survives the wire: what the agent child reads is
+    /// the same failure, with the same message and retry verdict.
     #[test]
     fn model_errors_travel_as_model_failures() {
         let errors = [
@@ -147,7 +94,7 @@ mod tests {
             assert_eq!(read.to_string(), e.to_string());
             assert_eq!(read.is_transient(), e.is_transient());
             assert_eq!(serde_json::to_value(&read).unwrap_or_default(), wire);
-            assert_eq!(ModelFailure::from(e), read);
+            assert_eq!(read, e);
         }
     }
 }
