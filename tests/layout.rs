@@ -72,3 +72,19 @@ fn the_supervisor_has_no_catch_all_server_file() {
         assert!(dir.join(part).is_file(), "{part} missing");
     }
 }
+
+/// The protocol document lists exactly the methods the code decodes, in
+/// the code's order.
+#[test]
+fn the_protocol_document_lists_every_method() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md"))
+            .unwrap();
+    let start = doc
+        .find("`protocol::METHODS`, in order:")
+        .expect("the method list");
+    let list = &doc[start..];
+    let list = &list[..list.find(".\n").expect("the list's end")];
+    let listed: Vec<&str> = list.split('`').skip(3).step_by(2).collect();
+    assert_eq!(listed, mini_letta::protocol::METHODS);
+}

@@ -77,13 +77,11 @@ fn supervisor_call(state: &State, call: Call) -> Outcome {
 async fn children_call(state: &Arc<State>, call: Call, fds: PassedFds) -> Outcome {
     match call {
         Call::Spawn(params) => launch::spawn_child(state, params, fds).await,
-        Call::Kill { child, signal } => {
-            // Walks /proc and opens pidfds: off the async workers.
-            let st = state.clone();
-            match super::state::blocking(move || Ok(launch::kill_child(&st, child, signal))).await {
-                Ok(o) | Err(o) => o,
-            }
-        }
+        // Inline, not on a blocking thread: a few procfs reads and pidfd
+        // calls, and answering before yielding keeps the response ahead of
+        // the `child.exit` a SIGKILL causes (callers wait for the response,
+        // then for the exit).
+        Call::Kill { child, signal } => launch::kill_child(state, child, signal),
         other => unrouted(&other),
     }
 }
