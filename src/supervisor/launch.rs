@@ -343,12 +343,16 @@ fn plan_child(
     if confined && report.uid_switch.available {
         let u = store::ensure_sandbox_uid(&state.home, record, agent).map_err(|e| internal(&e))?;
         identity::make_traversable(&state.home).map_err(|e| internal(&e))?;
-        identity::check_reachable(
-            &programs.stage,
-            "run",
-            "install mini-letta where every user can run it (e.g. /usr/local/bin)",
-        )
-        .map_err(|e| internal(&e))?;
+        // Both run as the agent's uid: the stage always, the agent-side
+        // program for turns and probes.
+        for program in [&programs.stage, &programs.agent] {
+            identity::check_reachable(
+                program,
+                "run",
+                "install mini-letta's programs where every user can run them (e.g. /usr/local/bin)",
+            )
+            .map_err(|e| internal(&e))?;
+        }
         identity::own_agent_dir(agent, u).map_err(|e| internal(&e))?;
         uid = Some(u);
     } else if confined {
