@@ -18,6 +18,10 @@ enum AgentProgram {
     Turn {
         #[arg(long, value_name = "DIR")]
         agent_dir: PathBuf,
+        /// The conversation the supervisor started this turn for; the
+        /// input must name the same one.
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
     },
     /// Run one escape probe and print its verdict as JSON.
     Probe {
@@ -33,7 +37,10 @@ pub fn agent_main() -> ExitCode {
     let program = AgentProgram::parse();
     crate::cli::init_logging(0);
     let result = match program {
-        AgentProgram::Turn { agent_dir } => crate::cli::agent_turn(&agent_dir),
+        AgentProgram::Turn {
+            agent_dir,
+            conversation,
+        } => crate::cli::agent_turn(&agent_dir, conversation.as_deref()),
         AgentProgram::Probe { id, context } => probe(&id, &context),
     };
     result.unwrap_or_else(|e| {

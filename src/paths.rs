@@ -81,9 +81,14 @@ impl Home {
         self.run_dir().join("supervisor.pid")
     }
 
-    /// Line-editing history of interactive chats.
-    pub fn chat_history_file(&self) -> PathBuf {
-        self.root.join("chat-history")
+    /// Line-editing history of interactive chats with one agent (the
+    /// operator's, beside the agents rather than in a directory the agent's
+    /// children can write).
+    pub fn chat_history_file(&self, agent_id: &str) -> Result<PathBuf, PathsError> {
+        if !is_valid_agent_id(agent_id) {
+            return Err(PathsError::InvalidAgentId(agent_id.to_string()));
+        }
+        Ok(self.root.join("history").join(agent_id))
     }
 
     pub fn agents_dir(&self) -> PathBuf {

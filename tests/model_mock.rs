@@ -209,8 +209,21 @@ fn follow_ups_after_tool_results() {
             false,
         )),
     );
-    assert_eq!(text_of(&ok), "好的，已更新记忆。");
+    assert_eq!(text_of(&ok), "好的，已更新记忆（提交 abc1234）。");
     assert_eq!(ok.stop, StopKind::EndTurn);
+    // No commit named: no claim that memory was updated.
+    let (same, _) = run(
+        &m,
+        &history(tool_results(
+            "memory",
+            "Memory insert: nothing changed.",
+            false,
+        )),
+    );
+    assert_eq!(
+        text_of(&same),
+        "记忆没有变化：Memory insert: nothing changed."
+    );
 
     let err_text = "persona.md: read-only file cannot be created, changed or removed";
     let (failed, _) = run(&m, &history(tool_results("memory", err_text, true)));
@@ -233,7 +246,7 @@ fn follow_up_skips_a_trailing_reminder_only_message() {
         Message::user("<system-reminder>MEMORY COMMIT NEEDED</system-reminder>"),
     ]);
     let (resp, _) = run(&MockModel::new(), &req);
-    assert_eq!(text_of(&resp), "好的，已更新记忆。");
+    assert_eq!(text_of(&resp), "好的，已更新记忆（提交 abc1234）。");
     assert_eq!(resp.stop, StopKind::EndTurn);
 }
 

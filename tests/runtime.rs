@@ -591,8 +591,9 @@ fn attach_follows_a_running_turn_live() {
 }
 
 /// A `chat -p` costs the supervisor one control-socket request (`turn.run`),
-/// whatever the turn does inside its child; an unknown agent is refused by
-/// that same request, with the store's message.
+/// whatever the turn does inside its child; an unknown agent is refused
+/// before any request (what a turn needs is checked before it starts),
+/// with the store's message.
 #[test]
 fn one_chat_turn_is_one_request() {
     let d = Daemon::start(&["solo"]);
@@ -616,5 +617,5 @@ fn one_chat_turn_is_one_request() {
     let o = chat(d.path(), &["-a", "nobody", "-p", "hi"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no agent \"nobody\""), "{}", stderr(&o));
-    assert_eq!(requests() - after, 2, "a refused turn is one request too");
+    assert_eq!(requests() - after, 1, "a refused turn costs no request");
 }

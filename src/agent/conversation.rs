@@ -277,10 +277,38 @@ impl Conversation {
     /// before writing. A write that fails (ENOSPC) is undone the same way,
     /// so the log never keeps a fragment.
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
+        self.append_to_log(&msg)?;
+        let mut ids = self.context_ids()?;
+        ids.push(msg.id.clone());
+        self.set_context_ids(&ids)?;
+        self.messages.push(msg);
+        Ok(())
+    }
+
+    /// Append a message to the log only: kept for the record (a failed
+    /// turn's error), never shown to the model.
+    pub fn append_outside_context(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
+        self.append_to_log(&msg)?;
+        self.messages.push(msg);
+        Ok(())
+    }
+
+    /// Take `id` out of the model's context (the log keeps it).
+    pub fn remove_from_context(&self, id: &str) -> Result<(), ConversationError> {
+        let mut ids = self.context_ids()?;
+        let before = ids.len();
+        ids.retain(|i| i != id);
+        if ids.len() != before {
+            self.set_context_ids(&ids)?;
+        }
+        Ok(())
+    }
+
+    fn append_to_log(&self, msg: &StoredMessage) -> Result<(), ConversationError> {
         let log = self.paths.messages_jsonl();
         let file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
         let mut file = lock_log(file).map_err(io(&log))?;
-        let mut line = serde_json::to_vec(&msg).map_err(|e| ConversationError::Corrupt {
+        let mut line = serde_json::to_vec(msg).map_err(|e| ConversationError::Corrupt {
             path: log.clone(),
             message: e.to_string(),
         })?;
@@ -295,10 +323,6 @@ impl Conversation {
             let _ = file.set_len(len);
             return Err(io(&log)(e));
         }
-        let mut ids = self.context_ids()?;
-        ids.push(msg.id.clone());
-        self.set_context_ids(&ids)?;
-        self.messages.push(msg);
         Ok(())
     }
 

@@ -61,10 +61,15 @@ fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> S
     )
 }
 
+/// The result text of a tool call a dead turn left unanswered.
+pub const DID_NOT_COMPLETE: &str = "Turn did not complete";
+/// The same after an explicit cancel.
+pub const INTERRUPTED: &str = "Interrupted by user";
+
 /// Settle tool calls left without results by a turn that died. The stored
 /// log decides, not the context: a crash between appending the assistant's
 /// calls and updating `context.json` must not leave them half-recorded.
-fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
+fn settle_dangling(conv: &mut Conversation, text: &str) -> Result<(), RuntimeError> {
     let Some(last) = conv.messages().last() else {
         return Ok(());
     };
@@ -94,7 +99,7 @@ fn settle_dangling(conv: &mut Conversation) -> Result<(), RuntimeError> {
         .map(|(call_id, name)| Part::ToolResult {
             call_id,
             name,
-            text: "Turn did not complete".into(),
+            text: text.into(),
             is_error: true,
         })
         .collect();
@@ -111,7 +116,7 @@ pub fn run_turn(
     emit: &mut dyn FnMut(&TurnEvent),
 ) -> Result<TurnEvent, RuntimeError> {
     let mut conv = Conversation::open(agent, &input.conversation)?;
-    settle_dangling(&mut conv)?;
+    settle_dangling(&mut conv, DID_NOT_COMPLETE)?;
     let model = input.model.clone().unwrap_or_else(|| record.model.clone());
 
     // Reminders go in front of the user's text, as parts of the same message.
@@ -135,8 +140,8 @@ pub fn run_turn(
     parts.push(Part::Text {
         text: input.text.clone(),
     });
-    let id = conv.next_id();
-    conv.append(StoredMessage::new(id, Role::User, parts))?;
+    let user_id = conv.next_id();
+    conv.append(StoredMessage::new(user_id.clone(), Role::User, parts))?;
     conv.set_pending_reminders(&[])?;
 
     let ctx = ToolContext {
@@ -186,10 +191,19 @@ pub fn run_turn(
             let _ = conv.write_last_request(&json);
         }
         let response = match complete_with_retries(&channel, &request, emit) {
+            Ok(r) if r.parts.is_empty() => Err(ModelFailure::fatal(
+                "the model returned an empty response (no text, no tool call)",
+            )),
+            other => other,
+        };
+        let response = match response {
             Ok(r) => r,
             Err(e) => {
+                // Kept for the record, never shown to the model as its own
+                // answer; a user message nothing answered leaves the
+                // context too, so asking again does not send it twice.
                 let id = conv.next_id();
-                conv.append(StoredMessage {
+                conv.append_outside_context(StoredMessage {
                     id,
                     role: Role::Assistant,
                     parts: vec![Part::Text {
@@ -201,6 +215,13 @@ pub fn run_turn(
                     model: Some(model.clone()),
                     ts: now(),
                 })?;
+                if step == 1 {
+                    conv.remove_from_context(&user_id)?;
+                }
+                emit(&TurnEvent::Error {
+                    message: e.to_string(),
+                    hint: hint_for(&e),
+                });
                 last_text = format!("error: {e}");
                 break "error".to_string();
             }
@@ -285,6 +306,53 @@ pub fn run_turn(
     };
     emit(&done);
     Ok(done)
+}
+
+/// What to do about a model failure, when the message alone does not say.
+fn hint_for(e: &ModelFailure) -> Option<String> {
+    match e {
+        ModelFailure::Transient { .. } => {
+            Some("the provider may be overloaded or unreachable; try again shortly".into())
+        }
+        ModelFailure::ContextOverflow { .. } => Some(
+            "the conversation no longer fits the model's context window; start another with --conversation".into(),
+        ),
+        ModelFailure::Fatal { status: Some(401 | 403), .. } => Some(
+            "check the provider's API key (OPENAI_API_KEY / ANTHROPIC_API_KEY, or api_key in config.toml)".into(),
+        ),
+        ModelFailure::Fatal { .. } => None,
+    }
+}
+
+/// Record that a turn was cancelled (its child stopped): calls it left
+/// unanswered get `Interrupted by user` results, and the conversation
+/// shows the interruption. Run by the supervisor once the child is gone,
+/// while it still holds the conversation's turn slot (so it is the only
+/// writer).
+pub fn record_interruption(agent: &AgentPaths, conversation: &str) -> Result<(), RuntimeError> {
+    let mut conv = Conversation::open(agent, conversation)?;
+    let answered = conv
+        .messages()
+        .last()
+        .is_some_and(|m| m.role == Role::Assistant && m.stop.as_deref() == Some("end_turn"));
+    if answered {
+        return Ok(());
+    }
+    settle_dangling(&mut conv, INTERRUPTED)?;
+    let id = conv.next_id();
+    conv.append(StoredMessage {
+        id,
+        role: Role::Assistant,
+        parts: vec![Part::Text {
+            text: format!("[{INTERRUPTED}]"),
+        }],
+        kind: Some("interrupted".into()),
+        usage: None,
+        stop: Some("cancelled".into()),
+        model: None,
+        ts: now(),
+    })?;
+    Ok(())
 }
 
 /// After a turn: uncommitted memory edits become a `MEMORY COMMIT NEEDED`

@@ -246,10 +246,19 @@ pub fn ensure_sandbox_uid(
         return Ok(uid);
     }
     let recorded = sandbox_uids(home)?;
+    // The registry hands one agent one uid however many launches ask at
+    // once; the record is re-read so a concurrent writer's uid is kept.
     let uid = crate::sandbox::identity::allocate_uid(home, &record.id, &recorded)?;
-    record.sandbox_uid = Some(uid);
-    save(paths, record)?;
-    Ok(uid)
+    let mut fresh = load(paths)?;
+    match fresh.sandbox_uid {
+        Some(u) => record.sandbox_uid = Some(u),
+        None => {
+            fresh.sandbox_uid = Some(uid);
+            save(paths, &fresh)?;
+            record.sandbox_uid = Some(uid);
+        }
+    }
+    Ok(record.sandbox_uid.unwrap_or(uid))
 }
 
 /// Read one agent's record.

@@ -20,12 +20,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
 
+use super::spinner::Spinner;
 use super::terminal::clean;
-use super::{Cli, output};
+use super::{Cli, interrupt, output};
 use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::client::Client;
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::events::ChildEnd;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, Event, ServerFrame, TurnParams};
@@ -33,20 +34,42 @@ use crate::supervisor::Session;
 use render::{Detail, Printer};
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+One turn at a time runs per conversation: a second chat on a busy
+conversation waits for the running turn (it says so), then runs.
+Ctrl-C during a turn cancels that turn (the conversation records the
+interruption); a second Ctrl-C, or Ctrl-D at the prompt, leaves.
+
+Examples:
+  mini-letta chat -a alice -p '记住: I like tea'
+  echo 'what do you know about me?' | mini-letta chat -a alice -p -
+  mini-letta chat -a alice --prompt-file question.txt --json
+  mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini")]
 pub struct ChatArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
-    /// One message, one turn: print the reply and exit.
-    #[arg(short = 'p', long = "prompt", value_name = "PROMPT")]
+    /// One message, one turn: print the reply and exit (`-` reads the
+    /// message from stdin).
+    #[arg(
+        short = 'p',
+        long = "prompt",
+        value_name = "PROMPT",
+        conflicts_with = "prompt_file"
+    )]
     prompt: Option<String>,
-    /// Model handle for this chat (e.g. mock, openai/gpt-4o-mini, anthropic/claude-sonnet-4-5).
+    /// One turn with the message read from this file.
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+    /// Model handle for this chat (mock, mock/scripted, openai/<model>,
+    /// anthropic/<model>); default: the agent's.
     #[arg(long, value_name = "M")]
     model: Option<String>,
-    /// Conversation id.
+    /// Conversation id (letters, digits, `-` and `_`).
     #[arg(long, value_name = "ID", default_value = "default")]
     conversation: String,
-    /// With -p: print {"text", "stop_reason", "events": [...]} instead of the reply.
+    /// With a one-shot message: print {"text", "stop_reason", "error",
+    /// "events": [...]} instead of the reply.
     #[arg(long)]
     json: bool,
     /// A project directory the agent may read and write.
@@ -63,6 +86,56 @@ pub struct ChatArgs {
     recompile: bool,
 }
 
+/// Largest message read from stdin or a file.
+const MAX_PROMPT_BYTES: u64 = 8 << 20;
+
+/// The one-shot message, from `-p TEXT`, `-p -` (stdin) or `--prompt-file`.
+fn one_shot_text(args: &ChatArgs) -> anyhow::Result<Option<String>> {
+    use std::io::Read;
+    let read = |r: &mut dyn Read, what: &str| -> anyhow::Result<String> {
+        let mut bytes = Vec::new();
+        r.take(MAX_PROMPT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("cannot read the message from {what}"))?;
+        if bytes.len() as u64 > MAX_PROMPT_BYTES {
+            bail!("the message in {what} is larger than {MAX_PROMPT_BYTES} bytes");
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("the message in {what} is not UTF-8"))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text).to_string();
+        if text.trim().is_empty() {
+            bail!("the message in {what} is empty");
+        }
+        Ok(text)
+    };
+    match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) if p == "-" => read(&mut std::io::stdin().lock(), "stdin").map(Some),
+        (Some(p), _) => Ok(Some(p.clone())),
+        (None, Some(f)) => {
+            let mut file = std::fs::File::open(f)
+                .with_context(|| format!("cannot open the prompt file {}", f.display()))?;
+            read(&mut file, &f.display().to_string()).map(Some)
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Check what a turn needs before any runs: the conversation id's form and
+/// the model (known form, key, valid `config.toml`). The supervisor checks
+/// again; this makes an interactive chat fail at its start, not at its
+/// first message.
+fn precheck(
+    home: &Home,
+    agent: &AgentPaths,
+    model: &str,
+    conversation: &str,
+) -> anyhow::Result<()> {
+    agent.conversation(conversation)?;
+    let cfg = crate::model::ProviderConfig::load(home)?;
+    crate::model::open_model(model, &cfg)?;
+    Ok(())
+}
+
 pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let workspace = match &args.workspace {
@@ -71,7 +144,19 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let mut session = Session::open(&home)?;
+    let one_shot = one_shot_text(args)?;
+    interrupt::install();
+    let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    let model = args.model.clone().unwrap_or_else(|| record.model.clone());
+    precheck(&home, &agent, &model, &args.conversation)?;
+    let mut runner = TurnRunner {
+        home: home.clone(),
+        session: None,
+        agent: record.id.clone(),
+        isolation: args.isolation.clone(),
+        workspace: workspace.clone(),
+        conversation: args.conversation.clone(),
+    };
     let input = |text: &str, recompile: bool, new_session: bool| TurnInput {
         text: text.to_string(),
         conversation: args.conversation.clone(),
@@ -81,75 +166,111 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         recompile,
         new_session,
     };
-    if let Some(prompt) = &args.prompt {
-        let mut events = Vec::new();
-        let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
-        let done = turn(
-            &mut session,
-            args.agent.as_deref(),
-            &args.isolation,
-            workspace.as_deref(),
-            &input(prompt, args.recompile, true),
-            &mut |e| {
-                if args.json {
-                    events.push(json!(e));
-                } else {
-                    let _ = printer.event(e, Detail::Brief);
-                }
-            },
-        )?;
-        session.close();
-        let TurnEvent::Done {
-            stop_reason, text, ..
-        } = &done
-        else {
-            bail!("the turn ended without a result");
-        };
+    let Some(prompt) = one_shot else {
+        return interactive(&mut runner, &home, &record, args, &input);
+    };
+    let mut events = Vec::new();
+    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
+    let spinner = Spinner::new();
+    let done = runner.run(&input(&prompt, args.recompile, true), &mut |e| {
+        spin(&spinner, e);
         if args.json {
-            output::json(&json!({ "text": text, "stop_reason": stop_reason, "events": events }))?;
+            events.push(json!(e));
         } else {
-            printer.end_line()?;
+            let _ = printer.event(e, Detail::Brief);
         }
-        return Ok(if stop_reason == "error" {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        });
+    });
+    drop(spinner);
+    runner.close();
+    let done = done?;
+    let TurnEvent::Done {
+        stop_reason, text, ..
+    } = &done
+    else {
+        bail!("the turn ended without a result");
+    };
+    if args.json {
+        let error = events
+            .iter()
+            .find(|e| e["type"] == "error")
+            .map(|e| e["message"].clone());
+        output::json(&json!({
+            "text": text,
+            "stop_reason": stop_reason,
+            "error": error,
+            "events": events,
+        }))?;
+    } else {
+        printer.end_line()?;
     }
-    let (record, _) = store::find(&home, args.agent.as_deref())?;
-    interactive(&mut session, &home, &record, args, &input)
+    if let Some(sig) = interrupt::end_requested() {
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(match stop_reason.as_str() {
+        "error" => ExitCode::FAILURE,
+        "cancelled" => ExitCode::from(130),
+        _ => ExitCode::SUCCESS,
+    })
 }
 
+/// The spinner runs while a model request is out.
+fn spin(spinner: &Spinner, e: &TurnEvent) {
+    match e {
+        TurnEvent::Step { .. } | TurnEvent::ToolResult { .. } => spinner.waiting(),
+        _ => spinner.done(),
+    }
+}
+
+/// Longest line kept in the history file.
+const MAX_HISTORY_LINE: usize = 4096;
+
 fn interactive(
-    session: &mut Session,
+    runner: &mut TurnRunner,
     home: &Home,
     record: &crate::agent::record::AgentRecord,
     args: &ChatArgs,
     input: &dyn Fn(&str, bool, bool) -> TurnInput,
 ) -> anyhow::Result<ExitCode> {
     use rustyline::error::ReadlineError;
+    use std::io::IsTerminal;
     let mut rl = rustyline::DefaultEditor::new().context("cannot start line editing")?;
-    let history = home.chat_history_file();
-    let _ = rl.load_history(&history);
+    // History is what a person typed at a terminal, per agent; piped
+    // input (a script, a file) is never written to it.
+    let history = if std::io::stdin().is_terminal() {
+        home.chat_history_file(&record.id).ok()
+    } else {
+        None
+    };
+    if let Some(h) = &history {
+        let _ = rl.load_history(h);
+    }
     eprintln!(
-        "chatting with {} ({}); /recompile, /quit; Ctrl-D to leave",
+        "chatting with {} ({}); /recompile, /quit; Ctrl-C cancels a turn, Ctrl-D leaves",
         record.name, record.id
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
     let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
+    let mut interrupted_once = false;
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
-            Err(ReadlineError::Interrupted) => continue,
-            Err(ReadlineError::Eof) => break,
+            Err(ReadlineError::Interrupted) if !interrupted_once => {
+                interrupted_once = true;
+                eprintln!("(press Ctrl-C again or Ctrl-D to leave)");
+                continue;
+            }
+            Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
             Err(e) => return Err(e.into()),
         };
+        interrupted_once = false;
         let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        let _ = rl.add_history_entry(line);
+        if history.is_some() && line.len() <= MAX_HISTORY_LINE {
+            let _ = rl.add_history_entry(line);
+        }
         match line {
             "/quit" | "/exit" => break,
             "/recompile" => {
@@ -159,30 +280,105 @@ fn interactive(
             }
             _ => {}
         }
-        let ws = args.workspace.clone();
-        match turn(
-            session,
-            Some(&record.id),
-            &args.isolation,
-            ws.as_deref(),
-            &input(line, recompile, new_session),
-            &mut |e| {
-                let _ = printer.event(e, Detail::Brief);
-            },
-        ) {
-            Ok(_) => {
-                printer.end_line()?;
-                new_session = false;
-            }
-            Err(e) => {
-                printer.end_line()?;
-                eprintln!("mini-letta: error: {e:#}");
-            }
+        let spinner = Spinner::new();
+        let result = runner.run(&input(line, recompile, new_session), &mut |e| {
+            spin(&spinner, e);
+            let _ = printer.event(e, Detail::Brief);
+        });
+        drop(spinner);
+        printer.end_line()?;
+        match result {
+            Ok(_) => new_session = false,
+            Err(e) => eprintln!("mini-letta: error: {}", super::one_line(&e)),
         }
         recompile = false;
+        if let Some(sig) = interrupt::end_requested() {
+            runner.close();
+            return Ok(ExitCode::from(128 + sig as u8));
+        }
     }
-    let _ = rl.save_history(&history);
+    if let Some(h) = &history {
+        if let Some(dir) = h.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = rl.save_history(h);
+    }
+    runner.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs turns of one agent's conversation through the home's supervisor,
+/// opening (or re-opening) the session as needed.
+pub struct TurnRunner {
+    home: Home,
+    session: Option<Session>,
+    agent: String,
+    isolation: String,
+    workspace: Option<PathBuf>,
+    conversation: String,
+}
+
+/// A turn the supervisor never read (it went away first): safe to send
+/// again to the next one.
+#[derive(Debug, thiserror::Error)]
+#[error("the supervisor went away before taking the turn")]
+struct NotTaken;
+
+impl TurnRunner {
+    fn session(&mut self) -> anyhow::Result<&mut Session> {
+        if self.session.is_none() {
+            let session = Session::open(&self.home)?;
+            interrupt::set_stopper(session.stopper());
+            self.session = Some(session);
+        }
+        self.session
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("no supervisor session"))
+    }
+
+    /// Run one turn; returns its `done` event (a cancelled turn's is
+    /// made here, with stop reason `cancelled`).
+    pub fn run(
+        &mut self,
+        input: &TurnInput,
+        on_event: &mut dyn FnMut(&TurnEvent),
+    ) -> anyhow::Result<TurnEvent> {
+        let _guard = interrupt::begin_turn(&self.home, Some(&self.agent), &self.conversation);
+        let mut attempts = 0;
+        loop {
+            let agent = self.agent.clone();
+            let (isolation, workspace) = (self.isolation.clone(), self.workspace.clone());
+            let conversation = self.conversation.clone();
+            let session = self.session()?;
+            match turn(
+                session,
+                &agent,
+                &isolation,
+                workspace.as_deref(),
+                &conversation,
+                input,
+                on_event,
+            ) {
+                Err(e) if e.is::<NotTaken>() && attempts < 3 => {
+                    attempts += 1;
+                    tracing::debug!("{e}; sending the turn again");
+                    if let Some(s) = self.session.take() {
+                        s.close();
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Stop the embedded supervisor, if this command ran one (after the
+    /// turns other commands run on it).
+    pub fn close(&mut self) {
+        interrupt::set_stopper(None);
+        if let Some(s) = self.session.take() {
+            s.close();
+        }
+    }
 }
 
 /// Run one turn in a confined agent child; returns its `done` event.
@@ -190,11 +386,12 @@ fn interactive(
 /// One request (`turn.run`): the supervisor finds the agent and starts its
 /// child on our pipes; we feed the turn's input, read its events, then read
 /// the response, which comes when the child has exited.
-pub fn turn(
+fn turn(
     session: &mut Session,
-    agent: Option<&str>,
+    agent: &str,
     isolation: &str,
     workspace: Option<&std::path::Path>,
+    conversation: &str,
     input: &TurnInput,
     on_event: &mut dyn FnMut(&TurnEvent),
 ) -> anyhow::Result<TurnEvent> {
@@ -213,25 +410,35 @@ pub fn turn(
         }
     });
     let client = &mut session.client;
-    let req = client.send_request_with_fds(
+    let sent = client.send_request_with_fds(
         Call::TurnRun(TurnParams {
-            agent: agent.map(str::to_string),
+            agent: Some(agent.to_string()),
             workspace: workspace.map(|w| w.display().to_string()),
             isolation: Some(isolation.to_string()),
             model: input.model.clone(),
+            conversation: conversation.to_string(),
         }),
         &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-    )?;
+    );
     drop(in_r);
     drop(out_w);
     drop(err_w);
+    let req = match sent {
+        Ok(r) => r,
+        Err(ClientError::Io(_) | ClientError::Closed) => return Err(NotTaken.into()),
+        Err(e) => return Err(e.into()),
+    };
     // A refused turn (no such agent) closes the pipes unread: not an error
-    // of ours, the response says why.
-    let fed = serde_json::to_writer(&mut in_w, input);
-    drop(in_w);
+    // of ours, the response says why. The input goes on its own thread: a
+    // large one fills the pipe until the child reads it, and a waiting
+    // turn's child has not started yet.
+    let text = serde_json::to_vec(input)?;
+    let feeder = std::thread::spawn(move || in_w.write_all(&text));
     let mut done = None;
+    let mut seen = 0usize;
     for line in BufReader::new(out_r).lines() {
         let line = line?;
+        seen += 1;
         match serde_json::from_str::<TurnEvent>(&line) {
             Ok(e) => {
                 on_event(&e);
@@ -242,8 +449,16 @@ pub fn turn(
             Err(_) => eprintln!("{}", clean(&line)),
         }
     }
-    let ended = client.wait_response_with(req, |_| {})?;
-    fed.context("cannot hand the turn to the agent process")?;
+    let ended = match client.wait_response_with(req, |_| {}) {
+        Ok(v) => v,
+        Err(ClientError::Io(_) | ClientError::Closed) if seen == 0 => {
+            return Err(NotTaken.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let fed = feeder
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("input thread panicked")));
     let exit: Option<ChildEnd> = serde_json::from_value(ended["exit"].clone()).ok();
     // Its stderr closes with it; a lingering descendant could keep it open,
     // so wait only briefly — but do wait: the error that ended it is there.
@@ -253,6 +468,19 @@ pub fn turn(
     }
     if relay_err.is_finished() {
         let _ = relay_err.join();
+    }
+    if ended["cancelled"] == json!(true) {
+        let done = TurnEvent::Done {
+            stop_reason: "cancelled".into(),
+            text: String::new(),
+            steps: 0,
+            usage: Default::default(),
+        };
+        on_event(&done);
+        return Ok(done);
+    }
+    if done.is_none() {
+        fed.context("cannot hand the turn to the agent process")?;
     }
     done.with_context(|| {
         format!(
@@ -267,7 +495,10 @@ pub fn turn(
 }
 
 /// `mini-letta-agent turn`: run the turn read from stdin.
-pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+pub fn agent_child(
+    agent_dir: &std::path::Path,
+    conversation: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     // A write past the file-size limit must be an error we report (and
     // undo), not a signal that kills the turn half-way through a line.
     // SAFETY: setting a signal to be ignored installs no handler code.
@@ -281,6 +512,16 @@ pub fn agent_child(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
+    // The supervisor serialises turns per conversation by the one it was
+    // asked for: the turn must be that one.
+    if let Some(c) = conversation
+        && c != input.conversation
+    {
+        bail!(
+            "the turn input names conversation {:?}, but this turn was started for {c:?}",
+            input.conversation
+        );
+    }
     let agent = AgentPaths::from_dir(agent_dir);
     let record = store::load(&agent)?;
     let client = Arc::new(Mutex::new(Client::take_channel_env()?));

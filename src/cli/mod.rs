@@ -4,10 +4,12 @@
 mod agent;
 mod channel;
 mod chat;
+mod interrupt;
 mod memory;
 mod output;
 mod prompt;
 mod sandbox;
+mod spinner;
 mod supervisor;
 mod terminal;
 
@@ -199,8 +201,11 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// The agent's turn inside its confined child (`mini-letta-agent turn`).
-pub(crate) fn agent_turn(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    chat::agent_child(agent_dir)
+pub(crate) fn agent_turn(
+    agent_dir: &std::path::Path,
+    conversation: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    chat::agent_child(agent_dir, conversation)
 }
 
 #[cfg(test)]

@@ -3,13 +3,14 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::{Cli, output};
 use crate::protocol::Call;
 use crate::protocol::client::ClientError;
-use crate::supervisor::{self, Started};
+use crate::supervisor::{self, Started, Stopped};
 
 #[derive(Debug, Subcommand)]
 pub enum SupervisorCommand {
@@ -41,6 +42,17 @@ pub enum SupervisorCommand {
 
 pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
+    if let SupervisorCommand::Start { .. } = cmd {
+        // A typo in config.toml is reported now, not at the first turn.
+        let cfg =
+            crate::model::ProviderConfig::load(&home).context("the supervisor was not started")?;
+        if let Some(model) = &cfg.default_model {
+            crate::model::open_model(model, &cfg)
+                .map(drop)
+                .with_context(|| format!("[model] default = {model:?} in config.toml"))
+                .context("the supervisor was not started")?;
+        }
+    }
     match cmd {
         SupervisorCommand::Start {
             foreground: true, ..
@@ -68,11 +80,27 @@ pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
         }
         SupervisorCommand::Stop { timeout, json } => {
             let stopped = supervisor::stop(&home, Duration::from_secs(*timeout))?;
+            let how = match stopped {
+                None => "not_running",
+                Some(Stopped::Clean(_)) => "stopped",
+                Some(Stopped::Terminated(_)) => "terminated",
+                Some(Stopped::Killed(_)) => "killed",
+            };
             if *json {
-                output::json(&json!({ "stopped": stopped.is_some(), "pid": stopped }))?;
+                output::json(&json!({
+                    "stopped": stopped.is_some(),
+                    "pid": stopped.map(Stopped::pid),
+                    "how": how,
+                }))?;
             } else {
                 match stopped {
-                    Some(pid) => println!("supervisor stopped (pid {pid})"),
+                    Some(Stopped::Clean(pid)) => println!("supervisor stopped (pid {pid})"),
+                    Some(Stopped::Terminated(pid)) => println!(
+                        "supervisor stopped (pid {pid}) by SIGTERM: it did not stop within {timeout} s when asked"
+                    ),
+                    Some(Stopped::Killed(pid)) => println!(
+                        "supervisor killed (pid {pid}): it did not stop when asked nor on SIGTERM; its pid and socket files were removed"
+                    ),
                     None => println!("supervisor is not running"),
                 }
             }

@@ -156,7 +156,20 @@ impl ProviderConfig {
             path: path.to_path_buf(),
             message,
         };
-        let file: FileConfig = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let file: FileConfig = toml::from_str(&text).map_err(|e| {
+            // One line: where, then what (toml's own text spans several).
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            invalid(format!(
+                "{}{}",
+                at.unwrap_or_default(),
+                e.message().trim().replace('\n', " ")
+            ))
+        })?;
         let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         let openai = endpoint(
             file.providers.openai,

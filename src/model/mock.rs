@@ -19,7 +19,9 @@
 //!
 //! When the last message (reminder-only user messages skipped) holds tool
 //! results: `操作失败：<first error text>`
-//! if one failed, else `好的，已更新记忆。` after `memory`, else
+//! if one failed, else after `memory` `好的，已更新记忆（提交 <rev>）。` when
+//! the result names the commit that landed (`记忆没有变化：<result>` when it
+//! does not), else
 //! `工具结果：<first result, 200 chars>`.
 //!
 //! [`Purpose::Summary`]: `Summary of N messages:` then one line per message,
@@ -250,7 +252,15 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
     vec![Part::text(format!("mock: {text}"))]
 }
 
-/// The fixed reply to a message of tool results.
+/// The short revision in a memory tool result such as `Memory insert
+/// committed locally (abc1234).`
+fn committed_revision(text: &str) -> Option<&str> {
+    let rest = text.split(" committed").nth(1)?;
+    let inner = rest.split('(').nth(1)?.split(')').next()?;
+    (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_hexdigit())).then_some(inner)
+}
+
+/// The reply to a message of tool results.
 fn follow_up(results: &Message) -> String {
     let results: Vec<(&str, &str, bool)> = results
         .parts
@@ -269,7 +279,15 @@ fn follow_up(results: &Message) -> String {
         return format!("操作失败：{text}");
     }
     match results.first() {
-        Some(("memory", _, _)) => "好的，已更新记忆。".to_string(),
+        // Said only when the tool reports a commit, naming it: the reply
+        // comes from what happened, not from a fixed string.
+        Some(("memory", text, _)) => match committed_revision(text) {
+            Some(rev) => format!("好的，已更新记忆（提交 {rev}）。"),
+            None => format!(
+                "记忆没有变化：{}",
+                text.chars().take(200).collect::<String>()
+            ),
+        },
         Some((_, text, _)) => format!("工具结果：{}", text.chars().take(200).collect::<String>()),
         None => "工具结果：".to_string(),
     }

@@ -73,6 +73,14 @@ pub enum Call {
         #[serde(default)]
         agent: Option<String>,
     },
+    /// Take the agent's memory lease: the caller alone edits the agent's
+    /// memory working tree until its next `memory.commit` (or
+    /// `memory.release`, or its exit). Waits while another child holds it.
+    #[serde(rename = "memory.lease")]
+    MemoryLease {},
+    /// Give the memory lease back without committing.
+    #[serde(rename = "memory.release")]
+    MemoryRelease {},
     /// HEAD revision and uncommitted paths of the caller's memory checkout.
     #[serde(rename = "memory.status")]
     MemoryStatus {
@@ -88,6 +96,17 @@ pub enum Call {
     /// request per turn.
     #[serde(rename = "turn.run")]
     TurnRun(TurnParams),
+    /// Cancel the running turn of a conversation: its child is stopped and
+    /// the conversation records the interruption; the `turn.run` request
+    /// answers with `cancelled: true`.
+    #[serde(rename = "turn.cancel")]
+    TurnCancel {
+        /// Agent id or name; the only agent when absent.
+        #[serde(default)]
+        agent: Option<String>,
+        #[serde(default = "default_conversation")]
+        conversation: String,
+    },
     /// A turn event from an agent child, re-broadcast to subscribers as
     /// `turn.event` (how `attach` follows a running turn).
     #[serde(rename = "turn.event")]
@@ -109,9 +128,12 @@ impl Call {
             Call::Kill { .. } => "child.kill",
             Call::Subscribe {} => "events.subscribe",
             Call::MemoryCommit { .. } => "memory.commit",
+            Call::MemoryLease {} => "memory.lease",
+            Call::MemoryRelease {} => "memory.release",
             Call::MemoryStatus { .. } => "memory.status",
             Call::ModelComplete { .. } => "model.complete",
             Call::TurnRun(_) => "turn.run",
+            Call::TurnCancel { .. } => "turn.cancel",
             Call::TurnEvent { .. } => "turn.event",
             Call::Log { .. } => "log",
         }
@@ -189,6 +211,14 @@ pub struct TurnParams {
     /// recorded model when absent).
     #[serde(default)]
     pub model: Option<String>,
+    /// The conversation the turn belongs to: one turn runs at a time per
+    /// conversation (a second one waits for the first).
+    #[serde(default = "default_conversation")]
+    pub conversation: String,
+}
+
+fn default_conversation() -> String {
+    "default".into()
 }
 
 /// A frame sent by the supervisor.
@@ -290,9 +320,12 @@ pub const METHODS: &[&str] = &[
     "child.kill",
     "events.subscribe",
     "memory.commit",
+    "memory.lease",
+    "memory.release",
     "memory.status",
     "model.complete",
     "turn.run",
+    "turn.cancel",
     "turn.event",
     "log",
 ];

@@ -70,6 +70,18 @@ pub enum TurnEvent {
         attempt: u32,
         error: String,
     },
+    /// The turn waits for another turn of its conversation to finish
+    /// (written by the supervisor before the child starts).
+    Waiting {
+        reason: String,
+    },
+    /// Why the turn failed, with what to do about it when that is known;
+    /// sent before its `done` (stop reason `error`).
+    Error {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
+    },
     Done {
         stop_reason: String,
         text: String,

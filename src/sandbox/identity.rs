@@ -51,6 +51,16 @@ pub fn allocate_uid(home: &Home, agent_id: &str, recorded: &[u32]) -> Result<u32
     file.lock().map_err(RegistryError)?;
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(RegistryError)?;
+    // Asked again for an agent that already has one (two launches of a new
+    // agent at once): the same uid, never a second.
+    let root = home.root().display().to_string();
+    if let Some(uid) = text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ' ');
+        let uid = f.next()?.parse::<u32>().ok()?;
+        (f.next()? == agent_id && f.next()? == root).then_some(uid)
+    }) {
+        return Ok(uid);
+    }
     // Every uid ever handed out stays taken, even when its agent directory
     // is not found now: a home that is moved or not mounted still has files
     // owned by that uid, which the next agent given it would own.

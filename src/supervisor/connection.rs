@@ -39,6 +39,9 @@ async fn serve_frames_inner(
     let mut greeted = matches!(peer, Peer::Child { .. });
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
+    // Cancelled when this peer goes away: its turns have nobody to answer.
+    let gone = tokio_util::sync::CancellationToken::new();
+    let _gone_on_exit = gone.clone().drop_guard();
     loop {
         // Backpressure: no new request is read while this peer's answers
         // pile up unread; one that never reads is cut off.
@@ -50,6 +53,12 @@ async fn serve_frames_inner(
             next = reader.next() => next,
             _ = sender.cut_off() => {
                 report_cut_off(&peer, &sender);
+                break;
+            }
+            // Draining: answer what is in flight, read nothing new (a
+            // request never read is one its client may safely send again).
+            _ = state.drain.cancelled(), if matches!(peer, Peer::Cli) => {
+                let _ = inflight.acquire_many(MAX_INFLIGHT_PER_CONNECTION as u32).await;
                 break;
             }
         };
@@ -185,11 +194,12 @@ async fn serve_frames_inner(
                 let st = state.clone();
                 let sender = sender.clone();
                 let peer = peer.clone();
+                let gone = gone.clone();
                 // Tracked: shutdown lets running requests (commits) finish.
                 state.requests.spawn(async move {
                     let _permit = permit;
                     let state = st;
-                    let outcome = handle(&state, &peer, id, call, fds, &sender).await;
+                    let outcome = handle(&state, &peer, id, call, fds, &sender, &gone).await;
                     sender.send(&ServerFrame::Response { id, outcome });
                 });
             }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::conn::{FrameSender, PassedFds};
 use super::state::{Peer, State, error};
@@ -20,6 +21,7 @@ pub async fn handle(
     call: Call,
     fds: PassedFds,
     sender: &FrameSender,
+    gone: &CancellationToken,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
         return refused;
@@ -29,10 +31,15 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
-        Call::TurnRun(params) => launch::run_turn(state, params, fds).await,
-        Call::MemoryCommit { .. } | Call::MemoryStatus { .. } => {
-            memory_call(state, peer, call).await
-        }
+        Call::TurnRun(params) => launch::run_turn(state, params, fds, gone.clone()).await,
+        Call::TurnCancel {
+            agent,
+            conversation,
+        } => launch::cancel_turn(state, agent, conversation).await,
+        Call::MemoryCommit { .. }
+        | Call::MemoryStatus { .. }
+        | Call::MemoryLease {}
+        | Call::MemoryRelease {} => memory_call(state, peer, call).await,
         Call::ModelComplete { request } => {
             rpc::model_complete(state, peer, id, request, sender).await
         }
@@ -95,6 +102,8 @@ async fn memory_call(state: &Arc<State>, peer: &Peer, call: Call) -> Outcome {
             agent,
         } => rpc::memory_commit(state, peer, paths, message, agent).await,
         Call::MemoryStatus { agent } => rpc::memory_status(state, peer, agent).await,
+        Call::MemoryLease {} => rpc::memory_lease(state, peer).await,
+        Call::MemoryRelease {} => rpc::memory_release(state, peer),
         other => unrouted(&other),
     }
 }

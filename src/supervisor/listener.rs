@@ -20,8 +20,9 @@ use crate::protocol::{ErrorCode, Event, ServerFrame};
 /// How long children get to finish after a stop before they are killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 
-/// How long in-flight requests (commits) get once children are gone.
-const REQUEST_GRACE: Duration = Duration::from_secs(30);
+/// How long in-flight requests (commits) get once children are gone; model
+/// requests are cut off at once by the stop.
+const REQUEST_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -139,9 +140,22 @@ impl Bound {
                     }
                 },
                 _ = state.stop.cancelled() => break,
+                _ = state.drain.cancelled() => break,
             }
         }
         drop(listener);
+        // Unreachable from now on: a client that comes too late starts or
+        // finds another supervisor instead of talking to one on its way out.
+        let _ = std::fs::remove_file(&socket);
+        if state.drain.is_cancelled() && !state.stop.is_cancelled() {
+            // Other clients' requests (their turns) run to their end.
+            state.requests.close();
+            tokio::select! {
+                _ = state.requests.wait() => {}
+                _ = state.stop.cancelled() => {}
+            }
+            state.requests.reopen();
+        }
         shutdown(&state).await;
         let st = state.clone();
         let _ = tokio::task::spawn_blocking(move || prune_cgroups(&st.home, &st.sandbox)).await;

@@ -12,11 +12,13 @@ pub mod conn;
 pub mod connection;
 pub mod dispatch;
 pub mod launch;
+pub mod leases;
 pub mod listener;
 pub mod pidfile;
 pub mod policy;
 pub mod rpc;
 pub mod state;
+pub mod turns;
 pub mod untrusted;
 
 use std::path::Path;
@@ -61,7 +63,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, SupervisorError> {
 pub fn run_foreground(home: &Home) -> Result<(), SupervisorError> {
     harden_self()?;
     let rt = runtime()?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let bound = listener::bind(home)?;
         let state = bound.state.clone();
         tokio::spawn(async move {
@@ -84,7 +86,10 @@ pub fn run_foreground(home: &Home) -> Result<(), SupervisorError> {
         });
         bound.serve().await;
         Ok(())
-    })
+    });
+    // Blocking threads still in a provider's request are not waited for.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    served
 }
 
 /// Make this process's memory and environment unreadable to same-uid
@@ -182,9 +187,29 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
     }
 }
 
-/// Stop the home's supervisor: ask politely, wait, then signal. Returns the
-/// pid that was stopped, or `None` when none was running.
-pub fn stop(home: &Home, timeout: Duration) -> Result<Option<u32>, SupervisorError> {
+/// How a stop went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// It stopped when asked.
+    Clean(u32),
+    /// It ignored the request and stopped on SIGTERM.
+    Terminated(u32),
+    /// It had to be killed (SIGKILL); its files were removed for it.
+    Killed(u32),
+}
+
+impl Stopped {
+    pub fn pid(self) -> u32 {
+        match self {
+            Stopped::Clean(p) | Stopped::Terminated(p) | Stopped::Killed(p) => p,
+        }
+    }
+}
+
+/// Stop the home's supervisor: ask, wait up to `timeout`, then SIGTERM,
+/// then SIGKILL (a short wait each). However it ends, its pid and socket
+/// files are gone afterwards. `None` when none was running.
+pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, SupervisorError> {
     let pid_file = home.supervisor_pid_file();
     let pid = match connect(home) {
         Ok(mut c) => {
@@ -194,10 +219,17 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<u32>, SupervisorErr
         }
         Err(_) => pidfile::PidFile::holder(&pid_file),
     };
-    let Some(pid) = pid else { return Ok(None) };
+    let Some(pid) = pid else {
+        remove_stale_files(home);
+        return Ok(None);
+    };
+    let alive = || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+            && pidfile::PidFile::holder(&pid_file) == Some(pid)
+    };
     let gone = |deadline: Instant| {
         while Instant::now() < deadline {
-            if pidfile::PidFile::holder(&pid_file).is_none() {
+            if !alive() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -205,12 +237,14 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<u32>, SupervisorErr
         false
     };
     if gone(Instant::now() + timeout) {
-        return Ok(Some(pid));
+        remove_stale_files(home);
+        return Ok(Some(Stopped::Clean(pid)));
     }
     let target = nix::unistd::Pid::from_raw(pid as i32);
     let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGTERM);
-    if gone(Instant::now() + timeout) {
-        return Ok(Some(pid));
+    if gone(Instant::now() + Duration::from_secs(2)) {
+        remove_stale_files(home);
+        return Ok(Some(Stopped::Terminated(pid)));
     }
     tracing::warn!(
         pid,
@@ -218,31 +252,86 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<u32>, SupervisorErr
     );
     let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
     if gone(Instant::now() + Duration::from_secs(5)) {
-        return Ok(Some(pid));
+        remove_stale_files(home);
+        return Ok(Some(Stopped::Killed(pid)));
     }
     Err(SupervisorError::StopTimeout(pid, timeout))
 }
 
+/// Remove the pid and socket files of a supervisor that is gone (only
+/// when no live supervisor holds the pid file's lock).
+pub fn remove_stale_files(home: &Home) {
+    if let Ok(held) = pidfile::PidFile::acquire(&home.supervisor_pid_file()) {
+        // We hold the lock: nobody serves the socket.
+        let _ = std::fs::remove_file(home.supervisor_socket());
+        drop(held);
+    }
+}
+
+/// How long a one-shot command waits for another process's supervisor of
+/// the same home to come up, or to finish the turns it still runs.
+pub const SHARED_START_WAIT: Duration = Duration::from_secs(600);
+
 /// A connection to a supervisor, and the embedded one if we had to start it.
+///
+/// One supervisor per home, always: a command that finds one running uses
+/// it; one that finds another process starting one (its pid file is held
+/// but its socket does not answer yet) waits for it; only a command that
+/// takes the pid file itself runs one embedded. When such a command is
+/// done, its supervisor stops taking new work, lets the turns of other
+/// commands that share it finish, then goes; a command that reaches it
+/// too late finds no socket and starts (or finds) the next one.
 pub struct Session {
     pub client: Client,
-    embedded: Option<std::thread::JoinHandle<()>>,
-    home: Home,
+    embedded: Option<Embedded>,
+}
+
+struct Embedded {
+    thread: std::thread::JoinHandle<()>,
+    state: std::sync::Arc<state::State>,
 }
 
 impl Session {
-    /// Connect to the running supervisor, or run one embedded.
+    /// Connect to the home's supervisor, or run one embedded.
     pub fn open(home: &Home) -> Result<Self, SupervisorError> {
-        if let Ok(client) = connect(home) {
-            return Ok(Self {
-                client,
-                embedded: None,
-                home: home.clone(),
-            });
+        let began = Instant::now();
+        let mut told = false;
+        loop {
+            if let Ok(client) = connect(home) {
+                return Ok(Self {
+                    client,
+                    embedded: None,
+                });
+            }
+            if let Some(session) = Self::try_embedded(home)? {
+                return Ok(session);
+            }
+            // Another process holds the pid file: it is starting, or
+            // finishing its last turns. Its socket answers soon, or it goes.
+            if !told && began.elapsed() > Duration::from_secs(2) {
+                told = true;
+                tracing::warn!(
+                    "waiting for the supervisor of {} (another command is starting or finishing it)",
+                    home.root().display()
+                );
+            }
+            if began.elapsed() > SHARED_START_WAIT {
+                return Err(SupervisorError::StartTimeout(
+                    SHARED_START_WAIT,
+                    home.run_dir().join("supervisor.log").display().to_string(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(15));
         }
+    }
+
+    /// Start an embedded supervisor, or `None` when another process holds
+    /// the home's pid file.
+    fn try_embedded(home: &Home) -> Result<Option<Self>, SupervisorError> {
         // This process now holds the supervisor's secrets too.
         harden_self()?;
-        let (tx, rx) = std::sync::mpsc::channel::<Result<(), SupervisorError>>();
+        type Ready = Result<std::sync::Arc<state::State>, SupervisorError>;
+        let (tx, rx) = std::sync::mpsc::channel::<Ready>();
         let h = home.clone();
         let thread = std::thread::Builder::new()
             .name("embedded-supervisor".into())
@@ -257,7 +346,7 @@ impl Session {
                 rt.block_on(async {
                     match listener::bind(&h) {
                         Ok(bound) => {
-                            let _ = tx.send(Ok(()));
+                            let _ = tx.send(Ok(bound.state.clone()));
                             bound.serve().await;
                         }
                         Err(e) => {
@@ -265,26 +354,30 @@ impl Session {
                         }
                     }
                 });
+                rt.shutdown_timeout(Duration::from_millis(500));
             })
             .map_err(SupervisorError::Spawn)?;
         match rx.recv() {
-            Ok(Ok(())) => {
+            Ok(Ok(state)) => {
                 tracing::debug!("no supervisor running: started an embedded one");
-                let client = connect(home)?;
-                Ok(Self {
+                let client = match connect(home) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        state.request_stop();
+                        let _ = thread.join();
+                        return Err(e.into());
+                    }
+                };
+                Ok(Some(Self {
                     client,
-                    embedded: Some(thread),
-                    home: home.clone(),
-                })
+                    embedded: Some(Embedded { thread, state }),
+                }))
             }
-            // Somebody else bound first: use theirs.
-            Ok(Err(SupervisorError::Serve(listener::ServeError::PidFile(_)))) => {
+            Ok(Err(SupervisorError::Serve(listener::ServeError::PidFile(
+                pidfile::PidFileError::Running { .. },
+            )))) => {
                 let _ = thread.join();
-                Ok(Self {
-                    client: connect(home)?,
-                    embedded: None,
-                    home: home.clone(),
-                })
+                Ok(None)
             }
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -303,24 +396,64 @@ impl Session {
         self.embedded.is_some()
     }
 
-    /// Stop the embedded supervisor (if any) and wait for it.
-    pub fn close(mut self) {
-        self.finish();
+    /// A handle that stops the embedded supervisor from another thread
+    /// (a signal handler), when this session runs one.
+    pub fn stopper(&self) -> Option<Stopper> {
+        self.embedded.as_ref().map(|e| Stopper {
+            state: e.state.clone(),
+        })
     }
 
-    fn finish(&mut self) {
-        if let Some(thread) = self.embedded.take() {
-            if let Ok(mut c) = connect(&self.home) {
-                let _ = c.call(Call::Stop {});
+    /// Stop the embedded supervisor (if any) and wait for it: other
+    /// commands' turns on it finish first.
+    pub fn close(mut self) {
+        self.finish(false);
+    }
+
+    /// Stop the embedded supervisor now (a signal ends the command): its
+    /// children are stopped, its pid and socket files removed.
+    pub fn abort(mut self) {
+        self.finish(true);
+    }
+
+    fn finish(&mut self, now: bool) {
+        if let Some(e) = self.embedded.take() {
+            if now {
+                e.state.request_stop();
+            } else {
+                e.state.drain.cancel();
             }
-            let _ = thread.join();
+            let _ = e.thread.join();
         }
+    }
+}
+
+/// Stops an embedded supervisor from outside the session that owns it.
+#[derive(Clone)]
+pub struct Stopper {
+    state: std::sync::Arc<state::State>,
+}
+
+impl Stopper {
+    /// Stop it now (children stopped, files removed) and wait, at most
+    /// `timeout`, until its pid file is gone.
+    pub fn stop_and_wait(&self, timeout: Duration) -> bool {
+        self.state.request_stop();
+        let pid_file = self.state.home.supervisor_pid_file();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !pid_file.exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.finish();
+        self.finish(false);
     }
 }
 

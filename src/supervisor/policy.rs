@@ -25,9 +25,12 @@ pub const TABLE: &[(&str, [bool; 5])] = &[
     ("child.kill", [true, false, false, false, false]),
     ("events.subscribe", [true, false, false, false, false]),
     ("memory.commit", [true, true, false, false, true]),
+    ("memory.lease", [false, true, false, false, true]),
+    ("memory.release", [false, true, false, false, true]),
     ("memory.status", [true, true, true, true, true]),
     ("model.complete", [true, true, true, true, false]),
     ("turn.run", [true, false, false, false, false]),
+    ("turn.cancel", [true, false, false, false, false]),
     ("turn.event", [false, true, false, false, false]),
     ("log", [true, true, true, true, true]),
 ];

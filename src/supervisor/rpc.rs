@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::conn::FrameSender;
+use super::leases::LEASE_WAIT;
 use super::state::{Peer, State, error};
 use crate::agent::store;
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
@@ -72,6 +73,20 @@ pub async fn memory_commit(
     if message.trim().is_empty() {
         return error(ErrorCode::InvalidParams, "a commit message is required");
     }
+    // A commit is a memory write: it waits for whoever else edits this
+    // agent's memory, unless the caller is that child itself.
+    let holder = match peer {
+        Peer::Child { id, .. } => state.leases.holds(*id),
+        Peer::Cli => false,
+    };
+    let _lease = if holder {
+        None
+    } else {
+        match state.leases.hold(&agent, LEASE_WAIT).await {
+            Ok(g) => Some(g),
+            Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+        }
+    };
     let home = state.home.clone();
     let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
@@ -119,6 +134,32 @@ pub async fn memory_commit(
         Ok(Err(o)) => o,
         Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
     }
+}
+
+/// `memory.lease`: the calling child alone edits its agent's memory until
+/// it commits-and-releases, releases, or exits.
+pub async fn memory_lease(state: &Arc<State>, peer: &Peer) -> Outcome {
+    let Peer::Child { id, agent, .. } = peer else {
+        return error(
+            ErrorCode::Forbidden,
+            "memory.lease comes from children only",
+        );
+    };
+    match state.leases.take(agent, *id, LEASE_WAIT).await {
+        Ok(()) => Outcome::Result(json!({ "leased": true })),
+        Err(e) => error(ErrorCode::Unavailable, e.to_string()),
+    }
+}
+
+/// `memory.release`: give the lease back (a no-op when not held).
+pub fn memory_release(state: &State, peer: &Peer) -> Outcome {
+    let Peer::Child { id, .. } = peer else {
+        return error(
+            ErrorCode::Forbidden,
+            "memory.release comes from children only",
+        );
+    };
+    Outcome::Result(json!({ "released": state.leases.release(*id) }))
 }
 
 pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String>) -> Outcome {
@@ -201,7 +242,7 @@ pub async fn model_complete(
         Peer::Child { agent, .. } => agent.clone(),
         Peer::Cli => "cli".to_string(),
     };
-    let result = on_agent_thread(
+    let call = on_agent_thread(
         state,
         &slot,
         move || -> Result<ModelResponse, ModelError> {
@@ -221,8 +262,13 @@ pub async fn model_complete(
                 }
             })
         },
-    )
-    .await;
+    );
+    // A stop does not wait for a provider that hangs: the caller gets an
+    // answer now; the abandoned request's thread ends with its timeout.
+    let result = tokio::select! {
+        r = call => r,
+        _ = state.stop.cancelled() => Ok(Err(ModelError::fatal("the supervisor is stopping; the model request was abandoned"))),
+    };
     match result {
         Ok(Ok(response)) => match serde_json::to_value(&response) {
             Ok(v) => Outcome::Result(v),

@@ -52,6 +52,10 @@ pub struct State {
     /// Cancelled once a stop is requested: the accept loop ends, new
     /// children are refused, shutdown begins.
     pub stop: CancellationToken,
+    /// Cancelled when an embedded supervisor's owner is done: no new
+    /// connection or request is taken, the requests of other clients that
+    /// share it run to their end, then it stops (nobody's turn is killed).
+    pub drain: CancellationToken,
     /// Requests being handled; shutdown waits for them (in-flight commits
     /// complete rather than being cut off).
     pub requests: TaskTracker,
@@ -62,6 +66,10 @@ pub struct State {
     pub cli_requests: std::sync::atomic::AtomicU64,
     /// Channels to live children, for shutdown notices.
     pub(super) channels: Mutex<HashMap<u64, FrameSender>>,
+    /// Turns in flight, one per conversation, and their cancel tokens.
+    pub turns: super::turns::Turns,
+    /// Who may edit each agent's memory working tree right now.
+    pub leases: super::leases::Leases,
     /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
     agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -81,10 +89,13 @@ impl State {
             launcher,
             events,
             stop: CancellationToken::new(),
+            drain: CancellationToken::new(),
             requests: TaskTracker::new(),
             child_ended: Notify::new(),
             cli_requests: Default::default(),
             channels: Mutex::new(HashMap::new()),
+            turns: Default::default(),
+            leases: Default::default(),
             agent_slots: Mutex::new(HashMap::new()),
         }
     }

@@ -9,6 +9,7 @@ use super::{Args, Tool, ToolContext, ToolOutput, string};
 use crate::memfs::commit::CommitOutcome;
 use crate::memfs::ops::{OpError, Writer};
 use crate::memfs::repo;
+use crate::protocol::Call;
 use crate::protocol::client::ClientError;
 use crate::protocol::messages::ToolSpec;
 
@@ -88,6 +89,28 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
             "memory: 'command' must be one of create, str_replace, insert, delete, rename, update_description",
         );
     };
+    // Other turns of this agent edit the same working tree: hold the
+    // agent's memory lease from the first read to the commit.
+    if let Err(e) = lease(ctx, Call::MemoryLease {}) {
+        return ToolOutput::err(format!("memory {command}: {e}"));
+    }
+    let out = edit(ctx, args, command);
+    let _ = lease(ctx, Call::MemoryRelease {});
+    out
+}
+
+/// Take or give back the memory lease.
+fn lease(ctx: &ToolContext, call: Call) -> Result<(), String> {
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    match client.call(call) {
+        Ok(_) => Ok(()),
+        Err(ClientError::Remote(body)) => Err(body.message),
+        Err(e) => Err(format!("cannot reach the supervisor: {e}")),
+    }
+}
+
+fn edit(ctx: &ToolContext, args: &Args, command: &str) -> ToolOutput {
+    let s = |k: &str| string(args, k);
     let w = match writer(ctx) {
         Ok(w) => w,
         Err(e) => return ToolOutput::err(e.to_string()),

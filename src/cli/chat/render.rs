@@ -58,6 +58,14 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
         TurnEvent::Retry { attempt, error } => {
             note(format!("· retry {attempt}: {}", first_line(error)))
         }
+        TurnEvent::Waiting { reason } => note(format!("· {}", first_line(reason))),
+        TurnEvent::Error { message, hint } => note(match hint {
+            Some(h) => format!("· error: {} (hint: {})", one_line(message), one_line(h)),
+            None => format!("· error: {}", one_line(message)),
+        }),
+        TurnEvent::Done { stop_reason, .. } if stop_reason == "cancelled" => {
+            note("· cancelled (the conversation records the interruption)".into())
+        }
         TurnEvent::Done { stop_reason, .. } if stop_reason != "end_turn" => {
             note(format!("· stopped: {}", first_line(stop_reason)))
         }
@@ -124,6 +132,11 @@ fn tool_result(name: &str, text: &str, is_error: bool) -> String {
     )
     .trim_end()
     .to_string()
+}
+
+/// All of `text` on one line, cleaned (an error's every line matters).
+fn one_line(text: &str) -> String {
+    clean(&text.split_whitespace().collect::<Vec<_>>().join(" ")).into_owned()
 }
 
 /// The first line of `text`, cleaned.

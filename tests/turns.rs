@@ -1,0 +1,538 @@
+//! Turns that never lie: concurrent chats on one agent, errors shown in
+//! plain `chat`, cancellation (Ctrl-C in a terminal, a signal, a client that
+//! goes away) and a `supervisor stop` that a hanging model cannot hold up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, confinement_or_skip, create_agent, open_home, run, stderr, stdout, wait_until};
+use serde_json::Value;
+
+fn chat(home: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .arg("chat");
+    c
+}
+
+/// The file `path` at HEAD of the agent's memory repository.
+fn at_head(home: &Path, agent: &str, path: &str) -> String {
+    let paths = mini_letta::paths::Home::at(home).agent(agent).unwrap();
+    let repo = mini_letta::memfs::repo::open_agent(&paths).unwrap();
+    let tree = repo.head().unwrap().peel_to_tree().unwrap();
+    let blob = tree
+        .get_path(Path::new(path))
+        .unwrap()
+        .to_object(&repo)
+        .unwrap()
+        .peel_to_blob()
+        .unwrap();
+    String::from_utf8(blob.content().to_vec()).unwrap()
+}
+
+/// Every line of every conversation log parses and no message id repeats.
+fn logs_are_sound(home: &Path, agent: &str) -> usize {
+    let dir = home.join("agents").join(agent).join("conversations");
+    let mut total = 0;
+    for conv in std::fs::read_dir(&dir).unwrap() {
+        let log = conv.unwrap().path().join("messages.jsonl");
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            continue;
+        };
+        let mut ids = HashSet::new();
+        for (n, line) in text.lines().enumerate() {
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}:{}: {e}: {line}", log.display(), n + 1));
+            let id = v["id"].as_str().unwrap().to_string();
+            assert!(
+                ids.insert(id.clone()),
+                "{}: duplicate id {id}",
+                log.display()
+            );
+            total += 1;
+        }
+    }
+    total
+}
+
+fn uids_registered(agent: &str) -> usize {
+    std::fs::read_to_string("/var/lib/mini-letta/.agent-uids")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some(agent))
+        .count()
+}
+
+/// Twenty one-shot chats at once, each teaching a fact.
+fn twenty_at_once(daemon: bool, one_conversation: bool) {
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["tenant"]);
+    if daemon {
+        let o = run(h, &["supervisor", "start"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let children: Vec<_> = (0..20)
+        .map(|n| {
+            let conversation = if one_conversation {
+                "default".to_string()
+            } else {
+                format!("c{}", n % 5)
+            };
+            chat(h)
+                .args(["-a", "tenant", "--conversation", &conversation])
+                .args(["-p", &format!("记住: parallel fact {n}")])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let human = at_head(h, &agent, "human.md");
+    let mut succeeded = 0;
+    for (n, o) in outputs.iter().enumerate() {
+        let out = stdout(o);
+        if o.status.success() && out.contains("已更新记忆（提交 ") {
+            succeeded += 1;
+            assert!(
+                human.contains(&format!("- parallel fact {n}\n")),
+                "turn {n} reported its fact saved, but HEAD's human.md lacks it:\n{human}"
+            );
+        } else {
+            // A turn that did not run says so.
+            assert!(
+                !o.status.success() && stderr(o).contains("error"),
+                "turn {n} neither succeeded nor said why: {out} / {}",
+                stderr(o)
+            );
+        }
+    }
+    // Waiting, not refusing, is the rule: every one of them ran.
+    assert_eq!(succeeded, 20, "outputs: {outputs:?}");
+    assert!(logs_are_sound(h, &agent) >= 20 * 4);
+    let o = run(h, &["chat", "-a", "tenant", "-p", "记住: afterwards"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(at_head(h, &agent, "human.md").contains("- afterwards\n"));
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(uids_registered(&agent), 1, "one agent, one uid");
+    }
+    if daemon {
+        let o = run(h, &["supervisor", "stop"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let run_dir = h.join("run");
+    assert!(!run_dir.join("supervisor.pid").exists());
+    assert!(!run_dir.join("supervisor.sock").exists());
+}
+
+#[test]
+fn twenty_chats_on_one_conversation_without_a_daemon() {
+    if !confinement_or_skip("twenty_chats_on_one_conversation_without_a_daemon") {
+        return;
+    }
+    twenty_at_once(false, true);
+}
+
+#[test]
+fn twenty_chats_across_conversations_without_a_daemon() {
+    if !confinement_or_skip("twenty_chats_across_conversations_without_a_daemon") {
+        return;
+    }
+    twenty_at_once(false, false);
+}
+
+#[test]
+fn twenty_chats_on_one_conversation_with_a_daemon() {
+    if !confinement_or_skip("twenty_chats_on_one_conversation_with_a_daemon") {
+        return;
+    }
+    twenty_at_once(true, true);
+}
+
+#[test]
+fn twenty_chats_across_conversations_with_a_daemon() {
+    if !confinement_or_skip("twenty_chats_across_conversations_with_a_daemon") {
+        return;
+    }
+    twenty_at_once(true, false);
+}
+
+/// Messages and in-context ids of a conversation.
+fn conversation_counts(home: &Path, agent: &str) -> (u64, u64) {
+    let o = run(home, &["conversations", "-a", agent, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "default")
+        .map(|c| {
+            (
+                c["messages"].as_u64().unwrap(),
+                c["in_context"].as_u64().unwrap(),
+            )
+        })
+        .unwrap_or((0, 0))
+}
+
+#[test]
+fn configuration_errors_are_shown_and_nothing_is_stored() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["ed"]);
+    let cases: Vec<(Vec<&str>, Option<&str>, Vec<&str>)> = vec![
+        (
+            vec!["--model", "bogus"],
+            None,
+            vec!["unknown model \"bogus\"", "openai/<model>"],
+        ),
+        (
+            vec!["--model", "openai/gpt-4o-mini"],
+            None,
+            vec!["OPENAI_API_KEY"],
+        ),
+        (
+            vec![],
+            Some("[model]\ndefualt = \"mock\"\n"),
+            vec!["config.toml", "line 2", "defualt"],
+        ),
+        (vec!["--conversation", "../x"], None, vec!["../x"]),
+    ];
+    for (extra, config, expect) in cases {
+        match config {
+            Some(c) => std::fs::write(h.join("config.toml"), c).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(h.join("config.toml"));
+            }
+        }
+        let o = chat(h)
+            .args(["-a", "ed", "-p", "hello"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{extra:?}: {err}");
+        assert!(!err.contains("stopped: error"), "{err}");
+        for e in expect {
+            assert!(err.contains(e), "{extra:?}: expected {e:?} in: {err}");
+        }
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert_eq!(
+            conversation_counts(h, "ed"),
+            (0, 0),
+            "{extra:?}: a turn that could not start stored something"
+        );
+    }
+    let _ = std::fs::remove_file(h.join("config.toml"));
+    // The same checks at `supervisor start`.
+    std::fs::write(h.join("config.toml"), "[model]\ndefualt = \"mock\"\n").unwrap();
+    let o = run(h, &["supervisor", "start"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("defualt"), "{}", stderr(&o));
+    assert!(!h.join("run/supervisor.pid").exists());
+}
+
+#[test]
+fn a_model_failure_is_printed_and_not_kept_as_an_answer() {
+    if !confinement_or_skip("a_model_failure_is_printed_and_not_kept_as_an_answer") {
+        return;
+    }
+    let server = common::http::Server::start(vec![common::http::Canned::status(
+        400,
+        r#"{"error":{"message":"the model x does not exist","type":"invalid_request_error"}}"#,
+    )]);
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["fay"]);
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            "[providers.openai]\nbase_url = \"http://127.0.0.1:{}/v1\"\n",
+            server.port
+        ),
+    )
+    .unwrap();
+    let o = chat(h)
+        .args(["-a", "fay", "-p", "hello", "--model", "openai/x"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("· error: "), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    // Kept for the record (the user message and the error), shown to the
+    // model never: nothing of the failed turn is in context.
+    assert_eq!(conversation_counts(h, "fay"), (2, 0));
+    // And the conversation goes on with a model that works.
+    let o = chat(h)
+        .args(["-a", "fay", "-p", "hello again"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "mock: hello again");
+}
+
+/// Processes running as `uid`.
+fn processes_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let meta = std::fs::metadata(e.path()).ok()?;
+            (meta.uid() == uid && !common::process_gone(pid)).then_some(pid)
+        })
+        .collect()
+}
+
+fn sandbox_uid(home: &Path, agent: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(home.join("agents").join(agent).join("agent.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["sandbox_uid"].as_u64().map(|u| u as u32)
+}
+
+fn live_children(home: &Path) -> usize {
+    let o = run(home, &["ps", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["children"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|c| matches!(c["state"].as_str(), Some("starting" | "running")))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Reads a child's stream on a thread; `wait_for` polls what came.
+struct Collector(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Collector {
+    fn start(mut r: impl Read + Send + 'static) -> Self {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let b = buf.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = r.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                b.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        Self(buf)
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+    fn wait_for(&self, what: &str, secs: u64) -> bool {
+        wait_until(secs, || self.text().contains(what))
+    }
+}
+
+fn stored_log(home: &Path, agent: &str) -> String {
+    std::fs::read_to_string(
+        home.join("agents")
+            .join(agent)
+            .join("conversations/default/messages.jsonl"),
+    )
+    .unwrap_or_default()
+}
+
+#[test]
+fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_chat_goes_on() {
+    if !confinement_or_skip("ctrl_c_in_a_terminal_cancels_the_turn_and_the_chat_goes_on") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["gus"]);
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = pty.slave;
+    let mut cmd = chat(h);
+    cmd.args(["-a", "gus"])
+        .env("TERM", "dumb")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe; the pty becomes the
+    // chat's controlling terminal, so ^C reaches it as a terminal's would.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            nix::unistd::setsid()?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let master = std::fs::File::from(pty.master);
+    let out = Collector::start(master.try_clone().unwrap());
+    let mut input = master;
+    assert!(out.wait_for("chatting with gus", 20), "{}", out.text());
+    input.write_all(b"run: sleep 60\r").unwrap();
+    assert!(out.wait_for("sleep 60", 30), "{}", out.text());
+    // The tool runs in the confined child: wait until it shows there.
+    let uid = sandbox_uid(h, &agent).unwrap();
+    assert!(wait_until(10, || !processes_of(uid).is_empty()));
+    input.write_all(&[3]).unwrap(); // ^C
+    assert!(out.wait_for("cancelled", 20), "{}", out.text());
+    assert!(
+        wait_until(10, || processes_of(uid).is_empty()),
+        "the turn's processes outlived its cancel: {:?}",
+        processes_of(uid)
+    );
+    assert_eq!(live_children(h), 0, "no child left in ps");
+    assert!(child.try_wait().unwrap().is_none(), "the chat must go on");
+    assert!(stored_log(h, &agent).contains("Interrupted by user"));
+    input
+        .write_all("记住: after the cancel\r".as_bytes())
+        .unwrap();
+    assert!(out.wait_for("已更新记忆", 30), "{}", out.text());
+    assert!(at_head(h, &agent, "human.md").contains("- after the cancel\n"));
+    input.write_all(&[4]).unwrap(); // ^D at the prompt leaves
+    assert!(wait_until(20, || child.try_wait().unwrap().is_some()));
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{}", out.text());
+    assert!(!h.join("run/supervisor.pid").exists());
+    assert!(!h.join("run/supervisor.sock").exists());
+}
+
+/// A one-shot chat running `sleep 60` in its turn, with its stderr read.
+fn sleeping_one_shot(h: &Path) -> (std::process::Child, Collector) {
+    let mut child = chat(h)
+        .args(["-a", "hal", "-p", "run: sleep 60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = Collector::start(child.stderr.take().unwrap());
+    assert!(err.wait_for("sleep 60", 30), "{}", err.text());
+    (child, err)
+}
+
+#[test]
+fn a_signal_to_a_one_shot_cancels_its_turn_and_leaves_nothing_behind() {
+    if !confinement_or_skip("a_signal_to_a_one_shot_cancels_its_turn_and_leaves_nothing_behind") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["hal"]);
+    for (sig, code) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGTERM, 143),
+    ] {
+        let (mut child, err) = sleeping_one_shot(h);
+        let uid = sandbox_uid(h, &agent).unwrap();
+        assert!(wait_until(10, || !processes_of(uid).is_empty()));
+        let started = Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        assert!(wait_until(15, || child.try_wait().unwrap().is_some()));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(child.wait().unwrap().code(), Some(code), "{}", err.text());
+        assert!(err.text().contains("cancelled"), "{}", err.text());
+        assert!(wait_until(10, || processes_of(uid).is_empty()));
+        assert!(
+            !h.join("run/supervisor.pid").exists(),
+            "{sig}: pid file left"
+        );
+        assert!(
+            !h.join("run/supervisor.sock").exists(),
+            "{sig}: socket left"
+        );
+    }
+    assert_eq!(
+        stored_log(h, &agent)
+            .matches("\"kind\":\"interrupted\"")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_turn() {
+    if !confinement_or_skip("a_client_that_goes_away_cancels_its_turn") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["hal"]);
+    let o = run(h, &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (mut child, _err) = sleeping_one_shot(h);
+    let uid = sandbox_uid(h, &agent).unwrap();
+    assert!(wait_until(10, || !processes_of(uid).is_empty()));
+    child.kill().unwrap(); // SIGKILL: no handler runs, the socket just closes
+    child.wait().unwrap();
+    assert!(
+        wait_until(15, || processes_of(uid).is_empty() && live_children(h) == 0),
+        "the turn of a client that went away kept running"
+    );
+    assert!(wait_until(5, || stored_log(h, &agent).contains("Interrupted by user")));
+    let o = run(h, &["chat", "-a", "hal", "-p", "still there?"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(h, &["supervisor", "stop"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn supervisor_stop_does_not_wait_for_a_hanging_model() {
+    if !confinement_or_skip("supervisor_stop_does_not_wait_for_a_hanging_model") {
+        return;
+    }
+    // A "provider" that accepts and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let a = accepted.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            a.lock().unwrap().push(s);
+        }
+    });
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["ivy"]);
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"http://127.0.0.1:{port}/v1\"\n"),
+    )
+    .unwrap();
+    let o = run(h, &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut turn = chat(h)
+        .args(["-a", "ivy", "-p", "hello", "--model", "openai/slow"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(30, || !accepted.lock().unwrap().is_empty()));
+    let started = Instant::now();
+    let o = run(h, &["supervisor", "stop", "--timeout", "5", "--json"]);
+    let took = started.elapsed();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(took < Duration::from_secs(5), "stop took {took:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["how"], "stopped", "{v}");
+    assert!(!h.join("run/supervisor.pid").exists());
+    assert!(!h.join("run/supervisor.sock").exists());
+    assert!(wait_until(10, || turn.try_wait().unwrap().is_some()));
+    assert!(!turn.wait().unwrap().success());
+}
