@@ -388,7 +388,8 @@ fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_chat_goes_on() {
     let mut input = master;
     assert!(out.wait_for("chatting with gus", 20), "{}", out.text());
     input.write_all(b"run: sleep 60\r").unwrap();
-    assert!(out.wait_for("sleep 60", 30), "{}", out.text());
+    // The tool call's line (the terminal echoes the typed text too).
+    assert!(out.wait_for("→ Bash sleep 60", 30), "{}", out.text());
     // The tool runs in the confined child: wait until it shows there.
     let uid = sandbox_uid(h, &agent).unwrap();
     assert!(wait_until(10, || !processes_of(uid).is_empty()));
@@ -407,11 +408,66 @@ fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_chat_goes_on() {
         .unwrap();
     assert!(out.wait_for("已更新记忆", 30), "{}", out.text());
     assert!(at_head(h, &agent, "human.md").contains("- after the cancel\n"));
+    // At the prompt again (line editing drops what was typed ahead of it).
+    assert!(wait_until(10, || out
+        .text()
+        .rsplit("已更新记忆")
+        .next()
+        .unwrap_or("")
+        .contains("> ")));
     input.write_all(&[4]).unwrap(); // ^D at the prompt leaves
     assert!(wait_until(20, || child.try_wait().unwrap().is_some()));
     assert_eq!(child.wait().unwrap().code(), Some(0), "{}", out.text());
     assert!(!h.join("run/supervisor.pid").exists());
     assert!(!h.join("run/supervisor.sock").exists());
+    // What was typed at the terminal is in this agent's history.
+    let history = std::fs::read_to_string(h.join("history").join(&agent)).unwrap();
+    assert!(history.contains("记住: after the cancel"), "{history}");
+}
+
+#[test]
+fn the_message_comes_from_stdin_or_a_file_and_piped_input_is_not_history() {
+    if !confinement_or_skip("the_message_comes_from_stdin_or_a_file_and_piped_input_is_not_history")
+    {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["joe"]);
+    let piped = |args: &[&str], input: &[u8]| {
+        let mut c = chat(h)
+            .args(["-a", "joe"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(input).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let o = piped(&["-p", "-"], "记住: from stdin\n".as_bytes());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(at_head(h, &agent, "human.md").contains("- from stdin\n"));
+    let file = h.join("question.txt");
+    std::fs::write(&file, "记住: from a file\n").unwrap();
+    let o = chat(h)
+        .args(["-a", "joe", "--prompt-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(at_head(h, &agent, "human.md").contains("- from a file\n"));
+    let o = piped(&["-p", "-"], b"  \n");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+    // An interactive chat fed by a pipe answers, and keeps no history.
+    let big = format!("mock input {}\n", "x".repeat(2 << 20));
+    let o = piped(&[], format!("hello there\n{big}").as_bytes());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("mock: hello there"), "{}", stdout(&o));
+    assert!(!h.join("history").join(&agent).exists());
+    assert!(!h.join("chat-history").exists());
 }
 
 /// A one-shot chat running `sleep 60` in its turn, with its stderr read.

@@ -301,7 +301,9 @@ fn interactive(
         if let Some(dir) = h.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let _ = rl.save_history(h);
+        if let Err(e) = rl.save_history(h) {
+            tracing::warn!("cannot save the chat history to {}: {e}", h.display());
+        }
     }
     runner.close();
     Ok(ExitCode::SUCCESS)
