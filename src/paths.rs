@@ -96,6 +96,13 @@ impl Home {
         self.agents_dir().join("index.json")
     }
 
+    /// `flock`ed around every change to the agents' names (create, rename,
+    /// import), so two of them cannot both take one name. Its `.` keeps it
+    /// out of the id alphabet.
+    pub fn agents_names_lock(&self) -> PathBuf {
+        self.agents_dir().join(".names.lock")
+    }
+
     /// Operator overrides of the built-in sandbox role profiles.
     pub fn sandbox_profiles_dir(&self) -> PathBuf {
         self.root.join("sandbox-profiles")
@@ -139,6 +146,11 @@ impl Home {
         })
     }
 }
+
+/// Prefix of the directories (in `agents/`) an imported agent is unpacked
+/// into before it is renamed into place; the leading `.` keeps listings
+/// from mistaking one for an agent.
+pub const IMPORT_STAGING_PREFIX: &str = ".importing-";
 
 /// Agent ids name directories, so they are restricted to a safe alphabet.
 pub fn is_valid_agent_id(id: &str) -> bool {
