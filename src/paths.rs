@@ -4,6 +4,8 @@
 //! ```text
 //! <home>/config.toml
 //! <home>/run/supervisor.sock, supervisor.pid
+//! <home>/agents.lock                flock'ed while agents' names change
+//! <home>/agents/index.json          the name index (a cache)
 //! <home>/agents/<agent-id>/agent.json
 //!                          memory/          working tree (its `.git` is a gitdir pointer)
 //!                          memory.git/      the git directory, beside the working tree
@@ -97,10 +99,10 @@ impl Home {
     }
 
     /// `flock`ed around every change to the agents' names (create, rename,
-    /// import), so two of them cannot both take one name. Its `.` keeps it
-    /// out of the id alphabet.
+    /// import), so two of them cannot both take one name. Beside `agents/`,
+    /// not in it: nothing there but agents and their index.
     pub fn agents_names_lock(&self) -> PathBuf {
-        self.agents_dir().join(".names.lock")
+        self.root.join("agents.lock")
     }
 
     /// Operator overrides of the built-in sandbox role profiles.

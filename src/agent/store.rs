@@ -200,6 +200,7 @@ pub(crate) struct NamesLock {
 }
 
 pub(crate) fn lock_names(home: &Home) -> Result<NamesLock, StoreError> {
+    // `agents/` too: every caller goes on to write there.
     let agents = home.agents_dir();
     fs::create_dir_all(&agents).map_err(io(&agents))?;
     let path = home.agents_names_lock();
