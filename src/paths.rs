@@ -4,6 +4,8 @@
 //! ```text
 //! <home>/config.toml
 //! <home>/run/supervisor.sock, supervisor.pid
+//! <home>/agents.lock                flock'ed while agents' names change
+//! <home>/agents/index.json          the name index (a cache)
 //! <home>/agents/<agent-id>/agent.json
 //!                          memory/          working tree (its `.git` is a gitdir pointer)
 //!                          memory.git/      the git directory, beside the working tree
@@ -101,6 +103,13 @@ impl Home {
         self.agents_dir().join("index.json")
     }
 
+    /// `flock`ed around every change to the agents' names (create, rename,
+    /// import), so two of them cannot both take one name. Beside `agents/`,
+    /// not in it: nothing there but agents and their index.
+    pub fn agents_names_lock(&self) -> PathBuf {
+        self.root.join("agents.lock")
+    }
+
     /// Operator overrides of the built-in sandbox role profiles.
     pub fn sandbox_profiles_dir(&self) -> PathBuf {
         self.root.join("sandbox-profiles")
@@ -144,6 +153,11 @@ impl Home {
         })
     }
 }
+
+/// Prefix of the directories (in `agents/`) an imported agent is unpacked
+/// into before it is renamed into place; the leading `.` keeps listings
+/// from mistaking one for an agent.
+pub const IMPORT_STAGING_PREFIX: &str = ".importing-";
 
 /// Agent ids name directories, so they are restricted to a safe alphabet.
 pub fn is_valid_agent_id(id: &str) -> bool {

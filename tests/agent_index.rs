@@ -28,9 +28,16 @@ fn a_name_lookup_reads_the_index_and_one_record() {
     assert!(home.agents_index().is_file(), "create writes the index");
     std::fs::write(home.agent(&ids[1]).unwrap().agent_json(), b"{ torn").unwrap();
     assert_eq!(found_id(&home, Some("alice")), ids[0]);
-    // The damaged record itself is still reported, by path.
+    // The damaged record itself is still reported, by name and path.
     let err = store::find(&home, Some("bob")).unwrap_err();
-    assert!(matches!(err, StoreError::BadRecord { .. }), "{err}");
+    assert!(matches!(err, StoreError::Unreadable { .. }), "{err}");
+    let path = home.agent(&ids[1]).unwrap().agent_json();
+    assert!(
+        err.to_string()
+            .starts_with("agent \"bob\" exists but cannot be read: ")
+            && err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
 }
 
 /// An index that maps a name to the wrong agent is caught by the record's

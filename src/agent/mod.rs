@@ -1,6 +1,7 @@
 //! Agents: their records and conversations on disk, and the runtime (turn
 //! loop, tools, prompt cache) that runs inside the confined agent child.
 
+pub mod archive;
 pub mod cache;
 pub mod conversation;
 pub mod index;

@@ -25,6 +25,20 @@ pub enum StoreError {
     InvalidName,
     #[error("no agent {0:?} (see `mini-letta agent list`)")]
     NotFound(String),
+    /// Its directory is there but its record cannot be read.
+    #[error("agent {agent:?} exists but cannot be read: {reason}")]
+    Unreadable { agent: String, reason: String },
+    #[error("{path}: the record names agent {found:?}, not the directory's {expected:?}")]
+    IdMismatch {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("cannot lock the agents' names ({path}): {source}")]
+    NamesLock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("no agents yet: create one with `mini-letta agent create NAME`")]
     NoAgents,
     #[error("several agents exist ({0}); choose one with -a")]
@@ -98,14 +112,24 @@ pub fn create_with_quota(
     system: Option<String>,
     quota: Option<crate::sandbox::volume::Quota>,
 ) -> Result<AgentRecord, StoreError> {
-    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
-        return Err(StoreError::InvalidName);
-    }
-    if list(home)?.iter().any(|a| a.name == name) {
+    create_with(home, name, system, quota, None)
+}
+
+/// [`create_with_quota`] with the model handle the record names (`mock`
+/// when `None`). The caller checks the handle's form
+/// (`model::factory::parse_handle`); the store knows no providers.
+pub fn create_with(
+    home: &Home,
+    name: &str,
+    system: Option<String>,
+    quota: Option<crate::sandbox::volume::Quota>,
+    model: Option<&str>,
+) -> Result<AgentRecord, StoreError> {
+    check_name(name)?;
+    let _names = lock_names(home)?;
+    if list_all(home)?.name_taken(name, None) {
         return Err(StoreError::NameTaken(name.to_string()));
     }
-    let agents = home.agents_dir();
-    fs::create_dir_all(&agents).map_err(io(&agents))?;
 
     let record = AgentRecord {
         id: new_agent_id(),
@@ -113,32 +137,16 @@ pub fn create_with_quota(
         description: None,
         system: system.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
         tags: Vec::new(),
-        model: DEFAULT_MODEL.to_string(),
+        model: model.unwrap_or(DEFAULT_MODEL).to_string(),
         model_settings: serde_json::Map::new(),
         created_at: iso_timestamp(OffsetDateTime::now_utc()),
         sandbox_uid: None,
         quota,
     };
-    let final_paths = home.agent(&record.id)?;
     let staging = home.agent_staging(&record.id)?;
     match build_agent_dir(&staging, &record) {
         Ok(()) => {
-            match quota {
-                None => {
-                    fs::rename(staging.dir(), final_paths.dir()).map_err(io(final_paths.dir()))?
-                }
-                Some(q) => {
-                    let made = crate::sandbox::volume::create(
-                        home,
-                        &record.id,
-                        staging.dir(),
-                        final_paths.dir(),
-                        q,
-                    );
-                    let _ = fs::remove_dir_all(staging.dir());
-                    made?;
-                }
-            }
+            place_agent_dir(home, &record, staging.dir())?;
             reindex(home);
             Ok(record)
         }
@@ -147,6 +155,107 @@ pub fn create_with_quota(
             Err(e)
         }
     }
+}
+
+/// Move a complete agent directory built at `staging` (in `agents/`) to its
+/// final place — onto a quota volume of its own when the record has a quota
+/// — never replacing a directory already there. `staging` is gone
+/// afterwards, whatever the outcome.
+pub(crate) fn place_agent_dir(
+    home: &Home,
+    record: &AgentRecord,
+    staging: &std::path::Path,
+) -> Result<(), StoreError> {
+    let final_paths = home.agent(&record.id)?;
+    let placed = match record.quota {
+        None => nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            staging,
+            nix::fcntl::AT_FDCWD,
+            final_paths.dir(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| io(final_paths.dir())(e.into())),
+        Some(q) => crate::sandbox::volume::create(home, &record.id, staging, final_paths.dir(), q)
+            .map_err(StoreError::from),
+    };
+    if placed.is_err() || record.quota.is_some() {
+        let _ = fs::remove_dir_all(staging);
+    }
+    placed
+}
+
+/// Names are 1–100 characters without control characters.
+pub fn check_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(StoreError::InvalidName);
+    }
+    Ok(())
+}
+
+/// Held while agents' names change (create, rename, import): one process
+/// at a time checks a name is free and takes it. Released on drop.
+pub(crate) struct NamesLock {
+    _file: fs::File,
+}
+
+pub(crate) fn lock_names(home: &Home) -> Result<NamesLock, StoreError> {
+    // `agents/` too: every caller goes on to write there.
+    let agents = home.agents_dir();
+    fs::create_dir_all(&agents).map_err(io(&agents))?;
+    let path = home.agents_names_lock();
+    let lock_err = |source| StoreError::NamesLock {
+        path: path.clone(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(lock_err)?;
+    file.lock().map_err(lock_err)?;
+    Ok(NamesLock { _file: file })
+}
+
+/// Give agent `selector` the name `new_name` (unique among all agents,
+/// those whose record cannot be read included). Returns the old name and
+/// the updated record.
+pub fn rename(
+    home: &Home,
+    selector: &str,
+    new_name: &str,
+) -> Result<(String, AgentRecord), StoreError> {
+    check_name(new_name)?;
+    let _names = lock_names(home)?;
+    let (mut record, paths) = find(home, Some(selector))?;
+    let old = record.name.clone();
+    if old == new_name {
+        return Ok((old, record));
+    }
+    if list_all(home)?.name_taken(new_name, Some(&record.id)) {
+        return Err(StoreError::NameTaken(new_name.to_string()));
+    }
+    record.name = new_name.to_string();
+    save(&paths, &record)?;
+    reindex(home);
+    Ok((old, record))
+}
+
+/// Record `model` as agent `selector`'s model handle. The caller checks
+/// the handle's form (`model::factory::parse_handle`). Returns the old
+/// handle and the updated record.
+pub fn set_model(
+    home: &Home,
+    selector: &str,
+    model: &str,
+) -> Result<(String, AgentRecord), StoreError> {
+    let (mut record, paths) = find(home, Some(selector))?;
+    let old = std::mem::replace(&mut record.model, model.to_string());
+    if old != record.model {
+        save(&paths, &record)?;
+    }
+    Ok((old, record))
 }
 
 fn build_agent_dir(paths: &AgentPaths, record: &AgentRecord) -> Result<(), StoreError> {
@@ -194,38 +303,112 @@ fn write_record(path: &std::path::Path, record: &AgentRecord) -> Result<(), Stor
     atomic_write(path, &json).map_err(io(path))
 }
 
-/// Rebuild the name index from the records (after a create or delete; a
-/// failure only costs the next lookup a scan).
+/// Rebuild the name index from the records (after a create, rename,
+/// import or delete; a failure only costs the next lookup a scan).
 pub fn reindex(home: &Home) {
-    match list(home) {
-        Ok(agents) => index::write(home, &agents),
+    match list_all(home) {
+        Ok(listing) => index::write(home, &listing.entries()),
         Err(e) => tracing::debug!("cannot rebuild the agents' index: {e}"),
     }
 }
 
-/// Every agent, oldest first (ties by name).
+/// An agent directory whose record cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UnreadableAgent {
+    pub id: String,
+    /// The name the index last knew for it, if any.
+    pub name: Option<String>,
+    /// Why it cannot be read.
+    #[serde(rename = "error")]
+    pub reason: String,
+}
+
+/// Every agent directory of a home: the records read (oldest first, ties
+/// by name) and the directories whose record could not be read (by id).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub agents: Vec<AgentRecord>,
+    pub unreadable: Vec<UnreadableAgent>,
+}
+
+impl Listing {
+    /// The index's entries: the records, then the unreadable agents with
+    /// the names last known for them.
+    pub fn entries(&self) -> Vec<index::Entry> {
+        let readable = self.agents.iter().map(|r| index::Entry {
+            id: r.id.clone(),
+            name: r.name.clone(),
+        });
+        let unreadable = self.unreadable.iter().map(|u| index::Entry {
+            id: u.id.clone(),
+            name: u.name.clone().unwrap_or_default(),
+        });
+        readable.chain(unreadable).collect()
+    }
+
+    /// Whether an agent other than `except` (an id) has the name `name`.
+    pub fn name_taken(&self, name: &str, except: Option<&str>) -> bool {
+        let other = |id: &str| except != Some(id);
+        self.agents.iter().any(|a| a.name == name && other(&a.id))
+            || self
+                .unreadable
+                .iter()
+                .any(|u| u.name.as_deref() == Some(name) && other(&u.id))
+    }
+
+    /// Whether an agent directory (readable or not) has the id `id`.
+    pub fn has_id(&self, id: &str) -> bool {
+        self.agents.iter().any(|a| a.id == id) || self.unreadable.iter().any(|u| u.id == id)
+    }
+}
+
+/// Every readable agent, oldest first (ties by name). Agents whose record
+/// cannot be read are left out; [`list_all`] reports them.
 pub fn list(home: &Home) -> Result<Vec<AgentRecord>, StoreError> {
+    Ok(list_all(home)?.agents)
+}
+
+/// Every agent directory, its record read or the reason it cannot be.
+pub fn list_all(home: &Home) -> Result<Listing, StoreError> {
     let dir = home.agents_dir();
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Listing::default()),
         Err(e) => return Err(io(&dir)(e)),
     };
-    let mut out = Vec::new();
+    let mut out = Listing::default();
+    let mut known: Option<Vec<index::Entry>> = None;
     for entry in entries {
         let entry = entry.map_err(io(&dir))?;
         let name = entry.file_name();
         let Some(id) = name.to_str() else { continue };
-        let Ok(paths) = home.agent(id) else { continue }; // staging dirs, stray files
-        if paths.agent_json().is_file() {
-            out.push(load(&paths)?);
+        // Staging directories, the index, lock files, stray files.
+        if !index::is_agent_dir(home, id) {
+            continue;
+        }
+        let paths = home.agent(id)?;
+        match load_checked(&paths, id) {
+            Ok(record) => out.agents.push(record),
+            Err(e) => {
+                let known = known.get_or_insert_with(|| index::read_any(home));
+                let name = known
+                    .iter()
+                    .find(|k| k.id == id && !k.name.is_empty())
+                    .map(|k| k.name.clone());
+                out.unreadable.push(UnreadableAgent {
+                    id: id.to_string(),
+                    name,
+                    reason: e.to_string(),
+                });
+            }
         }
     }
-    out.sort_by(|a, b| {
+    out.agents.sort_by(|a, b| {
         a.created_at
             .cmp(&b.created_at)
             .then_with(|| a.name.cmp(&b.name))
     });
+    out.unreadable.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(out)
 }
 
@@ -268,34 +451,90 @@ pub fn load(paths: &AgentPaths) -> Result<AgentRecord, StoreError> {
     serde_json::from_slice(&bytes).map_err(|source| StoreError::BadRecord { path, source })
 }
 
+/// [`load`], and the record must name the directory's own id.
+fn load_checked(paths: &AgentPaths, id: &str) -> Result<AgentRecord, StoreError> {
+    let record = load(paths)?;
+    if record.id != id {
+        return Err(StoreError::IdMismatch {
+            path: paths.agent_json(),
+            expected: id.to_string(),
+            found: record.id,
+        });
+    }
+    Ok(record)
+}
+
+fn unreadable(agent: &str, e: StoreError) -> StoreError {
+    StoreError::Unreadable {
+        agent: agent.to_string(),
+        reason: e.to_string(),
+    }
+}
+
 /// Find an agent by id or name; with no selector, the only agent there is.
 ///
 /// An id is read directly; a name goes through the index (one small file
 /// and one record). Only when the index is missing or out of date, or
-/// misses the name, are all records read (and the index rebuilt).
+/// misses the name, are all records read (and the index rebuilt). An agent
+/// whose directory is there but whose record cannot be read is
+/// [`StoreError::Unreadable`], found by its id or the name the index last
+/// knew for it.
 pub fn find(home: &Home, selector: Option<&str>) -> Result<(AgentRecord, AgentPaths), StoreError> {
     if let Some(sel) = selector
-        && let Ok(paths) = home.agent(sel)
-        && paths.agent_json().is_file()
+        && index::is_agent_dir(home, sel)
     {
-        let record = load(&paths)?;
-        if record.id == sel {
-            return Ok((record, paths));
-        }
+        let paths = home.agent(sel)?;
+        return match load_checked(&paths, sel) {
+            Ok(record) => Ok((record, paths)),
+            Err(e) => Err(unreadable(sel, e)),
+        };
     }
     if let Some(entries) = index::read_current(home)
         && let Some(found) = find_indexed(home, &entries, selector)?
     {
         return Ok(found);
     }
-    let agents = list(home)?;
-    index::write(home, &agents);
+    let listing = list_all(home)?;
+    index::write(home, &listing.entries());
+    let Listing {
+        mut agents,
+        mut unreadable,
+    } = listing;
     let found = match selector {
-        Some(sel) => agents
-            .into_iter()
-            .find(|a| a.id == sel || a.name == sel)
-            .ok_or_else(|| StoreError::NotFound(sel.to_string()))?,
-        None => only_one(agents, |a| a.name.clone())?,
+        Some(sel) => {
+            if let Some(i) = agents.iter().position(|a| a.id == sel || a.name == sel) {
+                agents.swap_remove(i)
+            } else if let Some(u) = unreadable
+                .iter()
+                .find(|u| u.id == sel || u.name.as_deref() == Some(sel))
+            {
+                return Err(StoreError::Unreadable {
+                    agent: sel.to_string(),
+                    reason: u.reason.clone(),
+                });
+            } else {
+                return Err(StoreError::NotFound(sel.to_string()));
+            }
+        }
+        None => match (agents.len(), unreadable.len()) {
+            (0, 0) => return Err(StoreError::NoAgents),
+            (1, 0) => only_one(agents, |a| a.name.clone())?,
+            (0, 1) => {
+                let u = unreadable.remove(0);
+                return Err(StoreError::Unreadable {
+                    agent: u.name.unwrap_or(u.id),
+                    reason: u.reason,
+                });
+            }
+            _ => {
+                let names = agents
+                    .iter()
+                    .map(|a| a.name.clone())
+                    .chain(unreadable.into_iter().map(|u| u.name.unwrap_or(u.id)))
+                    .collect::<Vec<_>>();
+                return Err(StoreError::Ambiguous(names.join(", ")));
+            }
+        },
     };
     let paths = home.agent(&found.id)?;
     Ok((found, paths))
@@ -309,15 +548,36 @@ fn find_indexed(
     selector: Option<&str>,
 ) -> Result<Option<(AgentRecord, AgentPaths)>, StoreError> {
     let entry = match selector {
-        Some(sel) => match entries.iter().find(|e| e.name == sel) {
+        Some(sel) => match entries.iter().find(|e| !e.name.is_empty() && e.name == sel) {
             Some(e) => e.clone(),
             None => return Ok(None),
         },
-        None => only_one(entries.to_vec(), |e| e.name.clone())?,
+        None => only_one(entries.to_vec(), |e| {
+            if e.name.is_empty() {
+                e.id.clone()
+            } else {
+                e.name.clone()
+            }
+        })?,
     };
     let paths = home.agent(&entry.id)?;
-    let record = load(&paths)?;
-    let agrees = record.id == entry.id && selector.is_none_or(|s| record.name == s);
+    let record = match load_checked(&paths, &entry.id) {
+        Ok(r) => r,
+        Err(e) => {
+            let shown = selector.map_or_else(
+                || {
+                    if entry.name.is_empty() {
+                        entry.id.clone()
+                    } else {
+                        entry.name.clone()
+                    }
+                },
+                str::to_string,
+            );
+            return Err(unreadable(&shown, e));
+        }
+    };
+    let agrees = selector.is_none_or(|s| record.name == s);
     Ok(agrees.then_some((record, paths)))
 }
 

@@ -1,5 +1,6 @@
 //! `mini-letta agent …`
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,14 +9,20 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{Cli, output};
-use crate::agent::store;
+use crate::agent::{archive, store};
 
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
     /// Create an agent with a fresh memory repository (memfs-v2 layout).
+    #[command(after_help = "Examples:\n  mini-letta agent create alice\n  \
+                            mini-letta agent create bob --model openai/gpt-4o-mini")]
     Create {
         /// A unique, human-readable name.
         name: String,
+        /// The model its turns use: `mock` (default), `mock/scripted`,
+        /// `openai/<model>` or `anthropic/<model>`.
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
         /// Read the raw system prompt from this file (may contain {CORE_MEMORY}).
         #[arg(long, value_name = "F")]
         system_file: Option<PathBuf>,
@@ -32,22 +39,95 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Give an agent a new name (names are unique; the id stays).
+    #[command(after_help = "Example:\n  mini-letta agent rename alice bob")]
+    Rename {
+        /// Agent id or current name.
+        agent: String,
+        /// The new name.
+        new_name: String,
+        /// Print the updated record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the model an agent's turns use (from its next turn on).
+    #[command(
+        after_help = "Examples:\n  mini-letta agent set-model alice anthropic/claude-sonnet-4-5\n  \
+                            mini-letta agent set-model alice mock"
+    )]
+    SetModel {
+        /// Agent id or name.
+        agent: String,
+        /// `mock`, `mock/scripted`, `openai/<model>` or `anthropic/<model>`.
+        model: String,
+        /// Print the updated record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete an agent for good: its memory, conversations and files, its
     /// quota volume, and its sandbox uid (the only way a uid is freed).
     /// Refused while any of its children run.
+    #[command(after_help = "Example:\n  mini-letta agent delete alice --yes\n\n\
+                            Without --yes, a terminal asks you to type the agent's name; \
+                            anything else refuses.")]
     Delete {
         /// Agent id or name.
         agent: String,
-        /// Yes, delete it (required: nothing of it can be recovered).
+        /// Yes, delete it (nothing of it can be recovered). Without it, a
+        /// terminal asks you to type the agent's name; otherwise refused.
         #[arg(long)]
         yes: bool,
         /// Print what was deleted as JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Write an agent to a .tar.gz archive (to move or back it up).
+    ///
+    /// The archive holds its record (without its sandbox uid), memory
+    /// working tree, memory history (memory.git) and conversations. Runtime leftovers (tmp/, memory-worktrees/, lock
+    /// files) stay behind; symbolic links, FIFOs, sockets, devices and
+    /// hard-linked files inside the agent's directory are skipped with a
+    /// warning on stderr, never archived.
+    #[command(after_help = "Examples:\n  mini-letta agent export alice\n  \
+                            mini-letta agent export alice -o /backups/alice.tar.gz")]
+    Export {
+        /// Agent id or name.
+        agent: String,
+        /// Where to write the archive (default: ./<name>.mini-letta.tar.gz);
+        /// written to a temporary file and renamed over it when complete.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Print what was written as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add an agent from an archive written by `agent export`.
+    ///
+    /// The whole archive is checked first (only regular files and directories under
+    /// plain relative paths, bounded size and entry count, a valid record,
+    /// a memory repository whose HEAD passes the validator); nothing lands
+    /// in the home unless all of it passes. The agent keeps its id: an
+    /// agent with the same id or name already here is refused.
+    #[command(
+        after_help = "Examples:\n  mini-letta agent import alice.mini-letta.tar.gz\n  \
+                            mini-letta agent import alice.mini-letta.tar.gz --name alice2"
+    )]
+    Import {
+        /// The archive (.tar.gz).
+        file: PathBuf,
+        /// The name the imported agent gets (default: its archived name).
+        #[arg(long, value_name = "NEW_NAME")]
+        name: Option<String>,
+        /// Print the imported agent's record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List agents, oldest first.
+    ///
+    /// Agents whose record cannot be read are listed last, with the reason.
     List {
-        /// Print {"agents": [...]} instead of a table.
+        /// Print {"agents": [...]} instead of a table (an unreadable agent
+        /// is an entry with `id`, `name` and `error`).
         #[arg(long)]
         json: bool,
     },
@@ -63,9 +143,17 @@ pub enum AgentCommand {
             conflicts_with = "agent"
         )]
         agent_flag: Option<String>,
+        /// Print the record (and its directories) as JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A model handle checked for form (`mock`, `mock/scripted`,
+/// `openai/<model>`, `anthropic/<model>`), trimmed.
+fn model_handle(model: &str) -> anyhow::Result<String> {
+    crate::model::factory::parse_handle(model)?;
+    Ok(model.trim().to_string())
 }
 
 pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
@@ -73,11 +161,13 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         AgentCommand::Create {
             name,
+            model,
             system_file,
             disk_mb,
             inodes,
             json,
         } => {
+            let model = model.as_deref().map(model_handle).transpose()?;
             let system =
                 match system_file {
                     Some(f) => Some(std::fs::read_to_string(f).with_context(|| {
@@ -98,26 +188,95 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                     })
                 }
             };
-            let record = store::create_with_quota(&home, name, system, quota)?;
+            let record = store::create_with(&home, name, system, quota, model.as_deref())?;
             if *json {
                 output::json(&record)?;
             } else {
-                println!("created agent {} ({})", record.name, record.id);
+                println!(
+                    "created agent {} ({}), model {}",
+                    record.name, record.id, record.model
+                );
+            }
+        }
+        AgentCommand::Rename {
+            agent,
+            new_name,
+            json,
+        } => {
+            let (old, record) = store::rename(&home, agent, new_name)?;
+            if *json {
+                output::json(&record)?;
+            } else if old == record.name {
+                println!(
+                    "agent {} ({}) already has that name",
+                    record.name, record.id
+                );
+            } else {
+                println!("renamed agent {old} to {} ({})", record.name, record.id);
+            }
+        }
+        AgentCommand::SetModel { agent, model, json } => {
+            let model = model_handle(model)?;
+            let (old, record) = store::set_model(&home, agent, &model)?;
+            if *json {
+                output::json(&record)?;
+            } else {
+                println!(
+                    "agent {} ({}): model {old} -> {}",
+                    record.name, record.id, record.model
+                );
             }
         }
         AgentCommand::Delete { agent, yes, json } => delete(&home, agent, *yes, *json)?,
-        AgentCommand::List { json } => {
-            let agents = store::list(&home)?;
-            if *json {
-                output::json(&json!({ "agents": agents }))?;
-            } else if agents.is_empty() {
-                println!("no agents (create one with `mini-letta agent create NAME`)");
-            } else {
-                for a in &agents {
-                    println!("{}  {}  {}  {}", a.id, a.name, a.model, a.created_at);
+        AgentCommand::Export {
+            agent,
+            output: out,
+            json,
+        } => {
+            let out = match out {
+                Some(p) => p.clone(),
+                None => {
+                    let (record, _) = store::find(&home, Some(agent))?;
+                    PathBuf::from(default_export_name(&record.name))
                 }
+            };
+            let done = archive::export(&home, agent, &out)?;
+            for s in &done.skipped {
+                eprintln!("mini-letta: warning: skipped {s}");
+            }
+            if *json {
+                output::json(&done)?;
+            } else {
+                println!(
+                    "exported agent {} ({}) to {} ({} entries, {} bytes)",
+                    done.name,
+                    done.id,
+                    done.path.display(),
+                    done.entries,
+                    done.bytes
+                );
             }
         }
+        AgentCommand::Import { file, name, json } => {
+            let check = |m: &str| {
+                crate::model::factory::parse_handle(m)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            };
+            let opts = archive::ImportOptions {
+                name: name.clone(),
+                check_model: Some(&check),
+                ..Default::default()
+            };
+            let record = archive::import(&home, file, &opts)
+                .with_context(|| format!("cannot import {}", file.display()))?;
+            if *json {
+                output::json(&record)?;
+            } else {
+                println!("imported agent {} ({})", record.name, record.id);
+            }
+        }
+        AgentCommand::List { json } => list(&home, *json)?,
         AgentCommand::Show {
             agent,
             agent_flag,
@@ -137,7 +296,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 println!("id:         {}", record.id);
                 println!("name:       {}", record.name);
                 println!("model:      {}", record.model);
-                println!("created:    {}", record.created_at);
+                println!("created:    {}", output::timestamp(&record.created_at));
                 println!("directory:  {}", paths.dir().display());
                 println!("memory:     {}", memory_dir.display());
                 println!("system prompt ({} bytes):", record.system.len());
@@ -150,15 +309,89 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `<name>.mini-letta.tar.gz`, the name made safe as one file name.
+fn default_export_name(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| if c == '/' || c == '\\' { '_' } else { c })
+        .collect();
+    let safe = safe.trim_start_matches('.');
+    let safe = if safe.is_empty() { "agent" } else { safe };
+    format!("{safe}.mini-letta.tar.gz")
+}
+
+fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
+    let listing = store::list_all(home)?;
+    if json {
+        let mut agents: Vec<serde_json::Value> = listing
+            .agents
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()?;
+        for u in &listing.unreadable {
+            agents.push(serde_json::to_value(u)?);
+        }
+        return output::json(&json!({ "agents": agents }));
+    }
+    if listing.agents.is_empty() && listing.unreadable.is_empty() {
+        println!("no agents (create one with `mini-letta agent create NAME`)");
+        return Ok(());
+    }
+    let mut rows: Vec<Vec<String>> = listing
+        .agents
+        .iter()
+        .map(|a| {
+            vec![
+                a.id.clone(),
+                a.name.clone(),
+                a.model.clone(),
+                output::timestamp(&a.created_at),
+            ]
+        })
+        .collect();
+    for u in &listing.unreadable {
+        rows.push(vec![
+            u.id.clone(),
+            u.name.clone().unwrap_or_else(|| "-".into()),
+            format!("unreadable: {}", u.reason),
+        ]);
+    }
+    print!(
+        "{}",
+        output::table(&["ID", "NAME", "MODEL", "CREATED"], &rows, &[])
+    );
+    Ok(())
+}
+
+/// Ask on the terminal for the agent's name; whether it was typed.
+fn confirm_by_name(name: &str, id: &str) -> anyhow::Result<bool> {
+    eprint!(
+        "This deletes agent {name} ({id}): its memory, history, conversations and files, for \
+         good.\nType the agent's name to confirm: "
+    );
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(line.trim_end_matches(['\n', '\r']) == name)
+}
+
 fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyhow::Result<()> {
     let (record, paths) = store::find(home, Some(agent))?;
     if !yes {
-        anyhow::bail!(
-            "deleting agent {} ({}) removes its memory, conversations and files for good; \
-             pass --yes to do it",
-            record.name,
-            record.id
-        );
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "deleting agent {} ({}) removes its memory, conversations and files for good; \
+                 pass --yes to do it",
+                record.name,
+                record.id
+            );
+        }
+        if !confirm_by_name(&record.name, &record.id)? {
+            anyhow::bail!(
+                "not deleted: the name typed was not {:?} (or pass --yes)",
+                record.name
+            );
+        }
     }
     // A running supervisor may have children of this agent.
     if let Ok(mut client) = crate::supervisor::connect(home) {

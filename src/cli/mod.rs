@@ -46,7 +46,7 @@ struct Globals {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create, list and inspect agents.
+    /// Create, list, inspect, rename, export and import agents.
     #[command(subcommand)]
     Agent(agent::AgentCommand),
     /// Read and compile an agent's memory repository.
@@ -65,8 +65,15 @@ enum Command {
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
-    /// List the supervisor's children (agent, role, pid, uptime, state).
+    /// List the supervisor's live children (agent id and name, role, pid,
+    /// uptime, state); with --all, also those that ended lately.
+    #[command(after_help = "Examples:\n  mini-letta ps\n  mini-letta ps --all --json")]
     Ps {
+        /// Also show children that ended (the supervisor keeps the last 64
+        /// ended within the last 10 minutes).
+        #[arg(long)]
+        all: bool,
+        /// Print {"supervisor_running": …, "children": [...]} instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -194,7 +201,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(args) => chat::attach(cli, args),
         Command::Conversations(args) => chat::conversations(cli, args),
         Command::Recompile(args) => chat::recompile(cli, args),
-        Command::Ps { json } => supervisor::ps(cli, *json),
+        Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Channel(cmd) => channel::run(cmd),
     }

@@ -136,14 +136,22 @@ pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `mini-letta ps`: the running supervisor's children.
-pub fn ps(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
+/// `mini-letta ps`: the running supervisor's live children (all it still
+/// knows of with `all`).
+pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (children, running) = match supervisor::connect(&home) {
         Ok(mut c) => (c.call(Call::Ps {})?["children"].clone(), true),
         Err(e @ ClientError::Remote(_)) => return Err(e.into()),
         Err(_) => (Value::Array(Vec::new()), false),
     };
+    let children: Vec<Value> = children
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| all || matches!(c["state"].as_str(), Some("starting" | "running")))
+        .cloned()
+        .collect();
     if json {
         output::json(&json!({ "supervisor_running": running, "children": children }))?;
         return Ok(ExitCode::SUCCESS);
@@ -152,25 +160,41 @@ pub fn ps(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
         println!("supervisor is not running; no children");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:>5}  {:<44}  {:<13}  {:>7}  {:>9}  STATE",
-        "ID", "AGENT", "ROLE", "PID", "UPTIME"
-    );
-    for c in children.as_array().into_iter().flatten() {
-        let state = match c["state"].as_str().unwrap_or("?") {
-            "exited" => format!("exited {}", c["code"]),
-            "killed" => format!("killed by signal {}", c["signal"]),
-            s => s.to_string(),
-        };
-        println!(
-            "{:>5}  {:<44}  {:<13}  {:>7}  {:>8}s  {}",
-            c["id"].as_u64().unwrap_or(0),
-            c["agent"].as_str().unwrap_or(""),
-            c["role"].as_str().unwrap_or(""),
-            c["pid"].as_u64().unwrap_or(0),
-            c["uptime_ms"].as_u64().unwrap_or(0) / 1000,
-            state
-        );
+    if children.is_empty() {
+        if all {
+            println!("no children");
+        } else {
+            println!("no live children (`mini-letta ps --all` shows those that ended)");
+        }
+        return Ok(ExitCode::SUCCESS);
     }
+    let rows: Vec<Vec<String>> = children
+        .iter()
+        .map(|c| {
+            let state = match c["state"].as_str().unwrap_or("?") {
+                "exited" => format!("exited {}", c["code"]),
+                "killed" => format!("killed by signal {}", c["signal"]),
+                s => s.to_string(),
+            };
+            let text = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            vec![
+                c["id"].as_u64().unwrap_or(0).to_string(),
+                text("agent"),
+                text("agent_name"),
+                text("role"),
+                c["pid"].as_u64().unwrap_or(0).to_string(),
+                format!("{}s", c["uptime_ms"].as_u64().unwrap_or(0) / 1000),
+                state,
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        output::table(
+            &["ID", "AGENT", "NAME", "ROLE", "PID", "UPTIME", "STATE"],
+            &rows,
+            &[0, 4, 5]
+        )
+    );
     Ok(ExitCode::SUCCESS)
 }

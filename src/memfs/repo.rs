@@ -134,24 +134,7 @@ pub fn create(
     author: &Signature<'_>,
     message: &str,
 ) -> Result<Repository, RepoError> {
-    for p in [work_tree, git_dir] {
-        if p.exists() {
-            return Err(RepoError::AlreadyExists(p.to_path_buf()));
-        }
-    }
-    fs::create_dir_all(work_tree).map_err(|e| RepoError::io(work_tree, e))?;
-    let mut opts = RepositoryInitOptions::new();
-    opts.initial_head(MAIN_BRANCH)
-        .no_reinit(true)
-        // Without this libgit2 would put a `.git/` inside `git_dir`.
-        .no_dotgit_dir(true)
-        .external_template(false)
-        .workdir_path(work_tree);
-    let repo = Repository::init_opts(git_dir, &opts).map_err(|e| RepoError::git(git_dir, e))?;
-    link_relative(work_tree, git_dir)?;
-    // Reopen so the relative links are what the handle uses.
-    drop(repo);
-    let repo = open(work_tree)?;
+    let repo = init_linked(work_tree, git_dir)?;
 
     for (rel, contents) in files {
         let path = work_tree.join(rel);
@@ -176,6 +159,30 @@ pub fn create(
             .map_err(|e| RepoError::git(git_dir, e))?;
     }
     Ok(repo)
+}
+
+/// Create an empty repository (no commit, `HEAD` on `main`) with its git
+/// directory at `git_dir` and working tree at `work_tree`, linked both ways
+/// with relative paths; neither may exist yet.
+pub fn init_linked(work_tree: &Path, git_dir: &Path) -> Result<Repository, RepoError> {
+    for p in [work_tree, git_dir] {
+        if p.exists() {
+            return Err(RepoError::AlreadyExists(p.to_path_buf()));
+        }
+    }
+    fs::create_dir_all(work_tree).map_err(|e| RepoError::io(work_tree, e))?;
+    let mut opts = RepositoryInitOptions::new();
+    opts.initial_head(MAIN_BRANCH)
+        .no_reinit(true)
+        // Without this libgit2 would put a `.git/` inside `git_dir`.
+        .no_dotgit_dir(true)
+        .external_template(false)
+        .workdir_path(work_tree);
+    let repo = Repository::init_opts(git_dir, &opts).map_err(|e| RepoError::git(git_dir, e))?;
+    link_relative(work_tree, git_dir)?;
+    // Reopen so the relative links are what the handle uses.
+    drop(repo);
+    open(work_tree)
 }
 
 /// Point `work_tree/.git` at `git_dir` and `core.worktree` back, relatively.

@@ -22,7 +22,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -61,6 +61,9 @@ pub enum ChildState {
 pub struct ChildInfo {
     pub id: u64,
     pub agent: String,
+    /// The agent's name in its record when the child was launched (the
+    /// supervisor's own reading, never anything the child said).
+    pub agent_name: String,
     pub role: String,
     pub pid: u32,
     pub started: Instant,
@@ -79,6 +82,7 @@ pub struct ChildInfo {
 pub struct ChildRow {
     pub id: u64,
     pub agent: String,
+    pub agent_name: String,
     pub role: String,
     pub pid: u32,
     pub uptime_ms: u64,
@@ -94,6 +98,7 @@ impl ChildInfo {
         ChildRow {
             id: self.id,
             agent: self.agent.clone(),
+            agent_name: self.agent_name.clone(),
             role: self.role.clone(),
             pid: self.pid,
             uptime_ms: end.duration_since(self.started).as_millis() as u64,
@@ -114,18 +119,23 @@ pub struct ChildTable {
     rows: BTreeMap<u64, ChildInfo>,
 }
 
-/// Exited children kept for `ps` before the oldest are forgotten.
-const KEEP_EXITED: usize = 256;
+/// Ended children kept for `ps --all` before the oldest are forgotten.
+pub const KEEP_ENDED: usize = 64;
+
+/// How long an ended child stays in the table at most.
+pub const KEEP_ENDED_FOR: Duration = Duration::from_secs(600);
 
 impl ChildTable {
     pub fn insert(
         &mut self,
         agent: &str,
+        agent_name: &str,
         role: &str,
         pid: u32,
         started: Instant,
         wrapper_depth: usize,
     ) -> u64 {
+        self.prune(Instant::now());
         self.next_id += 1;
         let id = self.next_id;
         self.rows.insert(
@@ -133,6 +143,7 @@ impl ChildTable {
             ChildInfo {
                 id,
                 agent: agent.to_string(),
+                agent_name: agent_name.to_string(),
                 role: role.to_string(),
                 pid,
                 started,
@@ -165,25 +176,44 @@ impl ChildTable {
     }
 
     pub fn mark_ended(&mut self, id: u64, state: ChildState) {
+        let now = Instant::now();
         if let Some(c) = self.rows.get_mut(&id) {
             c.state = state;
-            c.ended = Some(Instant::now());
+            c.ended = Some(now);
         }
-        let exited: Vec<u64> = self
+        self.prune(now);
+    }
+
+    /// Forget ended children: those ended more than [`KEEP_ENDED_FOR`] ago,
+    /// and all but the [`KEEP_ENDED`] that ended last. Live children are
+    /// never forgotten.
+    pub fn prune(&mut self, now: Instant) {
+        let mut ended: Vec<(Instant, u64)> = self
             .rows
             .values()
-            .filter(|c| !c.is_live())
-            .map(|c| c.id)
+            .filter_map(|c| c.ended.filter(|_| !c.is_live()).map(|e| (e, c.id)))
             .collect();
-        if exited.len() > KEEP_EXITED {
-            for id in &exited[..exited.len() - KEEP_EXITED] {
-                self.rows.remove(id);
+        // Most recently ended first.
+        ended.sort_by(|a, b| b.cmp(a));
+        for (i, (end, id)) in ended.into_iter().enumerate() {
+            if i >= KEEP_ENDED || now.saturating_duration_since(end) > KEEP_ENDED_FOR {
+                self.rows.remove(&id);
             }
         }
     }
 
+    /// Every child the table holds, in id order (ended ones past
+    /// [`KEEP_ENDED_FOR`] left out even before they are pruned).
     pub fn rows(&self) -> Vec<ChildRow> {
-        self.rows.values().map(ChildInfo::row).collect()
+        let now = Instant::now();
+        self.rows
+            .values()
+            .filter(|c| {
+                c.ended
+                    .is_none_or(|e| now.saturating_duration_since(e) <= KEEP_ENDED_FOR)
+            })
+            .map(ChildInfo::row)
+            .collect()
     }
 
     pub fn live(&self) -> Vec<ChildInfo> {
@@ -632,6 +662,30 @@ mod tests {
         let mut child = child;
         signal_descendant(me, child.id(), nix::sys::signal::Signal::SIGKILL).unwrap();
         assert!(!child.wait().unwrap().success());
+    }
+
+    /// Ended children are forgotten past a count and an age; live ones
+    /// never are.
+    #[test]
+    fn ended_children_are_pruned() {
+        let mut t = ChildTable::default();
+        let start = Instant::now();
+        let live = t.insert("a", "alice", "agent", 1, start, 0);
+        for n in 0..(KEEP_ENDED as u32 + 10) {
+            let id = t.insert("a", "alice", "tool", 100 + n, start, 0);
+            t.mark_ended(id, ChildState::Exited { code: 0 });
+        }
+        let rows = t.rows();
+        assert_eq!(rows.len(), KEEP_ENDED + 1);
+        assert!(rows.iter().any(|r| r.id == live && r.agent_name == "alice"));
+        // The oldest ended went first.
+        assert!(rows.iter().all(|r| r.id == live || r.id > 11));
+
+        // Past the age limit, every ended child goes.
+        let later = Instant::now() + KEEP_ENDED_FOR + Duration::from_secs(1);
+        t.prune(later);
+        assert_eq!(t.rows.len(), 1);
+        assert!(t.get(live).is_some_and(ChildInfo::is_live));
     }
 
     #[test]

@@ -116,6 +116,7 @@ async fn try_spawn(
         .map_err(|_| error(ErrorCode::Internal, "child table poisoned"))?
         .insert(
             &record.id,
+            &record.name,
             &params.role,
             launched.pid,
             launched.started,
