@@ -16,16 +16,22 @@ enum AgentProgram {
     /// Run the turn read from stdin (JSON) for the agent in DIR, writing
     /// turn events as JSON lines on stdout.
     Turn {
+        /// The agent's directory (`<home>/agents/<id>`).
         #[arg(long, value_name = "DIR")]
         agent_dir: PathBuf,
     },
     /// Run one escape probe and print its verdict as JSON.
     Probe {
+        /// The probe's id, e.g. `fs-read-other-agent`.
         id: String,
         /// The context as JSON, or `-` to read it from stdin.
         #[arg(long)]
         context: String,
     },
+    /// Talk to the supervisor over the channel this child was started with
+    /// (descriptor `MINI_LETTA_CHANNEL_FD`).
+    #[command(subcommand)]
+    Channel(crate::cli::channel::ChannelCommand),
 }
 
 /// `mini-letta-agent`'s `main`.
@@ -35,6 +41,7 @@ pub fn agent_main() -> ExitCode {
     let result = match program {
         AgentProgram::Turn { agent_dir } => crate::cli::agent_turn(&agent_dir),
         AgentProgram::Probe { id, context } => probe(&id, &context),
+        AgentProgram::Channel(cmd) => crate::cli::channel::run(&cmd),
     };
     result.unwrap_or_else(|e| {
         eprintln!("mini-letta-agent: error: {}", crate::cli::one_line(&e));

@@ -13,6 +13,10 @@ use crate::agent::store;
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
     /// Create an agent with a fresh memory repository (memfs-v2 layout).
+    #[command(after_help = "Examples:
+  mini-letta agent create owl
+  mini-letta agent create owl --system-file system.md --json
+  mini-letta agent create owl --disk-mb 512 --inodes 20000")]
     Create {
         /// A unique, human-readable name.
         name: String,
@@ -28,30 +32,41 @@ pub enum AgentCommand {
         /// default: `[quota] inodes`, else 64 per MB).
         #[arg(long, value_name = "N")]
         inodes: Option<u64>,
-        /// Print the new agent's record as JSON.
+        /// Print the new agent's record as JSON ({"id", "name", "model",
+        /// "created_at", "system", …}).
         #[arg(long)]
         json: bool,
     },
     /// Delete an agent for good: its memory, conversations and files, its
     /// quota volume, and its sandbox uid (the only way a uid is freed).
     /// Refused while any of its children run.
+    #[command(after_help = "Examples:
+  mini-letta agent delete owl --yes
+  mini-letta agent delete agent-1_x --yes --json")]
     Delete {
         /// Agent id or name.
         agent: String,
         /// Yes, delete it (required: nothing of it can be recovered).
         #[arg(long)]
         yes: bool,
-        /// Print what was deleted as JSON.
+        /// Print {"deleted", "name", "uid_freed", "volume_removed"}.
         #[arg(long)]
         json: bool,
     },
     /// List agents, oldest first.
+    #[command(after_help = "Examples:
+  mini-letta agent list
+  mini-letta agent list --json")]
     List {
         /// Print {"agents": [...]} instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Show one agent's record and where its files are.
+    #[command(after_help = "Examples:
+  mini-letta agent show
+  mini-letta agent show owl
+  mini-letta agent show -a owl --json")]
     Show {
         /// Agent id or name (default: the only agent).
         agent: Option<String>,
@@ -63,6 +78,7 @@ pub enum AgentCommand {
             conflicts_with = "agent"
         )]
         agent_flag: Option<String>,
+        /// Print the agent's record as JSON, with "dir" and "memory_dir" added.
         #[arg(long)]
         json: bool,
     },
