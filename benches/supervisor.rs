@@ -3,7 +3,7 @@
 //!
 //! * (a) a no-op `ping` round trip on the control socket (library client);
 //! * (b) a no-op `ping` round trip on a child's channel, as measured inside
-//!   the child by `mini-letta channel ping`;
+//!   the child by `mini-letta-agent channel ping`;
 //! * (c) launch → first frame of a child running `true` (isolation off), as
 //!   the supervisor records it (`first_frame_us` in `ps`), and the client-side
 //!   `child.spawn` round trip;
@@ -23,6 +23,8 @@ use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
+/// The agent-side program, which holds `channel ping`.
+const AGENT_BIN: &str = env!("CARGO_BIN_EXE_mini-letta-agent");
 
 /// Median and p90 of microsecond samples.
 fn stats(mut us: Vec<f64>) -> (f64, f64, usize) {
@@ -142,7 +144,7 @@ fn main() {
     // (b) channel ping, measured inside a child.
     let out = home.path().join("channel-ping.json");
     let script = format!(
-        "exec '{BIN}' channel ping --count {channel_pings} > '{}'",
+        "exec '{AGENT_BIN}' channel ping --count {channel_pings} > '{}'",
         out.display()
     );
     let v = call_keeping_exits(

@@ -16,6 +16,7 @@ enum AgentProgram {
     /// Run the turn read from stdin (JSON) for the agent in DIR, writing
     /// turn events as JSON lines on stdout.
     Turn {
+        /// The agent's directory (`<home>/agents/<id>`).
         #[arg(long, value_name = "DIR")]
         agent_dir: PathBuf,
         /// The conversation the supervisor started this turn for; the
@@ -25,11 +26,16 @@ enum AgentProgram {
     },
     /// Run one escape probe and print its verdict as JSON.
     Probe {
+        /// The probe's id, e.g. `fs-read-other-agent`.
         id: String,
         /// The context as JSON, or `-` to read it from stdin.
         #[arg(long)]
         context: String,
     },
+    /// Talk to the supervisor over the channel this child was started with
+    /// (descriptor `MINI_LETTA_CHANNEL_FD`).
+    #[command(subcommand)]
+    Channel(crate::cli::channel::ChannelCommand),
 }
 
 /// `mini-letta-agent`'s `main`.
@@ -42,6 +48,7 @@ pub fn agent_main() -> ExitCode {
             conversation,
         } => crate::cli::agent_turn(&agent_dir, conversation.as_deref()),
         AgentProgram::Probe { id, context } => probe(&id, &context),
+        AgentProgram::Channel(cmd) => crate::cli::channel::run(&cmd),
     };
     result.unwrap_or_else(|e| {
         eprintln!("mini-letta-agent: error: {}", crate::cli::one_line(&e));

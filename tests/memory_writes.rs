@@ -933,7 +933,13 @@ fn replace_insert_set_description_rename_delete() {
         ]
     );
     let o = a.ml(&["memory", "log"]);
-    assert_eq!(stdout(&o).lines().count(), a.commit_count());
+    let text = stdout(&o);
+    assert!(text.starts_with("COMMIT "), "{text}");
+    assert_eq!(
+        text.lines().count(),
+        1 + a.commit_count(),
+        "a header, then a row per commit"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use common::{Daemon, bin, process_gone, run, stderr, stdout, wait_until};
+use common::{Daemon, agent_bin, bin, process_gone, run, stderr, stdout, wait_until};
 use mini_letta::protocol::client::{Client, ClientError};
 use mini_letta::protocol::{Call, ErrorCode, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::{Value, json};
@@ -320,7 +320,7 @@ use std::os::unix::process::CommandExt as _;
 #[test]
 fn children_commit_only_their_own_agent() {
     let d = Daemon::start(&["a", "b"]);
-    let me = bin();
+    let me = agent_bin();
     let mut c = d.client();
     c.call(Call::Subscribe {}).unwrap();
     let heads: Vec<git2::Oid> = (0..2)
@@ -391,7 +391,7 @@ done
 #[test]
 fn refused_commits_carry_the_validator_text() {
     let d = Daemon::start(&["a"]);
-    let me = bin();
+    let me = agent_bin();
     let mut c = d.client();
     c.call(Call::Subscribe {}).unwrap();
     let script = format!(

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, bin, confinement_or_skip, hostile_child, run, stderr, wait_until};
+use common::{Daemon, agent_bin, bin, confinement_or_skip, hostile_child, run, stderr, wait_until};
 use mini_letta::protocol::client::{Client, ClientError};
 use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::{Value, json};
@@ -165,7 +165,7 @@ fn a_scripted_model_path_from_a_child_touches_no_host_file() {
         "off",
         &format!(
             "{} channel call model.complete '{params}' > out.txt 2> err.txt; echo $? > rc.txt",
-            bin().display()
+            agent_bin().display()
         ),
     );
     assert_eq!(exit["code"], 0, "{exit}");
@@ -201,7 +201,7 @@ fn a_child_uses_only_the_model_recorded_at_launch() {
         &["a"],
         &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
     );
-    let me = bin();
+    let me = agent_bin();
     let call = |model: &str, out: &str| {
         format!(
             "{} channel call model.complete '{}' > {out}.out 2> {out}.err || true",
@@ -248,7 +248,7 @@ fn a_child_uses_only_the_model_recorded_at_launch() {
 #[test]
 fn each_role_calls_only_its_methods() {
     let d = Daemon::start(&["a"]);
-    let me = bin();
+    let me = agent_bin();
     let probe = |method: &str, params: &str, name: &str| {
         format!(
             "if {} channel call {method} '{params}' >/dev/null 2> {name}.err; then echo ok > {name}.rc; else echo refused > {name}.rc; fi",
@@ -307,7 +307,7 @@ fn the_agents_tool_commands_inherit_no_channel() {
         "{{ if [ -e /proc/$$/fd/3 ]; then echo fd3=$(readlink /proc/$$/fd/3); else echo fd3=none; fi; \
          echo env=${{MINI_LETTA_CHANNEL_FD:-unset}}; \
          {} channel ping >/dev/null 2>&1; echo ping=$?; }} > $MEMORY_DIR/probe.txt",
-        bin().display()
+        agent_bin().display()
     );
     let o = run(
         home.path(),
@@ -449,7 +449,7 @@ fn child_text_cannot_forge_log_records() {
         "message": "x\nFAKE INFO mini_letta::supervisor::server: child exited child=99\u{1b}[2J"});
     let script = format!(
         "{} channel call log '{params}'; printf 'out\\033]52;c;QUFB\\007\\rFAKE2 child exited\\n'",
-        bin().display()
+        agent_bin().display()
     );
     let exit = run_script(&d, 0, "tool", "off", &script);
     assert_eq!(exit["code"], 0, "{exit}");

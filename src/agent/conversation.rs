@@ -92,6 +92,24 @@ pub fn open_dir(
     }
 }
 
+/// The ids of `agent`'s conversations (its conversation directories),
+/// sorted; none when it has no `conversations/` yet.
+pub fn list_ids(agent: &AgentPaths) -> Result<Vec<String>, ConversationError> {
+    let dir = agent.conversations_dir();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(&dir)(e)),
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
 /// The bytes of `name` in `dir` (at most `max`), or `None` when missing.
 pub(crate) fn read_optional(dir: &Dir, name: &str, max: u64) -> Result<Option<Vec<u8>>, FsError> {
     match dir.read_file_capped(name, max) {
@@ -205,6 +223,20 @@ impl Conversation {
             path: paths.dir().to_path_buf(),
             source: std::io::ErrorKind::NotFound.into(),
         })?;
+        Self::load(id, paths, dir)
+    }
+
+    /// Open conversation `id` of an agent if it exists; `None` when it
+    /// does not (nothing is created).
+    pub fn open_existing(agent: &AgentPaths, id: &str) -> Result<Option<Self>, ConversationError> {
+        let paths = agent.conversation(id)?;
+        match open_dir(agent, id, false)? {
+            Some(dir) => Self::load(id, paths, dir).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn load(id: &str, paths: ConversationPaths, dir: Dir) -> Result<Self, ConversationError> {
         let log = paths.messages_jsonl();
         let text = read_optional(&dir, MESSAGES_FILE_NAME, MAX_LOG_BYTES)?
             .map(|b| String::from_utf8_lossy(&b).into_owned())

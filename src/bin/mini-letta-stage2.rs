@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             .map(String::as_str)
     };
     let agent = value("--agent").unwrap_or("");
-    let err = mini_letta::child::run(role, agent, value("--policy"), argv);
-    eprintln!("mini-letta: child stage failed: {err}");
-    ExitCode::from(mini_letta::child::STAGE_FAILURE as u8)
+    let failure = mini_letta::child::run(role, agent, value("--policy"), argv);
+    eprintln!("mini-letta: {failure}");
+    ExitCode::from(u8::try_from(failure.exit_code()).unwrap_or(1))
 }

@@ -35,7 +35,8 @@ pub enum AgentCommand {
         /// default: `[quota] inodes`, else 64 per MB).
         #[arg(long, value_name = "N")]
         inodes: Option<u64>,
-        /// Print the new agent's record as JSON.
+        /// Print the new agent's record as JSON ({"id", "name", "model",
+        /// "created_at", "system", …}).
         #[arg(long)]
         json: bool,
     },
@@ -77,7 +78,7 @@ pub enum AgentCommand {
         /// terminal asks you to type the agent's name; otherwise refused.
         #[arg(long)]
         yes: bool,
-        /// Print what was deleted as JSON.
+        /// Print {"deleted", "name", "uid_freed", "volume_removed"}.
         #[arg(long)]
         json: bool,
     },
@@ -132,6 +133,10 @@ pub enum AgentCommand {
         json: bool,
     },
     /// Show one agent's record and where its files are.
+    #[command(after_help = "Examples:
+  mini-letta agent show
+  mini-letta agent show owl
+  mini-letta agent show -a owl --json")]
     Show {
         /// Agent id or name (default: the only agent).
         agent: Option<String>,
@@ -296,7 +301,10 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 println!("id:         {}", record.id);
                 println!("name:       {}", record.name);
                 println!("model:      {}", record.model);
-                println!("created:    {}", output::timestamp(&record.created_at));
+                println!(
+                    "created:    {}",
+                    output::display_stored_time(&record.created_at)
+                );
                 println!("directory:  {}", paths.dir().display());
                 println!("memory:     {}", memory_dir.display());
                 println!("system prompt ({} bytes):", record.system.len());
@@ -345,7 +353,7 @@ fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
                 a.id.clone(),
                 a.name.clone(),
                 a.model.clone(),
-                output::timestamp(&a.created_at),
+                output::display_stored_time(&a.created_at),
             ]
         })
         .collect();
@@ -356,10 +364,11 @@ fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
             format!("unreadable: {}", u.reason),
         ]);
     }
-    print!(
-        "{}",
-        output::table(&["ID", "NAME", "MODEL", "CREATED"], &rows, &[])
-    );
+    let mut table = output::Table::new(&["ID", "NAME", "MODEL", "CREATED"]);
+    for row in rows {
+        table.row(row);
+    }
+    table.print()?;
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! `mini-letta channel …`: speak to the supervisor from inside a child,
-//! over the channel it was started with (`MINI_LETTA_CHANNEL_FD`).
+//! `mini-letta-agent channel …`: speak to the supervisor from inside a
+//! child, over the channel it was started with (`MINI_LETTA_CHANNEL_FD`).
+//! Internal: it belongs to the agent-side program, not the user's command.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -22,8 +23,10 @@ pub enum ChannelCommand {
         /// Parameters as a JSON object, e.g. '{"paths":["human.md"],"message":"m"}'.
         params: Option<String>,
     },
-    /// Measure request round trips on the channel.
+    /// Measure request round trips on the channel; print {"count",
+    /// "median_us", "p90_us"}.
     Ping {
+        /// Round trips to measure.
         #[arg(long, default_value_t = 1000)]
         count: u32,
     },

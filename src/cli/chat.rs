@@ -547,16 +547,22 @@ pub fn agent_child(
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  mini-letta attach
+  mini-letta attach -a owl --conversation work --last 20
+  mini-letta attach --no-follow --json")]
 pub struct AttachArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
+    /// Conversation id to follow.
     #[arg(long, value_name = "ID", default_value = "default")]
     conversation: String,
     /// Messages of history to show before following.
     #[arg(long, default_value_t = 10)]
     last: usize,
-    /// Print each message as a JSON line.
+    /// Print each stored message as a JSON line ({"id", "role", "parts",
+    /// "ts", …}) and, when following live, each turn event as a JSON line.
     #[arg(long)]
     json: bool,
     /// Print the history and stop instead of following.
@@ -632,11 +638,15 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  mini-letta conversations
+  mini-letta conversations -a owl --json")]
 pub struct ConversationsArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
-    /// Print {"conversations": [{id, messages, in_context, last_message_at}]}.
+    /// Print {"agent", "conversations": [{id, messages, in_context,
+    /// last_message_at}]} instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -672,24 +682,33 @@ pub fn conversations(cli: &Cli, args: &ConversationsArgs) -> anyhow::Result<Exit
     } else if rows.is_empty() {
         println!("{} has no conversations yet", record.name);
     } else {
+        let mut table = output::Table::new(&["ID", "MESSAGES", "IN CONTEXT", "LAST MESSAGE"])
+            .right(1)
+            .right(2);
         for r in &rows {
-            println!(
-                "{:<24} {:>5} messages  {:>5} in context  last {}",
-                r["id"].as_str().unwrap_or(""),
-                r["messages"],
-                r["in_context"],
-                r["last_message_at"].as_str().unwrap_or("-")
-            );
+            table.row(vec![
+                r["id"].as_str().unwrap_or("").to_string(),
+                r["messages"].to_string(),
+                r["in_context"].to_string(),
+                r["last_message_at"]
+                    .as_str()
+                    .map_or("-".into(), output::display_stored_time),
+            ]);
         }
+        table.print()?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  mini-letta recompile
+  mini-letta recompile -a owl --conversation work --json")]
 pub struct RecompileArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
+    /// Conversation id; it must exist, except `default`.
     #[arg(long, value_name = "ID", default_value = "default")]
     conversation: String,
     /// Print the new cached prompt {content, coreMemory, compiledAt, rawSystemHash, memfsRevision}.
@@ -702,6 +721,7 @@ pub struct RecompileArgs {
 pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    super::prompt::require_conversation(&agent, &record, &args.conversation)?;
     let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
     let count = conv.context_ids()?.len() as u64;
     let prompt =

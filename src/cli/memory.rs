@@ -14,13 +14,14 @@ use super::{Cli, output};
 use crate::agent::store;
 use crate::memfs::commit::{CommitOptions, CommitOutcome};
 use crate::memfs::compiler::{CORE_MEMORY_VARIABLE, CompileOptions, compile_dir, compile_repo};
+use crate::memfs::frontmatter::{FrontmatterValue, parse_frontmatter};
 use crate::memfs::hook::{self, EnsureMode};
 use crate::memfs::layout::{MemoryFormat, role_of};
 use crate::memfs::ops::{self, OpError, Writer};
 use crate::memfs::snapshot::read_head;
 use crate::memfs::validate::{
-    TreeSnapshot, ValidateError, ValidateOptions, audit_revision,
-    constraints_update_approved_from_env, validate,
+    CONFIG_PATH, Glob, TreeSnapshot, ValidateError, ValidateOptions, audit_revision,
+    constraints_update_approved_from_env, parse_config, validate,
 };
 use crate::memfs::{pathrules, repo};
 
@@ -31,16 +32,32 @@ pub enum MemoryCommand {
     /// Reads only what is committed at HEAD. memfs-v2 (root MEMORY.md) renders
     /// root files and first-level indexes; memfs-v1 renders letta-code's
     /// layout with a <memory_metadata> block built from the options below.
+    #[command(after_help = "Examples:
+  mini-letta memory compile -a owl
+  mini-letta memory compile --memory-dir ./memory --json
+  mini-letta memory compile --memory-dir ./memory --now 2026-01-01T00:00:00Z")]
     Compile(CompileArgs),
-    /// Print a file as committed at HEAD.
+    /// Print a file as committed at HEAD (exact bytes), or with --json its
+    /// frontmatter and body.
+    #[command(after_help = "Examples:
+  mini-letta memory show persona.md
+  mini-letta memory show -a owl projects/MEMORY.md --json")]
     Show {
         #[command(flatten)]
         target: AgentArg,
         /// Repository-relative path, e.g. persona.md or projects/MEMORY.md.
         path: String,
+        /// Print {"path", "revision", "role", "bytes", "description",
+        /// "read_only", "frontmatter", "body", "content"} (role as in
+        /// `memory tree`; read_only from the frontmatter's `read_only`).
+        #[arg(long)]
+        json: bool,
     },
     /// List HEAD's paths with their role (core, root-index, directory-index,
     /// on-demand, unindexed, skill, other).
+    #[command(after_help = "Examples:
+  mini-letta memory tree
+  mini-letta memory tree -a owl --json")]
     Tree {
         #[command(flatten)]
         target: AgentArg,
@@ -53,9 +70,16 @@ pub enum MemoryCommand {
     /// when not, 2 when the repository cannot be read. This is what the
     /// pre-commit hook runs. MINI_LETTA_CONSTRAINTS_UPDATE=1 approves a
     /// change to .memfs.config.json.
+    #[command(after_help = "Examples:
+  mini-letta memory validate
+  mini-letta memory validate --rev HEAD~1 --json
+  mini-letta memory validate --memory-dir ./memory")]
     Validate(ValidateArgs),
     /// Create a memory file with `name` (from the file name) and
     /// `description` frontmatter, and commit it.
+    #[command(after_help = "Examples:
+  mini-letta memory create projects/garden.md --description 'The garden project.'
+  mini-letta memory create -a owl notes.md --description 'Loose notes.' --body '- first'")]
     Create {
         #[command(flatten)]
         target: AgentArg,
@@ -70,62 +94,95 @@ pub enum MemoryCommand {
     },
     /// Replace the first occurrence of --old in a file's body with --new and
     /// commit; an empty --new deletes every body line containing --old.
+    #[command(after_help = "Examples:
+  mini-letta memory replace human.md --old 'likes tea' --new 'likes coffee'
+  mini-letta memory replace human.md --old 'outdated' --new ''")]
     Replace {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative path of the file to edit.
         path: String,
+        /// The text to find (its first occurrence in the body).
         #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         old: String,
+        /// The text to put in its place (empty: delete the lines holding --old).
         #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         new: String,
     },
     /// Insert text into a file's body (before body line N, or at the end) and commit.
+    #[command(after_help = "Examples:
+  mini-letta memory insert human.md --text '- likes tea'
+  mini-letta memory insert -a owl persona.md --text '- speaks plainly' --line 1")]
     Insert {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative path of the file to edit.
         path: String,
+        /// The text to insert (one or more lines).
         #[arg(long, value_name = "T", allow_hyphen_values = true)]
         text: String,
-        /// 1-based body line to insert before [default: append].
+        /// 1-based body line to insert before, from 1 to the body's line
+        /// count + 1 (which appends) [default: append].
         #[arg(long, value_name = "N")]
         line: Option<usize>,
     },
     /// Delete a file and commit.
+    #[command(after_help = "Examples:
+  mini-letta memory delete projects/old.md")]
     Delete {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative path of the file to delete.
         path: String,
     },
     /// Move a file and commit both paths.
+    #[command(after_help = "Examples:
+  mini-letta memory rename facts.md notes/facts.md")]
     Rename {
         #[command(flatten)]
         target: AgentArg,
+        /// The file's current repository-relative path.
         from: String,
+        /// Its new repository-relative path.
         to: String,
     },
     /// Set a file's frontmatter `description` and commit.
+    #[command(after_help = "Examples:
+  mini-letta memory set-description human.md --description 'About the human.'")]
     SetDescription {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative path of the file.
         path: String,
+        /// The new one-line description.
         #[arg(long, value_name = "D", allow_hyphen_values = true)]
         description: String,
     },
     /// Commit edits already made in the working tree to exactly these paths
     /// (added, modified or deleted; directories included), as `git commit --
     /// PATHS`: nothing else that is staged rides along.
+    #[command(after_help = "Examples:
+  mini-letta memory commit -m 'persona: plainer' persona.md
+  mini-letta memory commit -a owl -m 'notes' notes/")]
     Commit {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative paths (files or directories) to commit.
         #[arg(required = true)]
         paths: Vec<String>,
+        /// The commit message.
         #[arg(short = 'm', long = "message", value_name = "MSG")]
         message: String,
     },
     /// HEAD's history, newest first, optionally only commits touching PATH.
+    #[command(after_help = "Examples:
+  mini-letta memory log
+  mini-letta memory log -n 5 human.md
+  mini-letta memory log -a owl --json")]
     Log {
         #[command(flatten)]
         target: AgentArg,
+        /// Only commits that changed this file or directory.
         path: Option<String>,
         /// At most N commits.
         #[arg(short = 'n', long = "max-count", value_name = "N")]
@@ -136,9 +193,13 @@ pub enum MemoryCommand {
     },
     /// Unified diff of the working tree (untracked files included) against
     /// REV [default: HEAD].
+    #[command(after_help = "Examples:
+  mini-letta memory diff
+  mini-letta memory diff HEAD~2 --json")]
     Diff {
         #[command(flatten)]
         target: AgentArg,
+        /// The revision to compare with (a commit id, HEAD~N, a branch) [default: HEAD].
         rev: Option<String>,
         /// Print {"revision", "files": [{path, status}], "patch"}.
         #[arg(long)]
@@ -148,13 +209,19 @@ pub enum MemoryCommand {
     /// (with --reject-every K, also attempt an invalid write every K
     /// iterations, which must be refused), then print {"committed",
     /// "rejected", "millis"}. Run two at once to check concurrent writers.
+    #[command(after_help = "Examples:
+  mini-letta memory commit-loop --path stress.md --count 100
+  mini-letta memory commit-loop -a owl --path stress.md --count 50 --reject-every 10")]
     CommitLoop {
         #[command(flatten)]
         target: AgentArg,
+        /// Repository-relative path of the file rewritten each time.
         #[arg(long, value_name = "PATH")]
         path: String,
+        /// How many valid commits to make.
         #[arg(long, value_name = "N")]
         count: usize,
+        /// Also attempt an invalid write every K iterations (must be refused).
         #[arg(long, value_name = "K")]
         reject_every: Option<usize>,
     },
@@ -225,7 +292,7 @@ pub struct CompileArgs {
 pub fn run(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         MemoryCommand::Compile(args) => compile(cli, args),
-        MemoryCommand::Show { target, path } => show(cli, target, path),
+        MemoryCommand::Show { target, path, json } => show(cli, target, path, *json),
         MemoryCommand::Tree { target, json } => tree(cli, target, *json),
         MemoryCommand::Validate(args) => Ok(validate_cmd(cli, args)),
         MemoryCommand::Create {
@@ -287,7 +354,7 @@ fn validate_cmd(cli: &Cli, args: &ValidateArgs) -> ExitCode {
     match validate_inner(cli, args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mini-letta: error: {}", super::one_line(&e));
+            super::style::eprint_error(&super::one_line(&e));
             ExitCode::from(EXIT_CANNOT_VALIDATE)
         }
     }
@@ -314,7 +381,7 @@ fn validate_inner(cli: &Cli, args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     if let Some(bin) = hook::self_binary()
         && let Err(e) = hook::ensure(&git_dir, &bin, EnsureMode::RefreshOnly)
     {
-        tracing::warn!("{e}");
+        super::style::eprint_warning(&e.to_string());
     }
     let opts = ValidateOptions::new(hook::read_layout_policy(&git_dir))
         .with_approval(constraints_update_approved_from_env());
@@ -400,9 +467,9 @@ fn write_op(
         Err(e) => match e.report() {
             Some(report) => {
                 eprint!("{}", report.render_block());
-                eprintln!(
-                    "mini-letta: error: memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
-                );
+                super::style::eprint_error(&format!(
+                    "memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
+                ));
                 Ok(ExitCode::FAILURE)
             }
             // Messages that already name the operation get no prefix.
@@ -425,16 +492,17 @@ fn log(
     let entries = ops::log(&repo, path.as_deref(), max_count)?;
     if json {
         output::json(&serde_json::json!({ "entries": entries }))?;
-    } else {
+    } else if !entries.is_empty() {
+        let mut table = output::Table::new(&["COMMIT", "TIME", "AUTHOR", "SUMMARY"]);
         for e in &entries {
-            println!(
-                "{} {} {} {}",
-                e.id.get(..10).unwrap_or(&e.id),
-                e.time,
-                e.author,
-                e.summary
-            );
+            table.row(vec![
+                e.id.get(..10).unwrap_or(&e.id).to_string(),
+                output::display_stored_time(&e.time),
+                e.author.clone(),
+                e.summary.clone(),
+            ]);
         }
+        table.print()?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -551,7 +619,7 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(cli: &Cli, target: &AgentArg, path: &str) -> anyhow::Result<ExitCode> {
+fn show(cli: &Cli, target: &AgentArg, path: &str, json: bool) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
     let path = pathrules::check_relative(path)?;
     let repo = repo::open_agent(&paths)?;
@@ -559,8 +627,60 @@ fn show(cli: &Cli, target: &AgentArg, path: &str) -> anyhow::Result<ExitCode> {
     let entry = head
         .find(&path)?
         .with_context(|| format!("{path}: no such file at HEAD"))?;
-    output::raw(&head.read_bytes(&entry)?)?;
+    let bytes = head.read_bytes(&entry)?;
+    if !json {
+        output::raw(&bytes)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let content = String::from_utf8_lossy(&bytes);
+    let parsed = parse_frontmatter(&content);
+    let frontmatter: serde_json::Map<String, serde_json::Value> = parsed
+        .fields
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                FrontmatterValue::Text(t) => serde_json::json!(t),
+                FrontmatterValue::List(items) => serde_json::json!(items),
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    let format = if head.has_root_index() {
+        MemoryFormat::V2
+    } else {
+        MemoryFormat::V1
+    };
+    let role = role_of(&path, format, |p| matches!(head.find(p), Ok(Some(_))));
+    output::json(&serde_json::json!({
+        "path": path,
+        "revision": head.revision().to_string(),
+        "role": role.as_str(),
+        "bytes": bytes.len(),
+        "description": parsed.description(),
+        "read_only": read_only_at_head(&head, &path),
+        "frontmatter": frontmatter,
+        "body": parsed.body,
+        "content": content,
+    }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether HEAD's `.memfs.config.json` lists `path` in `readOnlyFiles`
+/// (an unreadable or invalid config lists nothing).
+fn read_only_at_head(head: &crate::memfs::snapshot::Head<'_>, path: &str) -> bool {
+    let Ok(Some(entry)) = head.find(CONFIG_PATH) else {
+        return false;
+    };
+    let Ok(bytes) = head.read_bytes(&entry) else {
+        return false;
+    };
+    let Ok(config) = parse_config(&String::from_utf8_lossy(&bytes)) else {
+        return false;
+    };
+    config
+        .read_only_files
+        .iter()
+        .any(|g| Glob::new(g).is_match(path))
 }
 
 #[derive(Serialize)]
@@ -601,9 +721,15 @@ fn tree(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
         }))?;
     } else {
         println!("{} at {}", format.as_str(), head.revision());
+        let mut table = output::Table::new(&["ROLE", "BYTES", "PATH"]).right(1);
         for e in &entries {
-            println!("{:<16} {}", e.role, e.path);
+            table.row(vec![
+                e.role.to_string(),
+                e.bytes.to_string(),
+                e.path.clone(),
+            ]);
         }
+        table.print()?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,14 +2,16 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
-mod channel;
+pub(crate) mod channel;
 mod chat;
 mod interrupt;
+mod logging;
 mod memory;
 mod output;
 mod prompt;
 mod sandbox;
 mod spinner;
+mod style;
 mod supervisor;
 mod terminal;
 
@@ -22,7 +24,17 @@ use crate::paths::Home;
 
 /// Stateful AI agents whose memory is a git repository of Markdown files.
 #[derive(Debug, Parser)]
-#[command(name = "mini-letta", version, about, long_about = None)]
+#[command(
+    name = "mini-letta",
+    version,
+    about,
+    long_about = None,
+    after_help = "Examples:
+  mini-letta agent create owl
+  mini-letta chat -p 'hello'
+  mini-letta memory tree
+  mini-letta help memory insert"
+)]
 pub struct Cli {
     #[command(flatten)]
     globals: Globals,
@@ -80,9 +92,28 @@ enum Command {
     /// Run commands confined as an agent's child would be.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
-    /// Talk to the supervisor from inside a child (uses MINI_LETTA_CHANNEL_FD).
-    #[command(subcommand)]
-    Channel(channel::ChannelCommand),
+    /// Print a shell completion script for mini-letta on stdout.
+    #[command(after_help = "Examples:
+  mini-letta completions bash > /etc/bash_completion.d/mini-letta
+  mini-letta completions zsh > \"${fpath[1]}/_mini-letta\"
+  mini-letta completions fish > ~/.config/fish/completions/mini-letta.fish")]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print mini-letta's man page (roff) on stdout, or write one page per
+    /// command into a directory.
+    #[command(after_help = "Examples:
+  mini-letta man | man -l -
+  mini-letta man --out /usr/local/share/man/man1")]
+    Man {
+        /// Write mini-letta.1 and a page per subcommand
+        /// (mini-letta-memory-show.1, …) into DIR and list them, instead of
+        /// printing the main page.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 impl Cli {
@@ -98,7 +129,6 @@ impl Cli {
 }
 
 pub(crate) fn init_logging(verbose: u8) {
-    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::filter::LevelFilter;
     let level = match verbose {
@@ -108,9 +138,11 @@ pub(crate) fn init_logging(verbose: u8) {
         _ => LevelFilter::TRACE,
     };
     let fmt = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // No colour escapes in log files (the daemon's supervisor.log).
-        .with_ansi(std::io::stderr().is_terminal());
+        // One write(2) per record: the daemon's log is shared.
+        .with_writer(logging::WholeRecords)
+        // No colour escapes in log files (the daemon's supervisor.log) or
+        // when NO_COLOR asks for none.
+        .with_ansi(style::enabled());
     // A plain level unless RUST_LOG asks for more: building an EnvFilter
     // compiles its directive regexes, a noticeable part of a one-shot run.
     let from_env = (verbose == 0)
@@ -131,7 +163,7 @@ pub fn main() -> ExitCode {
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mini-letta: error: {}", one_line(&e));
+            style::eprint_error(&one_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -203,8 +235,45 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Recompile(args) => chat::recompile(cli, args),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
-        Command::Channel(cmd) => channel::run(cmd),
+        Command::Completions { shell } => completions(*shell),
+        Command::Man { out } => man(out.as_deref()),
     }
+}
+
+/// `mini-letta completions SHELL`.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    use clap::CommandFactory;
+    let mut text = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), Cli::command_name(), &mut text);
+    output::raw(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mini-letta man [--out DIR]`.
+fn man(out: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let Some(dir) = out else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page)?;
+        output::raw(&page)?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    fn write_pages(cmd: &clap::Command, dir: &std::path::Path) -> anyhow::Result<()> {
+        let page = clap_mangen::Man::new(cmd.clone())
+            .generate_to(dir)
+            .with_context(|| format!("cannot write a man page into {}", dir.display()))?;
+        println!("{}", page.display());
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            write_pages(sub, dir)?;
+        }
+        Ok(())
+    }
+    write_pages(&cmd, dir)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The agent's turn inside its confined child (`mini-letta-agent turn`).

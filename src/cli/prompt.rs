@@ -6,40 +6,101 @@ use clap::Args;
 use time::OffsetDateTime;
 
 use super::{Cli, output};
+use crate::agent::conversation;
+use crate::agent::record::AgentRecord;
 use crate::agent::store;
 use crate::memfs::compiler::{CompileOptions, compile_repo};
+use crate::paths::AgentPaths;
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  mini-letta prompt
+  mini-letta prompt -a owl --fresh
+  mini-letta prompt --conversation work --json")]
 pub struct PromptArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
-    /// Compile from HEAD now, ignoring the default conversation's cached
-    /// system prompt (conversations/default/system-prompt.json).
+    /// Compile from HEAD now, ignoring the conversation's cached system
+    /// prompt (conversations/ID/system-prompt.json).
     #[arg(long)]
     fresh: bool,
+    /// The conversation whose prompt to show; it must exist, except
+    /// `default`.
+    #[arg(long, value_name = "ID", default_value = DEFAULT_CONVERSATION)]
+    conversation: String,
+    /// Print {"agent", "conversation", "system", "cached", "compiled_at",
+    /// "memfs_revision"} instead of the prompt: `cached` is true when the
+    /// conversation's cached prompt was shown, false when compiled now;
+    /// `memfs_revision` is the memory commit it was compiled from (null if
+    /// none).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The conversation a prompt is shown for when none is named.
 pub const DEFAULT_CONVERSATION: &str = "default";
 
+/// Refuse a conversation that does not exist (`default` always may), so a
+/// mistyped id creates nothing.
+pub(super) fn require_conversation(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    id: &str,
+) -> anyhow::Result<()> {
+    if id == DEFAULT_CONVERSATION
+        || conversation::open_dir(agent, id, false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .is_some()
+    {
+        return Ok(());
+    }
+    let mut known = conversation::list_ids(agent).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !known.iter().any(|k| k == DEFAULT_CONVERSATION) {
+        known.insert(0, DEFAULT_CONVERSATION.to_string());
+    }
+    anyhow::bail!(
+        "no conversation {id:?} for agent {} (conversations: {})",
+        record.name,
+        known.join(", ")
+    )
+}
+
 pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
     let (record, paths) = store::find(&cli.home()?, args.agent.as_deref())?;
-    if !args.fresh
-        && let Some(cached) = crate::agent::cache::load(&paths, DEFAULT_CONVERSATION)?
-    {
-        output::raw(cached.content.as_bytes())?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let opts = CompileOptions {
-        agent_id: &record.id,
-        conversation_id: DEFAULT_CONVERSATION,
-        system: &record.system,
-        now: OffsetDateTime::now_utc(),
-        previous_message_count: 0,
+    let conversation = args.conversation.as_str();
+    require_conversation(&paths, &record, conversation)?;
+    let cached = if args.fresh {
+        None
+    } else {
+        crate::agent::cache::load(&paths, conversation)?
     };
-    let repo = crate::memfs::repo::open_agent(&paths)?;
-    let compiled = compile_repo(&repo, &opts)?;
-    output::raw(compiled.content.as_bytes())?;
+    let (system, compiled_at, revision, was_cached) = match cached {
+        Some(c) => (c.content, c.compiled_at, c.memfs_revision, true),
+        None => {
+            let opts = CompileOptions {
+                agent_id: &record.id,
+                conversation_id: conversation,
+                system: &record.system,
+                now: OffsetDateTime::now_utc(),
+                previous_message_count: 0,
+            };
+            let repo = crate::memfs::repo::open_agent(&paths)?;
+            let c = compile_repo(&repo, &opts)?;
+            (c.content, c.compiled_at, c.memfs_revision, false)
+        }
+    };
+    if args.json {
+        output::json(&serde_json::json!({
+            "agent": record.id,
+            "conversation": conversation,
+            "system": system,
+            "cached": was_cached,
+            "compiled_at": compiled_at,
+            "memfs_revision": revision,
+        }))?;
+    } else {
+        output::raw(system.as_bytes())?;
+    }
     Ok(ExitCode::SUCCESS)
 }

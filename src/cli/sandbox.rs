@@ -6,21 +6,35 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, terminal};
+use crate::protocol::events::ChildExit;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
 use crate::sandbox::report::{Isolation, SandboxReport};
 use crate::supervisor::Session;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Run a command as a child of the given role, through the supervisor
     /// (an embedded one if none runs), passing stdio and the exit status
-    /// through.
+    /// through. A command that is not found exits 127, one that cannot be
+    /// executed 126 (as shells do).
+    #[command(after_help = "Examples:
+  mini-letta sandbox run -- id
+  mini-letta sandbox run -a owl --role agent -- sh -c 'ls -la'
+  mini-letta sandbox run --workspace ~/project -- make test
+  mini-letta sandbox run --json -- cat /etc/hostname")]
     Run(RunArgs),
     /// Print the confinement layers this host offers, the isolation level
     /// they reach (L0 best … L4), and why any layer is missing.
+    #[command(after_help = "Examples:
+  mini-letta sandbox status
+  mini-letta sandbox status --json")]
     Status {
+        /// Print the host's report: {"level", "backend", "namespaces",
+        /// "landlock", "seccomp", "cgroup", "uid_switch", "no_new_privs",
+        /// "missing", …}, each layer as {"available", "detail"}.
         #[arg(long)]
         json: bool,
     },
@@ -29,12 +43,20 @@ pub enum SandboxCommand {
     /// the supervisor's environment and a sibling child. One line per
     /// attack (blocked, ESCAPED, skipped: reason) and a summary; exits 1 on
     /// any escape, or in strict mode when too few attacks could run.
+    #[command(after_help = "Examples:
+  mini-letta sandbox verify
+  mini-letta sandbox verify --role tool --json
+  mini-letta sandbox verify --isolation degraded")]
     Verify {
         /// Role whose confinement is attacked.
         #[arg(long, default_value = "agent", value_parser = ["tool", "agent", "memory-worker", "reflection"])]
         role: String,
+        /// Confinement the attacked children get: strict (every layer the
+        /// role needs, else refuse), degraded (what the host has) or off.
         #[arg(long, default_value = "strict", value_parser = ["strict", "degraded", "off"])]
         isolation: String,
+        /// Print {"ok", "report": {"blocked", "escaped", "skipped",
+        /// "failures", "results": [...]}} instead of one line per attack.
         #[arg(long)]
         json: bool,
     },
@@ -42,9 +64,9 @@ pub enum SandboxCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Agent id or name.
+    /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
-    agent: String,
+    agent: Option<String>,
     /// Role whose confinement applies.
     #[arg(long, default_value = "tool", value_parser = ["tool", "agent", "memory-worker", "reflection"])]
     role: String,
@@ -61,6 +83,12 @@ pub struct RunArgs {
     /// sequences); your terminal's modes are restored when it ends.
     #[arg(long)]
     raw: bool,
+    /// Capture the command's output instead of passing the terminal and
+    /// print {"exit_code", "signal", "stdout", "stderr"} when it ends
+    /// (exit_code null when a signal ended it; output as UTF-8, invalid
+    /// bytes replaced). The exit status is the command's, as without --json.
+    #[arg(long, conflicts_with = "raw")]
+    json: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -80,6 +108,7 @@ pub fn run(cli: &Cli, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
 
 fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
+    let (record, _) = crate::agent::store::find(&home, args.agent.as_deref())?;
     let workspace = match &args.workspace {
         Some(w) => Some(
             std::fs::canonicalize(w)
@@ -89,6 +118,37 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    let spawn = |passed: &[RawFd; 3]| -> anyhow::Result<Spawned> {
+        let mut session = Session::open(&home)?;
+        let client = &mut session.client;
+        client.call(Call::Subscribe {})?;
+        let id = client.send_request_with_fds(
+            Call::Spawn(SpawnParams {
+                agent: record.id.clone(),
+                role: args.role.clone(),
+                argv: args.command.clone(),
+                stdio: StdioMode::Passed,
+                workspace: workspace.clone(),
+                isolation: Some(args.isolation.clone()),
+                model: None,
+            }),
+            passed,
+        )?;
+        // child.exit may arrive before the spawn response: remember them all.
+        let mut exits = Vec::new();
+        let spawned = client.wait_response_keeping_exits(id, &mut exits)?;
+        let child = spawned["child"]
+            .as_u64()
+            .context("supervisor gave no child id")?;
+        Ok(Spawned {
+            session,
+            child,
+            exits,
+        })
+    };
+    if args.json {
+        return run_captured(&spawn);
+    }
     // The operator's terminal is never handed to the child: when any of our
     // stdio is one, the child gets a fresh pty and we relay it.
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
@@ -105,27 +165,12 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(p) => [p.slave.as_raw_fd(); 3],
         None => [0, 1, 2],
     };
-    let mut session = Session::open(&home)?;
+    let Spawned {
+        mut session,
+        child,
+        mut exits,
+    } = spawn(&passed)?;
     let client = &mut session.client;
-    client.call(Call::Subscribe {})?;
-    let id = client.send_request_with_fds(
-        Call::Spawn(SpawnParams {
-            agent: args.agent.clone(),
-            role: args.role.clone(),
-            argv: args.command.clone(),
-            stdio: StdioMode::Passed,
-            workspace,
-            isolation: Some(args.isolation.clone()),
-            model: None,
-        }),
-        &passed,
-    )?;
-    // child.exit may arrive before the spawn response: remember them all.
-    let mut exits = Vec::new();
-    let spawned = client.wait_response_keeping_exits(id, &mut exits)?;
-    let child = spawned["child"]
-        .as_u64()
-        .context("supervisor gave no child id")?;
     let relay = match pty {
         Some(p) => {
             drop(p.slave);
@@ -162,11 +207,86 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     let exit = exit?;
     session.close();
-    Ok(match (exit.code(), exit.signal()) {
+    Ok(exit_status(&exit))
+}
+
+/// A child started by `sandbox run`: the session it was spawned on, its id,
+/// and the exits seen while waiting for the spawn's answer.
+struct Spawned {
+    session: Session,
+    child: u64,
+    exits: Vec<ChildExit>,
+}
+
+/// The shell's exit status for how a child ended: its code, or 128 + the
+/// signal that killed it.
+fn exit_status(exit: &ChildExit) -> ExitCode {
+    match (exit.code(), exit.signal()) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
         (None, Some(sig)) => ExitCode::from(u8::try_from((128 + sig) & 0xff).unwrap_or(1)),
         _ => ExitCode::FAILURE,
-    })
+    }
+}
+
+/// `sandbox run --json`: the child writes into pipes we read whole; its
+/// stdin is ours unless ours is a terminal (then it gets none).
+fn run_captured(
+    spawn: &dyn Fn(&[RawFd; 3]) -> anyhow::Result<Spawned>,
+) -> anyhow::Result<ExitCode> {
+    let (out_r, out_w) = std::io::pipe()?;
+    let (err_r, err_w) = std::io::pipe()?;
+    let stdin = std::io::stdin();
+    let null;
+    let stdin_fd = if terminal::is_terminal(stdin.as_fd()) {
+        null = std::fs::File::open("/dev/null")?;
+        null.as_raw_fd()
+    } else {
+        stdin.as_raw_fd()
+    };
+    // Read into shared buffers: a descendant that outlives the child may
+    // hold a pipe open, and then we take what came before it.
+    let read_all = |mut r: std::io::PipeReader| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut r, &mut chunk) {
+                if let Ok(mut b) = sink.lock() {
+                    b.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                }
+            }
+        });
+        (reader, buf)
+    };
+    let out = read_all(out_r);
+    let err = read_all(err_r);
+    let spawned = spawn(&[stdin_fd, out_w.as_raw_fd(), err_w.as_raw_fd()]);
+    // Only the child holds the write ends now: the reads end with it.
+    drop(out_w);
+    drop(err_w);
+    let Spawned {
+        mut session,
+        child,
+        mut exits,
+    } = spawned?;
+    let exit = session.client.wait_exit(child, &mut exits)?;
+    session.close();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while !(out.0.is_finished() && err.0.is_finished()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let text = |(_, buf): &(std::thread::JoinHandle<()>, Arc<Mutex<Vec<u8>>>)| {
+        buf.lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    super::output::json(&serde_json::json!({
+        "exit_code": exit.code(),
+        "signal": exit.signal(),
+        "stdout": text(&out),
+        "stderr": text(&err),
+    }))?;
+    Ok(exit_status(&exit))
 }
 
 fn status(json: bool) -> anyhow::Result<ExitCode> {
@@ -175,22 +295,22 @@ fn status(json: bool) -> anyhow::Result<ExitCode> {
         super::output::json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("level:      {:?} ({})", report.level, report.backend);
-    let line = |name: &str, l: &crate::sandbox::report::Layer| {
-        println!(
-            "{name:<11} {} — {}",
-            if l.available { "yes" } else { "NO " },
-            l.detail
-        );
-    };
-    line("namespaces:", &report.namespaces);
-    line("landlock:", &report.landlock);
-    line("seccomp:", &report.seccomp);
-    line("cgroup:", &report.cgroup);
-    line("uid:", &report.uid_switch);
-    line("nnp:", &report.no_new_privs);
+    println!("level: {:?} ({})", report.level, report.backend);
+    let mut table = super::output::Table::new(&["LAYER", "AVAILABLE", "DETAIL"]);
+    for (name, l) in [
+        ("namespaces", &report.namespaces),
+        ("landlock", &report.landlock),
+        ("seccomp", &report.seccomp),
+        ("cgroup", &report.cgroup),
+        ("uid", &report.uid_switch),
+        ("nnp", &report.no_new_privs),
+    ] {
+        let available = if l.available { "yes" } else { "NO" };
+        table.row(vec![name.into(), available.into(), l.detail.clone()]);
+    }
+    table.print()?;
     for m in &report.missing {
-        println!("missing:    {m}");
+        println!("missing: {m}");
     }
     println!(
         "strict mode {} this host",
@@ -236,7 +356,7 @@ fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
             report.blocked, report.escaped, report.skipped
         );
         for f in &report.failures {
-            eprintln!("mini-letta: sandbox verify failed: {f}");
+            super::style::eprint_error(&format!("sandbox verify failed: {f}"));
         }
     }
     Ok(if report.ok() {

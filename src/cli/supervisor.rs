@@ -16,25 +16,40 @@ use crate::supervisor::{self, Started, Stopped};
 pub enum SupervisorCommand {
     /// Start the home's supervisor in the background (returns once its
     /// control socket answers). Idempotent: reports a running one.
+    #[command(after_help = "Examples:
+  mini-letta supervisor start
+  mini-letta supervisor start --json
+  mini-letta supervisor start --foreground")]
     Start {
         /// Run in this process, in the foreground, until stopped.
         #[arg(long)]
         foreground: bool,
+        /// Print {"running", "pid", "already_running"}.
         #[arg(long)]
         json: bool,
     },
     /// Stop the supervisor: children are asked to finish, then killed;
     /// in-flight commits complete. Forced after the timeout.
+    #[command(after_help = "Examples:
+  mini-letta supervisor stop
+  mini-letta supervisor stop --timeout 30 --json")]
     Stop {
         /// Seconds to wait before escalating to signals.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        /// Print {"stopped", "pid"} (pid null when none was running).
         #[arg(long)]
         json: bool,
     },
     /// Whether a supervisor runs, and its pid, uptime and children
     /// (exit status 3 when none runs).
+    #[command(after_help = "Examples:
+  mini-letta supervisor status
+  mini-letta supervisor status --json")]
     Status {
+        /// Print {"running", "pid", "uptime_ms", "home", "socket", "version",
+        /// "protocol", "children", "children_known", "cli_requests"}, or
+        /// {"running": false, "home"} when none runs.
         #[arg(long)]
         json: bool,
     },
@@ -188,13 +203,13 @@ pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
             ]
         })
         .collect();
-    print!(
-        "{}",
-        output::table(
-            &["ID", "AGENT", "NAME", "ROLE", "PID", "UPTIME", "STATE"],
-            &rows,
-            &[0, 4, 5]
-        )
-    );
+    let mut table = output::Table::new(&["ID", "AGENT", "NAME", "ROLE", "PID", "UPTIME", "STATE"])
+        .right(0)
+        .right(4)
+        .right(5);
+    for row in rows {
+        table.row(row);
+    }
+    table.print()?;
     Ok(ExitCode::SUCCESS)
 }

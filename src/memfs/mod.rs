@@ -14,6 +14,7 @@ pub mod lock;
 pub mod ops;
 pub mod pathrules;
 pub mod repo;
+pub mod revision;
 pub mod snapshot;
 pub mod template;
 pub mod text;

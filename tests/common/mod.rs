@@ -86,6 +86,12 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_mini-letta"))
 }
 
+/// The agent-side program (`mini-letta-agent`), which holds the internal
+/// commands children run (`channel call`, `channel ping`).
+pub fn agent_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mini-letta-agent"))
+}
+
 /// Run the binary with `args` under `home`.
 pub fn run(home: &Path, args: &[&str]) -> Output {
     Command::new(bin())

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use super::OpError;
 use crate::memfs::commit::CommitError;
 use crate::memfs::compiler::iso_timestamp;
+use crate::memfs::revision::resolve_tree;
 
 fn git(what: &'static str) -> impl FnOnce(git2::Error) -> OpError {
     move |source| OpError::Commit(CommitError::Git { what, source })
@@ -128,13 +129,7 @@ fn status_name(d: Delta) -> &'static str {
 /// additions, since a new memory file is exactly what one wants to review
 /// before `memory commit`.
 pub fn diff(repo: &Repository, rev: Option<&str>) -> Result<DiffOutput, OpError> {
-    let rev = rev.unwrap_or("HEAD");
-    let object = repo
-        .revparse_single(rev)
-        .map_err(git("resolve the revision"))?;
-    let tree = object
-        .peel_to_tree()
-        .map_err(git("read the revision's tree"))?;
+    let (revision, tree) = resolve_tree(repo, rev.unwrap_or("HEAD"))?;
     let mut opts = DiffOptions::new();
     opts.include_untracked(true)
         .recurse_untracked_dirs(true)
@@ -164,7 +159,7 @@ pub fn diff(repo: &Repository, rev: Option<&str>) -> Result<DiffOutput, OpError>
     })
     .map_err(git("render the diff"))?;
     Ok(DiffOutput {
-        revision: object.id().to_string(),
+        revision: revision.to_string(),
         files,
         patch: String::from_utf8_lossy(&patch).into_owned(),
     })

@@ -58,6 +58,21 @@ pub enum OpError {
         op: &'static str,
         field: &'static str,
     },
+    #[error(transparent)]
+    Revision(#[from] super::revision::RevisionError),
+    /// `insert` before a body line that does not exist (0, or past the
+    /// line after the last).
+    #[error(
+        "{}; use a line between 1 and {}",
+        if *line == 0 { format!("line 0 is not a line of {path} (lines count from 1)") }
+        else { format!("line {line} is past the end of {path} ({lines} body lines)") },
+        lines + 1
+    )]
+    LineOutOfRange {
+        path: String,
+        line: usize,
+        lines: usize,
+    },
     #[error("memory replace: old text was not found in the target memory file {0}")]
     TextNotFound(String),
     /// The supervisor refused a remote commit; the text is its message
@@ -509,8 +524,9 @@ impl Writer {
         })
     }
 
-    /// Insert `text` into the body before body line `line` (1-based, clamped
-    /// as letta-code does), or append it as new lines at the end.
+    /// Insert `text` into the body before body line `line` (1-based; the
+    /// line after the last appends; any other is refused), or append it as
+    /// new lines at the end.
     pub fn insert(
         &self,
         path: &str,
@@ -523,7 +539,7 @@ impl Writer {
                 field: "text",
             });
         }
-        self.edit_text("insert", path, |_, content| {
+        self.edit_text("insert", path, |rel, content| {
             let (front, body) = split_frontmatter(content);
             let body = match line {
                 Some(n) => {
@@ -532,7 +548,16 @@ impl Writer {
                     } else {
                         body.split('\n').collect()
                     };
-                    let at = n.saturating_sub(1).min(lines.len());
+                    // A final newline ends the last line; it starts none.
+                    let count = lines.len() - usize::from(body.ends_with('\n'));
+                    if n == 0 || n > count + 1 {
+                        return Err(OpError::LineOutOfRange {
+                            path: rel.to_string(),
+                            line: n,
+                            lines: count,
+                        });
+                    }
+                    let at = n - 1;
                     lines.splice(at..at, text.split('\n'));
                     lines.join("\n")
                 }

@@ -215,6 +215,9 @@ pub enum ValidateError {
     /// Listing a tree or revision failed.
     #[error("cannot list the memory tree: {0}")]
     Snapshot(#[source] git2::Error),
+    /// The revision to audit could not be resolved.
+    #[error(transparent)]
+    Revision(#[from] crate::memfs::revision::RevisionError),
     /// The index has conflict-stage entries.
     #[error("{path}: the index has unmerged entries")]
     Unmerged { path: String },
@@ -230,6 +233,7 @@ impl ValidateError {
                 "Memory validation could not read Git contents. No files were committed.\n"
                     .to_string()
             }
+            ValidateError::Revision(e) => format!("{e}\n"),
             other => format!("Memory constraints failed:\n  {other}\n"),
         }
     }

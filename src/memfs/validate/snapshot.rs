@@ -88,10 +88,7 @@ impl TreeSnapshot {
 
     /// The tree of any revision (`HEAD`, a commit id, `main~2`, a tree id).
     pub fn from_revision(repo: &Repository, rev: &str) -> Result<Self, ValidateError> {
-        let tree = repo
-            .revparse_single(rev)
-            .and_then(|o| o.peel_to_tree())
-            .map_err(ValidateError::Snapshot)?;
+        let (_, tree) = crate::memfs::revision::resolve_tree(repo, rev)?;
         Self::from_tree(repo, &tree)
     }
 

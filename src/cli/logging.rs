@@ -1,0 +1,150 @@
+//! Log records written whole. The daemon's stdout and stderr are one
+//! `O_APPEND` file (`supervisor.log`), and several threads log at once: a
+//! record written in pieces could be split by another writer's. Each record
+//! is gathered in memory and handed to the kernel in one `write(2)` (another
+//! only if the kernel took part of it), so on an `O_APPEND` file records
+//! never interleave.
+
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Make a [`Record`] per log event, written to stderr when it ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WholeRecords;
+
+impl<'a> MakeWriter<'a> for WholeRecords {
+    type Writer = Record<std::io::Stderr>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Record::new(std::io::stderr())
+    }
+}
+
+/// One log record, buffered; written whole to its target when dropped (or
+/// flushed).
+pub struct Record<T: AsFd> {
+    target: T,
+    buf: Vec<u8>,
+}
+
+impl<T: AsFd> Record<T> {
+    pub fn new(target: T) -> Self {
+        Record {
+            target,
+            buf: Vec::with_capacity(256),
+        }
+    }
+
+    fn emit(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let result = write_whole(self.target.as_fd(), &self.buf);
+        self.buf.clear();
+        result
+    }
+}
+
+/// Write `bytes` with as few `write(2)` calls as the kernel allows (one,
+/// unless it takes part), retrying on `EINTR`.
+fn write_whole(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+impl<T: AsFd> Write for Record<T> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    /// The formatter flushes once, at the end of a record.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.emit()
+    }
+}
+
+impl<T: AsFd> Drop for Record<T> {
+    fn drop(&mut self) {
+        // Nowhere to report a failed log write.
+        let _ = self.emit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// Two writers (two open file descriptions, as two processes have)
+    /// appending records in many small pieces at once, as a formatter does:
+    /// every line of the file is one whole record.
+    #[test]
+    fn concurrent_appenders_write_only_whole_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("supervisor.log");
+        const RECORDS: usize = 400;
+        let writers: Vec<_> = ["alpha", "omega"]
+            .into_iter()
+            .map(|who| {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                std::thread::spawn(move || {
+                    for i in 0..RECORDS {
+                        let mut r = Record::new(&file);
+                        // A record in pieces: level, fields, message, end.
+                        write!(r, "INFO ").unwrap();
+                        for piece in 0..20 {
+                            write!(r, "{who}{piece}=").unwrap();
+                            r.write_all(who.repeat(3).as_bytes()).unwrap();
+                            r.write_all(b" ").unwrap();
+                        }
+                        writeln!(r, "record={who}#{i} end").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2 * RECORDS);
+        for line in lines {
+            let who = if line.contains("alpha0=") {
+                "alpha"
+            } else {
+                "omega"
+            };
+            let other = if who == "alpha" { "omega" } else { "alpha" };
+            assert!(line.starts_with("INFO "), "{line}");
+            assert!(line.ends_with(" end"), "{line}");
+            assert!(!line.contains(other), "interleaved: {line}");
+            assert_eq!(line.matches('=').count(), 21, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_record_is_written_once_on_flush_and_not_again_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut r = Record::new(&file);
+        r.write_all(b"one line\n").unwrap();
+        r.flush().unwrap();
+        drop(r);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one line\n");
+    }
+}
