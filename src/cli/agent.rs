@@ -41,7 +41,9 @@ pub enum AgentCommand {
         json: bool,
     },
     /// Give an agent a new name (names are unique; the id stays).
-    #[command(after_help = "Example:\n  mini-letta agent rename alice bob")]
+    #[command(
+        after_help = "Examples:\n  mini-letta agent rename alice bob\n  mini-letta agent rename alice bob --json"
+    )]
     Rename {
         /// Agent id or current name.
         agent: String,
@@ -68,7 +70,7 @@ pub enum AgentCommand {
     /// Delete an agent for good: its memory, conversations and files, its
     /// quota volume, and its sandbox uid (the only way a uid is freed).
     /// Refused while any of its children run.
-    #[command(after_help = "Example:\n  mini-letta agent delete alice --yes\n\n\
+    #[command(after_help = "Examples:\n  mini-letta agent delete alice --yes\n\n\
                             Without --yes, a terminal asks you to type the agent's name; \
                             anything else refuses.")]
     Delete {
@@ -126,6 +128,7 @@ pub enum AgentCommand {
     /// List agents, oldest first.
     ///
     /// Agents whose record cannot be read are listed last, with the reason.
+    #[command(after_help = "Examples:\n  mini-letta agent list\n  mini-letta agent list --json")]
     List {
         /// Print {"agents": [...]} instead of a table (an unreadable agent
         /// is an entry with `id`, `name` and `error`).

@@ -42,7 +42,7 @@ interruption); a second Ctrl-C, or Ctrl-D at the prompt, leaves.
 
 Examples:
   mini-letta chat -a alice -p '记住: I like tea'
-  echo 'what do you know about me?' | mini-letta chat -a alice -p -
+  mini-letta chat -a alice -p -
   mini-letta chat -a alice --prompt-file question.txt --json
   mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini")]
 pub struct ChatArgs {
