@@ -592,3 +592,35 @@ fn supervisor_stop_does_not_wait_for_a_hanging_model() {
     assert!(wait_until(10, || turn.try_wait().unwrap().is_some()));
     assert!(!turn.wait().unwrap().success());
 }
+
+#[test]
+fn a_signal_to_sandbox_run_stops_its_embedded_supervisor_cleanly() {
+    if !confinement_or_skip("a_signal_to_sandbox_run_stops_its_embedded_supervisor_cleanly") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["kit"]);
+    let mut child = Command::new(bin())
+        .env("MINI_LETTA_HOME", h)
+        .args(["sandbox", "run", "-a", "kit", "--", "sleep", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let uid_known = || sandbox_uid(h, &agent).is_some();
+    assert!(wait_until(20, uid_known));
+    let uid = sandbox_uid(h, &agent).unwrap();
+    assert!(wait_until(20, || !processes_of(uid).is_empty()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_until(15, || child.try_wait().unwrap().is_some()));
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    assert!(wait_until(10, || processes_of(uid).is_empty()));
+    assert!(!h.join("run/supervisor.pid").exists());
+    assert!(!h.join("run/supervisor.sock").exists());
+}

@@ -289,7 +289,7 @@ fn interactive(
         printer.end_line()?;
         match result {
             Ok(_) => new_session = false,
-            Err(e) => eprintln!("mini-letta: error: {}", super::one_line(&e)),
+            Err(e) => super::style::eprint_error(&super::one_line(&e)),
         }
         recompile = false;
         if let Some(sig) = interrupt::end_requested() {
@@ -575,7 +575,9 @@ pub struct AttachArgs {
 /// are stored).
 pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
-    let (_, agent) = store::find(&home, args.agent.as_deref())?;
+    let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    // Following is reading: a conversation is never created by it.
+    super::prompt::require_conversation(&agent, &record, &args.conversation)?;
     let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
     let mut seen = conv.messages().len();
     let show = |m: &crate::agent::conversation::StoredMessage| {

@@ -120,6 +120,10 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     };
     let spawn = |passed: &[RawFd; 3]| -> anyhow::Result<Spawned> {
         let mut session = Session::open(&home)?;
+        // A signal ends the command, but not before its embedded
+        // supervisor (and with it the child) is stopped and its files gone.
+        super::interrupt::install();
+        super::interrupt::set_stopper(session.stopper());
         let client = &mut session.client;
         client.call(Call::Subscribe {})?;
         let id = client.send_request_with_fds(
