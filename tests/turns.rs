@@ -624,3 +624,57 @@ fn a_signal_to_sandbox_run_stops_its_embedded_supervisor_cleanly() {
     assert!(!h.join("run/supervisor.pid").exists());
     assert!(!h.join("run/supervisor.sock").exists());
 }
+
+#[test]
+fn memory_writers_of_one_agent_wait_for_the_lease() {
+    if !confinement_or_skip("memory_writers_of_one_agent_wait_for_the_lease") {
+        return;
+    }
+    let d = common::Daemon::start(&["lea"]);
+    let h = d.path();
+    // The operator's connection takes the agent's lease (by name).
+    let mut holder = d.client();
+    let v = holder
+        .call(mini_letta::protocol::Call::MemoryLease {
+            agent: Some("lea".into()),
+        })
+        .unwrap();
+    assert_eq!(v["agent"], d.agents[0].as_str(), "{v}");
+    let spawn = |args: &[&str]| {
+        Command::new(bin())
+            .env("MINI_LETTA_HOME", h)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut turn = spawn(&["chat", "-a", "lea", "-p", "记住: waited for the lease"]);
+    let mut edit = spawn(&[
+        "memory",
+        "insert",
+        "-a",
+        "lea",
+        "human.md",
+        "--text",
+        "- the operator's line",
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        turn.try_wait().unwrap().is_none(),
+        "the turn's edit did not wait"
+    );
+    assert!(
+        edit.try_wait().unwrap().is_none(),
+        "the operator's edit did not wait"
+    );
+    assert!(!at_head(h, &d.agents[0], "human.md").contains("waited for the lease"));
+    drop(holder); // the connection's end returns the lease
+    let t = turn.wait_with_output().unwrap();
+    let e = edit.wait_with_output().unwrap();
+    assert!(t.status.success(), "{}", stderr(&t));
+    assert!(e.status.success(), "{}", stderr(&e));
+    let human = at_head(h, &d.agents[0], "human.md");
+    assert!(human.contains("- waited for the lease\n"), "{human}");
+    assert!(human.contains("- the operator's line\n"), "{human}");
+}

@@ -448,6 +448,23 @@ fn writer(cli: &Cli, target: &AgentArg) -> anyhow::Result<Writer> {
     Ok(Writer::new(repo, author, opts)?)
 }
 
+/// With a supervisor running, its children may be editing this agent's
+/// memory: take the agent's memory lease for the length of the edit and
+/// commit (it ends with the returned connection).
+fn lease(cli: &Cli, target: &AgentArg) -> anyhow::Result<Option<crate::protocol::client::Client>> {
+    let home = cli.home()?;
+    let (record, _) = store::find(&home, target.agent.as_deref())?;
+    let Ok(mut client) = crate::supervisor::connect(&home) else {
+        return Ok(None);
+    };
+    client
+        .call(crate::protocol::Call::MemoryLease {
+            agent: Some(record.id),
+        })
+        .context("cannot take the agent's memory lease from the supervisor")?;
+    Ok(Some(client))
+}
+
 /// Run one write operation; a refusal prints the validator's block.
 fn write_op(
     cli: &Cli,
@@ -455,6 +472,7 @@ fn write_op(
     op: &str,
     f: impl FnOnce(&Writer) -> Result<CommitOutcome, OpError>,
 ) -> anyhow::Result<ExitCode> {
+    let _lease = lease(cli, target)?;
     let w = writer(cli, target)?;
     match f(&w) {
         Ok(outcome) => {

@@ -77,7 +77,12 @@ pub enum Call {
     /// memory working tree until its next `memory.commit` (or
     /// `memory.release`, or its exit). Waits while another child holds it.
     #[serde(rename = "memory.lease")]
-    MemoryLease {},
+    MemoryLease {
+        /// A child's own agent (implied); required on the control socket,
+        /// where the lease lasts until the release or the connection's end.
+        #[serde(default)]
+        agent: Option<String>,
+    },
     /// Give the memory lease back without committing.
     #[serde(rename = "memory.release")]
     MemoryRelease {},
@@ -128,7 +133,7 @@ impl Call {
             Call::Kill { .. } => "child.kill",
             Call::Subscribe {} => "events.subscribe",
             Call::MemoryCommit { .. } => "memory.commit",
-            Call::MemoryLease {} => "memory.lease",
+            Call::MemoryLease { .. } => "memory.lease",
             Call::MemoryRelease {} => "memory.release",
             Call::MemoryStatus { .. } => "memory.status",
             Call::ModelComplete { .. } => "model.complete",

@@ -40,8 +40,11 @@ async fn serve_frames_inner(
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
     // Cancelled when this peer goes away: its turns have nobody to answer.
-    let gone = tokio_util::sync::CancellationToken::new();
-    let _gone_on_exit = gone.clone().drop_guard();
+    let conn = super::state::Connection {
+        id: state.connection_id(),
+        gone: tokio_util::sync::CancellationToken::new(),
+    };
+    let _gone_on_exit = conn.gone.clone().drop_guard();
     loop {
         // Backpressure: no new request is read while this peer's answers
         // pile up unread; one that never reads is cut off.
@@ -194,12 +197,12 @@ async fn serve_frames_inner(
                 let st = state.clone();
                 let sender = sender.clone();
                 let peer = peer.clone();
-                let gone = gone.clone();
+                let conn = conn.clone();
                 // Tracked: shutdown lets running requests (commits) finish.
                 state.requests.spawn(async move {
                     let _permit = permit;
                     let state = st;
-                    let outcome = handle(&state, &peer, id, call, fds, &sender, &gone).await;
+                    let outcome = handle(&state, &peer, id, call, fds, &sender, &conn).await;
                     sender.send(&ServerFrame::Response { id, outcome });
                 });
             }
@@ -207,6 +210,12 @@ async fn serve_frames_inner(
     }
     if let Some(s) = subscription {
         s.abort();
+    }
+    // A CLI's memory lease ends with its connection.
+    if matches!(peer, Peer::Cli) {
+        state
+            .leases
+            .release(super::leases::Holder::Connection(conn.id));
     }
 }
 

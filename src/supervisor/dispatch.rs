@@ -5,10 +5,9 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::conn::{FrameSender, PassedFds};
-use super::state::{Peer, State, error};
+use super::state::{Connection, Peer, State, error};
 use super::{launch, policy, rpc};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
@@ -21,7 +20,7 @@ pub async fn handle(
     call: Call,
     fds: PassedFds,
     sender: &FrameSender,
-    gone: &CancellationToken,
+    conn: &Connection,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
         return refused;
@@ -31,15 +30,15 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
-        Call::TurnRun(params) => launch::run_turn(state, params, fds, gone.clone()).await,
+        Call::TurnRun(params) => launch::run_turn(state, params, fds, conn.gone.clone()).await,
         Call::TurnCancel {
             agent,
             conversation,
         } => launch::cancel_turn(state, agent, conversation).await,
         Call::MemoryCommit { .. }
         | Call::MemoryStatus { .. }
-        | Call::MemoryLease {}
-        | Call::MemoryRelease {} => memory_call(state, peer, call).await,
+        | Call::MemoryLease { .. }
+        | Call::MemoryRelease {} => memory_call(state, peer, call, conn).await,
         Call::ModelComplete { request } => {
             rpc::model_complete(state, peer, id, request, sender).await
         }
@@ -94,16 +93,16 @@ async fn children_call(state: &Arc<State>, call: Call, fds: PassedFds) -> Outcom
 }
 
 /// `memory.*`: validated commits and status of the caller's checkout.
-async fn memory_call(state: &Arc<State>, peer: &Peer, call: Call) -> Outcome {
+async fn memory_call(state: &Arc<State>, peer: &Peer, call: Call, conn: &Connection) -> Outcome {
     match call {
         Call::MemoryCommit {
             paths,
             message,
             agent,
-        } => rpc::memory_commit(state, peer, paths, message, agent).await,
+        } => rpc::memory_commit(state, peer, conn, paths, message, agent).await,
         Call::MemoryStatus { agent } => rpc::memory_status(state, peer, agent).await,
-        Call::MemoryLease {} => rpc::memory_lease(state, peer).await,
-        Call::MemoryRelease {} => rpc::memory_release(state, peer),
+        Call::MemoryLease { agent } => rpc::memory_lease(state, peer, agent, conn).await,
+        Call::MemoryRelease {} => rpc::memory_release(state, peer, conn),
         other => unrouted(&other),
     }
 }

@@ -402,7 +402,7 @@ async fn reap(
         ch.remove(&id);
     }
     // Whatever it was doing, an ended child edits no memory.
-    state.leases.release(id);
+    state.leases.release(super::leases::Holder::Child(id));
     state.child_ended.notify_waiters();
     match &ended {
         ChildState::Killed { signal } => {

@@ -14,12 +14,20 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 /// How long a child waits for the lease before its edit is refused.
 pub const LEASE_WAIT: Duration = Duration::from_secs(120);
 
+/// Who holds a lease: a child (by the id in the child table) or a CLI
+/// connection (by the id the supervisor gave it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Child(u64),
+    Connection(u64),
+}
+
 #[derive(Default)]
 pub struct Leases {
     /// agent id → its lease.
     locks: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
-    /// child id → the lease it holds.
-    held: Mutex<HashMap<u64, OwnedMutexGuard<()>>>,
+    /// holder → the lease it holds.
+    held: Mutex<HashMap<Holder, OwnedMutexGuard<()>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,19 +40,25 @@ impl Leases {
         locks.entry(agent.to_string()).or_default().clone()
     }
 
-    pub fn holds(&self, child: u64) -> bool {
+    pub fn holds(&self, holder: Holder) -> bool {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.contains_key(&child)
+        held.contains_key(&holder)
     }
 
-    /// Give `child` the lease of `agent` (at once when it already holds it).
-    pub async fn take(&self, agent: &str, child: u64, wait: Duration) -> Result<(), LeaseTimeout> {
-        if self.holds(child) {
+    /// Give `holder` the lease of `agent` (at once when it already holds
+    /// it; a holder has one lease at a time).
+    pub async fn take(
+        &self,
+        agent: &str,
+        holder: Holder,
+        wait: Duration,
+    ) -> Result<(), LeaseTimeout> {
+        if self.holds(holder) {
             return Ok(());
         }
         let guard = self.hold(agent, wait).await?;
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(child, guard);
+        held.insert(holder, guard);
         Ok(())
     }
 
@@ -61,10 +75,10 @@ impl Leases {
             .map_err(|_| LeaseTimeout(wait))
     }
 
-    /// Return `child`'s lease, if it holds one.
-    pub fn release(&self, child: u64) -> bool {
+    /// Return `holder`'s lease, if it holds one.
+    pub fn release(&self, holder: Holder) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.remove(&child).is_some()
+        held.remove(&holder).is_some()
     }
 }
 
@@ -75,13 +89,19 @@ mod tests {
     #[tokio::test]
     async fn one_holder_per_agent_until_release() {
         let l = Leases::default();
-        l.take("a", 1, LEASE_WAIT).await.unwrap();
-        l.take("a", 1, LEASE_WAIT).await.unwrap();
-        assert!(l.take("a", 2, Duration::from_millis(20)).await.is_err());
-        l.take("b", 3, Duration::from_millis(20)).await.unwrap();
+        let (c1, c2, c3) = (Holder::Child(1), Holder::Child(2), Holder::Connection(1));
+        l.take("a", c1, LEASE_WAIT).await.unwrap();
+        l.take("a", c1, LEASE_WAIT).await.unwrap();
+        assert!(l.take("a", c2, Duration::from_millis(20)).await.is_err());
+        assert!(l.take("a", c3, Duration::from_millis(20)).await.is_err());
+        l.take("b", Holder::Child(3), Duration::from_millis(20))
+            .await
+            .unwrap();
         assert!(l.hold("a", Duration::from_millis(20)).await.is_err());
-        assert!(l.release(1));
-        assert!(!l.release(1));
-        l.take("a", 2, Duration::from_millis(20)).await.unwrap();
+        assert!(l.release(c1));
+        assert!(!l.release(c1));
+        l.take("a", c3, Duration::from_millis(20)).await.unwrap();
+        assert!(!l.holds(c2));
+        assert!(l.release(c3));
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::conn::FrameSender;
-use super::leases::LEASE_WAIT;
-use super::state::{Peer, State, error};
+use super::leases::{Holder, LEASE_WAIT};
+use super::state::{Connection, Peer, State, blocking, error};
 use crate::agent::store;
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
 use crate::memfs::repo;
@@ -62,6 +62,7 @@ fn target_agent(peer: &Peer, asked: Option<String>) -> Result<String, Outcome> {
 pub async fn memory_commit(
     state: &Arc<State>,
     peer: &Peer,
+    conn: &Connection,
     paths: Vec<String>,
     message: String,
     agent: Option<String>,
@@ -73,12 +74,13 @@ pub async fn memory_commit(
     if message.trim().is_empty() {
         return error(ErrorCode::InvalidParams, "a commit message is required");
     }
+    let agent = match agent_id(state, peer, agent).await {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
     // A commit is a memory write: it waits for whoever else edits this
     // agent's memory, unless the caller is that child itself.
-    let holder = match peer {
-        Peer::Child { id, .. } => state.leases.holds(*id),
-        Peer::Cli => false,
-    };
+    let holder = state.leases.holds(holder(peer, conn));
     let _lease = if holder {
         None
     } else {
@@ -136,30 +138,65 @@ pub async fn memory_commit(
     }
 }
 
-/// `memory.lease`: the calling child alone edits its agent's memory until
-/// it commits-and-releases, releases, or exits.
-pub async fn memory_lease(state: &Arc<State>, peer: &Peer) -> Outcome {
-    let Peer::Child { id, agent, .. } = peer else {
-        return error(
-            ErrorCode::Forbidden,
-            "memory.lease comes from children only",
-        );
+/// `memory.lease`: the caller alone edits the agent's memory until it
+/// releases, or exits (a child) or disconnects (a CLI).
+pub async fn memory_lease(
+    state: &Arc<State>,
+    peer: &Peer,
+    agent: Option<String>,
+    conn: &Connection,
+) -> Outcome {
+    let agent = match target_agent(peer, agent) {
+        Ok(a) => a,
+        Err(o) => return o,
     };
-    match state.leases.take(agent, *id, LEASE_WAIT).await {
-        Ok(()) => Outcome::Result(json!({ "leased": true })),
+    let holder = holder(peer, conn);
+    let agent = match agent_id(state, peer, agent).await {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
+    let taken = tokio::select! {
+        t = state.leases.take(&agent, holder, LEASE_WAIT) => t,
+        _ = conn.gone.cancelled() => return error(ErrorCode::Unavailable, "the caller went away"),
+    };
+    if conn.gone.is_cancelled() {
+        // Gone while it was granted: nobody is left to give it back.
+        state.leases.release(holder);
+    }
+    match taken {
+        Ok(()) => Outcome::Result(json!({ "leased": true, "agent": agent })),
         Err(e) => error(ErrorCode::Unavailable, e.to_string()),
     }
 }
 
 /// `memory.release`: give the lease back (a no-op when not held).
-pub fn memory_release(state: &State, peer: &Peer) -> Outcome {
-    let Peer::Child { id, .. } = peer else {
-        return error(
-            ErrorCode::Forbidden,
-            "memory.release comes from children only",
-        );
-    };
-    Outcome::Result(json!({ "released": state.leases.release(*id) }))
+pub fn memory_release(state: &State, peer: &Peer, conn: &Connection) -> Outcome {
+    Outcome::Result(json!({ "released": state.leases.release(holder(peer, conn)) }))
+}
+
+/// The id of the agent a CLI named (leases are keyed by id, not by
+/// whichever name or id was typed); a child's own agent as it is.
+async fn agent_id(state: &Arc<State>, peer: &Peer, agent: String) -> Result<String, Outcome> {
+    match peer {
+        Peer::Child { .. } => Ok(agent),
+        Peer::Cli => {
+            let home = state.home.clone();
+            blocking(move || {
+                store::find(&home, Some(&agent))
+                    .map(|(r, _)| r.id)
+                    .map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+            })
+            .await
+        }
+    }
+}
+
+/// Who a lease of this peer belongs to.
+fn holder(peer: &Peer, conn: &Connection) -> Holder {
+    match peer {
+        Peer::Child { id, .. } => Holder::Child(*id),
+        Peer::Cli => Holder::Connection(conn.id),
+    }
 }
 
 pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String>) -> Outcome {

@@ -64,6 +64,9 @@ pub struct State {
     /// Requests received on the control socket (`supervisor.status` shows
     /// it: how many trips the CLI costs is measured, not guessed).
     pub cli_requests: std::sync::atomic::AtomicU64,
+    /// Ids for control-socket connections (a CLI's memory lease is its
+    /// connection's).
+    next_connection: std::sync::atomic::AtomicU64,
     /// Channels to live children, for shutdown notices.
     pub(super) channels: Mutex<HashMap<u64, FrameSender>>,
     /// Turns in flight, one per conversation, and their cancel tokens.
@@ -93,11 +96,19 @@ impl State {
             requests: TaskTracker::new(),
             child_ended: Notify::new(),
             cli_requests: Default::default(),
+            next_connection: Default::default(),
             channels: Mutex::new(HashMap::new()),
             turns: Default::default(),
             leases: Default::default(),
             agent_slots: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A fresh connection id.
+    pub fn connection_id(&self) -> u64 {
+        self.next_connection
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     pub fn emit(&self, event: Event) {
@@ -127,6 +138,14 @@ impl State {
             .map(|t| !t.live().is_empty())
             .unwrap_or(false)
     }
+}
+
+/// The connection a request came on: its id and a token cancelled when
+/// it closes.
+#[derive(Clone)]
+pub struct Connection {
+    pub id: u64,
+    pub gone: CancellationToken,
 }
 
 /// A failed request's outcome.

@@ -91,7 +91,7 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
     };
     // Other turns of this agent edit the same working tree: hold the
     // agent's memory lease from the first read to the commit.
-    if let Err(e) = lease(ctx, Call::MemoryLease {}) {
+    if let Err(e) = lease(ctx, Call::MemoryLease { agent: None }) {
         return ToolOutput::err(format!("memory {command}: {e}"));
     }
     let out = edit(ctx, args, command);
