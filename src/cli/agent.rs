@@ -250,7 +250,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             };
             let done = archive::export(&home, agent, &out)?;
             for s in &done.skipped {
-                eprintln!("mini-letta: warning: skipped {s}");
+                super::style::eprint_warning(&format!("skipped {s}"));
             }
             if *json {
                 output::json(&done)?;
