@@ -117,6 +117,7 @@ pub fn run_turn(
 ) -> Result<TurnEvent, RuntimeError> {
     let mut conv = Conversation::open(agent, &input.conversation)?;
     settle_dangling(&mut conv, DID_NOT_COMPLETE)?;
+    let head_at_start = memory_head(agent);
     let model = input.model.clone().unwrap_or_else(|| record.model.clone());
 
     // Reminders go in front of the user's text, as parts of the same message.
@@ -166,16 +167,20 @@ pub fn run_turn(
         let prompt =
             prompt_cache::resolve(agent, record, &input.conversation, context_len, recompile)?;
         recompile = false;
-        let mut system = prompt.system.clone();
+        let system = prompt.system.clone();
+        if let Some(notice) = prompt.notice.as_ref().filter(|_| step == 1) {
+            emit(&TurnEvent::Reminders {
+                items: vec!["memory-revision-invalid".into()],
+            });
+            append_reminder(&mut conv, "reminder", notice)?;
+        }
         if let Some(update) = &prompt.memory_update {
             emit(&TurnEvent::MemoryUpdate {
-                revision: update
-                    .lines()
-                    .nth(1)
-                    .and_then(|l| l.rsplit(' ').next())
-                    .map(|r| r.trim_end_matches('.').to_string()),
+                revision: update.revision.clone(),
             });
-            system = format!("{system}\n\n{update}");
+            // Stored, so every later request carries it (none sees the
+            // stale memory again) and none generates it twice.
+            append_reminder(&mut conv, "memory_update", &update.text)?;
         }
         let messages: Vec<Message> = conv.context()?.iter().map(|m| m.to_message()).collect();
         let request = ModelRequest {
@@ -297,7 +302,7 @@ pub fn run_turn(
         let id = conv.next_id();
         conv.append(StoredMessage::new(id, Role::Tool, results))?;
     };
-    after_turn(agent, &conv);
+    after_turn(agent, &conv, head_at_start.as_deref());
     let done = TurnEvent::Done {
         stop_reason: stop,
         text: last_text,
@@ -306,6 +311,23 @@ pub fn run_turn(
     };
     emit(&done);
     Ok(done)
+}
+
+/// Store a harness reminder as a user message of its own (`kind` says
+/// which): the user role and `<system-reminder>` wrapping, never a system
+/// message, never an edit of an earlier message.
+fn append_reminder(conv: &mut Conversation, kind: &str, text: &str) -> Result<(), RuntimeError> {
+    let id = conv.next_id();
+    let mut message = StoredMessage::new(
+        id,
+        Role::User,
+        vec![Part::Text {
+            text: wrap_reminder(text),
+        }],
+    );
+    message.kind = Some(kind.into());
+    conv.append(message)?;
+    Ok(())
 }
 
 /// What to do about a model failure, when the message alone does not say.
@@ -355,28 +377,62 @@ pub fn record_interruption(agent: &AgentPaths, conversation: &str) -> Result<(),
     Ok(())
 }
 
-/// After a turn: uncommitted memory edits become a `MEMORY COMMIT NEEDED`
-/// reminder for the next one.
-fn after_turn(agent: &AgentPaths, conv: &Conversation) {
+/// The memory repository's HEAD commit, if any.
+fn memory_head(agent: &AgentPaths) -> Option<String> {
+    let repo = crate::memfs::repo::open_agent(agent).ok()?;
+    let head = repo.head().ok()?.target()?;
+    Some(head.to_string())
+}
+
+/// After a turn, reminders for the next one: uncommitted memory edits
+/// (`MEMORY COMMIT NEEDED`), and index links the turn's commits left
+/// dangling (checked only when HEAD moved, so one broken link is said once).
+fn after_turn(agent: &AgentPaths, conv: &Conversation, head_at_start: Option<&str>) {
     let Ok(repo) = crate::memfs::repo::open_agent(agent) else {
         return;
     };
     let mut opts = git2::StatusOptions::new();
     opts.include_untracked(true).recurse_untracked_dirs(true);
-    let Ok(statuses) = repo.statuses(Some(&mut opts)) else {
-        return;
-    };
-    let n = statuses
-        .iter()
-        .filter(|s| s.path().map(|p| p != ".git").unwrap_or(true))
-        .count();
-    if n > 0 {
-        let text = format!(
-            "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\nMemory directory: {}\nStatus: {n} uncommitted memory change(s).\n\nCommit these memory changes (the memory tool commits for you; files edited by other means need a commit) when appropriate.",
-            agent.memory_dir().display()
-        );
-        let _ = conv.queue_reminder("memory-commit-needed", &text);
+    if let Ok(statuses) = repo.statuses(Some(&mut opts)) {
+        let n = statuses
+            .iter()
+            .filter(|s| s.path().map(|p| p != ".git").unwrap_or(true))
+            .count();
+        if n > 0 {
+            let text = format!(
+                "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\nMemory directory: {}\nStatus: {n} uncommitted memory change(s).\n\nCommit these memory changes (the memory tool commits for you; files edited by other means need a commit) when appropriate.",
+                agent.memory_dir().display()
+            );
+            let _ = conv.queue_reminder("memory-commit-needed", &text);
+        }
     }
+    let head_now = repo
+        .head()
+        .ok()
+        .and_then(|h| h.target())
+        .map(|o| o.to_string());
+    if head_now.is_none() || head_now.as_deref() == head_at_start {
+        return;
+    }
+    if let Ok(broken) = crate::memfs::links::broken_index_links(&repo)
+        && !broken.is_empty()
+    {
+        let _ = conv.queue_reminder("memory-links-broken", &broken_links_text(agent, &broken));
+    }
+}
+
+/// The reminder naming index links that lead nowhere.
+pub fn broken_links_text(agent: &AgentPaths, broken: &[crate::memfs::links::BrokenLink]) -> String {
+    let lines: Vec<String> = broken
+        .iter()
+        .map(|b| format!("- {}: ({}) does not exist", b.index, b.target))
+        .collect();
+    format!(
+        "MEMORY LINKS BROKEN: {} link(s) in your memory indexes point to files that are not in the committed memory.\n\nMemory directory: {}\n{}\n\nFix each link, or restore or create the file it names, and commit: an index whose links lead nowhere hides memory from you.",
+        broken.len(),
+        agent.memory_dir().display(),
+        lines.join("\n")
+    )
 }
 
 /// Ask the supervisor for a completion, retrying transient failures.

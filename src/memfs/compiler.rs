@@ -44,7 +44,7 @@ use super::collate::{locale_compare, sort_by_locale};
 use super::frontmatter::parse_frontmatter;
 use super::layout::{INDEX_FILE, MemoryFormat, is_child_index_path, label_of};
 use super::repo::{self, RepoError};
-use super::snapshot::{Entry, Head, read_head};
+use super::snapshot::{Entry, Head, read_commit, read_head};
 use super::text::{js_trim, js_trim_end};
 
 /// The placeholder replaced by coreMemory.
@@ -150,31 +150,25 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
             revision: None,
         });
     };
+    render_snapshot(&head)
+}
+
+/// Compile the tree of commit `id` instead of HEAD's.
+pub fn compile_commit(
+    repo: &Repository,
+    id: git2::Oid,
+    opts: &CompileOptions<'_>,
+) -> Result<CompiledPrompt, RepoError> {
+    let head = read_commit(repo, id)?;
+    Ok(assemble(render_snapshot(&head)?, opts))
+}
+
+fn render_snapshot(head: &Head<'_>) -> Result<Projection, RepoError> {
     let revision = Some(head.revision().to_string());
     if head.has_root_index() {
-        let (root, indexes) = head.root_and_child_indexes()?;
-        let mut root_files = Vec::new();
-        let mut root_index = None;
-        for entry in root.iter().filter(|e| e.path.ends_with(".md")) {
-            let file = read_file(&head, entry)?;
-            if entry.path == INDEX_FILE {
-                root_index = Some(file);
-            } else {
-                root_files.push(file);
-            }
-        }
-        let mut children: Vec<&Entry> = indexes
-            .iter()
-            .filter(|e| is_child_index_path(&e.path) && e.path != "skills/MEMORY.md")
-            .collect();
-        sort_by_locale(&mut root_files, |f| &f.label);
-        children.sort_by(|a, b| locale_compare(&a.path, &b.path));
-        let dirs: Vec<&str> = children
-            .iter()
-            .filter_map(|e| e.path.strip_suffix("/MEMORY.md"))
-            .collect();
+        let blocks = v2_blocks(head)?;
         Ok(Projection {
-            content: render_v2(&root_files, root_index.as_ref(), &dirs),
+            content: join_blocks(&blocks),
             format: MemoryFormat::V2,
             revision,
         })
@@ -190,7 +184,7 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
             // read (letta-code reads every file, which makes v1 cost grow
             // with the number of on-demand files).
             if entry.path.starts_with("system/") {
-                files.push(read_file(&head, &entry)?);
+                files.push(read_file(head, &entry)?);
             } else {
                 files.push(MemoryFile {
                     label: label_of(&entry.path).to_string(),
@@ -209,9 +203,57 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
     }
 }
 
-fn render_v2(root_files: &[MemoryFile], root_index: Option<&MemoryFile>, dirs: &[&str]) -> String {
+/// One block of a memfs-v2 projection and the files it shows: a root
+/// file's `<label>` block, or the `<memory>` block (the root index and the
+/// child indexes it defers to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionBlock {
+    pub paths: Vec<String>,
+    pub text: String,
+}
+
+/// The projection's blocks, in order, when HEAD is a memfs-v2 tree
+/// (`None` for memfs-v1 or an empty repository): what a `<memory_update>`
+/// that shows only changed files is cut from.
+pub fn projection_blocks(repo: &Repository) -> Result<Option<Vec<ProjectionBlock>>, RepoError> {
+    match read_head(repo)? {
+        Some(head) if head.has_root_index() => v2_blocks(&head).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn join_blocks(blocks: &[ProjectionBlock]) -> String {
+    blocks
+        .iter()
+        .map(|b| b.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn v2_blocks(head: &Head<'_>) -> Result<Vec<ProjectionBlock>, RepoError> {
+    let (root, indexes) = head.root_and_child_indexes()?;
+    let mut root_files = Vec::new();
+    let mut root_index = None;
+    for entry in root.iter().filter(|e| e.path.ends_with(".md")) {
+        let file = read_file(head, entry)?;
+        if entry.path == INDEX_FILE {
+            root_index = Some(file);
+        } else {
+            root_files.push(file);
+        }
+    }
+    let mut children: Vec<&Entry> = indexes
+        .iter()
+        .filter(|e| is_child_index_path(&e.path) && e.path != "skills/MEMORY.md")
+        .collect();
+    sort_by_locale(&mut root_files, |f| &f.label);
+    children.sort_by(|a, b| locale_compare(&a.path, &b.path));
+    let dirs: Vec<&str> = children
+        .iter()
+        .filter_map(|e| e.path.strip_suffix("/MEMORY.md"))
+        .collect();
     let mut blocks = Vec::new();
-    for file in root_files {
+    for file in &root_files {
         let mut lines = vec![format!("<{}>", file.label)];
         if !file.description.is_empty() {
             lines.push(format!("<description>{}</description>", file.description));
@@ -221,7 +263,10 @@ fn render_v2(root_files: &[MemoryFile], root_index: Option<&MemoryFile>, dirs: &
             lines.push(value.to_string());
         }
         lines.push(format!("</{}>", file.label));
-        blocks.push(lines.join("\n"));
+        blocks.push(ProjectionBlock {
+            paths: vec![file.path.clone()],
+            text: lines.join("\n"),
+        });
     }
     if let Some(index) = root_index {
         let mut lines = vec!["<memory>".to_string()];
@@ -231,7 +276,7 @@ fn render_v2(root_files: &[MemoryFile], root_index: Option<&MemoryFile>, dirs: &
         }
         if !dirs.is_empty() {
             lines.push("<deferred-memory>".to_string());
-            for dir in dirs {
+            for dir in &dirs {
                 let esc = escape_xml_attribute(dir);
                 lines.push(format!(
                     "<directory path=\"{esc}/\" index=\"{esc}/MEMORY.md\" />"
@@ -240,9 +285,14 @@ fn render_v2(root_files: &[MemoryFile], root_index: Option<&MemoryFile>, dirs: &
             lines.push("</deferred-memory>".to_string());
         }
         lines.push("</memory>".to_string());
-        blocks.push(lines.join("\n"));
+        let mut paths = vec![INDEX_FILE.to_string()];
+        paths.extend(children.iter().map(|e| e.path.clone()));
+        blocks.push(ProjectionBlock {
+            paths,
+            text: lines.join("\n"),
+        });
     }
-    blocks.join("\n\n")
+    Ok(blocks)
 }
 
 /// Escape `& " ' < >` for an XML attribute value, `&` first.

@@ -10,6 +10,7 @@ pub mod compiler;
 pub mod frontmatter;
 pub mod hook;
 pub mod layout;
+pub mod links;
 pub mod lock;
 pub mod ops;
 pub mod pathrules;

@@ -59,15 +59,42 @@ pub fn read_head(repo: &Repository) -> Result<Option<Head<'_>>, RepoError> {
     let commit = head
         .peel_to_commit()
         .map_err(|e| unreadable("HEAD commit", e))?;
+    commit_snapshot(repo, commit, location).map(Some)
+}
+
+/// The tree of commit `id`, read the same way as HEAD's (the last valid
+/// revision when HEAD's tree fails the validator).
+pub fn read_commit(repo: &Repository, id: Oid) -> Result<Head<'_>, RepoError> {
+    let location = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
+    let commit = repo
+        .find_commit(id)
+        .map_err(|e| RepoError::UnreadableObject {
+            path: location.clone(),
+            what: format!("commit {id}"),
+            source: e,
+        })?;
+    commit_snapshot(repo, commit, location)
+}
+
+fn commit_snapshot<'r>(
+    repo: &'r Repository,
+    commit: git2::Commit<'r>,
+    location: PathBuf,
+) -> Result<Head<'r>, RepoError> {
+    let unreadable = |what: &str, source| RepoError::UnreadableObject {
+        path: location.clone(),
+        what: what.to_string(),
+        source,
+    };
     let tree = commit
         .tree()
         .map_err(|e| unreadable(&format!("tree of {}", commit.id()), e))?;
-    Ok(Some(Head {
+    Ok(Head {
         repo,
         revision: commit.id(),
         tree,
         workdir: location,
-    }))
+    })
 }
 
 impl<'r> Head<'r> {

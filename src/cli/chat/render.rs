@@ -25,7 +25,8 @@ const ARGS_MAX: usize = 200;
 /// How much of a turn is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detail {
-    /// The reply, tool calls, failures and an abnormal end (`chat`).
+    /// The reply, steps, reminders, memory updates, tool calls, failures
+    /// and an abnormal end (`chat`).
     Brief,
     /// Everything (`attach`).
     Full,
@@ -70,11 +71,13 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
             note(format!("· stopped: {}", first_line(stop_reason)))
         }
         TurnEvent::Done { .. } if full => note("· done".into()),
-        TurnEvent::Step { n } if full => note(format!("· step {n}")),
-        TurnEvent::Reminders { items } if full && !items.is_empty() => {
+        // Steps, reminders and memory updates are what the book's
+        // transcripts show of a turn, in `chat` as in `attach`.
+        TurnEvent::Step { n } => note(format!("· step {n}")),
+        TurnEvent::Reminders { items } if !items.is_empty() => {
             note(format!("· reminders: {}", clean(&items.join(", "))))
         }
-        TurnEvent::MemoryUpdate { revision } if full => note(match revision {
+        TurnEvent::MemoryUpdate { revision } => note(match revision {
             Some(r) => format!("· memory changed (revision {})", clean(r)),
             None => "· memory changed".into(),
         }),
@@ -310,7 +313,7 @@ mod tests {
     }
 
     #[test]
-    fn brief_shows_failures_full_shows_everything() {
+    fn brief_shows_the_turns_course_full_shows_everything() {
         let ok = result("Memory insert committed locally (abc1234).\nmore", false);
         let bad = result("No space left on device\ndetail", true);
         assert_eq!(event(&ok, Detail::Brief), None);
@@ -338,26 +341,28 @@ mod tests {
         assert_eq!(event(&done("end_turn"), Detail::Brief), None);
         assert_eq!(event(&done("end_turn"), Detail::Full), note("· done"));
         let step = TurnEvent::Step { n: 3 };
-        assert_eq!(event(&step, Detail::Brief), None);
+        assert_eq!(event(&step, Detail::Brief), note("· step 3"));
         assert_eq!(event(&step, Detail::Full), note("· step 3"));
         let reminders = TurnEvent::Reminders {
             items: vec!["agent-info".into(), "memory-commit-needed".into()],
         };
-        assert_eq!(event(&reminders, Detail::Brief), None);
-        assert_eq!(
-            event(&reminders, Detail::Full),
-            note("· reminders: agent-info, memory-commit-needed")
-        );
+        for d in [Detail::Brief, Detail::Full] {
+            assert_eq!(
+                event(&reminders, d),
+                note("· reminders: agent-info, memory-commit-needed")
+            );
+        }
         let none = TurnEvent::Reminders { items: vec![] };
         assert_eq!(event(&none, Detail::Full), None);
         let update = TurnEvent::MemoryUpdate {
             revision: Some("3f0c1e2".into()),
         };
-        assert_eq!(event(&update, Detail::Brief), None);
-        assert_eq!(
-            event(&update, Detail::Full),
-            note("· memory changed (revision 3f0c1e2)")
-        );
+        for d in [Detail::Brief, Detail::Full] {
+            assert_eq!(
+                event(&update, d),
+                note("· memory changed (revision 3f0c1e2)")
+            );
+        }
     }
 
     #[test]

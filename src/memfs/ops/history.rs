@@ -124,6 +124,28 @@ fn status_name(d: Delta) -> &'static str {
     }
 }
 
+/// Paths that differ between two committed revisions (`git diff
+/// --name-only OLD NEW`), old and new names of a rename both included.
+pub fn changed_paths(repo: &Repository, old: &str, new: &str) -> Result<Vec<String>, OpError> {
+    let (_, old_tree) = resolve_tree(repo, old)?;
+    let (_, new_tree) = resolve_tree(repo, new)?;
+    let d = repo
+        .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+        .map_err(git("diff two revisions"))?;
+    let mut paths: Vec<String> = Vec::new();
+    for delta in d.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(p) = file.path() {
+                let p = p.to_string_lossy().into_owned();
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+        }
+    }
+    Ok(paths)
+}
+
 /// Unified diff of the working tree (through the index, like `git diff
 /// REV`) against `rev` (default `HEAD`). Untracked files are included as
 /// additions, since a new memory file is exactly what one wants to review

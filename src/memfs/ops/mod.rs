@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature};
 
-pub use history::{DiffFile, DiffOutput, LogEntry, diff, log};
+pub use history::{DiffFile, DiffOutput, LogEntry, changed_paths, diff, log};
 
 use super::commit::{
     CommitError, CommitOptions, CommitOutcome, HARD_READ_CAP, check_case_collision, check_path,
