@@ -249,3 +249,47 @@ fn conversation_index(home: &Path, agent: &str) -> String {
     assert!(o.status.success(), "{}", stderr(&o));
     String::from_utf8(o.stdout).unwrap()
 }
+
+#[test]
+fn skills_are_offered_per_request_outside_the_cached_prompt() {
+    if !confinement_or_skip("skills_are_offered_per_request_outside_the_cached_prompt") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["dee"]);
+    let o = Command::new(bin())
+        .env("MINI_LETTA_HOME", h)
+        .args([
+            "memory",
+            "create",
+            "skills/pdf/SKILL.md",
+            "--description",
+            "Read and write PDFs",
+            "--body",
+            "How to read PDFs.",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    chat(h, "hi", &[]);
+    let system = last_request(h, &agent)["system"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let skills_root = h.join("agents").join(&agent).join("memory/skills");
+    let block = format!(
+        "\n\n<available_skills>\n{}\n└── pdf/\n    └── SKILL.md (Read and write PDFs)\n</available_skills>",
+        skills_root.display()
+    );
+    assert!(system.ends_with(&block), "{system}");
+    let cache: Value =
+        serde_json::from_str(&conversation_file(h, &agent, "system-prompt.json")).unwrap();
+    assert!(
+        !cache["content"]
+            .as_str()
+            .unwrap()
+            .contains("available_skills"),
+        "the block is per request, not cached"
+    );
+}

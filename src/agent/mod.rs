@@ -8,5 +8,6 @@ pub mod index;
 pub mod prompt_cache;
 pub mod record;
 pub mod runtime;
+pub mod skills;
 pub mod store;
 pub mod tools;

@@ -167,7 +167,11 @@ pub fn run_turn(
         let prompt =
             prompt_cache::resolve(agent, record, &input.conversation, context_len, recompile)?;
         recompile = false;
-        let system = prompt.system.clone();
+        // Skills are offered per request, outside the cached prompt.
+        let system = super::skills::append_block(
+            &prompt.system,
+            &super::skills::discover(&agent.memory_dir()),
+        );
         if let Some(notice) = prompt.notice.as_ref().filter(|_| step == 1) {
             emit(&TurnEvent::Reminders {
                 items: vec!["memory-revision-invalid".into()],
