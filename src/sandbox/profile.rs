@@ -55,6 +55,15 @@ pub struct Limits {
     pub memory_mb: u64,
     pub file_size_mb: u64,
     pub open_files: u64,
+    /// CPU time per wall-clock time, in percent of one core (100 = one
+    /// core): a tenant that spins (a fork bomb between failed forks) cannot
+    /// take every core from the others.
+    #[serde(default = "default_cpu_percent")]
+    pub cpu_percent: u64,
+}
+
+fn default_cpu_percent() -> u64 {
+    100
 }
 
 /// A profile as written.

@@ -373,15 +373,18 @@ fn probe_cgroup() -> CgroupInfo {
         if std::fs::create_dir_all(&root).is_ok() {
             let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids +memory");
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
+            // The CPU limit where the controller can be had (optional).
+            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+cpu");
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
             return CgroupInfo {
                 version: "v2".into(),
                 roots: vec![root],
             };
         }
     }
-    // v1: separate pids and memory hierarchies.
+    // v1: separate pids and memory hierarchies (and cpu where mounted).
     let mut roots = Vec::new();
-    for ctrl in ["pids", "memory"] {
+    for ctrl in ["pids", "memory", "cpu"] {
         let dir = base.join(ctrl);
         if dir.join("cgroup.procs").exists() {
             let root = dir.join("mini-letta");
