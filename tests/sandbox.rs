@@ -394,6 +394,66 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
     }
 }
 
+/// A tenant's CPU bandwidth is held to its profile's `cpu_percent` (one
+/// core by default) where the cpu controller is there.
+#[test]
+fn a_childs_cpu_bandwidth_is_limited() {
+    if !require_layers() {
+        return;
+    }
+    let v = status_json(&[]);
+    let roots: Vec<std::path::PathBuf> = v["cgroup_info"]["roots"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|p| p.as_str())
+                .map(Into::into)
+                .collect()
+        })
+        .unwrap_or_default();
+    let version = v["cgroup_info"]["version"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let (file, want) = match version.as_str() {
+        "v1" => match roots.iter().find(|r| r.starts_with("/sys/fs/cgroup/cpu")) {
+            Some(r) => (r.clone(), "cpu.cfs_quota_us"),
+            None => {
+                common::skip_or_fail("cgroup v1 without the cpu controller: no CPU limit");
+                return;
+            }
+        },
+        "v2" => match roots.first() {
+            Some(r) => (r.clone(), "cpu.max"),
+            None => return common::skip_or_fail("no cgroup root"),
+        },
+        other => return common::skip_or_fail(&format!("no cgroup hierarchy: {other}")),
+    };
+    let h = home_with_two_agents();
+    let mut run = Command::new(bin())
+        .args(["sandbox", "run", "-a", "alice", "--", "sleep", "2"])
+        .env("MINI_LETTA_HOME", h.dir.path())
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .spawn()
+        .unwrap();
+    let path = file.join(&h.a).join("tool").join(want);
+    let mut seen = String::new();
+    common::wait_until(10, || {
+        seen = std::fs::read_to_string(&path).unwrap_or_default();
+        !seen.is_empty()
+    });
+    assert!(run.wait().unwrap().success());
+    let expected = if version == "v1" {
+        "100000"
+    } else {
+        "100000 100000"
+    };
+    if version == "v2" && seen.is_empty() {
+        return common::skip_or_fail("cgroup v2 without the cpu controller enabled");
+    }
+    assert_eq!(seen.trim(), expected, "{}", path.display());
+}
+
 #[test]
 fn status_reports_what_a_confined_child_sees() {
     if !require_layers() {
