@@ -2,7 +2,10 @@
 //! agents under load (one client per agent, turns that commit a memory
 //! fact), and a fault every few hundred milliseconds chosen at random —
 //! `kill -9` of an agent child, `kill -9` of the supervisor (then a restart),
-//! a full disk (an agent's quota volume filled, then emptied). After each
+//! a full disk (an agent's quota volume filled, then emptied), a `SIGSTOP`ped
+//! agent child past its client's deadline (the client gives up and goes
+//! away; the supervisor must kill the turn), and a read-only remount of an
+//! agent's volume under its turns. After each
 //! fault and at the end: every repository passes `git fsck` and the
 //! validator at `main`, every fact whose turn was acknowledged is in `main`,
 //! every `messages.jsonl` parses line by line, and at the end no process of
@@ -40,6 +43,33 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+}
+
+/// How long a client waits for its turn before it gives up (and goes
+/// away, which cancels the turn).
+const TURN_DEADLINE: Duration = Duration::from_secs(20);
+
+/// `run`, but a client that has not finished by `deadline` is killed (a
+/// turn stuck on a stopped child); its output is what it had printed.
+fn run_with_deadline(home: &Path, args: &[&str], deadline: Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = Command::new(common::bin())
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
 }
 
 #[derive(Default)]
@@ -158,7 +188,7 @@ fn main() -> ExitCode {
                 "create",
                 &format!("a{i}"),
                 "--disk-mb",
-                "16",
+                "64",
                 "--json",
             ],
         );
@@ -181,7 +211,7 @@ fn main() -> ExitCode {
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
                     let fact = format!("fact-{i}-{n}");
-                    let o = run(
+                    let o = run_with_deadline(
                         &home,
                         &[
                             "chat",
@@ -190,9 +220,11 @@ fn main() -> ExitCode {
                             "-p",
                             &format!("记住: {fact}"),
                         ],
+                        TURN_DEADLINE,
                     );
+                    // The mock names the commit that landed.
                     let ok = o.status.success()
-                        && String::from_utf8_lossy(&o.stdout).contains("好的，已更新记忆。");
+                        && String::from_utf8_lossy(&o.stdout).contains("好的，已更新记忆（提交 ");
                     let mut t = tally.lock().unwrap();
                     if ok {
                         t.acknowledged += 1;
@@ -200,12 +232,18 @@ fn main() -> ExitCode {
                     } else {
                         t.failed_turns += 1;
                         let err = String::from_utf8_lossy(&o.stderr);
+                        let out = String::from_utf8_lossy(&o.stdout);
+                        // Ids and numbers out, so alike failures count as one.
                         let why = err
                             .lines()
                             .find(|l| l.contains("error"))
-                            .unwrap_or("(no error text)")
+                            .or_else(|| out.lines().last())
+                            .unwrap_or("(no output)")
+                            .split(|c: char| c.is_whitespace() || c == '/')
+                            .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+                            .collect::<Vec<_>>()
+                            .join(" ")
                             .chars()
-                            .filter(|c| !c.is_ascii_digit())
                             .take(120)
                             .collect::<String>();
                         *t.errors.entry(why).or_default() += 1;
@@ -220,10 +258,12 @@ fn main() -> ExitCode {
     let mut injected = 0;
     while injected < faults && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200 + rng.below(400)));
-        let kind = match rng.below(10) {
-            0..=5 => "kill-agent-child",
-            6..=7 => "kill-supervisor",
-            _ => "disk-full",
+        let kind = match rng.below(12) {
+            0..=4 => "kill-agent-child",
+            5..=6 => "kill-supervisor",
+            7..=8 => "disk-full",
+            9 => "stop-agent-child",
+            _ => "read-only-remount",
         };
         let t0 = Instant::now();
         match kind {
@@ -259,6 +299,55 @@ fn main() -> ExitCode {
                         .unwrap()
                         .corrupt
                         .push("the supervisor did not restart".into());
+                }
+            }
+            "stop-agent-child" => {
+                // Stopped past its client's deadline: the client gives up
+                // and goes away, and the supervisor kills the turn.
+                let kids = agent_children(&home);
+                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                    continue;
+                };
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGSTOP,
+                );
+                // Recovery: the stopped child is gone (killed on its
+                // client's departure).
+                let gone = common::wait_until(TURN_DEADLINE.as_secs() + 10, || {
+                    !agent_children(&home).contains(pid)
+                });
+                if !gone {
+                    tally
+                        .lock()
+                        .unwrap()
+                        .corrupt
+                        .push(format!("a stopped child ({pid}) was never reclaimed"));
+                }
+            }
+            "read-only-remount" => {
+                // The agent's volume turns read-only under its turns, then
+                // writable again.
+                let i = rng.below(agents as u64) as usize;
+                let dir = home.join("agents").join(&ids[i]);
+                let remount = |opt: &str| {
+                    Command::new("mount")
+                        .args(["-o", &format!("remount,{opt}")])
+                        .arg(&dir)
+                        .status()
+                        .is_ok_and(|s| s.success())
+                };
+                if remount("ro") {
+                    std::thread::sleep(Duration::from_millis(300 + rng.below(400)));
+                    if !remount("rw") {
+                        tally
+                            .lock()
+                            .unwrap()
+                            .corrupt
+                            .push(format!("cannot remount {} writable", dir.display()));
+                    }
+                } else {
+                    continue;
                 }
             }
             _ => {
