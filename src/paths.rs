@@ -285,6 +285,10 @@ pub const CONTEXT_FILE_NAME: &str = "context.json";
 pub const SYSTEM_PROMPT_FILE_NAME: &str = "system-prompt.json";
 pub const LAST_REQUEST_FILE_NAME: &str = "last-request.json";
 pub const PENDING_REMINDERS_FILE_NAME: &str = "pending-reminders.json";
+/// The last compaction of the conversation (`agent::context::compact`).
+pub const COMPACTION_EVENT_FILE_NAME: &str = "compaction-event.json";
+/// The conversation's own settings (its context window).
+pub const CONVERSATION_SETTINGS_FILE_NAME: &str = "settings.json";
 
 impl ConversationPaths {
     pub fn dir(&self) -> &Path {
@@ -315,6 +319,16 @@ impl ConversationPaths {
 
     pub fn pending_reminders_json(&self) -> PathBuf {
         self.dir.join(PENDING_REMINDERS_FILE_NAME)
+    }
+
+    /// The record of the conversation's last compaction.
+    pub fn compaction_event_json(&self) -> PathBuf {
+        self.dir.join(COMPACTION_EVENT_FILE_NAME)
+    }
+
+    /// The conversation's settings (`{"context_window_limit": N}`).
+    pub fn settings_json(&self) -> PathBuf {
+        self.dir.join(CONVERSATION_SETTINGS_FILE_NAME)
     }
 }
 

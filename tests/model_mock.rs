@@ -20,6 +20,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         tools: vec![],
         max_tokens: None,
         purpose: Purpose::Turn,
+        context_window: None,
     }
 }
 
@@ -266,6 +267,55 @@ fn summary_is_deterministic() {
     assert_eq!(text_of(&resp), expected);
     let (again, _) = run(&MockModel::new(), &req);
     assert_eq!(again.parts, resp.parts);
+}
+
+#[test]
+fn summary_of_a_transcript_keeps_the_facts() {
+    // What the agent sends to summarise: one user message, the transcript.
+    let transcript = " \n[user] Summary of 3 messages:\n- 记住: 我喜欢茶\n- likes owls\n\
+        [user] <system-reminder>\nAgent info:\n- Agent ID: agent-1\n</system-reminder>\n\n记住: 我住在柏林\n\
+        [assistant] -> memory({\"command\":\"insert\"})\n\
+        [tool] Memory insert committed locally (abc1234).\n\
+        [assistant] 好的\n\
+        [user] 记住: 我喜欢茶\n \n. Generate the summary.";
+    let mut req = request(vec![Message::user(transcript)]);
+    req.system = "Summarise.".into();
+    req.purpose = Purpose::Summary;
+    let (resp, _) = run(&MockModel::new(), &req);
+    assert_eq!(
+        text_of(&resp),
+        "Summary of 6 messages:\n- 记住: 我喜欢茶\n- likes owls\n- 记住: 我住在柏林"
+    );
+    // At most eight facts, the oldest first.
+    let many: String = (1..=12).map(|i| format!("[user] fact {i}\n")).collect();
+    let mut req = request(vec![Message::user(format!(
+        " \n{many} \n. Generate the summary."
+    ))]);
+    req.purpose = Purpose::Summary;
+    let (resp, _) = run(&MockModel::new(), &req);
+    let text = text_of(&resp);
+    assert!(
+        text.starts_with("Summary of 12 messages:\n- fact 1\n"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1 + 8);
+    assert!(text.ends_with("- fact 8"), "{text}");
+}
+
+#[test]
+fn the_request_window_holds_the_mock_to_the_smaller_one() {
+    let mut req = request(vec![Message::user("x".repeat(400))]);
+    assert!(MockModel::new().complete(&req, &mut |_| {}).is_ok());
+    req.context_window = Some(100);
+    let err = MockModel::new().complete(&req, &mut |_| {}).unwrap_err();
+    assert!(matches!(err, ModelError::ContextOverflow { .. }), "{err:?}");
+    // A configured window smaller than the request's wins too.
+    req.context_window = Some(100_000);
+    let err = MockModel::new()
+        .with_context_window(Some(100))
+        .complete(&req, &mut |_| {})
+        .unwrap_err();
+    assert!(err.to_string().contains("> 100 maximum"), "{err}");
 }
 
 #[test]

@@ -218,6 +218,7 @@ fn request(handle: &str, messages: Vec<Message>) -> ModelRequest {
         tools: vec![bash_tool()],
         max_tokens: Some(256),
         purpose: Purpose::Turn,
+        context_window: None,
     }
 }
 

@@ -8,6 +8,9 @@
 //!   messages the model sees, in order (compaction rewrites this, not the log).
 //! * `pending-reminders.json` — `{"items": [{"id", "text"}]}`: reminders
 //!   queued after a turn and delivered with the next user message.
+//! * `settings.json` — `{"context_window_limit": N}`: the conversation's own
+//!   context window (`chat --context-window N`), over the agent's.
+//! * `compaction-event.json` — the last compaction (`agent::context`).
 //!
 //! JSON files are replaced atomically (temp file, fsync, rename).
 //!
@@ -25,8 +28,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::agentfs::{Dir, FsError};
 use crate::paths::{
-    AgentPaths, CONTEXT_FILE_NAME, CONVERSATIONS_DIR_NAME, ConversationPaths,
-    LAST_REQUEST_FILE_NAME, MESSAGES_FILE_NAME, PENDING_REMINDERS_FILE_NAME, PathsError,
+    AgentPaths, COMPACTION_EVENT_FILE_NAME, CONTEXT_FILE_NAME, CONVERSATION_SETTINGS_FILE_NAME,
+    CONVERSATIONS_DIR_NAME, ConversationPaths, LAST_REQUEST_FILE_NAME, MESSAGES_FILE_NAME,
+    PENDING_REMINDERS_FILE_NAME, PathsError,
 };
 use crate::protocol::messages::{Message, Part, Role, Usage};
 
@@ -201,6 +205,15 @@ pub struct Reminder {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct RemindersFile {
     items: Vec<Reminder>,
+}
+
+/// A conversation's own settings (`settings.json`); unknown keys are kept
+/// out of the way, not refused (a child writes this directory).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationSettings {
+    /// The context window of this conversation's turns, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window_limit: Option<u64>,
 }
 
 /// An open conversation.
@@ -393,13 +406,61 @@ impl Conversation {
         self.write_file(LAST_REQUEST_FILE_NAME, json)
     }
 
-    /// The in-context messages, in order (unknown ids are skipped).
+    /// The in-context messages, in order (unknown ids are skipped; an id
+    /// stored twice is its latest line).
     pub fn context(&self) -> Result<Vec<&StoredMessage>, ConversationError> {
         let ids = self.context_ids()?;
+        let by_id: std::collections::HashMap<&str, &StoredMessage> =
+            self.messages.iter().map(|m| (m.id.as_str(), m)).collect();
         Ok(ids
             .iter()
-            .filter_map(|id| self.messages.iter().rev().find(|m| &m.id == id))
+            .filter_map(|id| by_id.get(id.as_str()).copied())
             .collect())
+    }
+
+    /// Append `msg` to the log without putting it in the context, then make
+    /// `ids` the context: what a compaction does (the summary joins, the
+    /// evicted messages leave the context, and the log only grows).
+    pub fn append_and_set_context(
+        &mut self,
+        msg: StoredMessage,
+        ids: &[String],
+    ) -> Result<(), ConversationError> {
+        self.append_outside_context(msg)?;
+        self.set_context_ids(ids)
+    }
+
+    /// The conversation's settings (defaults when it has none; an
+    /// unreadable file is reported, not guessed at).
+    pub fn settings(&self) -> Result<ConversationSettings, ConversationError> {
+        match read_optional(&self.dir, CONVERSATION_SETTINGS_FILE_NAME, MAX_JSON_BYTES)? {
+            Some(b) => serde_json::from_slice(&b).map_err(|e| ConversationError::Corrupt {
+                path: self.paths.settings_json(),
+                message: e.to_string(),
+            }),
+            None => Ok(ConversationSettings::default()),
+        }
+    }
+
+    /// Replace the conversation's settings.
+    pub fn set_settings(&self, settings: &ConversationSettings) -> Result<(), ConversationError> {
+        let json = to_json(self.paths.settings_json(), settings)?;
+        self.write_file(CONVERSATION_SETTINGS_FILE_NAME, &json)
+    }
+
+    /// The last compaction's record, as stored (`None` before the first).
+    pub fn compaction_event_bytes(&self) -> Result<Option<Vec<u8>>, ConversationError> {
+        Ok(read_optional(
+            &self.dir,
+            COMPACTION_EVENT_FILE_NAME,
+            MAX_JSON_BYTES,
+        )?)
+    }
+
+    /// Record a compaction (replacing the previous record).
+    pub fn write_compaction_event<T: Serialize>(&self, event: &T) -> Result<(), ConversationError> {
+        let json = to_json(self.paths.compaction_event_json(), event)?;
+        self.write_file(COMPACTION_EVENT_FILE_NAME, &json)
     }
 
     /// Queued reminders.

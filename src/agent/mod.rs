@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod cache;
+pub mod context;
 pub mod conversation;
 pub mod index;
 pub mod prompt_cache;

@@ -25,6 +25,8 @@ pub struct AgentRecord {
     #[serde(default)]
     pub tags: Vec<String>,
     pub model: String,
+    /// Free-form model settings; `context_window_limit` (tokens) is the
+    /// context window of the agent's turns (`agent create --context-window`).
     #[serde(default)]
     pub model_settings: serde_json::Map<String, serde_json::Value>,
     pub created_at: String,
@@ -35,4 +37,8 @@ pub struct AgentRecord {
     /// Disk and inode quota: the agent's directory is a volume this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<crate::sandbox::volume::Quota>,
+    /// How its conversations are compacted (`mode`, `prompt`, `clip_chars`,
+    /// `sliding_window_percentage`); the defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_settings: Option<super::context::compact::CompactionSettings>,
 }

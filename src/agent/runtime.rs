@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::context::{ContextError, MAX_OVERFLOW_COMPACTIONS, TurnContext};
 use super::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
 use super::prompt_cache::{self, PromptError};
 use super::record::AgentRecord;
@@ -38,6 +39,8 @@ pub enum RuntimeError {
     Prompt(#[from] PromptError),
     #[error("supervisor channel: {0}")]
     Channel(#[from] ClientError),
+    #[error(transparent)]
+    Context(#[from] ContextError),
 }
 
 fn now() -> String {
@@ -119,6 +122,11 @@ pub fn run_turn(
     settle_dangling(&mut conv, DID_NOT_COMPLETE)?;
     let head_at_start = memory_head(agent);
     let model = input.model.clone().unwrap_or_else(|| record.model.clone());
+    // Context accounting and compaction (agent::context).
+    let window = TurnContext::open(agent, record, input, &model, &conv, channel.clone())?;
+    if input.compact.is_some() {
+        return Ok(window.manual(&mut conv, input.compact.as_deref(), emit)?);
+    }
 
     // Reminders go in front of the user's text, as parts of the same message.
     let mut reminders: Vec<Reminder> = Vec::new();
@@ -194,12 +202,30 @@ pub fn run_turn(
             tools: tools::specs(),
             max_tokens: None,
             purpose: Purpose::Turn,
+            context_window: None,
         };
+        // Over the threshold: compacted first (the request rebuilt).
+        let mut request = window.preflight(&mut conv, request, emit);
         // What the model was sent, for operators (and tests).
         if let Ok(json) = serde_json::to_vec_pretty(&request) {
             let _ = conv.write_last_request(&json);
         }
-        let response = match complete_with_retries(&channel, &request, emit) {
+        let mut response = complete_with_retries(&channel, &request, emit);
+        // The provider said it does not fit: compact and try again.
+        for _ in 0..MAX_OVERFLOW_COMPACTIONS {
+            if !matches!(response, Err(ModelFailure::ContextOverflow { .. })) {
+                break;
+            }
+            let Some(retry) = window.after_overflow(&mut conv, &request, emit) else {
+                break;
+            };
+            request = retry;
+            if let Ok(json) = serde_json::to_vec_pretty(&request) {
+                let _ = conv.write_last_request(&json);
+            }
+            response = complete_with_retries(&channel, &request, emit);
+        }
+        let response = match response {
             Ok(r) if r.parts.is_empty() => Err(ModelFailure::fatal(
                 "the model returned an empty response (no text, no tool call)",
             )),
@@ -279,6 +305,7 @@ pub fn run_turn(
             model: Some(response.model.clone()),
             ts: now(),
         })?;
+        window.after_response(&mut conv, &request, emit);
         if calls.is_empty() {
             break "end_turn".to_string();
         }
@@ -341,7 +368,7 @@ fn hint_for(e: &ModelFailure) -> Option<String> {
             Some("the provider may be overloaded or unreachable; try again shortly".into())
         }
         ModelFailure::ContextOverflow { .. } => Some(
-            "the conversation no longer fits the model's context window; start another with --conversation".into(),
+            "the request did not fit the model's context window even after compaction; try `mini-letta compact --mode all`, a larger --context-window, or a shorter system prompt".into(),
         ),
         ModelFailure::Fatal { status: Some(401 | 403), .. } => Some(
             "check the provider's API key (OPENAI_API_KEY / ANTHROPIC_API_KEY, or api_key in config.toml)".into(),

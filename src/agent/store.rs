@@ -125,6 +125,19 @@ pub fn create_with(
     quota: Option<crate::sandbox::volume::Quota>,
     model: Option<&str>,
 ) -> Result<AgentRecord, StoreError> {
+    create_with_settings(home, name, system, quota, model, serde_json::Map::new())
+}
+
+/// [`create_with`], the record's `model_settings` given (e.g. its
+/// `context_window_limit`).
+pub fn create_with_settings(
+    home: &Home,
+    name: &str,
+    system: Option<String>,
+    quota: Option<crate::sandbox::volume::Quota>,
+    model: Option<&str>,
+    model_settings: serde_json::Map<String, serde_json::Value>,
+) -> Result<AgentRecord, StoreError> {
     check_name(name)?;
     let _names = lock_names(home)?;
     if list_all(home)?.name_taken(name, None) {
@@ -138,10 +151,11 @@ pub fn create_with(
         system: system.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
         tags: Vec::new(),
         model: model.unwrap_or(DEFAULT_MODEL).to_string(),
-        model_settings: serde_json::Map::new(),
+        model_settings,
         created_at: iso_timestamp(OffsetDateTime::now_utc()),
         sandbox_uid: None,
         quota,
+        compaction_settings: None,
     };
     let staging = home.agent_staging(&record.id)?;
     match build_agent_dir(&staging, &record) {

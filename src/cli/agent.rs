@@ -15,7 +15,8 @@ use crate::agent::{archive, store};
 pub enum AgentCommand {
     /// Create an agent with a fresh memory repository (memfs-v2 layout).
     #[command(after_help = "Examples:\n  mini-letta agent create alice\n  \
-                            mini-letta agent create bob --model openai/gpt-4o-mini")]
+                            mini-letta agent create bob --model openai/gpt-4o-mini\n  \
+                            mini-letta agent create tiny --context-window 900")]
     Create {
         /// A unique, human-readable name.
         name: String,
@@ -35,6 +36,12 @@ pub enum AgentCommand {
         /// default: `[quota] inodes`, else 64 per MB).
         #[arg(long, value_name = "N")]
         inodes: Option<u64>,
+        /// Context window of its turns in tokens, recorded as
+        /// `model_settings.context_window_limit` (default: the window
+        /// config.toml gives its model). Conversations are compacted above
+        /// window − min(16384, window / 5).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        context_window: Option<u64>,
         /// Print the new agent's record as JSON ({"id", "name", "model",
         /// "created_at", "system", …}).
         #[arg(long)]
@@ -135,7 +142,8 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one agent's record and where its files are.
+    /// Show one agent's record and where its files are, and the context
+    /// figures of its default conversation.
     #[command(after_help = "Examples:
   mini-letta agent show
   mini-letta agent show owl
@@ -151,7 +159,8 @@ pub enum AgentCommand {
             conflicts_with = "agent"
         )]
         agent_flag: Option<String>,
-        /// Print the record (and its directories) as JSON.
+        /// Print the record (and its directories, and the default
+        /// conversation's context figures as "context") as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -173,9 +182,17 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             system_file,
             disk_mb,
             inodes,
+            context_window,
             json,
         } => {
             let model = model.as_deref().map(model_handle).transpose()?;
+            let mut model_settings = serde_json::Map::new();
+            if let Some(w) = context_window {
+                model_settings.insert(
+                    crate::agent::context::window::WINDOW_SETTING.into(),
+                    json!(w),
+                );
+            }
             let system =
                 match system_file {
                     Some(f) => Some(std::fs::read_to_string(f).with_context(|| {
@@ -196,7 +213,14 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                     })
                 }
             };
-            let record = store::create_with(&home, name, system, quota, model.as_deref())?;
+            let record = store::create_with_settings(
+                &home,
+                name,
+                system,
+                quota,
+                model.as_deref(),
+                model_settings,
+            )?;
             if *json {
                 output::json(&record)?;
             } else {
@@ -293,11 +317,24 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             let selector = agent.as_deref().or(agent_flag.as_deref());
             let (record, paths) = store::find(&home, selector)?;
             let memory_dir = paths.memory_dir();
+            let context = super::context::context_report(
+                &home,
+                &record,
+                &paths,
+                super::prompt::DEFAULT_CONVERSATION,
+            );
             if *json {
                 let mut value = serde_json::to_value(&record)?;
                 if let Some(obj) = value.as_object_mut() {
                     obj.insert("dir".into(), json!(paths.dir()));
                     obj.insert("memory_dir".into(), json!(memory_dir));
+                    obj.insert(
+                        "context".into(),
+                        match &context {
+                            Ok(r) => serde_json::to_value(r)?,
+                            Err(e) => json!({ "error": super::one_line(e) }),
+                        },
+                    );
                 }
                 output::json(&value)?;
             } else {
@@ -310,6 +347,26 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 );
                 println!("directory:  {}", paths.dir().display());
                 println!("memory:     {}", memory_dir.display());
+                match &context {
+                    Ok(r) => {
+                        println!("window:     {}", super::context::window_text(r));
+                        let threshold = match r.window.threshold {
+                            Some(t) if r.over_threshold => {
+                                format!(
+                                    ", over the {t} threshold (the next turn compacts what it can first)"
+                                )
+                            }
+                            Some(t) => format!(" of {t} before compaction"),
+                            None => String::new(),
+                        };
+                        println!(
+                            "context:    {} tokens{threshold}; {} of {} messages in context (default conversation)",
+                            r.tokens, r.messages_in_context, r.messages_stored
+                        );
+                        println!("compacted:  {}", super::context::last_compaction_text(r));
+                    }
+                    Err(e) => println!("context:    unavailable ({})", super::one_line(e)),
+                }
                 println!("system prompt ({} bytes):", record.system.len());
                 for line in record.system.lines() {
                     println!("  {line}");

@@ -39,12 +39,16 @@ One turn at a time runs per conversation: a second chat on a busy
 conversation waits for the running turn (it says so), then runs.
 Ctrl-C during a turn cancels that turn (the conversation records the
 interruption); a second Ctrl-C, or Ctrl-D at the prompt, leaves.
+MINI_LETTA_CONTEXT_WINDOW=N sets the context window of one run without
+keeping it; MINI_LETTA_REFLECTION_CONTEXT_WINDOW=N the one reflection
+sub-agents will get.
 
 Examples:
   mini-letta chat -a alice -p '记住: I like tea'
   mini-letta chat -a alice -p -
   mini-letta chat -a alice --prompt-file question.txt --json
-  mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini")]
+  mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini
+  mini-letta chat -a alice --context-window 900 -p 'hello'")]
 pub struct ChatArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
@@ -84,6 +88,24 @@ pub struct ChatArgs {
     /// Recompile the system prompt before the first step.
     #[arg(long)]
     recompile: bool,
+    /// Context window of this conversation in tokens, kept for its later
+    /// turns (default: $MINI_LETTA_CONTEXT_WINDOW for this run, else the
+    /// conversation's, the agent's, the model's configured window). The
+    /// conversation is compacted above window − min(16384, window / 5).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    context_window: Option<u64>,
+}
+
+/// The windows a CLI passes to a turn from its environment:
+/// `MINI_LETTA_CONTEXT_WINDOW` and `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
+pub(crate) fn env_windows() -> anyhow::Result<(Option<u64>, Option<u64>)> {
+    use crate::agent::context::window::{
+        CONTEXT_WINDOW_ENV, REFLECTION_CONTEXT_WINDOW_ENV, env_window,
+    };
+    Ok((
+        env_window(CONTEXT_WINDOW_ENV)?,
+        env_window(REFLECTION_CONTEXT_WINDOW_ENV)?,
+    ))
 }
 
 /// Largest message read from stdin or a file.
@@ -124,7 +146,7 @@ fn one_shot_text(args: &ChatArgs) -> anyhow::Result<Option<String>> {
 /// the model (known form, key, valid `config.toml`). The supervisor checks
 /// again; this makes an interactive chat fail at its start, not at its
 /// first message.
-fn precheck(
+pub(crate) fn precheck(
     home: &Home,
     agent: &AgentPaths,
     model: &str,
@@ -145,18 +167,18 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let one_shot = one_shot_text(args)?;
+    let (env_window, reflection_window) = env_windows()?;
     interrupt::install();
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     let model = args.model.clone().unwrap_or_else(|| record.model.clone());
     precheck(&home, &agent, &model, &args.conversation)?;
-    let mut runner = TurnRunner {
-        home: home.clone(),
-        session: None,
-        agent: record.id.clone(),
-        isolation: args.isolation.clone(),
-        workspace: workspace.clone(),
-        conversation: args.conversation.clone(),
-    };
+    let mut runner = TurnRunner::new(
+        home.clone(),
+        record.id.clone(),
+        args.isolation.clone(),
+        workspace.clone(),
+        args.conversation.clone(),
+    );
     let input = |text: &str, recompile: bool, new_session: bool| TurnInput {
         text: text.to_string(),
         conversation: args.conversation.clone(),
@@ -165,6 +187,10 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         workspace: workspace.as_ref().map(|w| w.display().to_string()),
         recompile,
         new_session,
+        context_window: args.context_window,
+        context_window_override: env_window,
+        reflection_context_window: reflection_window,
+        compact: None,
     };
     let Some(prompt) = one_shot else {
         return interactive(&mut runner, &home, &record, args, &input);
@@ -327,6 +353,24 @@ pub struct TurnRunner {
 struct NotTaken;
 
 impl TurnRunner {
+    /// Turns of `agent` (an id) in `conversation`.
+    pub(crate) fn new(
+        home: Home,
+        agent: String,
+        isolation: String,
+        workspace: Option<PathBuf>,
+        conversation: String,
+    ) -> Self {
+        Self {
+            home,
+            session: None,
+            agent,
+            isolation,
+            workspace,
+            conversation,
+        }
+    }
+
     fn session(&mut self) -> anyhow::Result<&mut Session> {
         if self.session.is_none() {
             let session = Session::open(&self.home)?;

@@ -89,9 +89,13 @@ fn cancel(turn: &TurnRef) {
     }
 }
 
+/// The signal ending the command, once [`end_now`] has begun.
+static ENDING: AtomicI32 = AtomicI32::new(0);
+
 /// End the command: stop the embedded supervisor first, then exit with
 /// 128 + the signal's number, as a shell reports it.
 pub fn end_now(sig: i32) -> ! {
+    ENDING.store(sig, Ordering::SeqCst);
     let stopper = shared()
         .stopper
         .lock()
@@ -102,6 +106,20 @@ pub fn end_now(sig: i32) -> ! {
     {
         eprintln!("mini-letta: the embedded supervisor did not stop in time");
     }
+    std::process::exit(128 + sig);
+}
+
+/// Called as the command returns: while a signal is ending it, the main
+/// thread must not exit first (stopping the embedded supervisor ends the
+/// command's child, and with it the command's own wait) — the status is
+/// the signal's.
+pub fn hold_if_ending() {
+    let sig = ENDING.load(Ordering::SeqCst);
+    if sig == 0 {
+        return;
+    }
+    // `end_now` exits the process; this is only its fallback.
+    std::thread::sleep(Duration::from_secs(15));
     std::process::exit(128 + sig);
 }
 

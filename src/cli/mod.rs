@@ -4,6 +4,7 @@
 mod agent;
 pub(crate) mod channel;
 mod chat;
+mod context;
 mod interrupt;
 mod logging;
 mod memory;
@@ -74,6 +75,12 @@ enum Command {
     Conversations(chat::ConversationsArgs),
     /// Compile a conversation's system prompt from memory now and cache it.
     Recompile(chat::RecompileArgs),
+    /// Show a conversation's context window: tokens used, the compaction
+    /// threshold, messages in context and stored, the last compaction.
+    Context(context::ContextArgs),
+    /// Compact a conversation now: summarise older messages into one
+    /// summary message (the log keeps them).
+    Compact(context::CompactArgs),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -160,7 +167,9 @@ pub fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = parse_hot(&args).unwrap_or_else(|| Cli::parse_from(&args));
     init_logging(cli.globals.verbose);
-    match run(&cli) {
+    let result = run(&cli);
+    interrupt::hold_if_ending();
+    match result {
         Ok(code) => code,
         Err(e) => {
             style::eprint_error(&one_line(&e));
@@ -233,6 +242,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(args) => chat::attach(cli, args),
         Command::Conversations(args) => chat::conversations(cli, args),
         Command::Recompile(args) => chat::recompile(cli, args),
+        Command::Context(args) => context::context(cli, args),
+        Command::Compact(args) => context::compact(cli, args),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),

@@ -24,8 +24,17 @@
 //! does not), else
 //! `工具结果：<first result, 200 chars>`.
 //!
-//! [`Purpose::Summary`]: `Summary of N messages:` then one line per message,
-//! `[role] <first line of its text, 80 chars>`.
+//! [`Purpose::Summary`] (a compaction): the request's user message is the
+//! transcript the agent built (`[role] text` entries, spec agent-loop.md
+//! §5), `<system-reminder>` blocks removed. The answer is
+//! `Summary of N messages:` (N = the transcript's entries) then the facts it
+//! kept, one `- ` line each (at most 80 characters, at most
+//! [`SUMMARY_MAX_FACTS`], the oldest first): every `- ` line of a user entry
+//! (what an earlier summary carried), then the first line of each user
+//! entry's own words. So a fact taught before a compaction is still named
+//! after it, and after the next one (an earlier summary is a user entry).
+//! A request that is not a transcript (no entries) is summarised one
+//! message a line, `[role] <first line, 80 chars>`.
 //!
 //! [`Purpose::Reflection`]: the line after `Additional user-provided
 //! reflection instruction` gives keywords (words split on anything not a
@@ -45,8 +54,9 @@
 //!
 //! Usage is always reported: `input_tokens = ceil(request chars / 4)`
 //! ([`request_chars`]), `output_tokens = ceil(response chars / 4)`. With a
-//! context window set, a request above it fails with
-//! [`ModelError::ContextOverflow`], as a real provider would.
+//! context window set (`[providers.mock] context_window`, or the request's
+//! own `context_window`: the smaller of the two), a request above it fails
+//! with [`ModelError::ContextOverflow`], as a real provider would.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +95,11 @@ impl Model for MockModel {
         on_event: &mut dyn FnMut(ModelEvent),
     ) -> Result<ModelResponse, ModelError> {
         let input_tokens = tokens(request_chars(request));
-        if let Some(w) = self.context_window
+        let window = match (self.context_window, request.context_window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(w) = window
             && input_tokens > w
         {
             return Err(ModelError::ContextOverflow {
@@ -321,7 +335,77 @@ fn role_name(r: Role) -> &'static str {
     }
 }
 
+/// Most facts a mock summary keeps (the oldest first).
+pub const SUMMARY_MAX_FACTS: usize = 8;
+/// Longest fact line of a mock summary, in characters.
+const SUMMARY_FACT_CHARS: usize = 80;
+/// How a transcript entry starts (`agent::context::transcript`).
+const TRANSCRIPT_ROLES: [&str; 3] = ["[user] ", "[assistant] ", "[tool] "];
+
+/// The entries of a compaction transcript: `(role, text)`, a line that
+/// starts with `[user] `, `[assistant] ` or `[tool] ` opening the next.
+fn transcript_entries(text: &str) -> Vec<(&'static str, String)> {
+    let mut entries: Vec<(&'static str, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(role) = TRANSCRIPT_ROLES.iter().find(|r| line.starts_with(**r)) {
+            entries.push((role, line[role.len()..].to_string()));
+        } else if let Some((_, body)) = entries.last_mut() {
+            body.push('\n');
+            body.push_str(line);
+        }
+    }
+    entries
+}
+
 fn summarize(messages: &[Message]) -> String {
+    let transcript: String = messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(message_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let entries = transcript_entries(&transcript);
+    if entries.is_empty() {
+        return summarize_messages(messages);
+    }
+    let mut facts: Vec<String> = Vec::new();
+    let mut keep = |fact: &str| {
+        let fact: String = fact.trim().chars().take(SUMMARY_FACT_CHARS).collect();
+        if !fact.is_empty() && !facts.contains(&fact) {
+            facts.push(fact);
+        }
+    };
+    let users: Vec<String> = entries
+        .iter()
+        .filter(|(role, _)| *role == "[user] ")
+        .map(|(_, body)| strip_reminders(body))
+        .collect();
+    for body in &users {
+        for line in body.lines() {
+            if let Some(fact) = line.trim().strip_prefix("- ") {
+                keep(fact);
+            }
+        }
+    }
+    for body in &users {
+        let first = body.lines().map(str::trim).find(|l| !l.is_empty());
+        if let Some(line) = first
+            && !line.starts_with("- ")
+            && !line.starts_with("Summary of ")
+        {
+            keep(line);
+        }
+    }
+    let mut out = format!("Summary of {} messages:", entries.len());
+    for fact in facts.iter().take(SUMMARY_MAX_FACTS) {
+        out.push_str("\n- ");
+        out.push_str(fact);
+    }
+    out
+}
+
+/// A summary of plain messages (no transcript): one line each.
+fn summarize_messages(messages: &[Message]) -> String {
     let mut out = format!("Summary of {} messages:", messages.len());
     for m in messages {
         let text = message_text(m);

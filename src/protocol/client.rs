@@ -306,6 +306,19 @@ impl Client {
         }
     }
 
+    /// `model.info` of the caller's own model (a child) or of `model` (a
+    /// CLI): the context window the supervisor's configuration gives it,
+    /// if any.
+    pub fn model_context_window(
+        &mut self,
+        model: Option<&str>,
+    ) -> Result<Option<u64>, ClientError> {
+        let v = self.call(Call::ModelInfo {
+            model: model.map(str::to_string),
+        })?;
+        Ok(v.get("context_window").and_then(Value::as_u64))
+    }
+
     /// `memory.commit` of `paths` of the caller's own memory checkout.
     pub fn memory_commit(
         &mut self,

@@ -95,6 +95,14 @@ pub enum Call {
     /// A model request; answered by `model.delta` events then a response.
     #[serde(rename = "model.complete")]
     ModelComplete { request: Value },
+    /// What the supervisor knows of a model: its handle and the context
+    /// window configured for it (`null` when none is). A child asks about
+    /// its own recorded model; a CLI names one.
+    #[serde(rename = "model.info")]
+    ModelInfo {
+        #[serde(default)]
+        model: Option<String>,
+    },
     /// Run one turn: the supervisor finds the agent, starts its `agent`
     /// child on the three descriptors sent with the frame (stdin, stdout,
     /// stderr), and answers when the child has exited, with its exit. One
@@ -137,6 +145,7 @@ impl Call {
             Call::MemoryRelease {} => "memory.release",
             Call::MemoryStatus { .. } => "memory.status",
             Call::ModelComplete { .. } => "model.complete",
+            Call::ModelInfo { .. } => "model.info",
             Call::TurnRun(_) => "turn.run",
             Call::TurnCancel { .. } => "turn.cancel",
             Call::TurnEvent { .. } => "turn.event",
@@ -329,6 +338,7 @@ pub const METHODS: &[&str] = &[
     "memory.release",
     "memory.status",
     "model.complete",
+    "model.info",
     "turn.run",
     "turn.cancel",
     "turn.event",

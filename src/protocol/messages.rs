@@ -78,6 +78,12 @@ pub struct ModelRequest {
     pub max_tokens: Option<u32>,
     #[serde(default)]
     pub purpose: Purpose,
+    /// The context window the caller accounts with (tokens). Providers
+    /// ignore it; the mock refuses a request above it, as a real model
+    /// above its own window would (it takes the smaller of this and its
+    /// configured window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 /// Token accounting of one response.

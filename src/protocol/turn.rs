@@ -29,6 +29,22 @@ pub struct TurnInput {
     /// session (an interactive chat is one session; each `chat -p` is one).
     #[serde(default = "yes")]
     pub new_session: bool,
+    /// `chat --context-window N`: the conversation's context window from
+    /// now on (the child stores it in the conversation's settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// `MINI_LETTA_CONTEXT_WINDOW` as the CLI saw it: this turn's window,
+    /// not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window_override: Option<u64>,
+    /// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW` as the CLI saw it: the window
+    /// reflection sub-agents get (parsed and resolved, not used yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reflection_context_window: Option<u64>,
+    /// Not a turn: compact the conversation now (`mini-letta compact`),
+    /// in this mode (`all` or `sliding_window`); `text` is ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact: Option<String>,
 }
 
 fn yes() -> bool {
@@ -69,6 +85,18 @@ pub enum TurnEvent {
     Retry {
         attempt: u32,
         error: String,
+    },
+    /// The conversation was compacted (spec agent-loop.md §5): `trigger` is
+    /// `context_window_limit`, `context_window_overflow` or `manual`;
+    /// `mode` the one applied (`sliding_window` or `all`); counts and
+    /// token estimates are of the in-context messages.
+    Compaction {
+        trigger: String,
+        mode: String,
+        messages_before: u64,
+        messages_after: u64,
+        tokens_before: u64,
+        tokens_after: u64,
     },
     /// The turn waits for another turn of its conversation to finish
     /// (written by the supervisor before the child starts).

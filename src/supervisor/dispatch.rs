@@ -42,6 +42,7 @@ pub async fn handle(
         Call::ModelComplete { request } => {
             rpc::model_complete(state, peer, id, request, sender).await
         }
+        Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
         Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
     }
 }

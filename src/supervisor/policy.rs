@@ -29,6 +29,7 @@ pub const TABLE: &[(&str, [bool; 5])] = &[
     ("memory.release", [true, true, false, false, true]),
     ("memory.status", [true, true, true, true, true]),
     ("model.complete", [true, true, true, true, false]),
+    ("model.info", [true, true, true, true, false]),
     ("turn.run", [true, false, false, false, false]),
     ("turn.cancel", [true, false, false, false, false]),
     ("turn.event", [false, true, false, false, false]),

@@ -285,13 +285,18 @@ pub async fn model_complete(
         move || -> Result<ModelResponse, ModelError> {
             let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
             let model = open_model(&request.model, &cfg)?;
+            // A summary (compaction) is not the turn's text: `attach`
+            // shows the compaction event instead.
+            let turn_text = request.purpose == crate::model::Purpose::Turn;
             model.complete(&request, &mut |event| {
                 if let ModelEvent::TextDelta { text } = event {
-                    st.emit(Event::TurnDelta(TurnDelta {
-                        agent: who_agent.clone(),
-                        child: who_child,
-                        text: text.clone(),
-                    }));
+                    if turn_text {
+                        st.emit(Event::TurnDelta(TurnDelta {
+                            agent: who_agent.clone(),
+                            child: who_child,
+                            text: text.clone(),
+                        }));
+                    }
                     sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
                         request: id,
                         text,
@@ -317,6 +322,50 @@ pub async fn model_complete(
             data: serde_json::to_value(&e).ok(),
         }),
         Err(e) => error(ErrorCode::Internal, format!("model task failed: {e}")),
+    }
+}
+
+/// `model.info`: a model's handle and the context window configured for it
+/// (`[providers.mock] context_window` for mock handles, else `[model]
+/// context_window`; `null` when none is). A child asks about the model
+/// recorded at its launch (naming another is refused, as for
+/// `model.complete`); a CLI names one (the configured default otherwise).
+pub async fn model_info(state: &Arc<State>, peer: &Peer, asked: Option<String>) -> Outcome {
+    let asked = asked
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty());
+    let recorded = match peer {
+        Peer::Child { model, .. } => {
+            if let Some(a) = &asked
+                && a != model
+            {
+                return error(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "refused: this child was launched with model {model:?} and cannot ask about another"
+                    ),
+                );
+            }
+            Some(model.clone())
+        }
+        Peer::Cli => asked,
+    };
+    let home = state.home.clone();
+    let slot = match peer {
+        Peer::Child { agent, .. } => agent.clone(),
+        Peer::Cli => "cli".to_string(),
+    };
+    let result = on_agent_thread(state, &slot, move || {
+        let cfg = ProviderConfig::load(&home)?;
+        let model = recorded.unwrap_or_else(|| crate::model::default_model(&cfg));
+        let window = cfg.context_window_for(&model);
+        Ok::<_, crate::model::ConfigError>(json!({ "model": model, "context_window": window }))
+    })
+    .await;
+    match result {
+        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Err(e)) => error(ErrorCode::Unavailable, e.to_string()),
+        Err(e) => error(ErrorCode::Internal, format!("model.info task failed: {e}")),
     }
 }
 

@@ -60,6 +60,18 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
             note(format!("· retry {attempt}: {}", first_line(error)))
         }
         TurnEvent::Waiting { reason } => note(format!("· {}", first_line(reason))),
+        TurnEvent::Compaction {
+            trigger,
+            mode,
+            messages_before,
+            messages_after,
+            tokens_before,
+            tokens_after,
+        } => note(format!(
+            "· compacted ({}, {}): {messages_before} → {messages_after} messages, {tokens_before} → {tokens_after} tokens",
+            clean(trigger),
+            clean(mode)
+        )),
         TurnEvent::Error { message, hint } => note(match hint {
             Some(h) => format!("· error: {} (hint: {})", one_line(message), one_line(h)),
             None => format!("· error: {}", one_line(message)),

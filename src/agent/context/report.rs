@@ -1,0 +1,116 @@
+//! The context figures of a conversation, for the operator (`mini-letta
+//! context`, `agent show`): the window and its threshold, the tokens the
+//! next request would start from (estimated as the turn loop does, with the
+//! conversation's cached system prompt and the agent's tools), the messages
+//! in context and stored, and the last compaction.
+
+use serde::Serialize;
+
+use super::ContextError;
+use super::compact::CompactionEvent;
+use super::estimate::{self, Estimate, is_summary};
+use super::window::{ResolvedWindow, WindowInputs};
+use crate::agent::conversation::Conversation;
+use crate::agent::record::AgentRecord;
+use crate::agent::{cache, prompt_cache, tools};
+use crate::paths::AgentPaths;
+
+/// What `mini-letta context --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextReport {
+    pub agent: String,
+    pub name: String,
+    pub conversation: String,
+    /// Whether the conversation has been started.
+    pub exists: bool,
+    pub model: String,
+    #[serde(flatten)]
+    pub window: ResolvedWindow,
+    /// The estimate of the context's tokens.
+    pub tokens: u64,
+    /// Whether the next request compacts first.
+    pub over_threshold: bool,
+    pub estimate: Estimate,
+    pub messages_in_context: usize,
+    pub messages_stored: usize,
+    /// Compaction summaries in the log (every compaction made one).
+    pub compactions: usize,
+    pub last_compaction: Option<CompactionEvent>,
+}
+
+/// Where the operator's window comes from: `MINI_LETTA_CONTEXT_WINDOW`,
+/// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW` and the supervisor's
+/// configuration (the conversation's and the agent's settings are read
+/// here).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OperatorWindow {
+    pub environment: Option<u64>,
+    pub reflection: Option<u64>,
+    pub provider: Option<u64>,
+}
+
+/// The figures of `conversation` of an agent (nothing is created).
+pub fn report(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    conversation: &str,
+    operator: OperatorWindow,
+) -> Result<ContextReport, ContextError> {
+    let conv = Conversation::open_existing(agent, conversation)?;
+    let stored_window = match &conv {
+        Some(c) => c.settings()?.context_window_limit,
+        None => None,
+    };
+    let window = ResolvedWindow::resolve(
+        &WindowInputs {
+            option: None,
+            environment: operator.environment,
+            conversation: stored_window,
+            agent: super::window::agent_window(&record.model_settings),
+            reflection: operator.reflection,
+        },
+        || operator.provider,
+    );
+    let system = match cache::load(agent, conversation).ok().flatten() {
+        Some(c) => c.content,
+        None => prompt_cache::compile_now(agent, record, conversation, 0)?.content,
+    };
+    let tools = tools::specs();
+    let (estimate, in_context, stored, compactions, last) = match &conv {
+        Some(c) => {
+            let context = c.context()?;
+            let last = c
+                .compaction_event_bytes()?
+                .and_then(|b| serde_json::from_slice::<CompactionEvent>(&b).ok());
+            (
+                estimate::context_estimate(&context, &system, &tools),
+                context.len(),
+                c.messages().len(),
+                c.messages().iter().filter(|m| is_summary(m)).count(),
+                last,
+            )
+        }
+        None => (
+            estimate::context_estimate(&[], &system, &tools),
+            0,
+            0,
+            0,
+            None,
+        ),
+    };
+    Ok(ContextReport {
+        agent: record.id.clone(),
+        name: record.name.clone(),
+        conversation: conversation.to_string(),
+        exists: conv.is_some(),
+        model: record.model.clone(),
+        over_threshold: window.over(estimate.tokens),
+        window,
+        tokens: estimate.tokens,
+        estimate,
+        messages_in_context: in_context,
+        messages_stored: stored,
+        compactions,
+        last_compaction: last,
+    })
+}
