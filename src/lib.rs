@@ -11,6 +11,7 @@ pub mod memfs;
 pub mod model;
 pub mod paths;
 pub mod protocol;
+pub mod recall;
 pub mod sandbox;
 pub mod supervisor;
 pub mod verify;

@@ -192,6 +192,15 @@ pub const MEMORY_GIT_DIR_NAME: &str = "memory.git";
 pub const TMP_DIR_NAME: &str = "tmp";
 /// Name of the conversations directory inside the agent directory.
 pub const CONVERSATIONS_DIR_NAME: &str = "conversations";
+/// The recall index of an agent, inside `conversations/` (the agent child
+/// may write it); its name is not a valid conversation id.
+pub const RECALL_DIR_NAME: &str = ".recall";
+/// The recall index's lock file.
+pub const RECALL_LOCK_FILE_NAME: &str = "lock";
+/// The recall index's log of terms.
+pub const RECALL_TERMS_FILE_NAME: &str = "terms-v1.log";
+/// The recall index's log of indexed messages.
+pub const RECALL_DOCS_FILE_NAME: &str = "docs-v1.log";
 /// Name of the memory worktrees directory inside the agent directory.
 pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
 /// Name of the reflections directory inside the agent directory.
@@ -243,6 +252,10 @@ impl AgentPaths {
 
     pub fn worktrees_dir(&self) -> PathBuf {
         self.dir.join(WORKTREES_DIR_NAME)
+    }
+
+    pub fn recall_dir(&self) -> PathBuf {
+        self.conversations_dir().join(RECALL_DIR_NAME)
     }
 
     pub fn conversations_dir(&self) -> PathBuf {

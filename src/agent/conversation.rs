@@ -109,6 +109,8 @@ pub fn list_ids(agent: &AgentPaths) -> Result<Vec<String>, ConversationError> {
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
+        // Not the recall index (`.recall`) or anything else not an id.
+        .filter(|n| crate::paths::is_valid_agent_id(n))
         .collect();
     ids.sort();
     Ok(ids)

@@ -10,6 +10,7 @@ mod logging;
 mod memory;
 mod output;
 mod prompt;
+mod recall;
 mod sandbox;
 mod spinner;
 mod style;
@@ -81,6 +82,9 @@ enum Command {
     /// Compact a conversation now: summarise older messages into one
     /// summary message (the log keeps them).
     Compact(context::CompactArgs),
+    /// Search everything an agent has said (ranked), or rebuild its index.
+    #[command(subcommand)]
+    Recall(recall::RecallCommand),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -244,6 +248,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Recompile(args) => chat::recompile(cli, args),
         Command::Context(args) => context::context(cli, args),
         Command::Compact(args) => context::compact(cli, args),
+        Command::Recall(cmd) => recall::run(cli, cmd),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),

@@ -25,6 +25,7 @@ mod recall_search;
 mod write;
 
 pub use bash::{BASH_DEFAULT_TIMEOUT_MS, BASH_MAX_TIMEOUT_MS, OUTPUT_LIMIT};
+pub use recall_search::line as recall_line;
 
 /// What a tool run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,11 +1,12 @@
-//! `recall_search`: search the earlier messages of the agent's
-//! conversations.
+//! `recall_search`: ranked search (BM25) over every message of the agent's
+//! conversations, through the agent's recall index (`crate::recall`),
+//! which this child catches up with its own logs first.
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, string, truncate};
-use crate::agent::conversation::Conversation;
-use crate::protocol::messages::ToolSpec;
+use super::{Args, Tool, ToolContext, ToolOutput, string};
+use crate::protocol::messages::{Role, ToolSpec};
+use crate::recall::{Filters, Hit};
 
 pub(super) const TOOL: Tool = Tool {
     name: "recall_search",
@@ -16,65 +17,80 @@ pub(super) const TOOL: Tool = Tool {
 fn spec() -> ToolSpec {
     ToolSpec {
         name: TOOL.name.into(),
-        description: "Search earlier messages of your conversations.".into(),
+        description: "Search earlier messages of your conversations (ranked; \"quoted phrases\" \
+                      must occur). Results name the conversation and message, and say \
+                      (evicted) when the message is no longer in that conversation's context."
+            .into(),
         parameters: json!({
             "type": "object",
-            "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1},
+                "conversation": {"type": "string"},
+                "role": {"type": "string", "enum": ["user", "assistant", "tool"]},
+                "since": {"type": "string", "description": "YYYY-MM-DD or RFC 3339, inclusive"},
+                "until": {"type": "string", "description": "YYYY-MM-DD or RFC 3339, inclusive"}
+            },
             "required": ["query"]
         }),
     }
 }
 
 fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
-    match string(args, "query") {
-        Some(q) => recall_search(
-            ctx,
-            q,
-            args.get("limit").and_then(Value::as_u64).unwrap_or(10) as usize,
-        ),
-        None => ToolOutput::err("recall_search: 'query' must be a string"),
-    }
-}
-
-/// Term-overlap search over the agent's stored messages (BM25 scoring comes
-/// with the recall issue; this ranks by matched query terms, then recency).
-fn recall_search(ctx: &ToolContext, query: &str, limit: usize) -> ToolOutput {
-    let terms: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-    if terms.is_empty() {
-        return ToolOutput::err("recall_search: empty query");
-    }
-    let mut hits: Vec<(usize, String, String)> = Vec::new();
-    let convs = std::fs::read_dir(ctx.agent.conversations_dir())
-        .into_iter()
-        .flatten()
-        .flatten();
-    for entry in convs {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Ok(conv) = Conversation::open(&ctx.agent, &name) else {
-            continue;
+    let Some(query) = string(args, "query") else {
+        return ToolOutput::err("recall_search: 'query' must be a string");
+    };
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_u64)
+        .unwrap_or(10)
+        .clamp(1, 100) as usize;
+    let mut filters = Filters {
+        conversation: string(args, "conversation").map(str::to_string),
+        ..Filters::default()
+    };
+    if let Some(r) = string(args, "role") {
+        filters.role = match r {
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
+            _ => return ToolOutput::err("recall_search: 'role' is user, assistant or tool"),
         };
-        for m in conv.messages() {
-            let text = m.text();
-            let lower = text.to_lowercase();
-            let score = terms.iter().filter(|t| lower.contains(t.as_str())).count();
-            if score > 0 {
-                hits.push((
-                    score,
-                    m.ts.clone(),
-                    format!("[{name} {} {:?}] {}", m.id, m.role, truncate(&text, 300)),
-                ));
+    }
+    for (key, end) in [("since", false), ("until", true)] {
+        if let Some(s) = string(args, key) {
+            match Filters::parse_date(s, end) {
+                Ok(t) if end => filters.until = Some(t),
+                Ok(t) => filters.since = Some(t),
+                Err(e) => return ToolOutput::err(format!("recall_search: {key}: {e}")),
             }
         }
     }
-    hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-    if hits.is_empty() {
-        return ToolOutput::ok(format!("No messages match {query:?}."));
+    match crate::recall::search(&ctx.agent, query, &filters, limit) {
+        Ok(hits) if hits.is_empty() => ToolOutput::ok(format!("No messages match {query:?}.")),
+        Ok(hits) => ToolOutput::ok(hits.iter().map(line).collect::<Vec<_>>().join("\n")),
+        Err(e) => ToolOutput::err(format!("recall_search: {e}")),
     }
-    ToolOutput::ok(
-        hits.into_iter()
-            .take(limit.max(1))
-            .map(|h| h.2)
-            .collect::<Vec<_>>()
-            .join("\n"),
+}
+
+/// `[conversation msg-… role created_at score] snippet (evicted)`.
+pub fn line(h: &Hit) -> String {
+    format!(
+        "[{} {} {} {} {:.3}] {}{}",
+        h.conversation_id,
+        h.message_id,
+        role_name(h.role),
+        h.created_at,
+        h.score,
+        h.snippet,
+        if h.evicted { " (evicted)" } else { "" }
     )
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
 }

@@ -1,0 +1,362 @@
+//! A query against the index: candidates are the messages holding any
+//! query term and passing the filters (and holding every phrase token);
+//! they are ranked by BM25 with avgdl over them, phrases are checked on
+//! the re-read text of the best ones and add a bonus; ties go to the newer
+//! message. Each hit carries a snippet around its best match and whether
+//! compaction evicted it from its conversation's context.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::RecallError;
+use super::bm25::{idf, term_score};
+use super::index::{DocMeta, Index, Postings, searchable_text};
+use super::query::{Query, phrase_matches};
+use super::tokenize::normalize;
+use crate::agent::conversation::MAX_JSON_BYTES;
+use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
+use crate::protocol::messages::Role;
+
+/// Characters of a snippet before and after its match.
+const SNIPPET_BEFORE: usize = 60;
+const SNIPPET_AFTER: usize = 120;
+/// A phrase's bonus: this share of its tokens' idf per occurrence (three
+/// at most).
+const PHRASE_BONUS: f64 = 0.5;
+
+/// What a search is limited to.
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    pub conversation: Option<String>,
+    /// Unix seconds, inclusive.
+    pub since: Option<i64>,
+    /// Unix seconds, inclusive.
+    pub until: Option<i64>,
+    pub role: Option<Role>,
+}
+
+impl Filters {
+    /// A date (`2026-01-31`) or RFC 3339 time as Unix seconds: a date is
+    /// its first second, or its last when `end` (so `--until` includes it).
+    pub fn parse_date(s: &str, end: bool) -> Result<i64, RecallError> {
+        if let Ok(t) =
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        {
+            return Ok(t.unix_timestamp());
+        }
+        let fmt = time::macros::format_description!("[year]-[month]-[day]");
+        let d = time::Date::parse(s, &fmt).map_err(|_| {
+            RecallError::Invalid(format!(
+                "{s:?} is not a date (YYYY-MM-DD) or an RFC 3339 time"
+            ))
+        })?;
+        let start = d.midnight().assume_utc().unix_timestamp();
+        Ok(if end { start + 86_399 } else { start })
+    }
+
+    fn pass(&self, d: &DocMeta, conv: Option<u32>) -> bool {
+        conv.is_none_or(|c| d.conv == c)
+            && self.role.is_none_or(|r| d.role == r)
+            && self.since.is_none_or(|s| d.ts >= s)
+            && self.until.is_none_or(|u| d.ts <= u)
+    }
+}
+
+/// One result row.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Hit {
+    pub conversation_id: String,
+    pub message_id: String,
+    pub role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub created_at: String,
+    pub score: f64,
+    pub snippet: String,
+    /// No longer in its conversation's `context.json`.
+    pub evicted: bool,
+}
+
+/// Search `agent`'s conversations (the index is opened and caught up
+/// first).
+pub fn search(
+    agent: &AgentPaths,
+    query: &str,
+    filters: &Filters,
+    limit: usize,
+) -> Result<Vec<Hit>, RecallError> {
+    let q = Query::parse(query);
+    if q.is_empty() {
+        return Err(RecallError::Invalid(format!(
+            "the query {query:?} has no words to search for"
+        )));
+    }
+    Index::open(agent)?.search(&q, filters, limit)
+}
+
+impl Index {
+    /// The best `limit` messages for `q` under `filters`.
+    pub fn search(
+        &self,
+        q: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>, RecallError> {
+        let limit = limit.max(1);
+        let n = self.docs.len();
+        let conv = match &filters.conversation {
+            Some(c) => match self.conversation_number(c) {
+                Some(n) => Some(n),
+                None => return Ok(Vec::new()),
+            },
+            None => None,
+        };
+        let terms: Vec<(&Postings, f64)> = q
+            .terms
+            .iter()
+            .filter_map(|t| self.postings_of(t))
+            .map(|p| (p, idf(n as u64, p.docs.len() as u64)))
+            .collect();
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every token of every phrase must be in a candidate.
+        let mut required: Vec<&str> = q
+            .phrases
+            .iter()
+            .flat_map(|p| p.tokens.iter().map(String::as_str))
+            .collect();
+        required.sort_unstable();
+        required.dedup();
+        let mut need: Option<Vec<u8>> = None;
+        if !required.is_empty() {
+            let mut counts = vec![0u8; n];
+            for t in &required {
+                let Some(p) = self.postings_of(t) else {
+                    return Ok(Vec::new());
+                };
+                for &d in &p.docs {
+                    if let Some(c) = counts.get_mut(d as usize) {
+                        *c = c.saturating_add(1);
+                    }
+                }
+            }
+            need = Some(counts);
+        }
+        let want = required.len().min(255) as u8;
+        // Pass 1: the candidate set and its average length.
+        const UNSEEN: f32 = -1.0;
+        const REJECTED: f32 = -2.0;
+        let mut score = vec![UNSEEN; n];
+        let mut touched: Vec<u32> = Vec::new();
+        let mut sum_dl = 0u64;
+        for (p, _) in &terms {
+            for &d in &p.docs {
+                let i = d as usize;
+                if score.get(i) != Some(&UNSEEN) {
+                    continue;
+                }
+                let Some(meta) = self.docs.get(i) else {
+                    continue;
+                };
+                let ok = filters.pass(meta, conv)
+                    && need.as_ref().is_none_or(|c| c.get(i) == Some(&want));
+                if ok {
+                    score[i] = 0.0;
+                    touched.push(d);
+                    sum_dl += u64::from(meta.dl);
+                } else {
+                    score[i] = REJECTED;
+                }
+            }
+        }
+        if touched.is_empty() {
+            return Ok(Vec::new());
+        }
+        let avgdl = sum_dl as f64 / touched.len() as f64;
+        // Pass 2: BM25.
+        for (p, idf) in &terms {
+            for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
+                let i = d as usize;
+                if score.get(i).is_some_and(|s| *s >= 0.0) {
+                    let dl = self.docs.get(i).map_or(0.0, |m| f64::from(m.dl));
+                    score[i] += term_score(*idf, f64::from(tf), dl, avgdl) as f32;
+                }
+            }
+        }
+        let mut ranked: Vec<(f32, i64, u32)> = touched
+            .iter()
+            .map(|&d| {
+                let ts = self.docs.get(d as usize).map_or(0, |m| m.ts);
+                (score[d as usize], ts, d)
+            })
+            .collect();
+        let order = |a: &(f32, i64, u32), b: &(f32, i64, u32)| {
+            b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2))
+        };
+        if q.phrases.is_empty() && ranked.len() > limit {
+            ranked.select_nth_unstable_by(limit - 1, order);
+            ranked.truncate(limit);
+        }
+        ranked.sort_unstable_by(order);
+        let idf_of = |t: &str| {
+            self.postings_of(t)
+                .map_or(0.0, |p| idf(n as u64, p.docs.len() as u64))
+        };
+        let phrase_weight: Vec<f64> = q
+            .phrases
+            .iter()
+            .map(|p| p.tokens.iter().map(|t| idf_of(t)).sum::<f64>() * PHRASE_BONUS)
+            .collect();
+        let best_term = {
+            let mut t: Vec<(&str, f64)> = q.terms.iter().map(|t| (t.as_str(), idf_of(t))).collect();
+            t.sort_by(|a, b| b.1.total_cmp(&a.1));
+            t
+        };
+        let mut contexts: HashMap<u32, Option<HashSet<String>>> = HashMap::new();
+        let mut hits: Vec<(f64, i64, u32, Hit)> = Vec::new();
+        for &(s, ts, d) in &ranked {
+            if hits.len() >= limit {
+                break;
+            }
+            let Some(msg) = self.message(d) else {
+                continue;
+            };
+            let original = searchable_text(&msg);
+            let text = normalize(&original);
+            let mut bonus = 0.0;
+            let mut at: Option<(usize, usize)> = None;
+            let mut all = true;
+            for (p, w) in q.phrases.iter().zip(&phrase_weight) {
+                let found = phrase_matches(&text, &p.text);
+                if found.is_empty() {
+                    all = false;
+                    break;
+                }
+                bonus += w * found.len().min(3) as f64;
+                if at.is_none() {
+                    at = text.find(&p.text).map(|i| (i, p.text.len()));
+                }
+            }
+            if !all {
+                continue;
+            }
+            if at.is_none() {
+                at = best_term
+                    .iter()
+                    .find_map(|(t, _)| text.find(t).map(|i| (i, t.len())));
+            }
+            let conv_no = self.docs.get(d as usize).map_or(0, |m| m.conv);
+            let context = contexts
+                .entry(conv_no)
+                .or_insert_with(|| self.context_ids(conv_no));
+            let evicted = context.as_ref().is_some_and(|ids| !ids.contains(&msg.id));
+            let shown = if text.len() == original.len()
+                && at.is_some_and(|(i, l)| {
+                    original.is_char_boundary(i) && original.is_char_boundary(i + l)
+                }) {
+                &original
+            } else {
+                &text
+            };
+            hits.push((
+                f64::from(s) + bonus,
+                ts,
+                d,
+                Hit {
+                    conversation_id: self.conversation_id(conv_no).to_string(),
+                    message_id: msg.id,
+                    role: msg.role,
+                    kind: msg.kind,
+                    created_at: msg.ts,
+                    score: 0.0,
+                    snippet: snippet(shown, at.unwrap_or((0, 0))),
+                    evicted,
+                },
+            ));
+        }
+        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+        Ok(hits
+            .into_iter()
+            .map(|(s, _, _, mut h)| {
+                h.score = (s * 1000.0).round() / 1000.0;
+                h
+            })
+            .collect())
+    }
+
+    /// The ids in conversation `n`'s context, or `None` without a readable
+    /// `context.json` (then nothing counts as evicted).
+    fn context_ids(&self, n: u32) -> Option<HashSet<String>> {
+        #[derive(serde::Deserialize)]
+        struct ContextFile {
+            in_context_message_ids: Vec<String>,
+        }
+        let bytes = self.read_conversation_file(n, CONTEXT_FILE_NAME, MAX_JSON_BYTES)?;
+        serde_json::from_slice::<ContextFile>(&bytes)
+            .ok()
+            .map(|c| c.in_context_message_ids.into_iter().collect())
+    }
+}
+
+/// About `SNIPPET_BEFORE + SNIPPET_AFTER` characters of `text` around the
+/// match at `(byte, len)`, whitespace collapsed, `…` where cut.
+fn snippet(text: &str, (at, len): (usize, usize)) -> String {
+    let at = (0..=at.min(text.len()))
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    let start = text[..at]
+        .char_indices()
+        .rev()
+        .nth(SNIPPET_BEFORE - 1)
+        .map_or(0, |(i, _)| i);
+    let from_match = &text[at..];
+    let end = at
+        + from_match
+            .char_indices()
+            .nth(SNIPPET_AFTER.max(len))
+            .map_or(from_match.len(), |(i, _)| i);
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.push_str(
+        &text[start..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    if end < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_cut_on_characters() {
+        let long = "a".repeat(100) + " 绿茶 " + &"b".repeat(300);
+        let at = long.find("绿茶").unwrap();
+        let s = snippet(&long, (at, "绿茶".len()));
+        assert!(s.starts_with('…') && s.ends_with('…'));
+        assert!(s.contains("绿茶"));
+        assert_eq!(snippet("short text", (0, 5)), "short text");
+    }
+
+    #[test]
+    fn dates_are_inclusive_days() {
+        let s = Filters::parse_date("2026-01-02", false).unwrap();
+        let e = Filters::parse_date("2026-01-02", true).unwrap();
+        assert_eq!(e - s, 86_399);
+        assert_eq!(
+            Filters::parse_date("2026-01-02T00:00:00Z", false).unwrap(),
+            s
+        );
+        assert!(Filters::parse_date("yesterday", false).is_err());
+    }
+}
