@@ -25,6 +25,9 @@ const SNIPPET_AFTER: usize = 120;
 /// at most).
 const PHRASE_BONUS: f64 = 0.5;
 
+/// Most distinct query tokens scored.
+const MAX_TERMS: usize = 1024;
+
 /// What a search is limited to.
 #[derive(Debug, Clone, Default)]
 pub struct Filters {
@@ -116,6 +119,7 @@ impl Index {
             .terms
             .iter()
             .filter_map(|t| self.postings_of(t))
+            .take(MAX_TERMS)
             .map(|p| (p, idf(n as u64, p.docs.len() as u64)))
             .collect();
         if terms.is_empty() {
@@ -129,77 +133,21 @@ impl Index {
             .collect();
         required.sort_unstable();
         required.dedup();
-        let mut need: Option<Vec<u8>> = None;
-        if !required.is_empty() {
-            let mut counts = vec![0u8; n];
-            for t in &required {
-                let Some(p) = self.postings_of(t) else {
-                    return Ok(Vec::new());
-                };
-                for &d in &p.docs {
-                    if let Some(c) = counts.get_mut(d as usize) {
-                        *c = c.saturating_add(1);
-                    }
-                }
-            }
-            need = Some(counts);
-        }
-        let want = required.len().min(255) as u8;
-        // Pass 1: the candidate set and its average length.
-        const UNSEEN: f32 = -1.0;
-        const REJECTED: f32 = -2.0;
-        let mut score = vec![UNSEEN; n];
-        let mut touched: Vec<u32> = Vec::new();
-        let mut sum_dl = 0u64;
-        for (p, _) in &terms {
-            for &d in &p.docs {
-                let i = d as usize;
-                if score.get(i) != Some(&UNSEEN) {
-                    continue;
-                }
-                let Some(meta) = self.docs.get(i) else {
-                    continue;
-                };
-                let ok = filters.pass(meta, conv)
-                    && need.as_ref().is_none_or(|c| c.get(i) == Some(&want));
-                if ok {
-                    score[i] = 0.0;
-                    touched.push(d);
-                    sum_dl += u64::from(meta.dl);
-                } else {
-                    score[i] = REJECTED;
-                }
+        let mut req: Vec<&Postings> = Vec::with_capacity(required.len());
+        for t in &required {
+            match self.postings_of(t) {
+                Some(p) => req.push(p),
+                None => return Ok(Vec::new()),
             }
         }
-        if touched.is_empty() {
-            return Ok(Vec::new());
-        }
-        let avgdl = sum_dl as f64 / touched.len() as f64;
-        // Pass 2: BM25.
-        for (p, idf) in &terms {
-            for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
-                let i = d as usize;
-                if score.get(i).is_some_and(|s| *s >= 0.0) {
-                    let dl = self.docs.get(i).map_or(0.0, |m| f64::from(m.dl));
-                    score[i] += term_score(*idf, f64::from(tf), dl, avgdl) as f32;
-                }
-            }
-        }
-        let mut ranked: Vec<(f32, i64, u32)> = touched
-            .iter()
-            .map(|&d| {
-                let ts = self.docs.get(d as usize).map_or(0, |m| m.ts);
-                (score[d as usize], ts, d)
-            })
-            .collect();
-        let order = |a: &(f32, i64, u32), b: &(f32, i64, u32)| {
-            b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2))
+        let total: usize = terms.iter().map(|(p, _)| p.docs.len()).sum();
+        let ranked = if total.saturating_mul(8) < n {
+            self.rank_sparse(&terms, &req, filters, conv)
+        } else {
+            self.rank_dense(&terms, &req, filters, conv)
         };
-        if q.phrases.is_empty() && ranked.len() > limit {
-            ranked.select_nth_unstable_by(limit - 1, order);
-            ranked.truncate(limit);
-        }
-        ranked.sort_unstable_by(order);
+        // Best first, lazily: phrases may reject some of the best.
+        let mut ranked = std::collections::BinaryHeap::from(ranked);
         let idf_of = |t: &str| {
             self.postings_of(t)
                 .map_or(0.0, |p| idf(n as u64, p.docs.len() as u64))
@@ -216,10 +164,10 @@ impl Index {
         };
         let mut contexts: HashMap<u32, Option<HashSet<String>>> = HashMap::new();
         let mut hits: Vec<(f64, i64, u32, Hit)> = Vec::new();
-        for &(s, ts, d) in &ranked {
-            if hits.len() >= limit {
+        while hits.len() < limit {
+            let Some(Ranked(s, ts, d)) = ranked.pop() else {
                 break;
-            }
+            };
             let Some(msg) = self.message(d) else {
                 continue;
             };
@@ -286,6 +234,134 @@ impl Index {
             .collect())
     }
 
+    /// Candidates scored by accumulating into one slot per message (many
+    /// postings).
+    fn rank_dense(
+        &self,
+        terms: &[(&Postings, f64)],
+        req: &[&Postings],
+        filters: &Filters,
+        conv: Option<u32>,
+    ) -> Vec<Ranked> {
+        let n = self.docs.len();
+        let mut need: Option<Vec<u8>> = None;
+        if !req.is_empty() {
+            let mut counts = vec![0u8; n];
+            for p in req {
+                for &d in &p.docs {
+                    if let Some(c) = counts.get_mut(d as usize) {
+                        *c = c.saturating_add(1);
+                    }
+                }
+            }
+            need = Some(counts);
+        }
+        let want = req.len().min(255) as u8;
+        // Pass 1: the candidate set and its average length.
+        const UNSEEN: f32 = -1.0;
+        const REJECTED: f32 = -2.0;
+        let mut score = vec![UNSEEN; n];
+        let mut touched: Vec<u32> = Vec::new();
+        let mut sum_dl = 0u64;
+        for (p, _) in terms {
+            for &d in &p.docs {
+                let i = d as usize;
+                if score.get(i) != Some(&UNSEEN) {
+                    continue;
+                }
+                let Some(meta) = self.docs.get(i) else {
+                    continue;
+                };
+                let ok = filters.pass(meta, conv)
+                    && need.as_ref().is_none_or(|c| c.get(i) == Some(&want));
+                if ok {
+                    score[i] = 0.0;
+                    touched.push(d);
+                    sum_dl += u64::from(meta.dl);
+                } else {
+                    score[i] = REJECTED;
+                }
+            }
+        }
+        if touched.is_empty() {
+            return Vec::new();
+        }
+        let avgdl = sum_dl as f64 / touched.len() as f64;
+        // Pass 2: BM25.
+        for (p, idf) in terms {
+            for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
+                let i = d as usize;
+                if score.get(i).is_some_and(|s| *s >= 0.0) {
+                    let dl = self.docs.get(i).map_or(0.0, |m| f64::from(m.dl));
+                    score[i] += term_score(*idf, f64::from(tf), dl, avgdl) as f32;
+                }
+            }
+        }
+        touched
+            .iter()
+            .map(|&d| {
+                let ts = self.docs.get(d as usize).map_or(0, |m| m.ts);
+                Ranked(score[d as usize], ts, d)
+            })
+            .collect()
+    }
+
+    /// The same ranking from the postings merged by sorting (few
+    /// postings: no slot per message to allocate).
+    fn rank_sparse(
+        &self,
+        terms: &[(&Postings, f64)],
+        req: &[&Postings],
+        filters: &Filters,
+        conv: Option<u32>,
+    ) -> Vec<Ranked> {
+        let mut entries: Vec<(u32, u16, u16)> = Vec::new();
+        for (t, (p, _)) in terms.iter().enumerate() {
+            for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
+                entries.push((d, t as u16, tf));
+            }
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut sum_dl = 0u64;
+        let mut i = 0;
+        while i < entries.len() {
+            let d = entries[i].0;
+            let mut j = i;
+            while j < entries.len() && entries[j].0 == d {
+                j += 1;
+            }
+            let ok = self.docs.get(d as usize).is_some_and(|m| {
+                filters.pass(m, conv) && req.iter().all(|p| p.docs.binary_search(&d).is_ok())
+            });
+            if ok {
+                sum_dl += self.docs.get(d as usize).map_or(0, |m| u64::from(m.dl));
+                groups.push((i, j));
+            }
+            i = j;
+        }
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        let avgdl = sum_dl as f64 / groups.len() as f64;
+        groups
+            .iter()
+            .map(|&(i, j)| {
+                let d = entries[i].0;
+                let m = self.docs.get(d as usize);
+                let dl = m.map_or(0.0, |m| f64::from(m.dl));
+                let s: f64 = entries[i..j]
+                    .iter()
+                    .map(|&(_, t, tf)| {
+                        let idf = terms.get(t as usize).map_or(0.0, |x| x.1);
+                        term_score(idf, f64::from(tf), dl, avgdl)
+                    })
+                    .sum();
+                Ranked(s as f32, m.map_or(0, |m| m.ts), d)
+            })
+            .collect()
+    }
+
     /// The ids in conversation `n`'s context, or `None` without a readable
     /// `context.json` (then nothing counts as evicted).
     fn context_ids(&self, n: u32) -> Option<HashSet<String>> {
@@ -297,6 +373,30 @@ impl Index {
         serde_json::from_slice::<ContextFile>(&bytes)
             .ok()
             .map(|c| c.in_context_message_ids.into_iter().collect())
+    }
+}
+
+/// A candidate: score, time, doc id; ordered best (then newest) greatest.
+#[derive(Debug, Clone, Copy)]
+struct Ranked(f32, i64, u32);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.cmp(&other.1))
+            .then(self.2.cmp(&other.2))
     }
 }
 
@@ -346,6 +446,56 @@ mod tests {
         assert!(s.starts_with('…') && s.ends_with('…'));
         assert!(s.contains("绿茶"));
         assert_eq!(snippet("short text", (0, 5)), "short text");
+    }
+
+    #[test]
+    fn sparse_and_dense_rankings_agree() {
+        use crate::agent::conversation::{Conversation, StoredMessage};
+        use crate::protocol::messages::Part;
+        let dir = tempfile::tempdir().unwrap();
+        let agent = crate::paths::Home::at(dir.path()).agent("a").unwrap();
+        for conv in ["one", "two"] {
+            let mut c = Conversation::open(&agent, conv).unwrap();
+            for i in 0..150 {
+                let text = match i % 7 {
+                    0 => format!("rare word number {i} 绿茶"),
+                    3 => "rare rare and other filler words here".to_string(),
+                    _ => format!("filler text {i}"),
+                };
+                let id = c.next_id();
+                let m = StoredMessage::new(id, Role::User, vec![Part::Text { text }]);
+                c.append(m).unwrap();
+            }
+        }
+        let index = Index::open(&agent).unwrap();
+        let q = Query::parse("rare 绿茶 other");
+        let terms: Vec<(&Postings, f64)> = q
+            .terms
+            .iter()
+            .filter_map(|t| index.postings_of(t))
+            .map(|p| (p, idf(index.len() as u64, p.docs.len() as u64)))
+            .collect();
+        let f = Filters {
+            role: Some(Role::User),
+            ..Filters::default()
+        };
+        for conv in [None, Some(1)] {
+            let mut a = index.rank_dense(&terms, &[], &f, conv);
+            let mut b = index.rank_sparse(&terms, &[], &f, conv);
+            a.sort();
+            b.sort();
+            assert!(!a.is_empty());
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(x.2, y.2);
+                assert!((x.0 - y.0).abs() < 1e-4);
+            }
+        }
+        let req = [index.postings_of("other").unwrap()];
+        let a = index.rank_dense(&terms, &req, &f, None);
+        let b = index.rank_sparse(&terms, &req, &f, None);
+        assert_eq!(a.len(), 42);
+        assert_eq!(b.len(), 42);
     }
 
     #[test]
