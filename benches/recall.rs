@@ -152,7 +152,7 @@ impl Corpus {
 fn line(id: usize, text: &str) -> Vec<u8> {
     let mut m = StoredMessage::new(
         format!("msg-{id:06}"),
-        if id % 2 == 0 {
+        if id.is_multiple_of(2) {
             Role::User
         } else {
             Role::Assistant

@@ -345,3 +345,73 @@ fn a_real_conversation_after_compaction_shows_evicted() {
     let hits = search(h, &["mock", "hello"]);
     assert_eq!(hits[0]["role"], "assistant");
 }
+
+#[test]
+fn the_agents_recall_search_tool_uses_the_index_inside_its_confinement() {
+    if !common::confinement_or_skip(
+        "the_agents_recall_search_tool_uses_the_index_inside_its_confinement",
+    ) {
+        return;
+    }
+    let (home, id) = setup();
+    let h = home.path();
+    let old = put(
+        h,
+        &id,
+        "old",
+        Role::User,
+        "the launch code is zebra-42",
+        "2026-01-05T10:00:00Z",
+    );
+    // The operator's search makes the index first (given to the agent).
+    assert_eq!(search(h, &["zebra"]).len(), 1);
+    let script = h.join("script.json");
+    std::fs::write(
+        &script,
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "recall_search", "arguments": {"query": "zebra launch"}}]},
+            {"text": "found it"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let o = std::process::Command::new(common::bin())
+        .env("MINI_LETTA_HOME", h)
+        .env("MINI_LETTA_SCRIPTED_MODEL", &script)
+        .args([
+            "chat",
+            "-p",
+            "what was the code?",
+            "--model",
+            "mock/scripted",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = std::fs::read_to_string(
+        Home::at(h)
+            .agent(&id)
+            .unwrap()
+            .conversation("default")
+            .unwrap()
+            .messages_jsonl(),
+    )
+    .unwrap();
+    let result = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|m| m["role"] == "tool")
+        .expect("a tool result");
+    let text = result["parts"][0]["text"].as_str().unwrap();
+    assert!(result["parts"][0]["is_error"] == false, "{text}");
+    assert!(text.contains(&format!("[old {old} user")), "{text}");
+    assert!(text.contains("zebra-42"), "{text}");
+    // The child caught the index up with its own conversation; the
+    // operator's next search finds both.
+    let convs: Vec<String> = search(h, &["zebra"])
+        .iter()
+        .map(|v| v["conversation_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(convs.contains(&"default".to_string()), "{convs:?}");
+    assert!(convs.contains(&"old".to_string()), "{convs:?}");
+}

@@ -39,15 +39,14 @@ use crate::paths::{
 use crate::protocol::messages::{Part, Role};
 
 /// Largest index log read (the child can grow it).
-pub const MAX_INDEX_BYTES: u64 = 4 << 30;
+pub const MAX_INDEX_BYTES: u64 = 1 << 30;
 /// Largest conversation log indexed.
 pub const MAX_LOG_BYTES: u64 = crate::agent::conversation::MAX_LOG_BYTES;
 /// Most conversations an agent's index follows.
 const MAX_CONVERSATIONS: usize = 100_000;
-/// Bytes of a conversation log read at once while catching up.
-const CHUNK: u64 = 8 << 20;
-/// Longest line indexed (a longer one is skipped).
-const MAX_LINE: usize = 16 << 20;
+/// Bytes of a conversation log read at once while catching up; a line
+/// that does not fit in one is skipped.
+const CHUNK: u64 = 16 << 20;
 /// How long opening waits for another holder of the index.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const PERM: u32 = 0o644;
@@ -302,13 +301,20 @@ impl Index {
             self.clear()?;
         }
         for id in &ids {
-            if let Err(RecallError::Stale) = self.catch_up_conversation(id) {
-                tracing::info!("recall index: {id}'s log is shorter than indexed; rebuilding");
-                self.clear()?;
-                for id in &ids {
-                    self.catch_up_conversation(id)?;
+            match self.catch_up_conversation(id) {
+                Ok(()) => {}
+                Err(RecallError::Stale) => {
+                    tracing::info!("recall index: {id}'s log is shorter than indexed; rebuilding");
+                    self.clear()?;
+                    for id in &ids {
+                        if let Err(e) = self.catch_up_conversation(id) {
+                            tracing::warn!("recall index: conversation {id} not indexed: {e}");
+                        }
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                // One unreadable conversation does not stop the others.
+                Err(e) => tracing::warn!("recall index: conversation {id} not indexed: {e}"),
             }
         }
         Ok(())
@@ -341,8 +347,8 @@ impl Index {
             Err(e) => return Err(fs(e)),
         };
         let size = match dir.stat_at(MESSAGES_FILE_NAME).map_err(fs)? {
-            Some(s) => s.size,
-            None => 0,
+            Some(s) if s.kind == crate::agentfs::Kind::File => s.size,
+            _ => 0,
         };
         if size < covered {
             return Err(RecallError::Stale);
@@ -360,11 +366,34 @@ impl Index {
             let got = read_at_full(&file, &mut buf, pos).map_err(io("messages.jsonl"))?;
             buf.truncate(got);
             let Some(last_nl) = buf.iter().rposition(|b| *b == b'\n') else {
-                if got < MAX_LINE && pos + (got as u64) < end {
-                    // A line longer than the chunk: read more next time round.
+                if got < want {
+                    break; // a torn last line: not a message yet
+                }
+                // A line longer than a chunk: skip to its end, if it has one.
+                let mut skip = pos + got as u64;
+                let mut found = None;
+                while skip < end && found.is_none() {
+                    let want = (end - skip).min(CHUNK) as usize;
+                    buf.resize(want, 0);
+                    let got = read_at_full(&file, &mut buf, skip).map_err(io("messages.jsonl"))?;
+                    found = buf[..got].iter().position(|b| *b == b'\n');
+                    skip += match found {
+                        Some(i) => i as u64 + 1,
+                        None => got.max(1) as u64,
+                    };
+                }
+                if found.is_none() {
                     break;
                 }
-                break;
+                tracing::warn!("recall index: {id}: a line over {CHUNK} bytes skipped");
+                let batch = Batch {
+                    conv: id.to_string(),
+                    covered: skip,
+                    docs: Vec::new(),
+                };
+                self.write_and_apply((Vec::new(), batch));
+                pos = skip;
+                continue;
             };
             let chunk = &buf[..=last_nl];
             let batch = self.index_lines(id, pos, chunk);
@@ -388,7 +417,7 @@ impl Index {
             let line = &chunk[start..i];
             let offset = base + start as u64;
             start = i + 1;
-            if line.len() > MAX_LINE || line.iter().all(u8::is_ascii_whitespace) {
+            if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             let Ok(msg) = serde_json::from_slice::<StoredMessage>(line) else {
@@ -461,12 +490,13 @@ impl Index {
     pub(crate) fn message(&self, n: u32) -> Option<StoredMessage> {
         let d = self.docs.get(n as usize)?;
         let mut logs = self.logs.borrow_mut();
-        if !logs.contains_key(&d.conv) {
-            let dir = self.convs_dir.open_dir(self.conversation_id(d.conv)).ok()?;
-            let (f, _) = dir.open_file(MESSAGES_FILE_NAME).ok()?;
-            logs.insert(d.conv, f);
-        }
-        let f = logs.get(&d.conv)?;
+        let f = match logs.entry(d.conv) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let dir = self.convs_dir.open_dir(self.conversation_id(d.conv)).ok()?;
+                e.insert(dir.open_file(MESSAGES_FILE_NAME).ok()?.0)
+            }
+        };
         let mut buf = vec![0u8; d.len as usize];
         f.read_exact_at(&mut buf, d.offset).ok()?;
         serde_json::from_slice(&buf).ok()
