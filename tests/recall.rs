@@ -415,3 +415,47 @@ fn the_agents_recall_search_tool_uses_the_index_inside_its_confinement() {
     assert!(convs.contains(&"default".to_string()), "{convs:?}");
     assert!(convs.contains(&"old".to_string()), "{convs:?}");
 }
+
+#[test]
+fn export_leaves_the_index_out_and_an_import_searches_again() {
+    let (home, id) = setup();
+    let h = home.path();
+    let m = put(
+        h,
+        &id,
+        "default",
+        Role::User,
+        "pack the telescope",
+        "2026-01-05T10:00:00Z",
+    );
+    assert_eq!(search(h, &["telescope"]).len(), 1);
+    let out = h.join("owl.tar.gz");
+    let o = run(
+        h,
+        &["agent", "export", "owl", "--output", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap());
+    let names: Vec<String> = tar::Archive::new(gz)
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n == "conversations/default/messages.jsonl"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains(".recall")), "{names:?}");
+    let elsewhere = open_home();
+    let o = run(
+        elsewhere.path(),
+        &["agent", "import", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        ids(&search(elsewhere.path(), &["telescope"])),
+        [format!("default/{m}")]
+    );
+}

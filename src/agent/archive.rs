@@ -50,7 +50,7 @@ use crate::memfs::repo;
 use crate::memfs::validate::{self, Policy, ValidateOptions};
 use crate::paths::{
     AgentPaths, CONVERSATIONS_DIR_NAME, Home, IMPORT_STAGING_PREFIX, LAYOUT_POLICY_FILE_NAME,
-    MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME,
+    MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME, RECALL_DIR_NAME,
 };
 
 /// Name of the manifest, the archive's first entry.
@@ -368,8 +368,12 @@ impl<W: Write> ExportWriter<W> {
         depth: usize,
     ) -> Result<(), ArchiveError> {
         // Lock files are runtime state, never content; the working tree's
-        // `.git` pointer is rebuilt on import.
-        if name.ends_with(".lock") || (depth == 1 && agent_owned && name == ".git") {
+        // `.git` pointer is rebuilt on import; the recall index is rebuilt
+        // from the conversations by the first search.
+        if name.ends_with(".lock")
+            || (depth == 1 && agent_owned && name == ".git")
+            || (depth == 1 && path == format!("{CONVERSATIONS_DIR_NAME}/{RECALL_DIR_NAME}"))
+        {
             return Ok(());
         }
         if depth > MAX_DEPTH {

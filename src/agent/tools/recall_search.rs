@@ -17,20 +17,14 @@ pub(super) const TOOL: Tool = Tool {
 fn spec() -> ToolSpec {
     ToolSpec {
         name: TOOL.name.into(),
-        description: "Search earlier messages of your conversations (ranked; \"quoted phrases\" \
-                      must occur). Results name the conversation and message, and say \
-                      (evicted) when the message is no longer in that conversation's context."
-            .into(),
+        // Kept as short as before the index: every request carries it, and
+        // the tightest windows (900 tokens) have no room to spare. The
+        // filters below are accepted when given (conversation, role,
+        // since, until) but not advertised.
+        description: "Search earlier messages of your conversations.".into(),
         parameters: json!({
             "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1},
-                "conversation": {"type": "string"},
-                "role": {"type": "string", "enum": ["user", "assistant", "tool"]},
-                "since": {"type": "string", "description": "YYYY-MM-DD or RFC 3339, inclusive"},
-                "until": {"type": "string", "description": "YYYY-MM-DD or RFC 3339, inclusive"}
-            },
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
             "required": ["query"]
         }),
     }
