@@ -314,9 +314,12 @@ fn the_agents_tool_commands_inherit_no_channel() {
         &["chat", "-a", "a", "-p", &format!("run: {cmd}")],
     );
     assert!(o.status.success(), "{}", stderr(&o));
+    // The agent's directory (not `index.json` beside it, whichever
+    // readdir gives first).
     let agents: Vec<_> = std::fs::read_dir(home.path().join("agents"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
     let probe = read(&agents[0].join("memory/probe.txt"));
     assert!(!probe.contains("socket:"), "{probe}");
