@@ -37,6 +37,34 @@ pub fn atomic_write_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Re
     File::open(dir)?.sync_all()
 }
 
+/// Lock `file` exclusively, waiting at most `wait` (any process of the
+/// same uid can hold such a lock, so a holder that never lets go costs a
+/// bounded wait, then a `TimedOut` error naming `what` it held).
+pub fn flock_bounded(
+    mut file: std::fs::File,
+    wait: std::time::Duration,
+    what: &str,
+) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("another process held {what} for {wait:?}"),
+                ));
+            }
+            Err((_, e)) => return Err(e.into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

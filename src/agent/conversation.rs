@@ -507,25 +507,8 @@ const LOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The log, locked for this writer; a holder that never lets go (any
 /// process of the agent's uid can take the lock) costs a bounded wait.
-fn lock_log(mut file: std::fs::File) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
-    use nix::fcntl::{Flock, FlockArg};
-    let deadline = std::time::Instant::now() + LOG_LOCK_WAIT;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => return Ok(locked),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("another writer held the log for {LOG_LOCK_WAIT:?}"),
-                ));
-            }
-            Err((_, e)) => return Err(e.into()),
-        }
-    }
+fn lock_log(file: std::fs::File) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    crate::fsutil::flock_bounded(file, LOG_LOCK_WAIT, "the conversation log")
 }
 
 /// The length of `file` up to and including its last newline: what is

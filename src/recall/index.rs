@@ -744,25 +744,8 @@ fn read_at_full(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<usize>
 }
 
 /// The lock file, locked; a holder that never lets go costs a bounded wait.
-fn lock(mut file: File) -> std::io::Result<nix::fcntl::Flock<File>> {
-    use nix::fcntl::{Flock, FlockArg};
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => return Ok(locked),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("another process held the recall index for {LOCK_WAIT:?}"),
-                ));
-            }
-            Err((_, e)) => return Err(e.into()),
-        }
-    }
+fn lock(file: File) -> std::io::Result<nix::fcntl::Flock<File>> {
+    crate::fsutil::flock_bounded(file, LOCK_WAIT, "the recall index")
 }
 
 #[cfg(test)]
