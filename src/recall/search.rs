@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::RecallError;
 use super::bm25::{idf, term_score};
 use super::index::{DocMeta, Index, Postings, searchable_text};
-use super::query::{Query, phrase_matches};
+use super::query::{Query, phrase_count};
 use super::tokenize::normalize;
 use crate::agent::conversation::MAX_JSON_BYTES;
 use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
@@ -177,12 +177,12 @@ impl Index {
             let mut at: Option<(usize, usize)> = None;
             let mut all = true;
             for (p, w) in q.phrases.iter().zip(&phrase_weight) {
-                let found = phrase_matches(&text, &p.text);
-                if found.is_empty() {
+                let found = phrase_count(&text, &p.text);
+                if found == 0 {
                     all = false;
                     break;
                 }
-                bonus += w * found.len().min(3) as f64;
+                bonus += w * found.min(3) as f64;
                 if at.is_none() {
                     at = text.find(&p.text).map(|i| (i, p.text.len()));
                 }
