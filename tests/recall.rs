@@ -459,3 +459,58 @@ fn export_leaves_the_index_out_and_an_import_searches_again() {
         [format!("default/{m}")]
     );
 }
+
+/// The index directory is in a directory the agent's children write: a
+/// child that swaps it (or a file in it) for a symbolic link must not make
+/// the operator's root CLI read or write where the link points.
+#[test]
+fn a_planted_symlink_never_redirects_the_operators_index() {
+    let (home, id) = setup();
+    let h = home.path();
+    put(
+        h,
+        &id,
+        "default",
+        Role::User,
+        "green tea please",
+        "2026-01-01T00:00:00Z",
+    );
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("sentinel"), "untouched").unwrap();
+    let convs = h.join("agents").join(&id).join("conversations");
+    let index = convs.join(".recall");
+    let _ = std::fs::remove_dir_all(&index);
+    std::os::unix::fs::symlink(outside.path(), &index).unwrap();
+    let o = run(h, &["recall", "search", "--json", "tea"]);
+    // Refused or served from elsewhere — never through the link.
+    let mut names: Vec<String> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["sentinel"], "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("sentinel")).unwrap(),
+        "untouched"
+    );
+    if !o.status.success() {
+        assert!(!stderr(&o).trim().is_empty(), "a refusal says why");
+    }
+    // A link to a file in a real index directory is refused the same way.
+    std::fs::remove_file(&index).unwrap();
+    assert!(run(h, &["recall", "reindex"]).status.success());
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    for entry in std::fs::read_dir(&index).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+    }
+    let o = run(h, &["recall", "search", "--json", "tea"]);
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "keep",
+        "{}",
+        stderr(&o)
+    );
+}

@@ -342,6 +342,9 @@ cd memory
 # Another agent, by parameter or by path: both refused.
 if {me} channel call memory.commit '{{"paths":["human.md"],"message":"x","agent":"{other}"}}' 2>err1; then exit 10; fi
 grep -q "cannot act for {other}" err1 || exit 11
+# Nor may it hold another agent's memory lease (stalling its writers).
+if {me} channel call memory.lease '{{"agent":"{other}"}}' 2>err1; then exit 15; fi
+grep -q "cannot act for {other}" err1 || exit 16
 if {me} channel call memory.commit '{{"paths":["../../{other}/memory/human.md"],"message":"x"}}' 2>err2; then exit 12; fi
 # Children may not watch every agent's children.
 if {me} channel call events.subscribe 2>err3; then exit 13; fi

@@ -266,6 +266,23 @@ fn each_role_calls_only_its_methods() {
         ("agent", "turn.event", event, "ok"),
         ("agent", "model.complete", &model, "ok"),
         ("memory-worker", "memory.commit", commit, "refused"),
+        // A child cannot cancel turns (its own or another conversation's),
+        // nor hold up an agent's memory writers unless it may write memory.
+        (
+            "tool",
+            "turn.cancel",
+            r#"{"conversation":"default"}"#,
+            "refused",
+        ),
+        (
+            "agent",
+            "turn.cancel",
+            r#"{"conversation":"default"}"#,
+            "refused",
+        ),
+        ("memory-worker", "memory.lease", "{}", "refused"),
+        ("tool", "memory.lease", "{}", "ok"),
+        ("tool", "model.info", "{}", "refused"),
         ("memory-worker", "events.subscribe", "{}", "refused"),
         (
             "reflection",
