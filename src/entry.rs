@@ -24,6 +24,13 @@ enum AgentProgram {
         #[arg(long, value_name = "ID")]
         conversation: Option<String>,
     },
+    /// Run the sub-agent task (reflection, memory worker) the supervisor
+    /// recorded for this child, in its worktree; exit 0 when it completed.
+    Subagent {
+        /// The agent's directory (`<home>/agents/<id>`).
+        #[arg(long, value_name = "DIR")]
+        agent_dir: PathBuf,
+    },
     /// Run one escape probe and print its verdict as JSON.
     Probe {
         /// The probe's id, e.g. `fs-read-other-agent`.
@@ -47,6 +54,7 @@ pub fn agent_main() -> ExitCode {
             agent_dir,
             conversation,
         } => crate::cli::agent_turn(&agent_dir, conversation.as_deref()),
+        AgentProgram::Subagent { agent_dir } => subagent(&agent_dir),
         AgentProgram::Probe { id, context } => probe(&id, &context),
         AgentProgram::Channel(cmd) => crate::cli::channel::run(&cmd),
     };
@@ -54,6 +62,17 @@ pub fn agent_main() -> ExitCode {
         eprintln!("mini-letta-agent: error: {}", crate::cli::one_line(&e));
         ExitCode::FAILURE
     })
+}
+
+fn subagent(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use std::sync::{Arc, Mutex};
+    let agent = crate::paths::AgentPaths::from_dir(agent_dir);
+    let channel = Arc::new(Mutex::new(
+        crate::protocol::client::Client::take_channel_env()?,
+    ));
+    let done = crate::agent::subagent::run(&agent, channel)?;
+    tracing::info!(steps = done.steps, "sub-agent finished");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn probe(id: &str, context: &str) -> anyhow::Result<ExitCode> {

@@ -11,4 +11,5 @@ pub mod record;
 pub mod runtime;
 pub mod skills;
 pub mod store;
+pub mod subagent;
 pub mod tools;

@@ -463,6 +463,8 @@ fn turn(
             isolation: Some(isolation.to_string()),
             model: input.model.clone(),
             conversation: conversation.to_string(),
+            context_window: input.context_window_override,
+            reflection_context_window: input.reflection_context_window,
         }),
         &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
     );

@@ -52,6 +52,18 @@
 //!
 //! or `Matching facts: (none)` when nothing matched.
 //!
+//! A reflection or memory worker offered the `memory` tool edits instead:
+//! its task's `[user] …` transcript lines that state something about the
+//! user (first person — `我叫/是/喜欢/住/在/有…`, `I am/I'm/I like/I live/I
+//! work/I have/My …` — not a question, not one of the rules above) or are
+//! `- ` lines, filtered by the instruction's keywords and minus what the
+//! task's `<parent_memory>` already holds, become one `memory insert
+//! human.md` of `- fact` lines. A `别再叫我 X 了，叫我 Y` line whose X is in
+//! the parent memory becomes `memory str_replace human.md X → Y` (an edit,
+//! never an appended line). Nothing new: no call, the report says `No
+//! memory changes were needed.` After the tool result the answer is the
+//! report above followed by the usual follow-up line.
+//!
 //! Usage is always reported: `input_tokens = ceil(request chars / 4)`
 //! ([`request_chars`]), `output_tokens = ceil(response chars / 4)`. With a
 //! context window set (`[providers.mock] context_window`, or the request's
@@ -110,6 +122,11 @@ impl Model for MockModel {
         }
         let parts = match request.purpose {
             Purpose::Summary => vec![Part::text(summarize(&request.messages))],
+            // A sub-agent offered the memory tool edits; without tools the
+            // answer is the report alone.
+            Purpose::Reflection if request.tools.iter().any(|t| t.name == "memory") => {
+                reflect_with_tools(&request.messages)
+            }
             Purpose::Reflection => vec![Part::text(reflect(&request.messages))],
             Purpose::Turn => answer_turn(&request.messages),
         };
@@ -464,6 +481,146 @@ fn reflect(messages: &[Message]) -> String {
     out
 }
 
+/// A reflection (or memory worker) offered the `memory` tool: the first
+/// request edits memory, the follow-up reports. See the module doc.
+fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
+    let last = messages.iter().rev().find(|m| !is_reminder_only(m));
+    if let Some(last) = last
+        && last
+            .parts
+            .iter()
+            .any(|p| matches!(p, Part::ToolResult { .. }))
+    {
+        let mut report = reflect(messages);
+        report.push('\n');
+        report.push_str(&follow_up(last));
+        return vec![Part::text(report)];
+    }
+    let prompt = messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(message_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let plan = reflection_plan(&prompt);
+    let Some(call) = plan.call() else {
+        return vec![Part::text(format!(
+            "{}\nNo memory changes were needed.",
+            reflect(messages)
+        ))];
+    };
+    vec![Part::ToolCall {
+        id: next_call_id(),
+        name: "memory".into(),
+        arguments: call,
+    }]
+}
+
+/// What a mock reflection changes: facts to add to `human.md`, or one
+/// rename to make in it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ReflectionPlan {
+    facts: Vec<String>,
+    rename: Option<(String, String)>,
+}
+
+impl ReflectionPlan {
+    /// The memory tool call carrying the plan: a rename is an edit in
+    /// place (never an appended line); otherwise the facts are inserted.
+    fn call(&self) -> Option<Value> {
+        if let Some((x, y)) = &self.rename {
+            return Some(json!({"command": "str_replace", "file_path": "human.md",
+                "old_string": x, "new_string": y,
+                "reason": format!("reflection: call the user {y}, not {x}")}));
+        }
+        if self.facts.is_empty() {
+            return None;
+        }
+        let text = self
+            .facts
+            .iter()
+            .map(|f| format!("- {f}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Some(json!({"command": "insert", "file_path": "human.md",
+            "insert_text": text,
+            "reason": format!("reflection: {} fact(s) from the transcript", self.facts.len())}))
+    }
+}
+
+/// Statements about the user worth keeping (first person, not a question).
+static FACT_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(我(叫|是|喜欢|不喜欢|爱|住|在|有|的|会|想|每天|最)|i am |i'm |i like |i love |i live |i work |i have |my )").ok()
+});
+
+/// Read the reflection task: the instruction's keywords, the parent memory
+/// (what is already captured), and the transcript's user lines.
+fn reflection_plan(prompt: &str) -> ReflectionPlan {
+    let lines: Vec<&str> = prompt.lines().collect();
+    let instruction = lines
+        .iter()
+        .position(|l| l.contains(REFLECTION_MARKER))
+        .and_then(|i| {
+            lines[i + 1..]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+        });
+    let keywords = instruction.map(keywords).unwrap_or_default();
+    let memory = between(prompt, "<parent_memory>", "</parent_memory>").unwrap_or("");
+    let mut plan = ReflectionPlan::default();
+    for line in &lines {
+        let Some(said) = line.trim().strip_prefix("[user] ") else {
+            continue;
+        };
+        let said = strip_reminders(said);
+        let said = said.trim();
+        if let Some(c) = RULES
+            .iter()
+            .find(|(r, _)| *r == Rule::Rename)
+            .and_then(|(_, re)| re.captures(said))
+        {
+            let group = |i: usize| clean_capture(c.get(i).map(|m| m.as_str()).unwrap_or(""));
+            let (x, y) = (group(1), group(2));
+            if !x.is_empty() && memory.contains(&x) {
+                plan.rename = Some((x, y));
+            }
+            continue;
+        }
+        // Commands the main agent already acted on are not facts.
+        if RULES.iter().any(|(_, re)| re.is_match(said)) {
+            continue;
+        }
+        let candidate = match said.strip_prefix("- ") {
+            Some(f) => clean_capture(f),
+            None if FACT_LINE.as_ref().is_some_and(|re| re.is_match(said))
+                && !said.ends_with(['?', '？', '吗']) =>
+            {
+                clean_capture(said)
+            }
+            None => continue,
+        };
+        let lower = candidate.to_lowercase();
+        let wanted = keywords.is_empty() || keywords.iter().any(|k| lower.contains(k.as_str()));
+        if candidate.is_empty()
+            || !wanted
+            || memory.contains(&candidate)
+            || plan.facts.contains(&candidate)
+        {
+            continue;
+        }
+        plan.facts.push(candidate);
+    }
+    plan
+}
+
+/// The text between the first `open` and the next `close`.
+fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let start = text.find(open)? + open.len();
+    let end = text[start..].find(close)? + start;
+    Some(&text[start..end])
+}
+
 /// Instruction words that say how to filter, not what to keep.
 const STOPWORDS: &[&str] = &[
     "only",
@@ -661,5 +818,70 @@ mod tests {
             vec!["rust", "editors"]
         );
         assert_eq!(keywords("只记录与编程相关的事实"), vec!["编程"]);
+    }
+
+    fn task(memory: &str, transcript: &[&str], instruction: Option<&str>) -> String {
+        let mut t = format!("<parent_memory>\n{memory}\n</parent_memory>\n<transcript conversation_id=\"default\">\n");
+        for l in transcript {
+            t.push_str(l);
+            t.push('\n');
+        }
+        t.push_str("</transcript>\n");
+        if let Some(i) = instruction {
+            t.push_str(&format!("{REFLECTION_MARKER}:\n{i}\n"));
+        }
+        t
+    }
+
+    #[test]
+    fn a_reflection_promotes_new_first_person_facts_only() {
+        let plan = reflection_plan(&task(
+            "- 我喜欢咖啡",
+            &[
+                "[user] 我喜欢咖啡",
+                "[user] 我住在杭州。",
+                "[assistant] 我是助手",
+                "[user] 我喜欢什么？",
+                "[user] 记住: 我养猫",
+                "[user] I work on compilers",
+            ],
+            None,
+        ));
+        assert_eq!(plan.facts, vec!["我住在杭州", "I work on compilers"]);
+        assert_eq!(plan.rename, None);
+        let call = plan.call().unwrap();
+        assert_eq!(call["command"], "insert");
+        assert_eq!(call["insert_text"], "- 我住在杭州\n- I work on compilers");
+    }
+
+    #[test]
+    fn an_instruction_filters_by_keyword() {
+        let plan = reflection_plan(&task(
+            "",
+            &["[user] I like Rust", "[user] I like tea"],
+            Some("Only keep facts about Rust"),
+        ));
+        assert_eq!(plan.facts, vec!["I like Rust"]);
+    }
+
+    #[test]
+    fn a_rename_is_an_edit_not_an_append() {
+        let plan = reflection_plan(&task(
+            "- 称呼: 小明",
+            &["[user] 别再叫我 小明 了，叫我 阿明"],
+            None,
+        ));
+        assert_eq!(plan.rename, Some(("小明".into(), "阿明".into())));
+        let call = plan.call().unwrap();
+        assert_eq!(call["command"], "str_replace");
+        assert_eq!(call["old_string"], "小明");
+        assert_eq!(call["new_string"], "阿明");
+    }
+
+    #[test]
+    fn nothing_new_means_no_call() {
+        let plan = reflection_plan(&task("- 我住在杭州", &["[user] 我住在杭州"], None));
+        assert_eq!(plan, ReflectionPlan::default());
+        assert!(plan.call().is_none());
     }
 }

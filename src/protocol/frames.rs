@@ -127,6 +127,52 @@ pub enum Call {
     /// A log line from a child, re-emitted through the supervisor's tracing.
     #[serde(rename = "log")]
     Log { level: LogLevel, message: String },
+    /// A sub-agent child asks what it was launched to do: the task the
+    /// supervisor recorded for it at launch (nothing in the request names it).
+    #[serde(rename = "task.get")]
+    TaskGet {},
+    /// A sub-agent child's final report (kept with its task; the supervisor
+    /// decides what becomes of it).
+    #[serde(rename = "task.finish")]
+    TaskFinish { report: String },
+    /// Launch a reflection of an agent now (a manual launch: backoff does
+    /// not apply). Answers `{launched: false, reason, message}` or
+    /// `{launched: true, child, worktree, branch, …}`; with `wait`, answers
+    /// once it has finished, with its finalize result.
+    #[serde(rename = "reflect.run")]
+    ReflectRun(ReflectParams),
+    /// An agent's reflection state: lock, backoff, last result, cursors.
+    #[serde(rename = "reflect.status")]
+    ReflectStatus {
+        #[serde(default)]
+        agent: Option<String>,
+    },
+    /// From an agent child: start a memory worker with a self-contained
+    /// instruction (answered at once; it runs in the background).
+    #[serde(rename = "worker.start")]
+    WorkerStart { instruction: String },
+}
+
+/// Parameters of `reflect.run`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReflectParams {
+    /// Agent id or name; the only agent when absent.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// `auto` (the supervisor merges) or `explicit` (the agent's own
+    /// integration reviews and merges); the agent's setting when absent.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Extra guidance for this reflection.
+    #[serde(default)]
+    pub instruction: Option<String>,
+    /// Answer when the reflection has finished (merged or not).
+    #[serde(default)]
+    pub wait: bool,
+    /// The reflection's context window (`MINI_LETTA_REFLECTION_CONTEXT_WINDOW`
+    /// as the caller saw it).
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 impl Call {
@@ -150,6 +196,11 @@ impl Call {
             Call::TurnCancel { .. } => "turn.cancel",
             Call::TurnEvent { .. } => "turn.event",
             Call::Log { .. } => "log",
+            Call::TaskGet {} => "task.get",
+            Call::TaskFinish { .. } => "task.finish",
+            Call::ReflectRun(_) => "reflect.run",
+            Call::ReflectStatus { .. } => "reflect.status",
+            Call::WorkerStart { .. } => "worker.start",
         }
     }
 }
@@ -229,6 +280,14 @@ pub struct TurnParams {
     /// conversation (a second one waits for the first).
     #[serde(default = "default_conversation")]
     pub conversation: String,
+    /// `MINI_LETTA_CONTEXT_WINDOW` as the caller saw it (a reflection the
+    /// turn triggers falls back to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW` as the caller saw it: the
+    /// window of a reflection this turn triggers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reflection_context_window: Option<u64>,
 }
 
 fn default_conversation() -> String {
@@ -343,6 +402,11 @@ pub const METHODS: &[&str] = &[
     "turn.cancel",
     "turn.event",
     "log",
+    "task.get",
+    "task.finish",
+    "reflect.run",
+    "reflect.status",
+    "worker.start",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -14,6 +14,7 @@
 //! * [`events`] — the supervisor's events, typed ([`Event`]).
 //! * [`messages`] — what `model.complete` carries: messages, tool specs,
 //!   model requests, responses and failures.
+//! * [`task`] — what a sub-agent child is launched to do.
 //! * [`turn`] — the agent child's own stream: its turn input and the turn
 //!   events it reports.
 //! * [`client`] — the blocking client (CLI, children, tests).
@@ -26,13 +27,14 @@ pub mod client;
 pub mod events;
 pub mod frames;
 pub mod messages;
+pub mod task;
 pub mod turn;
 
 pub use events::Event;
 
 pub use frames::{
     Call, ClientFrame, Committed, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel,
-    METHODS, Outcome, PeerKind, ServerFrame, SpawnParams, StdioMode, TurnParams, decode_client,
+    METHODS, Outcome, PeerKind, ReflectParams, ServerFrame, SpawnParams, StdioMode, TurnParams, decode_client,
     encode,
 };
 

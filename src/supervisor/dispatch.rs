@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::conn::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, rpc};
+use super::{launch, policy, rpc, subagents};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -44,6 +44,12 @@ pub async fn handle(
         }
         Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
         Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
+        Call::TaskGet {} => subagents::task_get(state, peer),
+        Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
+        Call::ReflectRun(_) | Call::ReflectStatus { .. } | Call::WorkerStart { .. } => error(
+            ErrorCode::NotImplemented,
+            format!("{} is not implemented yet", call.method()),
+        ),
     }
 }
 

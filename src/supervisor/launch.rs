@@ -35,6 +35,26 @@ async fn try_spawn(
     params: SpawnParams,
     fds: PassedFds,
 ) -> Result<Outcome, Outcome> {
+    spawn_with(state, params, fds, SubagentLaunch::default()).await
+}
+
+/// What a sub-agent child gets beyond a plain child: its worktree (its
+/// profile's `$WORKTREE`, where its commits land) and its task.
+#[derive(Debug, Default)]
+pub struct SubagentLaunch {
+    /// Name (under `memory-worktrees/`) and directory of the worktree.
+    pub worktree: Option<(String, PathBuf)>,
+    pub task: Option<crate::protocol::task::SubagentTask>,
+}
+
+/// Start a child; its worktree and task, when given, are recorded with it
+/// before its channel is served.
+pub async fn spawn_with(
+    state: &Arc<State>,
+    params: SpawnParams,
+    fds: PassedFds,
+    sub: SubagentLaunch,
+) -> Result<Outcome, Outcome> {
     if state.is_stopping() {
         return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
     }
@@ -75,16 +95,25 @@ async fn try_spawn(
     let workspace = params.workspace.as_ref().map(PathBuf::from);
     // Reading the record, chown, cgroup set-up: all blocking.
     let (record, agent, plan) = {
-        let (st, name, role, ws) = (
+        let (st, name, role, ws, wt) = (
             state.clone(),
             params.agent.clone(),
             params.role.clone(),
             workspace.clone(),
+            sub.worktree.as_ref().map(|(_, dir)| dir.clone()),
         );
         blocking(move || {
             let (mut record, agent) = store::find(&st.home, Some(&name))
                 .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-            let plan = plan_child(&st, &mut record, &agent, &role, isolation, ws.as_deref())?;
+            let plan = plan_child(
+                &st,
+                &mut record,
+                &agent,
+                &role,
+                isolation,
+                ws.as_deref(),
+                wt.as_deref(),
+            )?;
             Ok((record, agent, plan))
         })
         .await?
@@ -129,7 +158,13 @@ async fn try_spawn(
         agent: record.id.clone(),
         role: params.role.clone(),
         model: params.model.clone().unwrap_or_else(|| record.model.clone()),
+        worktree: sub.worktree.as_ref().map(|(name, _)| name.clone()),
     };
+    if let Some(task) = sub.task
+        && let Ok(mut tasks) = state.tasks.lock()
+    {
+        tasks.insert(id, super::state::TaskEntry { task, report: None });
+    }
     let channel = ours
         .set_nonblocking(true)
         .and_then(|()| UnixStream::from_std(ours))
@@ -466,6 +501,7 @@ fn plan_child(
     role: &str,
     isolation: Isolation,
     workspace: Option<&std::path::Path>,
+    worktree: Option<&std::path::Path>,
 ) -> Result<LaunchPlan, Outcome> {
     use crate::sandbox::{cgroup, identity, plan, profile};
     let internal = |e: &dyn std::fmt::Display| error(ErrorCode::Internal, e.to_string());
@@ -475,7 +511,7 @@ fn plan_child(
     }
     let profile = profile::load(&state.home, role)
         .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
-    let resolved = profile.resolve(agent, workspace, None);
+    let resolved = profile.resolve(agent, workspace, worktree);
     let report = &state.sandbox;
     let confined = isolation != Isolation::Off;
     let mut uid = None;

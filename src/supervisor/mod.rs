@@ -18,6 +18,7 @@ pub mod pidfile;
 pub mod policy;
 pub mod rpc;
 pub mod state;
+pub mod subagents;
 pub mod turns;
 pub mod untrusted;
 

@@ -14,8 +14,9 @@ pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "too
 ///   tool calls in `attach` otherwise);
 /// * a tool command never reaches the model proxy (it would spend the
 ///   operator's API key);
-/// * workers and reflections do not commit to `main` themselves: the
-///   supervisor merges their worktree when they exit.
+/// * workers and reflections commit only in their own worktree (the
+///   supervisor routes their `memory.commit` there from its child table);
+///   it merges the worktree into `main` when they exit.
 pub const TABLE: &[(&str, [bool; 5])] = &[
     ("ping", [true, true, true, true, true]),
     ("supervisor.status", [true, false, false, false, false]),
@@ -24,7 +25,7 @@ pub const TABLE: &[(&str, [bool; 5])] = &[
     ("child.spawn", [true, false, false, false, false]),
     ("child.kill", [true, false, false, false, false]),
     ("events.subscribe", [true, false, false, false, false]),
-    ("memory.commit", [true, true, false, false, true]),
+    ("memory.commit", [true, true, true, true, true]),
     ("memory.lease", [true, true, false, false, true]),
     ("memory.release", [true, true, false, false, true]),
     ("memory.status", [true, true, true, true, true]),
@@ -34,6 +35,11 @@ pub const TABLE: &[(&str, [bool; 5])] = &[
     ("turn.cancel", [true, false, false, false, false]),
     ("turn.event", [false, true, false, false, false]),
     ("log", [true, true, true, true, true]),
+    ("task.get", [false, false, true, true, false]),
+    ("task.finish", [false, false, true, true, false]),
+    ("reflect.run", [true, false, false, false, false]),
+    ("reflect.status", [true, false, false, false, false]),
+    ("worker.start", [false, true, false, false, false]),
 ];
 
 /// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown
@@ -84,7 +90,11 @@ mod tests {
             ("agent", "turn.event", true),
             ("agent", "child.spawn", false),
             ("agent", "events.subscribe", false),
-            ("memory-worker", "memory.commit", false),
+            ("memory-worker", "memory.commit", true),
+            ("memory-worker", "memory.lease", false),
+            ("agent", "task.get", false),
+            ("tool", "worker.start", false),
+            ("reflection", "worker.start", false),
             ("reflection", "model.complete", true),
             ("cli", "turn.event", false),
             ("cli", "child.spawn", true),

@@ -27,6 +27,9 @@ pub enum Peer {
         role: String,
         /// The model recorded at launch; `model.complete` uses no other.
         model: String,
+        /// A sub-agent's memory worktree (its name under
+        /// `memory-worktrees/`): where its `memory.commit` lands.
+        worktree: Option<String>,
     },
 }
 
@@ -75,6 +78,17 @@ pub struct State {
     pub leases: super::leases::Leases,
     /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
     agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Sub-agents' tasks and reports, by child id (`task.get`/`task.finish`).
+    pub tasks: Mutex<HashMap<u64, TaskEntry>>,
+    /// Reflections and memory workers in flight, per agent.
+    pub subagents: super::subagents::Running,
+}
+
+/// A sub-agent's task as recorded at launch, and the report it left.
+#[derive(Debug, Clone)]
+pub struct TaskEntry {
+    pub task: crate::protocol::task::SubagentTask,
+    pub report: Option<String>,
 }
 
 impl State {
@@ -101,6 +115,8 @@ impl State {
             turns: Default::default(),
             leases: Default::default(),
             agent_slots: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(HashMap::new()),
+            subagents: Default::default(),
         }
     }
 

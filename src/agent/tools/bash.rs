@@ -56,7 +56,7 @@ fn bash(ctx: &ToolContext, command: &str, timeout_ms: Option<u64>) -> ToolOutput
     let cwd = ctx
         .workspace
         .clone()
-        .unwrap_or_else(|| ctx.agent.memory_dir());
+        .unwrap_or_else(|| ctx.memory_dir());
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
@@ -65,7 +65,7 @@ fn bash(ctx: &ToolContext, command: &str, timeout_ms: Option<u64>) -> ToolOutput
         .env_remove(crate::protocol::CHANNEL_FD_ENV)
         .env("AGENT_ID", &ctx.agent_id)
         .env("CONVERSATION_ID", &ctx.conversation_id)
-        .env("MEMORY_DIR", ctx.agent.memory_dir())
+        .env("MEMORY_DIR", ctx.memory_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -48,7 +48,12 @@ fn spec() -> ToolSpec {
 
 /// A writer whose commits go through the supervisor.
 fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
-    let repo = repo::open_agent(&ctx.agent).map_err(|e| OpError::Refused(e.to_string()))?;
+    let repo = match &ctx.worktree {
+        // The child's own worktree: its `.git` pointer is the child's own.
+        Some(dir) => repo::open(dir),
+        None => repo::open_agent(&ctx.agent),
+    }
+    .map_err(|e| OpError::Refused(e.to_string()))?;
     let channel = ctx.channel.clone();
     Writer::with_remote_commit(
         repo,
@@ -75,7 +80,7 @@ fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
 
 /// A memory path from the model: relative, or absolute inside the memory dir.
 fn memory_path(ctx: &ToolContext, p: &str) -> String {
-    let mem = ctx.agent.memory_dir();
+    let mem = ctx.memory_dir();
     match Path::new(p).strip_prefix(&mem) {
         Ok(rel) => rel.to_string_lossy().into_owned(),
         Err(_) => p.to_string(),
@@ -89,6 +94,10 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
             "memory: 'command' must be one of create, str_replace, insert, delete, rename, update_description",
         );
     };
+    // A worktree is the sub-agent's alone.
+    if ctx.worktree.is_some() {
+        return edit(ctx, args, command);
+    }
     // Other turns of this agent edit the same working tree: hold the
     // agent's memory lease from the first read to the commit.
     if let Err(e) = lease(ctx, Call::MemoryLease { agent: None }) {

@@ -57,6 +57,21 @@ pub struct ToolContext {
     pub workspace: Option<PathBuf>,
     /// The channel to the supervisor (memory commits).
     pub channel: Arc<Mutex<Client>>,
+    /// A sub-agent's memory worktree: the memory tool and `$MEMORY_DIR`
+    /// point there instead of the agent's checkout, its commits land on
+    /// the worktree's branch (the supervisor routes them), and no lease is
+    /// taken (nobody else edits a worktree).
+    pub worktree: Option<PathBuf>,
+}
+
+impl ToolContext {
+    /// The memory directory the tools edit: the worktree of a sub-agent,
+    /// else the agent's checkout.
+    pub fn memory_dir(&self) -> PathBuf {
+        self.worktree
+            .clone()
+            .unwrap_or_else(|| self.agent.memory_dir())
+    }
 }
 
 /// A call's arguments: always a JSON object by the time a tool sees them.
@@ -85,6 +100,16 @@ const TOOLS: &[Tool] = &[
 /// The schemas sent to the model.
 pub fn specs() -> Vec<ToolSpec> {
     TOOLS.iter().map(|t| (t.spec)()).collect()
+}
+
+/// The schemas of the tools named in `names` (a sub-agent's set), in the
+/// registry's order; unknown names are skipped.
+pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
+    TOOLS
+        .iter()
+        .filter(|t| names.iter().any(|n| n == t.name))
+        .map(|t| (t.spec)())
+        .collect()
 }
 
 /// Run one tool call. Malformed arguments are a tool error, never a crash.
@@ -126,7 +151,7 @@ fn allowed_path(ctx: &ToolContext, p: &str) -> Result<PathBuf, ToolOutput> {
     {
         return Err(ToolOutput::err(format!("{p}: '..' is not allowed")));
     }
-    let roots: Vec<PathBuf> = [Some(ctx.agent.memory_dir()), ctx.workspace.clone()]
+    let roots: Vec<PathBuf> = [Some(ctx.memory_dir()), ctx.workspace.clone()]
         .into_iter()
         .flatten()
         .collect();

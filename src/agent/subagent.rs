@@ -1,0 +1,182 @@
+//! A sub-agent's run, inside its confined child (`mini-letta-agent
+//! subagent`): ask the supervisor for the task it recorded at launch, run
+//! model steps with the task's tools in the task's memory directory (the
+//! child's worktree), and leave the final text as the report. The
+//! supervisor merges (or discards) the worktree when the child exits; the
+//! exit status says whether the run completed.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::tools::{self, ToolContext};
+use crate::paths::AgentPaths;
+use crate::protocol::client::{Client, ClientError};
+use crate::protocol::Call;
+use crate::protocol::messages::{Message, ModelFailure, ModelRequest, Part, Purpose, Role};
+use crate::protocol::task::{MAX_REPORT_BYTES, SubagentTask};
+
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubagentError {
+    #[error("cannot get this sub-agent's task from the supervisor: {0}")]
+    Task(String),
+    #[error("the model failed: {0}")]
+    Model(ModelFailure),
+    #[error("the sub-agent stopped after {0} steps without finishing")]
+    MaxSteps(u32),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub steps: u32,
+    pub report: String,
+}
+
+/// Fetch the task and run it; the report is left with the supervisor.
+pub fn run(agent: &AgentPaths, channel: Arc<Mutex<Client>>) -> Result<Finished, SubagentError> {
+    let task = fetch_task(&channel)?;
+    let result = run_task(agent, &task, channel.clone());
+    let report = match &result {
+        Ok(f) => f.report.clone(),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = client.call(Call::TaskFinish {
+        report: clip(&report, MAX_REPORT_BYTES),
+    });
+    result
+}
+
+fn fetch_task(channel: &Arc<Mutex<Client>>) -> Result<SubagentTask, SubagentError> {
+    let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+    let value = client.call(Call::TaskGet {}).map_err(|e| match e {
+        ClientError::Remote(body) => SubagentError::Task(body.message),
+        other => SubagentError::Task(other.to_string()),
+    })?;
+    serde_json::from_value(value).map_err(|e| SubagentError::Task(e.to_string()))
+}
+
+/// The step loop: one model request per step; tool calls run and their
+/// results go back; a response without tool calls ends the run.
+pub fn run_task(
+    agent: &AgentPaths,
+    task: &SubagentTask,
+    channel: Arc<Mutex<Client>>,
+) -> Result<Finished, SubagentError> {
+    let ctx = ToolContext {
+        agent: agent.clone(),
+        agent_id: String::new(),
+        conversation_id: String::new(),
+        workspace: None,
+        channel: channel.clone(),
+        worktree: Some(PathBuf::from(&task.memory_dir)),
+    };
+    let specs = tools::specs_named(&task.tools);
+    let mut messages = vec![Message {
+        role: Role::User,
+        parts: vec![Part::Text {
+            text: task.prompt.clone(),
+        }],
+    }];
+    let mut last_text = String::new();
+    for step in 1..=task.max_steps.max(1) {
+        let request = ModelRequest {
+            model: String::new(),
+            system: task.system.clone(),
+            messages: messages.clone(),
+            tools: specs.clone(),
+            max_tokens: None,
+            purpose: Purpose::Reflection,
+            context_window: task.context_window,
+        };
+        let response = {
+            let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+            client.model_complete(&request, |_| {})
+        }
+        .map_err(SubagentError::Model)?;
+        let text: String = response
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("");
+        if !text.is_empty() {
+            last_text = text;
+        }
+        let calls: Vec<(String, String, Value)> = response
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => Some((id.clone(), name.clone(), arguments.clone())),
+                _ => None,
+            })
+            .collect();
+        messages.push(Message {
+            role: Role::Assistant,
+            parts: response.parts.clone(),
+        });
+        if calls.is_empty() {
+            return Ok(Finished {
+                steps: step,
+                report: last_text,
+            });
+        }
+        let mut results = Vec::new();
+        for (call_id, name, arguments) in calls {
+            // Only the task's tools run, whatever the model asks for.
+            let out = if task.tools.iter().any(|t| *t == name) {
+                tools::execute(&ctx, &name, &arguments)
+            } else {
+                tools::ToolOutput {
+                    text: format!("{name} is not available to this sub-agent"),
+                    is_error: true,
+                }
+            };
+            results.push(Part::ToolResult {
+                call_id,
+                name,
+                text: out.text,
+                is_error: out.is_error,
+            });
+        }
+        messages.push(Message {
+            role: Role::Tool,
+            parts: results,
+        });
+    }
+    Err(SubagentError::MaxSteps(task.max_steps))
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("日本語", 4), "日");
+        assert_eq!(clip("日本語", 6), "日本");
+    }
+}

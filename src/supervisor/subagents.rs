@@ -1,0 +1,74 @@
+//! Sub-agents under the supervisor: the tasks children fetch
+//! (`task.get`) and the reports they leave (`task.finish`), and which
+//! reflection and memory worker of each agent is running.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::state::{Peer, State, error};
+use crate::protocol::task::MAX_REPORT_BYTES;
+use crate::protocol::{ErrorCode, Outcome};
+
+/// Per agent: the running reflection and memory worker (child ids), and
+/// the worker instructions waiting for their turn.
+#[derive(Debug, Default)]
+pub struct AgentSubagents {
+    pub reflection: Option<u64>,
+    pub worker: Option<u64>,
+    pub queued_workers: VecDeque<String>,
+}
+
+/// Sub-agents in flight, by agent id.
+#[derive(Debug, Default)]
+pub struct Running {
+    inner: Mutex<HashMap<String, AgentSubagents>>,
+}
+
+impl Running {
+    /// Run `f` on the agent's entry.
+    pub fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentSubagents) -> T) -> T {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(agent.to_string()).or_default();
+        f(entry)
+    }
+}
+
+/// `task.get`: the task recorded for the calling child at its launch.
+pub fn task_get(state: &State, peer: &Peer) -> Outcome {
+    let Peer::Child { id, .. } = peer else {
+        return error(ErrorCode::Forbidden, "task.get comes from sub-agent children only");
+    };
+    let tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
+    match tasks.get(id) {
+        Some(entry) => match serde_json::to_value(&entry.task) {
+            Ok(v) => Outcome::Result(v),
+            Err(e) => error(ErrorCode::Internal, e.to_string()),
+        },
+        None => error(ErrorCode::NotFound, "no task was recorded for this child"),
+    }
+}
+
+/// `task.finish`: keep the calling child's report (capped) with its task.
+pub fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
+    let Peer::Child { id, .. } = peer else {
+        return error(ErrorCode::Forbidden, "task.finish comes from sub-agent children only");
+    };
+    let mut tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
+    match tasks.get_mut(id) {
+        Some(entry) => {
+            let mut report = report;
+            if report.len() > MAX_REPORT_BYTES {
+                let mut end = MAX_REPORT_BYTES;
+                while !report.is_char_boundary(end) {
+                    end -= 1;
+                }
+                report.truncate(end);
+            }
+            entry.report = Some(report);
+            Outcome::Result(json!({ "kept": true }))
+        }
+        None => error(ErrorCode::NotFound, "no task was recorded for this child"),
+    }
+}
