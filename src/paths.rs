@@ -152,6 +152,27 @@ impl Home {
             dir: self.agents_dir().join(format!(".creating-{id}")),
         })
     }
+
+    /// The conversation directory of a reflection sub-agent (book lab 5):
+    /// `agents/<id>~reflection/conversations/reflection-<launch>/`, where
+    /// the supervisor keeps the system prompt the reflection was given.
+    /// `~` is outside the id alphabet, so listings never take it for an
+    /// agent; both ids are checked.
+    pub fn reflection_conversation_dir(
+        &self,
+        agent_id: &str,
+        launch_id: &str,
+    ) -> Result<PathBuf, PathsError> {
+        self.agent(agent_id)?;
+        if !is_valid_agent_id(launch_id) {
+            return Err(PathsError::InvalidConversationId(launch_id.to_string()));
+        }
+        Ok(self
+            .agents_dir()
+            .join(format!("{agent_id}~reflection"))
+            .join(CONVERSATIONS_DIR_NAME)
+            .join(format!("reflection-{launch_id}")))
+    }
 }
 
 /// Prefix of the directories (in `agents/`) an imported agent is unpacked

@@ -81,6 +81,7 @@ fn decoy() -> Decoy {
     std::fs::create_dir_all(git.join("hooks")).unwrap();
     std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
     std::fs::create_dir_all(a.join("memory")).unwrap();
+    std::fs::write(a.join("memory/human.md"), "- likes tea\n").unwrap();
     std::fs::create_dir_all(a.join("tmp")).unwrap();
     std::fs::create_dir_all(&b).unwrap();
     let secret = b.join("secret.md");
@@ -143,6 +144,7 @@ fn decoy() -> Decoy {
         pids_limit: Some(64),
         fsize_limit: Some(1 << 20),
         scratch_dir: a.join("tmp"),
+        read_only_checkout: Some(a.join("memory")),
     };
     Decoy {
         _tmp: tmp,
@@ -177,10 +179,10 @@ fn catalogue_shape() {
         "only {} §d rows covered",
         numbers.len()
     );
-    // §d rows 1–49, the seccomp regression rows 50–63, then the
-    // supervisor's trust-boundary rows 64–65.
-    assert!(numbers.iter().all(|n| (1..=65).contains(n)));
-    for n in 50..=65 {
+    // §d rows 1–49, the seccomp regression rows 50–63, the supervisor's
+    // trust-boundary rows 64–65, then the sub-agent row 66.
+    assert!(numbers.iter().all(|n| (1..=66).contains(n)));
+    for n in 50..=66 {
         assert!(numbers.contains(&n), "regression row {n} missing");
     }
     for a in cat {
@@ -272,6 +274,7 @@ fn unconfined_control_column() {
         "42-git-hook",
         "43-git-config",
         "48-sandbox-off-switches",
+        "66-sub-agent-writes-checkout",
         // Seccomp regression rows any process reaches without a filter.
         "52-namespace-calls",
         "53-ptrace-kcmp-init",

@@ -11,6 +11,7 @@ mod memory;
 mod output;
 mod prompt;
 mod recall;
+mod reflect;
 mod sandbox;
 mod spinner;
 mod style;
@@ -85,6 +86,10 @@ enum Command {
     /// Search everything an agent has said (ranked), or rebuild its index.
     #[command(subcommand)]
     Recall(recall::RecallCommand),
+    /// Reflect now: fold what the agent's conversations added into its
+    /// memory (a confined child in a worktree, merged when it exits); or
+    /// show the reflection state.
+    Reflect(reflect::ReflectArgs),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -249,6 +254,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Context(args) => context::context(cli, args),
         Command::Compact(args) => context::compact(cli, args),
         Command::Recall(cmd) => recall::run(cli, cmd),
+        Command::Reflect(args) => reflect::run(cli, args),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),

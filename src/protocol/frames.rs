@@ -173,6 +173,9 @@ pub struct ReflectParams {
     /// as the caller saw it).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// Isolation of the reflection's child (`strict` when absent).
+    #[serde(default)]
+    pub isolation: Option<String>,
 }
 
 impl Call {

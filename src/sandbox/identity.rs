@@ -210,6 +210,15 @@ pub fn own_agent_dir(paths: &AgentPaths, uid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Give a tree the supervisor has just made inside an agent's directory (a
+/// memory worktree) to the agent's uid, so its confined child can write it.
+pub fn give_tree(dir: &std::path::Path, uid: u32) -> std::io::Result<()> {
+    let top = Dir::open(dir).map_err(into_io)?;
+    top.chown(Some(uid), Some(uid)).map_err(into_io)?;
+    let mut budget = ADOPT_MAX_ENTRIES;
+    adopt_below(&top, uid, 1, &mut budget)
+}
+
 /// The uid recorded in the agent directory's ownership marker.
 fn prepared_for(agent: &Dir) -> Option<u32> {
     let (bytes, _) = agent.read_file_capped(OWNERSHIP_MARKER_NAME, 32).ok()?;

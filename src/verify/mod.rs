@@ -153,6 +153,9 @@ fn run_in(
         pids_limit: report.cgroup.available.then_some(profile.limits.pids),
         fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
         scratch_dir: a_paths.tmp_dir(),
+        read_only_checkout: ["reflection", "memory-worker"]
+            .contains(&role)
+            .then(|| a_paths.memory_dir()),
     };
     let ctx_json = serde_json::to_string(&ctx).map_err(setup("context"))?;
     let witness = attack::Witness::new(

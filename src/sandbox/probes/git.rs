@@ -147,3 +147,36 @@ pub fn rc_poisoning(ctx: &ProbeContext) -> Verdict {
         Verdict::escaped(join(&got))
     }
 }
+
+/// Row 66: a sub-agent (reflection, memory worker) edits only its own
+/// worktree; the agent's main checkout is read-only to it (the supervisor
+/// merges). Create a file in the checkout and open an existing one for
+/// writing: escaped if either works (nothing written, the file removed).
+pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
+    let Some(checkout) = &ctx.read_only_checkout else {
+        return Verdict::skipped("this role may write the agent's checkout (not a sub-agent)");
+    };
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    match create_then_remove(&checkout.join(unique("edit"))) {
+        Ok(()) => got.push(format!("created a file in {} (removed)", checkout.display())),
+        Err(e) => refused.push(e),
+    }
+    let existing = std::fs::read_dir(checkout).ok().and_then(|rd| {
+        rd.flatten()
+            .map(|e| e.path())
+            .find(|p| p.is_file() && p.extension().is_some_and(|x| x == "md"))
+    });
+    match existing {
+        Some(file) => match open_append(&file) {
+            Ok(()) => got.push(format!("opened {} for writing (nothing written)", file.display())),
+            Err(e) => refused.push(e),
+        },
+        None => refused.push(format!("{}: no memory file visible", checkout.display())),
+    }
+    if got.is_empty() {
+        Verdict::blocked(refused.join("; "))
+    } else {
+        Verdict::escaped(got.join("; "))
+    }
+}

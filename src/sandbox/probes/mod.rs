@@ -98,6 +98,10 @@ pub struct ProbeContext {
     pub fsize_limit: Option<u64>,
     /// A writable directory inside the sandbox for temporary files.
     pub scratch_dir: PathBuf,
+    /// The agent's main checkout, when the role must not write it (a
+    /// sub-agent: reflection, memory worker).
+    #[serde(default)]
+    pub read_only_checkout: Option<PathBuf>,
 }
 
 /// The outcome of one attack.
@@ -264,6 +268,7 @@ static CATALOGUE: &[Attack] = &[
     // Regression rows for the supervisor's trust boundary.
     attack("64-channel-model-choice", 64, "Child names its model (scripted path, other provider)", channel::model_choice),
     attack("65-channel-descriptors", 65, "Child passes descriptors to the supervisor", channel::pass_descriptors),
+    attack("66-sub-agent-writes-checkout", 66, "Sub-agent writes the agent's main checkout", git::main_checkout_write),
 ];
 
 /// Every attack, in §d order, then the seccomp regression rows.

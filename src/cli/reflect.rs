@@ -1,0 +1,199 @@
+//! `mini-letta reflect`: launch a reflection of an agent now, or show its
+//! reflection state. The supervisor runs the reflection as a confined
+//! child in a worktree and merges it when it exits.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::Cli;
+use crate::protocol::{Call, ReflectParams};
+use crate::supervisor::Session;
+
+#[derive(Debug, Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "\
+A manual reflection ignores the backoff automatic ones observe after a failed
+merge. It reads what the agent's conversations added since the last successful
+reflection, edits a worktree of the memory repository in a confined child, and
+the supervisor merges the worktree when the child exits.
+
+With a running supervisor (`mini-letta supervisor start`) the command returns
+once the reflection is launched; otherwise it waits for it (and says so), since
+the supervisor it started ends with the command. --wait always waits.
+
+Examples:
+  mini-letta reflect -a owl
+  mini-letta reflect -a owl --instruction 'only facts about food' --wait
+  mini-letta reflect status -a owl --json"
+)]
+pub struct ReflectArgs {
+    #[command(subcommand)]
+    command: Option<ReflectCommand>,
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    /// `auto`: the supervisor merges the reflection's branch; `explicit`:
+    /// the agent reviews it first (default: the agent's setting).
+    #[arg(long, value_parser = ["auto", "explicit"])]
+    mode: Option<String>,
+    /// Extra guidance for this reflection (what to keep, what to skip).
+    #[arg(long, value_name = "TEXT")]
+    instruction: Option<String>,
+    /// Wait until the reflection has been merged or discarded.
+    #[arg(long)]
+    wait: bool,
+    /// Isolation of the reflection's child: strict (default), degraded, off.
+    #[arg(long, value_name = "LEVEL", value_parser = ["strict", "degraded", "off"])]
+    isolation: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReflectCommand {
+    /// Show an agent's reflection state: lock, backoff, last result and
+    /// each conversation's cursor and steps since its last reflection.
+    Status {
+        /// Agent id or name (default: the only agent).
+        #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+        agent: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    if let Some(ReflectCommand::Status { agent, json }) = &args.command {
+        let mut session = Session::open(&home)?;
+        let status = session.client.call(Call::ReflectStatus {
+            agent: agent.clone(),
+        });
+        session.close();
+        let status = status?;
+        if *json {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        } else {
+            print_status(&status);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (_, window) = super::chat::env_windows()?;
+    let mut session = Session::open(&home)?;
+    let wait = args.wait || session.is_embedded();
+    if wait && !args.wait && !args.json {
+        eprintln!("· no supervisor is running: waiting for the reflection to finish");
+    }
+    let result = session.client.call(Call::ReflectRun(ReflectParams {
+        agent: args.agent.clone(),
+        mode: args.mode.clone(),
+        instruction: args.instruction.clone(),
+        wait,
+        context_window: window,
+        isolation: args.isolation.clone(),
+    }));
+    session.close();
+    let result = result.context("the reflection could not be started")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print_result(&result);
+    }
+    let ok = result["launched"].as_bool().unwrap_or(false)
+        && result["result"]["status"]
+            .as_str()
+            .is_none_or(|s| s == "merged" || s == "no_changes");
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_result(v: &Value) {
+    if !v["launched"].as_bool().unwrap_or(false) {
+        println!(
+            "not launched ({}): {}",
+            v["reason"].as_str().unwrap_or("?"),
+            v["message"].as_str().unwrap_or("")
+        );
+        return;
+    }
+    match v.get("result") {
+        Some(r) => {
+            println!(
+                "{} ({})",
+                r["message"].as_str().unwrap_or(""),
+                r["status"].as_str().unwrap_or("?")
+            );
+            if let Some(s) = r["summary"].as_str() {
+                println!("  {s}");
+            }
+        }
+        None => println!(
+            "reflecting in the background (child {}, branch {})",
+            v["child"],
+            v["branch"].as_str().unwrap_or("?")
+        ),
+    }
+}
+
+fn print_status(v: &Value) {
+    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
+    println!("agent:       {}", s("agent"));
+    println!(
+        "trigger:     {} (every {} steps), merge {}",
+        v["settings"]["trigger"].as_str().unwrap_or("-"),
+        v["settings"]["stepCount"],
+        v["settings"]["merge"].as_str().unwrap_or("-")
+    );
+    match v.get("running").filter(|r| !r.is_null()) {
+        Some(r) => println!("running:     child {} ({})", r["child"], r["branch"]),
+        None => println!("running:     no"),
+    }
+    match v.get("lock").filter(|l| !l.is_null()) {
+        Some(l) => println!(
+            "lock:        pid {} ({})",
+            l["pid"],
+            if l["alive"].as_bool().unwrap_or(false) {
+                "alive"
+            } else {
+                "stale"
+            }
+        ),
+        None => println!("lock:        free"),
+    }
+    match v.get("backoff").filter(|b| !b.is_null()) {
+        Some(b) => println!(
+            "backoff:     {} ms, automatic launches wait until {}",
+            b["delayMs"],
+            b["retryAt"].as_str().unwrap_or("-")
+        ),
+        None => println!("backoff:     none"),
+    }
+    match v.get("last").filter(|l| !l.is_null()) {
+        Some(l) => println!(
+            "last result: {} at {}: {}",
+            l["status"].as_str().unwrap_or("-"),
+            l["finishedAt"].as_str().unwrap_or("-"),
+            l["message"].as_str().unwrap_or("")
+        ),
+        None => println!("last result: none"),
+    }
+    if let Some(convs) = v["conversations"].as_array() {
+        for c in convs {
+            println!(
+                "conversation {}: {} steps since the last reflection, cursor {}",
+                c["conversation"].as_str().unwrap_or("?"),
+                c["stepsSinceLastReflection"],
+                c["reflectedThroughMessageId"].as_str().unwrap_or("(none)")
+            );
+        }
+    }
+}
