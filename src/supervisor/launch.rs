@@ -159,6 +159,7 @@ pub async fn spawn_with(
         role: params.role.clone(),
         model: params.model.clone().unwrap_or_else(|| record.model.clone()),
         worktree: sub.worktree.as_ref().map(|(name, _)| name.clone()),
+        isolation: params.isolation.clone(),
     };
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()

@@ -78,9 +78,28 @@ pub async fn memory_commit(
         Ok(a) => a,
         Err(o) => return o,
     };
-    // A commit is a memory write: it waits for whoever else edits this
-    // agent's memory, unless the caller is that child itself.
-    let holder = state.leases.holds(holder(peer, conn));
+    // A sub-agent commits on its own worktree's branch: the worktree is the
+    // one recorded when it was launched, never one it names.
+    let worktree = match peer {
+        Peer::Child { role, worktree, .. }
+            if matches!(role.as_str(), "reflection" | "memory-worker") =>
+        {
+            match worktree {
+                Some(name) => Some(name.clone()),
+                None => {
+                    return error(
+                        ErrorCode::Forbidden,
+                        "this sub-agent was launched without a worktree: it has nowhere to commit",
+                    );
+                }
+            }
+        }
+        _ => None,
+    };
+    // A commit to the checkout is a memory write: it waits for whoever
+    // else edits this agent's memory, unless the caller is that child
+    // itself. Nobody else writes a sub-agent's worktree.
+    let holder = worktree.is_some() || state.leases.holds(holder(peer, conn));
     let _lease = if holder {
         None
     } else {
@@ -93,8 +112,13 @@ pub async fn memory_commit(
     let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        let repo = repo::open_agent(&agent_paths)
-            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+        let repo = match &worktree {
+            Some(name) => crate::memfs::worktree::open(&agent_paths, name)
+                .map(|(_, repo)| repo)
+                .map_err(|e| error(ErrorCode::Forbidden, e.to_string()))?,
+            None => repo::open_agent(&agent_paths)
+                .map_err(|e| error(ErrorCode::Internal, e.to_string()))?,
+        };
         let author = store::agent_signature(&record)
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
         // Children never get the human approval for constraint changes.

@@ -30,6 +30,9 @@ pub enum Peer {
         /// A sub-agent's memory worktree (its name under
         /// `memory-worktrees/`): where its `memory.commit` lands.
         worktree: Option<String>,
+        /// The isolation it was launched with (sub-agents it starts get
+        /// the same).
+        isolation: Option<String>,
     },
 }
 

@@ -11,13 +11,14 @@ use super::state::{Peer, State, error};
 use crate::protocol::task::MAX_REPORT_BYTES;
 use crate::protocol::{ErrorCode, Outcome};
 
-/// Per agent: the running reflection and memory worker (child ids), and
-/// the worker instructions waiting for their turn.
+/// Per agent: the running reflection and memory worker (child ids; `0`
+/// while one is being prepared), and the worker instructions (with the
+/// isolation of the agent that asked) waiting for their turn.
 #[derive(Debug, Default)]
 pub struct AgentSubagents {
     pub reflection: Option<u64>,
     pub worker: Option<u64>,
-    pub queued_workers: VecDeque<String>,
+    pub queued_workers: VecDeque<(String, Option<String>)>,
 }
 
 /// Sub-agents in flight, by agent id.

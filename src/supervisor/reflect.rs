@@ -1,0 +1,804 @@
+//! Reflections and memory workers under the supervisor (spec memfs-git.md
+//! §4–6): launch checks in the spec's order, a worktree per sub-agent, a
+//! confined child with the `reflection` / `memory-worker` profile, and —
+//! when it exits — the finalize ladder run here, under the agent's memory
+//! lease and the repository lock, with the transcript cursor advanced only
+//! on `merged` / `no_changes`.
+//!
+//! What a sub-agent may touch is fixed here, at launch: its worktree (from
+//! which its `memory.commit` lands on its branch) and its task. Its exit,
+//! whatever it reports, decides only `should_merge`; what reaches `main`
+//! is what git says its branch holds, validated again as merged.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::children::ChildState;
+use super::launch::{SubagentLaunch, spawn_with};
+use super::leases::LEASE_WAIT;
+use super::state::{State, blocking, error};
+use crate::agent::record::AgentRecord;
+use crate::agent::store;
+use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, Label, MemoryWorktree};
+use crate::paths::AgentPaths;
+use crate::protocol::events::ChildEnd;
+use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
+use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
+use crate::reflection::launch::Refusal;
+use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
+
+/// Model responses a reflection or worker may use.
+const SUBAGENT_MAX_STEPS: u32 = 12;
+/// The tools a sub-agent is offered.
+const SUBAGENT_TOOLS: &[&str] = &["memory", "Read"];
+
+/// Who asked for a reflection.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub agent: Option<String>,
+    pub manual: bool,
+    pub instruction: Option<String>,
+    pub mode: Option<String>,
+    pub context_window: Option<u64>,
+    pub isolation: Option<String>,
+    /// Why: `manual`, `step-count`, `compaction-event`.
+    pub trigger: String,
+}
+
+impl Request {
+    pub fn manual(p: &ReflectParams) -> Self {
+        Request {
+            agent: p.agent.clone(),
+            manual: true,
+            instruction: p.instruction.clone(),
+            mode: p.mode.clone(),
+            context_window: p.context_window,
+            isolation: p.isolation.clone(),
+            trigger: "manual".into(),
+        }
+    }
+}
+
+/// A launched reflection: what the caller is told, and how to wait for it.
+pub struct Launched {
+    pub info: Value,
+    pub done: tokio::sync::oneshot::Receiver<Value>,
+}
+
+/// `reflect.run`.
+pub async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
+    let wait = params.wait;
+    match launch_reflection(state, Request::manual(&params)).await {
+        Ok(launched) => {
+            let mut info = launched.info;
+            if wait {
+                let result = launched.done.await.unwrap_or_else(
+                    |_| json!({"status": "failed", "summary": "the supervisor stopped before the reflection was finalized"}),
+                );
+                if let Some(o) = info.as_object_mut() {
+                    o.insert("result".into(), result);
+                }
+            }
+            Outcome::Result(info)
+        }
+        Err(refusal) => Outcome::Result(refusal),
+    }
+}
+
+/// A refusal as the caller sees it: `{launched: false, reason, message}`.
+fn refused(r: Refusal) -> Value {
+    json!({ "launched": false, "reason": r.reason(), "message": r.message() })
+}
+
+/// Run `f` on a blocking thread; a failure becomes an `error` refusal.
+async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Value> + Send + 'static,
+) -> Result<T, Value> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(refused(Refusal::Error(format!("task failed: {e}")))),
+    }
+}
+
+/// Everything prepared for a reflection child before it starts.
+struct Prepared {
+    record: AgentRecord,
+    agent: AgentPaths,
+    token: String,
+    manifest: payload::Manifest,
+    worktree: MemoryWorktree,
+    task: SubagentTask,
+}
+
+/// Launch a reflection: the checks of spec §5.4 in order, then the
+/// worktree, the payload and the child. Refusals are `Err(json)`.
+pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launched, Value> {
+    let home = state.home.clone();
+    let selector = req.agent.clone();
+    let (record, agent) = off_thread(move || {
+        store::find(&home, selector.as_deref())
+            .map_err(|e| refused(Refusal::Error(e.to_string())))
+    })
+    .await?;
+    // Reserved in memory first: two launches in this process never race to
+    // the lock file.
+    let reserved = state.subagents.with(&record.id, |a| {
+        if a.reflection.is_some() {
+            false
+        } else {
+            a.reflection = Some(0);
+            true
+        }
+    });
+    if !reserved {
+        return Err(refused(Refusal::AlreadyActive));
+    }
+    let prepared = {
+        let (st, req, record, agent) = (state.clone(), req.clone(), record.clone(), agent.clone());
+        off_thread(move || prepare(&st, &req, record, agent)).await
+    };
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(v) => {
+            state.subagents.with(&record.id, |a| a.reflection = None);
+            return Err(v);
+        }
+    };
+    let (worktree_name, worktree_dir) = (prepared.worktree.name.clone(), prepared.worktree.dir.clone());
+    let programs = crate::paths::Programs::installed()
+        .map_err(|e| refused(Refusal::Error(e.to_string())));
+    let spawn = programs.map(|programs| SpawnParams {
+        agent: record.id.clone(),
+        role: "reflection".into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "subagent".into(),
+            "--agent-dir".into(),
+            agent.dir().display().to_string(),
+        ],
+        stdio: StdioMode::Null,
+        workspace: None,
+        isolation: req.isolation.clone(),
+        model: Some(record.model.clone()),
+    });
+    // Subscribed before the launch, so the exit cannot pass unseen.
+    let events = state.events.subscribe();
+    let started = match spawn {
+        Ok(spawn) => {
+            let sub = SubagentLaunch {
+                worktree: Some((worktree_name.clone(), worktree_dir.clone())),
+                task: Some(prepared.task.clone()),
+            };
+            match spawn_with(state, spawn, Vec::new(), sub).await {
+                Ok(Outcome::Result(v)) => Ok(v["child"].as_u64().unwrap_or_default()),
+                Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => {
+                    Err(refused(Refusal::Error(e.message)))
+                }
+                Err(Outcome::Result(v)) => Err(refused(Refusal::Error(v.to_string()))),
+            }
+        }
+        Err(v) => Err(v),
+    };
+    let child = match started {
+        Ok(child) => child,
+        Err(v) => {
+            // Nothing ran: the worktree and payload go, the lock is freed.
+            let p = prepared;
+            let _ = off_thread(move || {
+                abandon(&p);
+                Ok(())
+            })
+            .await;
+            state.subagents.with(&record.id, |a| a.reflection = None);
+            return Err(v);
+        }
+    };
+    state
+        .subagents
+        .with(&record.id, |a| a.reflection = Some(child));
+    let info = json!({
+        "launched": true,
+        "agent": record.id,
+        "child": child,
+        "trigger": req.trigger,
+        "worktree": worktree_dir,
+        "branch": prepared.worktree.branch,
+        "transcripts": prepared.manifest.transcripts.iter().map(|t| json!({
+            "conversation_id": t.conversation_id,
+            "end_message_id": t.end_message_id,
+        })).collect::<Vec<_>>(),
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let st = state.clone();
+    // Tracked: an embedded supervisor drains only after it is finalized.
+    state.requests.spawn(async move {
+        let end = wait_exit(&st, events, child).await;
+        let result = finalize_reflection(&st, prepared, child, end).await;
+        let _ = tx.send(result);
+    });
+    Ok(Launched { info, done: rx })
+}
+
+/// The window a sub-agent's requests declare: the one asked for (the
+/// caller's `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`, or its main window),
+/// else the agent's, else the one configured for its model.
+fn subagent_window(st: &State, record: &AgentRecord, asked: Option<u64>) -> Option<u64> {
+    asked
+        .filter(|w| *w > 0)
+        .or_else(|| crate::agent::context::window::agent_window(&record.model_settings))
+        .or_else(|| {
+            crate::model::ProviderConfig::load(&st.home)
+                .ok()
+                .and_then(|cfg| cfg.context_window_for(&record.model))
+        })
+}
+
+fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+/// The checks and preparation of a reflection, on a blocking thread.
+fn prepare(
+    st: &State,
+    req: &Request,
+    mut record: AgentRecord,
+    agent: AgentPaths,
+) -> Result<Prepared, Value> {
+    let err = |e: &dyn std::fmt::Display| refused(Refusal::Error(e.to_string()));
+    let mode = match req.mode.as_deref() {
+        None => settings::load(&agent).map_err(|e| err(&e))?.merge,
+        Some(m) => m.parse().map_err(|e: String| err(&e))?,
+    };
+    if mode == settings::MergeMode::Explicit {
+        return Err(refused(Refusal::Error(
+            "explicit merge mode is not implemented yet: use --mode auto".into(),
+        )));
+    }
+    // One reflection per agent, across processes (a crashed supervisor's
+    // lock is reclaimed by the next acquire).
+    let token = match lock::try_acquire_labeled(&agent, std::process::id(), Some("reflection"))
+        .map_err(|e| err(&e))?
+    {
+        lock::Acquire::Acquired { token } => token,
+        lock::Acquire::Held { .. } => return Err(refused(Refusal::AlreadyActive)),
+    };
+    let fail = |v: Value| {
+        let _ = lock::release(&agent, &token);
+        v
+    };
+    if !req.manual
+        && let Some(retry_at) = backoff::check(&agent, now()).map_err(|e| fail(err(&e)))?
+    {
+        return Err(fail(refused(Refusal::Backoff { retry_at })));
+    }
+    // Before any payload or worktree exists (spec §5.4 step 5).
+    let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;
+    let status =
+        crate::memfs::worktree_status::worktree_status(&repo).map_err(|e| fail(err(&e)))?;
+    drop(repo);
+    if !status.dirty.is_empty() {
+        return Err(fail(refused(Refusal::ParentDirty)));
+    }
+    let manifest = payload::build(&agent, &record.id, req.instruction.as_deref())
+        .map_err(|e| fail(err(&e)))?
+        .ok_or_else(|| fail(refused(Refusal::NoPayload)))?;
+    let drop_payload = |v: Value| {
+        let _ = payload::remove(&agent, &manifest.launch_id);
+        fail(v)
+    };
+    let worktree = wt::create(&agent, Label::Reflection).map_err(|e| drop_payload(err(&e)))?;
+    let prepared = (|| -> Result<SubagentTask, Value> {
+        // The confined child runs as the agent's uid: the worktree is its.
+        if st.sandbox.uid_switch.available {
+            let uid = store::ensure_sandbox_uid(&st.home, &mut record, &agent)
+                .map_err(|e| err(&e))?;
+            crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
+        }
+        let built = prompt::build(&agent, &manifest, &worktree.dir, req.instruction.as_deref())
+            .map_err(|e| err(&e))?;
+        save_prompt_cache(st, &record, &worktree, &built.system);
+        for t in &manifest.transcripts {
+            let _ = rstate::mark_started(&agent, &t.conversation_id, now());
+        }
+        Ok(SubagentTask {
+            kind: KIND_REFLECTION.into(),
+            system: built.system,
+            prompt: built.prompt,
+            memory_dir: worktree.dir.display().to_string(),
+            context_window: subagent_window(st, &record, req.context_window),
+            max_steps: SUBAGENT_MAX_STEPS,
+            tools: SUBAGENT_TOOLS.iter().map(|t| t.to_string()).collect(),
+        })
+    })();
+    match prepared {
+        Ok(task) => Ok(Prepared {
+            record,
+            agent: agent.clone(),
+            token: token.clone(),
+            manifest,
+            worktree,
+            task,
+        }),
+        Err(v) => {
+            let _ = wt::discard(&agent, &worktree);
+            Err(drop_payload(v))
+        }
+    }
+}
+
+/// The system prompt a reflection was given, kept where the book's lab 5
+/// looks for it (`agents/<id>~reflection/conversations/reflection-<id>/`).
+/// Best effort: a failure is logged, the reflection runs.
+fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree, system: &str) {
+    let saved = st
+        .home
+        .reflection_conversation_dir(&record.id, &worktree.id)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let json = json!({
+                "content": system,
+                "compiledAt": crate::reflection::format_time(now()),
+                "memfsRevision": worktree.base.to_string(),
+                "branch": worktree.branch,
+            });
+            let mut bytes = serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?;
+            bytes.push(b'\n');
+            crate::fsutil::atomic_write(
+                &dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME),
+                &bytes,
+            )
+            .map_err(|e| e.to_string())
+        });
+    if let Err(e) = saved {
+        tracing::warn!(agent = %record.id, "cannot keep the reflection's system prompt: {e}");
+    }
+}
+
+/// Undo a launch that never ran: worktree, payload, lock.
+fn abandon(p: &Prepared) {
+    if let Err(e) = wt::discard(&p.agent, &p.worktree) {
+        tracing::warn!(agent = %p.record.id, "cannot remove the reflection worktree: {e}");
+    }
+    let _ = payload::remove(&p.agent, &p.manifest.launch_id);
+    let _ = lock::release(&p.agent, &p.token);
+}
+
+/// How child `id` ended (its `child.exit`, or the table after a lag).
+async fn wait_exit(
+    state: &State,
+    mut events: tokio::sync::broadcast::Receiver<Event>,
+    id: u64,
+) -> ChildEnd {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(Event::ChildExit(exit)) if exit.child == id => return exit.end,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => {
+                let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
+                match info.map(|i| i.state) {
+                    Some(ChildState::Exited { code }) => return ChildEnd::Exited { code },
+                    Some(ChildState::Killed { signal }) => return ChildEnd::Killed { signal },
+                    _ => {}
+                }
+            }
+            Err(RecvError::Closed) => return ChildEnd::Killed { signal: 9 },
+        }
+    }
+}
+
+/// The reflection child has exited: finalize its worktree under the
+/// agent's memory lease, advance the cursors on success, record the result.
+async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: ChildEnd) -> Value {
+    let agent_id = p.record.id.clone();
+    let report = state
+        .tasks
+        .lock()
+        .ok()
+        .and_then(|mut t| t.remove(&child))
+        .and_then(|e| e.report);
+    let completed = matches!(end, ChildEnd::Exited { code: 0 });
+    // Merging writes the checkout: no turn edits it meanwhile. Without the
+    // lease nothing is merged (the transcript is retried later).
+    let lease = state.leases.hold(&agent_id, LEASE_WAIT).await;
+    let should_merge = completed && lease.is_ok();
+    let result = off_thread(move || Ok(finish_reflection(p, child, should_merge, end, report))).await;
+    drop(lease);
+    state.subagents.with(&agent_id, |a| a.reflection = None);
+    let result = result.unwrap_or_else(|v| v);
+    tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
+    result
+}
+
+fn finish_reflection(
+    p: Prepared,
+    child: u64,
+    should_merge: bool,
+    end: ChildEnd,
+    report: Option<String>,
+) -> Value {
+    let summary = format!(
+        "reflection {} over {} conversation(s)",
+        p.worktree.id,
+        p.manifest.transcripts.len()
+    );
+    let opts = FinalizeOptions {
+        should_merge,
+        summary,
+        ..FinalizeOptions::default()
+    };
+    let finalized = wt::finalize_reflection(&p.agent, &p.worktree, &opts);
+    let mut value = match finalized {
+        Ok(f) => {
+            let now = now();
+            let outcome = match f.status {
+                FinalizeStatus::Merged | FinalizeStatus::NoChanges => payload::finalize_success(
+                    &p.agent,
+                    &p.manifest,
+                    now,
+                )
+                .and_then(|()| backoff::clear(&p.agent))
+                .map_err(|e| e.to_string()),
+                FinalizeStatus::ParentDirty | FinalizeStatus::MergeConflict => {
+                    backoff::record_failure(&p.agent, now)
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = outcome {
+                tracing::warn!(agent = %p.record.id, "reflection bookkeeping failed: {e}");
+            }
+            let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "message".into(),
+                    json!(crate::reflection::launch::completion_line(f.status, &f.summary)),
+                );
+            }
+            v
+        }
+        Err(e) => json!({
+            "status": "failed",
+            "summary": format!("the reflection could not be finalized: {e}"),
+            "message": "Tried to reflect, but memory updates were not completed cleanly; will retry later.",
+        }),
+    };
+    if let Some(o) = value.as_object_mut() {
+        o.insert("child".into(), json!(child));
+        o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
+        o.insert("report".into(), json!(report));
+        o.insert("finishedAt".into(), json!(crate::reflection::format_time(now())));
+    }
+    if let Err(e) = crate::reflection::launch::save_last_result(&p.agent, &value) {
+        tracing::warn!(agent = %p.record.id, "cannot record the reflection's result: {e}");
+    }
+    let _ = payload::remove(&p.agent, &p.manifest.launch_id);
+    let _ = lock::release(&p.agent, &p.token);
+    value
+}
+
+/// After a turn of `conversation`: evaluate the agent's trigger (spec
+/// §5.1) and launch a reflection when it fires. The turn's answer carries
+/// what happened (`None`: the trigger did not fire).
+pub async fn after_turn(
+    state: &Arc<State>,
+    agent_id: &str,
+    conversation: &str,
+    window: Option<u64>,
+    isolation: Option<String>,
+) -> Option<Value> {
+    let (home, id, conv) = (state.home.clone(), agent_id.to_string(), conversation.to_string());
+    let fired = off_thread(move || {
+        let agent = home
+            .agent(&id)
+            .map_err(|e| refused(Refusal::Error(e.to_string())))?;
+        let settings = settings::load(&agent).unwrap_or_default();
+        let st = rstate::refresh(&agent, &conv).map_err(|e| refused(Refusal::Error(e.to_string())))?;
+        Ok(trigger::evaluate(&agent, &conv, &settings, &st)
+            .ok()
+            .flatten())
+    })
+    .await
+    .ok()
+    .flatten()?;
+    let req = Request {
+        agent: Some(agent_id.to_string()),
+        manual: false,
+        instruction: None,
+        mode: None,
+        context_window: window,
+        isolation,
+        trigger: fired.as_str().to_string(),
+    };
+    Some(match launch_reflection(state, req).await {
+        Ok(l) => l.info,
+        Err(v) => v,
+    })
+}
+
+/// `reflect.status`: lock, backoff, running child, last result, cursors.
+pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcome {
+    let home = state.home.clone();
+    let found = blocking(move || {
+        store::find(&home, agent.as_deref()).map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+    })
+    .await;
+    let (record, agent) = match found {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let running = state.subagents.with(&record.id, |a| (a.reflection, a.worker));
+    let id = record.id.clone();
+    let status = blocking(move || {
+        let settings = settings::load(&agent).unwrap_or_default();
+        let lock = lock::inspect(&agent).ok().flatten();
+        let backoff = backoff::load(&agent).ok().flatten();
+        let last = crate::reflection::launch::load_last_result(&agent).ok().flatten();
+        let mut conversations = Vec::new();
+        for conv in crate::agent::conversation::list_ids(&agent).unwrap_or_default() {
+            let st = rstate::load(&agent, &conv).unwrap_or_default();
+            let mut v = serde_json::to_value(&st).unwrap_or_else(|_| json!({}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("conversation".into(), json!(conv));
+            }
+            conversations.push(v);
+        }
+        Ok(json!({
+            "agent": id,
+            "settings": settings,
+            "lock": lock,
+            "backoff": backoff,
+            "last": last,
+            "conversations": conversations,
+        }))
+    })
+    .await;
+    match status {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "running".into(),
+                    match running.0.filter(|c| *c != 0) {
+                        Some(child) => json!({ "child": child }),
+                        None => Value::Null,
+                    },
+                );
+                o.insert(
+                    "worker".into(),
+                    match running.1.filter(|c| *c != 0) {
+                        Some(child) => json!({ "child": child }),
+                        None => Value::Null,
+                    },
+                );
+            }
+            Outcome::Result(v)
+        }
+        Err(o) => o,
+    }
+}
+
+/// At start: what a crashed supervisor left of each agent's reflections —
+/// a stale `reflection.lock` and orphan worktrees — is cleaned up (a
+/// memory worker's branch with commits is kept).
+pub fn recover(home: &crate::paths::Home) {
+    let Ok(records) = store::list(home) else { return };
+    for record in records {
+        let Ok(agent) = home.agent(&record.id) else { continue };
+        let stale_lock = lock::inspect(&agent)
+            .ok()
+            .flatten()
+            .is_some_and(|l| !l.alive || l.malformed);
+        let has_worktrees = std::fs::read_dir(agent.worktrees_dir())
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        if !stale_lock && !has_worktrees {
+            continue;
+        }
+        match wt::cleanup_orphans(&agent, &[]) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::warn!(agent = %record.id, ?removed, "removed worktrees a stopped supervisor left")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(agent = %record.id, "cannot clean up old worktrees: {e}"),
+        }
+        if stale_lock {
+            // Acquiring reclaims a stale lock; releasing leaves it free.
+            if let Ok(lock::Acquire::Acquired { token }) =
+                lock::try_acquire(&agent, std::process::id())
+            {
+                let _ = lock::release(&agent, &token);
+                tracing::warn!(agent = %record.id, "reclaimed a stale reflection lock");
+            }
+        }
+        let _ = payload::remove_all(&agent);
+    }
+}
+
+/// Longest instruction a memory worker is given.
+const MAX_WORKER_INSTRUCTION_BYTES: usize = 16 * 1024;
+
+/// `worker.start`, from an agent child: a memory worker for the caller's
+/// own agent (from the child table) with a self-contained instruction.
+/// Workers of one agent run one at a time; a second waits its turn.
+pub async fn worker_start(state: &Arc<State>, peer: &super::state::Peer, instruction: String) -> Outcome {
+    let super::state::Peer::Child {
+        agent, isolation, ..
+    } = peer
+    else {
+        return error(ErrorCode::Forbidden, "worker.start comes from agent children only");
+    };
+    let instruction = instruction.trim().to_string();
+    if instruction.is_empty() {
+        return error(ErrorCode::InvalidParams, "a memory worker needs an instruction");
+    }
+    if instruction.len() > MAX_WORKER_INSTRUCTION_BYTES {
+        return error(
+            ErrorCode::InvalidParams,
+            format!("a memory worker's instruction is at most {MAX_WORKER_INSTRUCTION_BYTES} bytes"),
+        );
+    }
+    let queued = state.subagents.with(agent, |a| {
+        if a.worker.is_some() {
+            a.queued_workers.push_back((instruction.clone(), isolation.clone()));
+            Some(a.queued_workers.len())
+        } else {
+            a.worker = Some(0);
+            None
+        }
+    });
+    if let Some(position) = queued {
+        return Outcome::Result(json!({ "launched": false, "queued": true, "position": position }));
+    }
+    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), instruction, isolation.clone()).await)
+}
+
+/// Launch a worker; when it is finalized, launch the next queued one.
+async fn run_worker_chain(
+    state: Arc<State>,
+    agent_id: String,
+    instruction: String,
+    isolation: Option<String>,
+) -> Value {
+    let first = launch_worker(&state, &agent_id, instruction, isolation).await;
+    if first["launched"] != json!(true) {
+        next_worker(state, agent_id);
+    }
+    first
+}
+
+/// The slot is free: start the next queued worker, if any.
+fn next_worker(state: Arc<State>, agent_id: String) {
+    let next = state.subagents.with(&agent_id, |a| {
+        let next = a.queued_workers.pop_front();
+        a.worker = next.as_ref().map(|_| 0);
+        next
+    });
+    if let Some((instruction, isolation)) = next {
+        let st = state.clone();
+        state.requests.spawn(async move {
+            let _ = Box::pin(run_worker_chain(st, agent_id, instruction, isolation)).await;
+        });
+    }
+}
+
+async fn launch_worker(
+    state: &Arc<State>,
+    agent_id: &str,
+    instruction: String,
+    isolation: Option<String>,
+) -> Value {
+    let (st, id) = (state.clone(), agent_id.to_string());
+    let prepared = off_thread(move || {
+        let err = |e: &dyn std::fmt::Display| refused(Refusal::Error(e.to_string()));
+        let (mut record, agent) = store::find(&st.home, Some(&id)).map_err(|e| err(&e))?;
+        let worktree = wt::create(&agent, Label::MemoryWorker).map_err(|e| err(&e))?;
+        let task = (|| -> Result<SubagentTask, Value> {
+            if st.sandbox.uid_switch.available {
+                let uid = store::ensure_sandbox_uid(&st.home, &mut record, &agent)
+                    .map_err(|e| err(&e))?;
+                crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
+            }
+            let built = prompt::worker(&worktree.dir, &instruction).map_err(|e| err(&e))?;
+            Ok(SubagentTask {
+                kind: KIND_MEMORY_WORKER.into(),
+                system: built.system,
+                prompt: built.prompt,
+                memory_dir: worktree.dir.display().to_string(),
+                context_window: subagent_window(&st, &record, None),
+                max_steps: SUBAGENT_MAX_STEPS,
+                tools: SUBAGENT_TOOLS.iter().map(|t| t.to_string()).collect(),
+            })
+        })();
+        match task {
+            Ok(task) => Ok((record, agent, worktree, task)),
+            Err(v) => {
+                let _ = wt::discard(&agent, &worktree);
+                Err(v)
+            }
+        }
+    })
+    .await;
+    let (record, agent, worktree, task) = match prepared {
+        Ok(p) => p,
+        Err(v) => return v,
+    };
+    let programs = match crate::paths::Programs::installed() {
+        Ok(p) => p,
+        Err(e) => return refused(Refusal::Error(e.to_string())),
+    };
+    let spawn = SpawnParams {
+        agent: record.id.clone(),
+        role: "memory-worker".into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "subagent".into(),
+            "--agent-dir".into(),
+            agent.dir().display().to_string(),
+        ],
+        stdio: StdioMode::Null,
+        workspace: None,
+        isolation,
+        model: Some(record.model.clone()),
+    };
+    let events = state.events.subscribe();
+    let sub = SubagentLaunch {
+        worktree: Some((worktree.name.clone(), worktree.dir.clone())),
+        task: Some(task),
+    };
+    let child = match spawn_with(state, spawn, Vec::new(), sub).await {
+        Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),
+        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => {
+            let (a, w) = (agent.clone(), worktree.clone());
+            let _ = off_thread(move || Ok(wt::discard(&a, &w).map_err(|e| e.to_string()))).await;
+            return refused(Refusal::Error(e.message));
+        }
+        Err(Outcome::Result(v)) => return refused(Refusal::Error(v.to_string())),
+    };
+    state.subagents.with(&record.id, |a| a.worker = Some(child));
+    let info = json!({
+        "launched": true,
+        "agent": record.id,
+        "child": child,
+        "worktree": worktree.dir,
+        "branch": worktree.branch,
+    });
+    let st = state.clone();
+    let id = record.id.clone();
+    state.requests.spawn(async move {
+        let end = wait_exit(&st, events, child).await;
+        let report = st
+            .tasks
+            .lock()
+            .ok()
+            .and_then(|mut t| t.remove(&child))
+            .and_then(|e| e.report);
+        let lease = st.leases.hold(&id, LEASE_WAIT).await;
+        // Committed work is merged even when the worker crashed; only a
+        // supervisor that is stopping discards it.
+        let cancelled = st.is_stopping() || lease.is_err();
+        let (a, w) = (agent.clone(), worktree.clone());
+        let result = off_thread(move || {
+            let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| refused(Refusal::Error(e.to_string())))?;
+            let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("child".into(), json!(child));
+                o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
+                o.insert("report".into(), json!(report));
+                o.insert("finishedAt".into(), json!(crate::reflection::format_time(now())));
+            }
+            let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
+            Ok(v)
+        })
+        .await
+        .unwrap_or_else(|v| v);
+        drop(lease);
+        tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
+        next_worker(st, id);
+    });
+    info
+}
