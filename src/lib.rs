@@ -15,3 +15,4 @@ pub mod recall;
 pub mod sandbox;
 pub mod supervisor;
 pub mod verify;
+pub mod reflection;
