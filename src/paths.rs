@@ -342,6 +342,11 @@ impl AgentPaths {
     pub fn reflection_lock_guard(&self) -> PathBuf {
         self.dir.join(REFLECTION_LOCK_GUARD_FILE_NAME)
     }
+
+    /// The temporary file a reflection lock is published from.
+    pub fn reflection_lock_temp(&self, token: &str) -> PathBuf {
+        self.dir.join(reflection_lock_temp_name(token))
+    }
 }
 
 /// File name of a conversation's slice in a payload directory.
