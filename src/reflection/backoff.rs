@@ -66,9 +66,8 @@ pub fn load(agent: &AgentPaths) -> Result<Option<Backoff>, ReflectionError> {
 /// Record a `parent_dirty` / `merge_conflict` outcome at `now`: the delay
 /// doubles (from 60 s, at most 30 min) and automatic launches wait it out.
 pub fn record_failure(agent: &AgentPaths, now: OffsetDateTime) -> Result<Backoff, ReflectionError> {
-    let previous = load(agent)?.map(|b| {
-        Duration::milliseconds(i64::try_from(b.delay_ms).unwrap_or(i64::MAX))
-    });
+    let previous =
+        load(agent)?.map(|b| Duration::milliseconds(i64::try_from(b.delay_ms).unwrap_or(i64::MAX)));
     let delay = next_delay(previous);
     let backoff = Backoff {
         delay_ms: u64::try_from(delay.whole_milliseconds()).unwrap_or(0),
@@ -84,7 +83,10 @@ pub fn record_failure(agent: &AgentPaths, now: OffsetDateTime) -> Result<Backoff
 }
 
 /// When automatic launches may run again, if that is after `now`.
-pub fn check(agent: &AgentPaths, now: OffsetDateTime) -> Result<Option<OffsetDateTime>, ReflectionError> {
+pub fn check(
+    agent: &AgentPaths,
+    now: OffsetDateTime,
+) -> Result<Option<OffsetDateTime>, ReflectionError> {
     Ok(load(agent)?
         .and_then(|b| b.retry_time())
         .filter(|retry| now < *retry))
@@ -128,7 +130,10 @@ mod tests {
         record_failure(&agent, now).expect("record");
         let retry = now + Duration::seconds(60);
         assert_eq!(check(&agent, now).expect("check"), Some(retry));
-        assert_eq!(check(&agent, retry - Duration::seconds(1)).expect("check"), Some(retry));
+        assert_eq!(
+            check(&agent, retry - Duration::seconds(1)).expect("check"),
+            Some(retry)
+        );
         assert_eq!(check(&agent, retry).expect("check"), None, "due at retryAt");
         clear(&agent).expect("clear");
         assert_eq!(check(&agent, now).expect("check"), None);
@@ -141,10 +146,9 @@ mod tests {
     fn the_file_uses_camel_case() {
         let (_t, agent) = testutil::agent();
         record_failure(&agent, datetime!(2026-12-02 10:00 UTC)).expect("record");
-        let v: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(agent.reflection_backoff_json()).expect("read"),
-        )
-        .expect("json");
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(agent.reflection_backoff_json()).expect("read"))
+                .expect("json");
         assert_eq!(v["delayMs"], 60_000);
         assert_eq!(v["retryAt"], "2026-12-02T10:01:00Z");
     }
@@ -156,6 +160,9 @@ mod tests {
         std::fs::write(agent.reflection_backoff_json(), b"[1,2").expect("write");
         let now = datetime!(2026-12-02 10:00 UTC);
         assert_eq!(check(&agent, now).expect("check"), None);
-        assert_eq!(record_failure(&agent, now).expect("record").delay_ms, 60_000);
+        assert_eq!(
+            record_failure(&agent, now).expect("record").delay_ms,
+            60_000
+        );
     }
 }

@@ -166,7 +166,9 @@ pub enum CompletionStatus {
     /// The reflection worktree was left with uncommitted edits.
     DirtyUncommitted,
     /// Explicit integration failed; `summary` says how.
-    FailedIntegration { summary: String },
+    FailedIntegration {
+        summary: String,
+    },
     /// The sub-agent failed.
     Failed,
 }
@@ -266,7 +268,11 @@ mod tests {
         assert_eq!(r["reason"], "memfs_disabled");
         let r = serde_json::to_value(LaunchResult::error("disk full")).expect("json");
         assert_eq!(r["reason"], "error");
-        assert!(r["message"].as_str().is_some_and(|m| m.contains("disk full")));
+        assert!(
+            r["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("disk full"))
+        );
         for reason in [
             Refusal::MemfsDisabled,
             Refusal::AlreadyActive,
@@ -294,8 +300,8 @@ mod tests {
                 .as_str()
                 .is_some_and(|m| m.contains("2026-12-02T10:01:00Z"))
         );
-        let r = serde_json::to_value(LaunchResult::launched("L1", vec!["c1".into()]))
-            .expect("json");
+        let r =
+            serde_json::to_value(LaunchResult::launched("L1", vec!["c1".into()])).expect("json");
         assert_eq!(r["launched"], true);
         assert_eq!(r["launch_id"], "L1");
         assert_eq!(r["conversations"], json!(["c1"]));
@@ -330,7 +336,11 @@ mod tests {
             manual: true,
             ..p.clone()
         };
-        assert_eq!(reason(&manual), Some(Refusal::ParentDirty), "manual ignores backoff");
+        assert_eq!(
+            reason(&manual),
+            Some(Refusal::ParentDirty),
+            "manual ignores backoff"
+        );
         let clean = Precheck {
             parent_dirty: false,
             ..manual
@@ -344,7 +354,10 @@ mod tests {
             completion_line(&CompletionStatus::from_finalize(s, sum).expect("status"))
         };
         assert_eq!(line("merged", None), "Dreamed and made some memories.");
-        assert_eq!(line("no_changes", None), "Dreamed; no memory changes were needed.");
+        assert_eq!(
+            line("no_changes", None),
+            "Dreamed; no memory changes were needed."
+        );
         assert_eq!(
             line("parent_dirty", None),
             "Tried to reflect, but parent memory had uncommitted changes; will retry later."
@@ -364,7 +377,9 @@ mod tests {
         assert_eq!(
             line(
                 "failed",
-                Some("Reflection integration did not complete (boom); the worktree was cleaned up so the transcript can be retried.")
+                Some(
+                    "Reflection integration did not complete (boom); the worktree was cleaned up so the transcript can be retried."
+                )
             ),
             "Reflection integration did not complete (boom); the worktree was cleaned up so the transcript can be retried. Will retry later."
         );

@@ -405,7 +405,10 @@ mod tests {
         let token = acquired(try_acquire(&agent, me()).expect("acquire"));
         assert!(!set_child(&agent, "other", 42).expect("wrong"));
         assert!(set_child(&agent, &token, 42).expect("right"));
-        assert_eq!(inspect(&agent).expect("inspect").expect("some").child, Some(42));
+        assert_eq!(
+            inspect(&agent).expect("inspect").expect("some").child,
+            Some(42)
+        );
         assert!(release(&agent, &token).expect("release"));
         assert_eq!(inspect(&agent).expect("inspect"), None);
     }

@@ -322,7 +322,10 @@ pub fn slice_messages(
         .iter()
         .enumerate()
         .filter(|(i, r)| {
-            r.role == "user" && records[i + 1..].iter().any(|later| later.role == "assistant")
+            r.role == "user"
+                && records[i + 1..]
+                    .iter()
+                    .any(|later| later.role == "assistant")
         })
         .count();
     Some(Slice {
@@ -355,10 +358,7 @@ pub fn slice_conversation(
 
 /// Sort key of a slice: its last activity (RFC 3339 when it parses).
 fn activity(slice: &Slice) -> Option<OffsetDateTime> {
-    slice
-        .last_updated_at
-        .as_deref()
-        .and_then(super::parse_time)
+    slice.last_updated_at.as_deref().and_then(super::parse_time)
 }
 
 /// Select the conversations with unreflected content, write their slices
@@ -534,12 +534,11 @@ pub fn read_slices(
     agent: &AgentPaths,
     manifest: &Manifest,
 ) -> Result<Vec<(String, Vec<PayloadRecord>)>, ReflectionError> {
-    let dir = open_launch_dir(agent, &manifest.launch_id, false)?.ok_or_else(|| {
-        ReflectionError::Io {
+    let dir =
+        open_launch_dir(agent, &manifest.launch_id, false)?.ok_or_else(|| ReflectionError::Io {
             path: agent.reflection_payloads_dir().join(&manifest.launch_id),
             source: std::io::ErrorKind::NotFound.into(),
-        }
-    })?;
+        })?;
     let mut out = Vec::new();
     for slice in &manifest.transcripts {
         let name = reflection_payload_file_name(&slice.conversation_id)?;
@@ -568,7 +567,8 @@ pub fn finalize_success(
         if slice.mode != SliceMode::Unreflected {
             continue;
         }
-        if let Err(e) = state::mark_succeeded(agent, &slice.conversation_id, &slice.end_message_id, now)
+        if let Err(e) =
+            state::mark_succeeded(agent, &slice.conversation_id, &slice.end_message_id, now)
         {
             tracing::warn!(
                 "conversation {}: cannot advance the reflection cursor: {e}",
@@ -648,11 +648,21 @@ mod tests {
             Role::User,
             "<system-reminder>\nMEMORY COMMIT NEEDED\n</system-reminder>\nI prefer tea",
         );
-        say_kind(&mut conv, Role::User, "<system-reminder>x</system-reminder>", "memory_update");
+        say_kind(
+            &mut conv,
+            Role::User,
+            "<system-reminder>x</system-reminder>",
+            "memory_update",
+        );
         tool_round(&mut conv, &"r".repeat(5000));
         say_kind(&mut conv, Role::Assistant, "[error] boom", "error");
         let last = say(&mut conv, Role::Assistant, "Noted.");
-        say_kind(&mut conv, Role::Assistant, "[Interrupted by user]", "interrupted");
+        say_kind(
+            &mut conv,
+            Role::Assistant,
+            "[Interrupted by user]",
+            "interrupted",
+        );
 
         let s = slice_messages("c1", conv.messages(), None, DEFAULT_BUDGET_CHARS).expect("slice");
         let roles: Vec<&str> = s.records.iter().map(|r| r.role.as_str()).collect();
@@ -678,7 +688,12 @@ mod tests {
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "hi");
         let end = say(&mut conv, Role::Assistant, "hello");
-        say_kind(&mut conv, Role::User, "<system-reminder>r</system-reminder>", "reminder");
+        say_kind(
+            &mut conv,
+            Role::User,
+            "<system-reminder>r</system-reminder>",
+            "reminder",
+        );
         assert!(slice_messages("c1", conv.messages(), Some(&end), 1000).is_none());
         // A tool round without its closing answer waits too.
         say(&mut conv, Role::User, "run it");
@@ -692,7 +707,11 @@ mod tests {
     fn a_long_backlog_is_cut_oldest_first() {
         let mut msgs = Vec::new();
         for i in 0..50 {
-            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let role = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
             msgs.push(StoredMessage::new(
                 format!("msg-{i:06}"),
                 role,
@@ -732,8 +751,17 @@ mod tests {
         assert_eq!(m.kind, MANIFEST_TYPE);
         assert_eq!(m.schema_version, 1);
         assert_eq!(m.user_instruction.as_deref(), Some("only tea"));
-        assert_eq!(m.selection_policy, SelectionPolicy::Recent { limit: DEFAULT_LIMIT });
-        let ids: Vec<&str> = m.transcripts.iter().map(|t| t.conversation_id.as_str()).collect();
+        assert_eq!(
+            m.selection_policy,
+            SelectionPolicy::Recent {
+                limit: DEFAULT_LIMIT
+            }
+        );
+        let ids: Vec<&str> = m
+            .transcripts
+            .iter()
+            .map(|t| t.conversation_id.as_str())
+            .collect();
         assert_eq!(ids, ["conv-b", "conv-a"], "most recent first");
         assert_eq!(m.transcripts[0].end_message_id, b_end);
         assert_eq!(m.transcripts[0].end_snapshot_line, 2);
@@ -750,22 +778,29 @@ mod tests {
         let records: Vec<PayloadRecord> =
             serde_json::from_slice(&std::fs::read(&slice_path).expect("slice")).expect("records");
         assert_eq!(records[0].text, "- I live in Lisbon");
-        let mode = |p: &std::path::Path| {
-            std::fs::metadata(p).expect("meta").permissions().mode() & 0o777
-        };
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode(&slice_path), 0o644);
         assert_eq!(mode(&manifest_path), 0o644);
         assert_eq!(mode(slice_path.parent().expect("dir")), 0o755);
         assert_eq!(load_manifest(&agent, &m.launch_id).expect("load"), m);
         assert_eq!(read_slices(&agent, &m).expect("slices")[1].1, records);
-        assert!(state::load(&agent, "conv-a").expect("st").last_started_at.is_some());
+        assert!(
+            state::load(&agent, "conv-a")
+                .expect("st")
+                .last_started_at
+                .is_some()
+        );
 
         // A row appended during the reflection stays unreflected.
         let mut a = Conversation::open(&agent, "conv-a").expect("a");
         say(&mut a, Role::User, "- and I cycle");
         finalize_success(&agent, &m, now()).expect("finalize");
         let st = state::load(&agent, "conv-a").expect("st");
-        assert_eq!(st.reflected_through_message_id.as_deref(), Some(a_end.as_str()));
+        assert_eq!(
+            st.reflected_through_message_id.as_deref(),
+            Some(a_end.as_str())
+        );
         assert!(st.last_succeeded_at.is_some());
         let again = select_and_write(&agent, "a1", &SelectOptions::default(), now())
             .expect("select")
@@ -777,7 +812,12 @@ mod tests {
         assert_eq!(recs[0].1[0].text, "- and I cycle");
 
         remove_payload(&agent, &m.launch_id).expect("remove");
-        assert!(!agent.reflection_payload_dir(&m.launch_id).expect("p").exists());
+        assert!(
+            !agent
+                .reflection_payload_dir(&m.launch_id)
+                .expect("p")
+                .exists()
+        );
         remove_payload(&agent, &m.launch_id).expect("removing twice is fine");
     }
 

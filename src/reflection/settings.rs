@@ -156,7 +156,10 @@ impl ReflectionSettings {
         if let Some(v) = obj.get("merge") {
             match v.as_str().map(MergeMode::from_str) {
                 Some(Ok(m)) => out.merge = m,
-                _ => warnings.push(format!("merge {v} is invalid; using {}", out.merge.as_str())),
+                _ => warnings.push(format!(
+                    "merge {v} is invalid; using {}",
+                    out.merge.as_str()
+                )),
             }
         }
         if let Some(v) = obj.get("mergeInstructions") {

@@ -133,8 +133,10 @@ fn update<T>(
     let mut state = read_in(&dir)?;
     let out = f(&mut state, conv.messages())?;
     // The count always follows the log, whatever else changed.
-    state.steps_since_last_reflection =
-        steps_since(conv.messages(), state.reflected_through_message_id.as_deref());
+    state.steps_since_last_reflection = steps_since(
+        conv.messages(),
+        state.reflected_through_message_id.as_deref(),
+    );
     write_in(&dir, &state)?;
     Ok((state, out))
 }
@@ -238,9 +240,17 @@ mod tests {
         say_kind(&mut conv, Role::Assistant, "[error] boom", "error");
         say_kind(&mut conv, Role::User, "<system-reminder>", "reminder");
         let msgs = conv.messages();
-        assert_eq!(steps_since(msgs, None), 3, "1 plain turn + 2 for the tool turn");
+        assert_eq!(
+            steps_since(msgs, None),
+            3,
+            "1 plain turn + 2 for the tool turn"
+        );
         assert_eq!(steps_since(msgs, Some(&first)), 2);
-        assert_eq!(steps_since(msgs, Some("msg-999999")), 3, "unknown cursor: all");
+        assert_eq!(
+            steps_since(msgs, Some("msg-999999")),
+            3,
+            "unknown cursor: all"
+        );
     }
 
     #[test]
@@ -252,7 +262,10 @@ mod tests {
         tool_turn(&mut conv);
         let s = refresh(&agent, "c1").expect("refresh");
         assert_eq!(s.steps_since_last_reflection, 3);
-        let path = agent.conversation("c1").expect("paths").reflection_state_json();
+        let path = agent
+            .conversation("c1")
+            .expect("paths")
+            .reflection_state_json();
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
         assert_eq!(v["stepsSinceLastReflection"], 3);
@@ -273,7 +286,10 @@ mod tests {
         let now = OffsetDateTime::now_utc();
 
         let s = mark_succeeded(&agent, "c1", &late, now).expect("late");
-        assert_eq!(s.reflected_through_message_id.as_deref(), Some(late.as_str()));
+        assert_eq!(
+            s.reflected_through_message_id.as_deref(),
+            Some(late.as_str())
+        );
         assert_eq!(s.steps_since_last_reflection, 1);
         assert!(s.last_succeeded_at.is_some());
 
@@ -300,7 +316,10 @@ mod tests {
         let s = mark_started(&agent, "c1", now).expect("start");
         assert_eq!(s.last_started_at, Some(crate::reflection::format_time(now)));
         let s = note_compaction_seen(&agent, "c1", "2026-01-01T00:00:00Z").expect("seen");
-        assert_eq!(s.compaction_seen_at.as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            s.compaction_seen_at.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
         assert!(s.last_started_at.is_some(), "other fields kept");
     }
 
@@ -310,9 +329,15 @@ mod tests {
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "hi");
         say(&mut conv, Role::Assistant, "hello");
-        let path = agent.conversation("c1").expect("paths").reflection_state_json();
+        let path = agent
+            .conversation("c1")
+            .expect("paths")
+            .reflection_state_json();
         std::fs::write(&path, b"\x00\xff not json").expect("write");
-        assert_eq!(load(&agent, "c1").expect("load"), ReflectionState::default());
+        assert_eq!(
+            load(&agent, "c1").expect("load"),
+            ReflectionState::default()
+        );
         let s = refresh(&agent, "c1").expect("refresh");
         assert_eq!(s.steps_since_last_reflection, 1);
         assert_eq!(s.reflected_through_message_id, None);
@@ -323,7 +348,10 @@ mod tests {
         let (t, agent) = testutil::agent();
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "hi");
-        let path = agent.conversation("c1").expect("paths").reflection_state_json();
+        let path = agent
+            .conversation("c1")
+            .expect("paths")
+            .reflection_state_json();
         let target = t.path().join("secret");
         std::fs::write(&target, b"{}").expect("write");
         std::os::unix::fs::symlink(&target, &path).expect("symlink");
@@ -335,7 +363,9 @@ mod tests {
         std::fs::write(&path, vec![b' '; (MAX_SMALL_JSON_BYTES + 1) as usize]).expect("big");
         assert!(matches!(
             load(&agent, "c1"),
-            Err(ReflectionError::Fs(crate::agentfs::FsError::TooLarge { .. }))
+            Err(ReflectionError::Fs(
+                crate::agentfs::FsError::TooLarge { .. }
+            ))
         ));
     }
 

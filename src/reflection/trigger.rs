@@ -67,16 +67,16 @@ pub fn pending_compaction(
     let Some(dir) = conversation::open_dir(agent, id, false)? else {
         return Ok(None);
     };
-    let at = match super::read_json::<EventAt>(&dir, COMPACTION_EVENT_FILE_NAME, MAX_SMALL_JSON_BYTES)
-    {
-        Ok(Some(e)) => e.at,
-        Ok(None) => return Ok(None),
-        Err(ReflectionError::Corrupt { path, message }) => {
-            tracing::warn!("{}: {message}; ignored", path.display());
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
+    let at =
+        match super::read_json::<EventAt>(&dir, COMPACTION_EVENT_FILE_NAME, MAX_SMALL_JSON_BYTES) {
+            Ok(Some(e)) => e.at,
+            Ok(None) => return Ok(None),
+            Err(ReflectionError::Corrupt { path, message }) => {
+                tracing::warn!("{}: {message}; ignored", path.display());
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
     if at.is_empty() || state.compaction_seen_at.as_deref() == Some(at.as_str()) {
         return Ok(None);
     }
@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn the_decision_table() {
-        assert_eq!(should_launch(&settings(Trigger::Off, 1), &state(100), true), None);
+        assert_eq!(
+            should_launch(&settings(Trigger::Off, 1), &state(100), true),
+            None
+        );
         assert_eq!(
             should_launch(&settings(Trigger::StepCount, 3), &state(2), true),
             None,
@@ -177,7 +180,11 @@ mod tests {
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "hi");
         let s = settings(Trigger::CompactionEvent, 25);
-        assert_eq!(evaluate(&agent, "c1", &s).expect("eval"), None, "no event yet");
+        assert_eq!(
+            evaluate(&agent, "c1", &s).expect("eval"),
+            None,
+            "no event yet"
+        );
         let event = agent.conversation("c1").expect("p").compaction_event_json();
         std::fs::write(&event, br#"{"at":"2026-12-02T10:00:00Z","trigger":"auto"}"#)
             .expect("write");
