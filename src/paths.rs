@@ -497,6 +497,41 @@ mod tests {
             Some(PathBuf::from("/h/agents/agent-1_x/memory.git"))
         );
     }
+
+    #[test]
+    fn reflection_paths() {
+        let a = AgentPaths::from_dir(Path::new("/h/agents/a"));
+        assert_eq!(
+            a.reflection_settings_json(),
+            PathBuf::from("/h/agents/a/reflections/settings.json")
+        );
+        assert_eq!(
+            a.reflection_backoff_json(),
+            PathBuf::from("/h/agents/a/reflections/backoff.json")
+        );
+        assert_eq!(
+            a.reflection_payload_file("L1", "c1").ok(),
+            Some(PathBuf::from("/h/agents/a/reflections/payloads/L1/c1.json"))
+        );
+        assert_eq!(
+            a.reflection_manifest_json("L1").ok(),
+            Some(PathBuf::from(
+                "/h/agents/a/reflections/payloads/L1/manifest.json"
+            ))
+        );
+        assert!(a.reflection_payload_dir("../x").is_err());
+        assert!(a.reflection_payload_file("L1", "a/b").is_err());
+        assert_eq!(
+            a.reflection_lock_temp("ab"),
+            PathBuf::from("/h/agents/a/reflection.lock.ab.tmp")
+        );
+        assert_eq!(
+            a.conversation("c1").map(|c| c.reflection_state_json()).ok(),
+            Some(PathBuf::from(
+                "/h/agents/a/conversations/c1/reflection-state.json"
+            ))
+        );
+    }
 }
 
 /// mini-letta's programs, installed side by side: the user's CLI, the

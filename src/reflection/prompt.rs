@@ -527,6 +527,45 @@ mod tests {
     }
 
     #[test]
+    fn a_real_agent_end_to_end() {
+        let t = tempfile::tempdir().expect("tmp");
+        let home = crate::paths::Home::at(t.path());
+        let record = crate::agent::store::create(&home, "reflector", None).expect("create");
+        let agent = home.agent(&record.id).expect("paths");
+        let mut conv = Conversation::open(&agent, "default").expect("open");
+        say(&mut conv, Role::User, "My name is Ada.");
+        let end = say(&mut conv, Role::Assistant, "Hello Ada.");
+        let m = select_and_write(
+            &agent,
+            &record.id,
+            &SelectOptions::default(),
+            time::OffsetDateTime::now_utc(),
+        )
+        .expect("select")
+        .expect("some");
+        assert_eq!(m.agent_id, record.id);
+        let p = build(&agent, &m, &agent.memory_dir()).expect("build");
+        assert!(
+            p.user.contains("<path>$MEMORY_DIR/MEMORY.md</path>"),
+            "{}",
+            p.user
+        );
+        assert!(
+            p.user
+                .contains("[user] My name is Ada.\n[assistant] Hello Ada.\n")
+        );
+        crate::reflection::payload::finalize_success(&agent, &m, time::OffsetDateTime::now_utc())
+            .expect("finalize");
+        let st = crate::reflection::state::load(&agent, "default").expect("state");
+        assert_eq!(
+            st.reflected_through_message_id.as_deref(),
+            Some(end.as_str())
+        );
+        assert_eq!(st.steps_since_last_reflection, 0);
+        crate::reflection::payload::remove_payload(&agent, &m.launch_id).expect("remove");
+    }
+
+    #[test]
     fn no_instruction_no_marker_and_transcripts_are_capped() {
         let records: Vec<PayloadRecord> = (0..100)
             .map(|i| PayloadRecord {
