@@ -12,6 +12,7 @@ pub mod model;
 pub mod paths;
 pub mod protocol;
 pub mod recall;
+pub mod reflection;
 pub mod sandbox;
 pub mod supervisor;
 pub mod verify;

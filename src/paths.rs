@@ -11,8 +11,9 @@
 //!                          memory.git/      the git directory, beside the working tree
 //!                          memory-worktrees/
 //!                          conversations/<conv-id>/
-//!                          reflections/payloads/
-//!                          reflection.lock
+//!                          reflections/settings.json, backoff.json
+//!                          reflections/payloads/<launch-id>/manifest.json, <conv-id>.json
+//!                          reflection.lock, reflection.lock.guard
 //! <home>/volumes/<agent-id>.ext4   the agent's quota volume, mounted on its directory
 //! <home>/remote/
 //! ```
@@ -34,6 +35,8 @@ pub enum PathsError {
     InvalidAgentId(String),
     #[error("invalid conversation id {0:?}: ids are letters, digits, '-' and '_' only")]
     InvalidConversationId(String),
+    #[error("invalid reflection launch id {0:?}: ids are letters, digits, '-' and '_' only")]
+    InvalidLaunchId(String),
 }
 
 /// The mini-letta home directory.
@@ -226,6 +229,18 @@ pub const RECALL_DOCS_FILE_NAME: &str = "docs-v1.log";
 pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
 /// Name of the reflections directory inside the agent directory.
 pub const REFLECTIONS_DIR_NAME: &str = "reflections";
+/// The agent's reflection settings, inside `reflections/`.
+pub const REFLECTION_SETTINGS_FILE_NAME: &str = "settings.json";
+/// The agent's reflection backoff record, inside `reflections/`.
+pub const REFLECTION_BACKOFF_FILE_NAME: &str = "backoff.json";
+/// The payload launches directory, inside `reflections/`.
+pub const REFLECTION_PAYLOADS_DIR_NAME: &str = "payloads";
+/// The manifest of one launch's payload, inside `payloads/<launch-id>/`.
+pub const REFLECTION_MANIFEST_FILE_NAME: &str = "manifest.json";
+/// The reflection lock, in the agent directory (the supervisor's alone).
+pub const REFLECTION_LOCK_FILE_NAME: &str = "reflection.lock";
+/// `flock`ed around reading, reclaiming and releasing the reflection lock.
+pub const REFLECTION_LOCK_GUARD_FILE_NAME: &str = "reflection.lock.guard";
 
 /// Name of the marker, in the agent directory (which only the supervisor
 /// can write), recording the uid the agent's tree was last given to.
@@ -294,13 +309,82 @@ impl AgentPaths {
         })
     }
 
+    /// `reflections/`: settings, backoff and payloads of reflection.
+    pub fn reflections_dir(&self) -> PathBuf {
+        self.dir.join(REFLECTIONS_DIR_NAME)
+    }
+
+    /// The agent's reflection settings.
+    pub fn reflection_settings_json(&self) -> PathBuf {
+        self.reflections_dir().join(REFLECTION_SETTINGS_FILE_NAME)
+    }
+
+    /// When automatic reflection may run again after a failed merge.
+    pub fn reflection_backoff_json(&self) -> PathBuf {
+        self.reflections_dir().join(REFLECTION_BACKOFF_FILE_NAME)
+    }
+
     pub fn reflection_payloads_dir(&self) -> PathBuf {
-        self.dir.join(REFLECTIONS_DIR_NAME).join("payloads")
+        self.reflections_dir().join(REFLECTION_PAYLOADS_DIR_NAME)
+    }
+
+    /// The payload directory of one reflection launch (the id is checked,
+    /// so it names one directory inside `payloads/`).
+    pub fn reflection_payload_dir(&self, launch_id: &str) -> Result<PathBuf, PathsError> {
+        if !is_valid_agent_id(launch_id) {
+            return Err(PathsError::InvalidLaunchId(launch_id.to_string()));
+        }
+        Ok(self.reflection_payloads_dir().join(launch_id))
+    }
+
+    /// The manifest of one launch's payload.
+    pub fn reflection_manifest_json(&self, launch_id: &str) -> Result<PathBuf, PathsError> {
+        Ok(self
+            .reflection_payload_dir(launch_id)?
+            .join(REFLECTION_MANIFEST_FILE_NAME))
+    }
+
+    /// One conversation's transcript slice in a launch's payload.
+    pub fn reflection_payload_file(
+        &self,
+        launch_id: &str,
+        conversation_id: &str,
+    ) -> Result<PathBuf, PathsError> {
+        Ok(self
+            .reflection_payload_dir(launch_id)?
+            .join(reflection_payload_file_name(conversation_id)?))
     }
 
     pub fn reflection_lock(&self) -> PathBuf {
-        self.dir.join("reflection.lock")
+        self.dir.join(REFLECTION_LOCK_FILE_NAME)
     }
+
+    /// The guard file `flock`ed around changes of the reflection lock.
+    pub fn reflection_lock_guard(&self) -> PathBuf {
+        self.dir.join(REFLECTION_LOCK_GUARD_FILE_NAME)
+    }
+
+    /// The temporary file a reflection lock is published from.
+    pub fn reflection_lock_temp(&self, token: &str) -> PathBuf {
+        self.dir.join(reflection_lock_temp_name(token))
+    }
+}
+
+/// File name of a conversation's slice in a payload directory.
+pub fn reflection_payload_file_name(conversation_id: &str) -> Result<String, PathsError> {
+    if !is_valid_agent_id(conversation_id) {
+        return Err(PathsError::InvalidConversationId(
+            conversation_id.to_string(),
+        ));
+    }
+    Ok(format!("{conversation_id}.json"))
+}
+
+/// File name of the temporary file a reflection lock is published from
+/// (hard-linked to [`REFLECTION_LOCK_FILE_NAME`]); the token is the
+/// caller's random hex.
+pub fn reflection_lock_temp_name(token: &str) -> String {
+    format!("{REFLECTION_LOCK_FILE_NAME}.{token}.tmp")
 }
 
 /// Paths inside one conversation's directory.
@@ -323,6 +407,8 @@ pub const PENDING_REMINDERS_FILE_NAME: &str = "pending-reminders.json";
 pub const COMPACTION_EVENT_FILE_NAME: &str = "compaction-event.json";
 /// The conversation's own settings (its context window).
 pub const CONVERSATION_SETTINGS_FILE_NAME: &str = "settings.json";
+/// The conversation's reflection cursor and step count.
+pub const REFLECTION_STATE_FILE_NAME: &str = "reflection-state.json";
 
 impl ConversationPaths {
     pub fn dir(&self) -> &Path {
@@ -363,6 +449,11 @@ impl ConversationPaths {
     /// The conversation's settings (`{"context_window_limit": N}`).
     pub fn settings_json(&self) -> PathBuf {
         self.dir.join(CONVERSATION_SETTINGS_FILE_NAME)
+    }
+
+    /// The conversation's reflection state (cursor, steps since).
+    pub fn reflection_state_json(&self) -> PathBuf {
+        self.dir.join(REFLECTION_STATE_FILE_NAME)
     }
 }
 
@@ -425,6 +516,41 @@ mod tests {
         assert_eq!(
             a.map(|a| a.memory_git_dir()),
             Some(PathBuf::from("/h/agents/agent-1_x/memory.git"))
+        );
+    }
+
+    #[test]
+    fn reflection_paths() {
+        let a = AgentPaths::from_dir(Path::new("/h/agents/a"));
+        assert_eq!(
+            a.reflection_settings_json(),
+            PathBuf::from("/h/agents/a/reflections/settings.json")
+        );
+        assert_eq!(
+            a.reflection_backoff_json(),
+            PathBuf::from("/h/agents/a/reflections/backoff.json")
+        );
+        assert_eq!(
+            a.reflection_payload_file("L1", "c1").ok(),
+            Some(PathBuf::from("/h/agents/a/reflections/payloads/L1/c1.json"))
+        );
+        assert_eq!(
+            a.reflection_manifest_json("L1").ok(),
+            Some(PathBuf::from(
+                "/h/agents/a/reflections/payloads/L1/manifest.json"
+            ))
+        );
+        assert!(a.reflection_payload_dir("../x").is_err());
+        assert!(a.reflection_payload_file("L1", "a/b").is_err());
+        assert_eq!(
+            a.reflection_lock_temp("ab"),
+            PathBuf::from("/h/agents/a/reflection.lock.ab.tmp")
+        );
+        assert_eq!(
+            a.conversation("c1").map(|c| c.reflection_state_json()).ok(),
+            Some(PathBuf::from(
+                "/h/agents/a/conversations/c1/reflection-state.json"
+            ))
         );
     }
 }
