@@ -233,6 +233,10 @@ pub const REFLECTIONS_DIR_NAME: &str = "reflections";
 pub const REFLECTION_SETTINGS_FILE_NAME: &str = "settings.json";
 /// The agent's reflection backoff record, inside `reflections/`.
 pub const REFLECTION_BACKOFF_FILE_NAME: &str = "backoff.json";
+/// The last finished reflection's result, inside `reflections/`.
+pub const REFLECTION_LAST_RESULT_FILE_NAME: &str = "last-result.json";
+/// The last finished memory worker's result, inside `reflections/`.
+pub const WORKER_LAST_RESULT_FILE_NAME: &str = "last-worker.json";
 /// The payload launches directory, inside `reflections/`.
 pub const REFLECTION_PAYLOADS_DIR_NAME: &str = "payloads";
 /// The manifest of one launch's payload, inside `payloads/<launch-id>/`.

@@ -236,6 +236,63 @@ pub fn completion_line(status: &CompletionStatus) -> String {
     }
 }
 
+/// Keep a finished reflection's result (`reflections/last-result.json`)
+/// for `reflect status`, Palace and doctor.
+pub fn save_last_result(
+    agent: &crate::paths::AgentPaths,
+    result: &serde_json::Value,
+) -> Result<(), super::ReflectionError> {
+    save_result(agent, crate::paths::REFLECTION_LAST_RESULT_FILE_NAME, result)
+}
+
+/// The last finished reflection's result, if one was kept.
+pub fn load_last_result(
+    agent: &crate::paths::AgentPaths,
+) -> Result<Option<serde_json::Value>, super::ReflectionError> {
+    load_result(agent, crate::paths::REFLECTION_LAST_RESULT_FILE_NAME)
+}
+
+/// Keep a finished memory worker's result (`reflections/last-worker.json`).
+pub fn save_last_worker_result(
+    agent: &crate::paths::AgentPaths,
+    result: &serde_json::Value,
+) -> Result<(), super::ReflectionError> {
+    save_result(agent, crate::paths::WORKER_LAST_RESULT_FILE_NAME, result)
+}
+
+/// The last finished memory worker's result, if one was kept.
+pub fn load_last_worker_result(
+    agent: &crate::paths::AgentPaths,
+) -> Result<Option<serde_json::Value>, super::ReflectionError> {
+    load_result(agent, crate::paths::WORKER_LAST_RESULT_FILE_NAME)
+}
+
+fn save_result(
+    agent: &crate::paths::AgentPaths,
+    name: &str,
+    result: &serde_json::Value,
+) -> Result<(), super::ReflectionError> {
+    let dir = super::open_reflections_dir(agent, true)?.ok_or_else(|| {
+        super::ReflectionError::Io {
+            path: agent.reflections_dir(),
+            source: std::io::ErrorKind::NotFound.into(),
+        }
+    })?;
+    let json = super::to_pretty_json(result, dir.path().join(name))?;
+    dir.replace_file(name, &json, super::PUBLIC_FILE_MODE)?;
+    Ok(())
+}
+
+fn load_result(
+    agent: &crate::paths::AgentPaths,
+    name: &str,
+) -> Result<Option<serde_json::Value>, super::ReflectionError> {
+    match super::open_reflections_dir(agent, false)? {
+        Some(dir) => super::read_json(&dir, name, super::MAX_SMALL_JSON_BYTES),
+        None => Ok(None),
+    }
+}
+
 /// `line` with the note that recompiling the system prompt failed.
 pub fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> String {
     format!("{line} System prompt recompilation failed: {error}")

@@ -604,6 +604,25 @@ pub fn remove_payload(agent: &AgentPaths, launch_id: &str) -> Result<(), Reflect
     }
 }
 
+/// Remove every launch's payload (after a crash, no reflection runs).
+pub fn remove_all(agent: &AgentPaths) -> Result<(), ReflectionError> {
+    let Some(top) = super::open_reflections_dir(agent, false)? else {
+        return Ok(());
+    };
+    let payloads = match top.open_dir(REFLECTION_PAYLOADS_DIR_NAME) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for name in payloads.list(MAX_PAYLOAD_ENTRIES)? {
+        // Only names a launch id could have; anything else is left alone.
+        if let Some(id) = name.to_str().filter(|n| crate::paths::is_valid_agent_id(n)) {
+            remove_payload(agent, id)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,8 +69,9 @@ Working environment
 * The memory is a git repository of Markdown files. Your copy of it is a \
 separate git worktree at $MEMORY_DIR; always build absolute paths from \
 $MEMORY_DIR and never edit anything outside it.
-* You have two tools: Bash and Edit. Use Edit to change existing files and a \
-shell heredoc to create new ones.
+* You have two tools: `memory`, which edits files of $MEMORY_DIR (create, \
+str_replace, insert, delete, rename, update_description) and commits each \
+change on your worktree's branch, and Read, which reads a file.
 * The payload is a manifest (JSON) listing one transcript file per \
 conversation (`payload_path`). Read every listed file. Check a file's size \
 first (`wc -c`) and read it whole only if it is at most 15000 bytes; \
@@ -101,9 +102,10 @@ in step. Make at most one skill change (update, extend, deprecate, split or \
 create), or none.
 4. Review your edits: no secrets, nothing stale, links that resolve, \
 frontmatter intact, indexes up to date.
-5. Commit: if anything changed, commit it in $MEMORY_DIR with a short message \
-saying what was learned. If nothing needs to change, make no commit. If git \
-fails, retry once, then report the failure.
+5. Commit: every `memory` call commits its change, with its `reason` as the \
+message, so say in it what was learned. If nothing needs to change, make no \
+call. If a call is refused (the validator's message says why), fix the cause \
+and retry once, then report the failure. Uncommitted edits are discarded.
 
 Finish with a short report with the sections Summary, Memory changes, Skill \
 changes, Skipped, Commit and Issues.
@@ -350,6 +352,39 @@ pub fn build_with(
         user,
     })
 }
+
+/// What a memory worker (spec §6) is told: its assignment, verbatim, and
+/// the memory as it is in its worktree. It is not a fork of the primary
+/// agent's conversation: the assignment must say everything it needs.
+pub fn worker(worktree: &Path, instruction: &str) -> Result<ReflectionPrompt, ReflectionError> {
+    let mut user = String::new();
+    user.push_str(&format!("MEMORY_DIR={}\n\n", worktree.display()));
+    user.push_str("<memory_request>\n");
+    user.push_str(&instruction.replace("</memory_request>", "</ memory_request>"));
+    user.push_str("\n</memory_request>\n\nThe memory as it is now (your worktree):\n");
+    user.push_str(&parent_memory_snapshot(worktree)?);
+    Ok(ReflectionPrompt {
+        system: WORKER_PROMPT.to_string(),
+        user,
+    })
+}
+
+const WORKER_PROMPT: &str = "\
+You are a memory worker for another agent (the primary agent). It gave you \
+one assignment, inside <memory_request>; do that and nothing else. You never \
+talk to its user and you never ask questions: if the assignment is unclear, \
+change nothing and say why.
+
+* $MEMORY_DIR is a private git worktree of the primary agent's memory. Work \
+only there; uncommitted work is discarded when you finish, and your commits \
+are merged into the primary agent's memory afterwards.
+* Your tools: `memory` (edit a file and commit the change, with `reason` as \
+its message) and Read. Read a file before you edit it.
+* Keep corrections quoted in the assignment verbatim. Update existing entries \
+in place instead of appending near-duplicates; keep MEMORY.md indexes in \
+step with the files. Do not reorganise anything you were not asked to.
+* Finish with a short report of what you changed, or why nothing changed.
+";
 
 /// [`build_with`], reading the manifest's slices back from the agent's
 /// payload directory.
