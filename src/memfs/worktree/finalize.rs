@@ -299,10 +299,10 @@ pub fn finalize_reflection(
 /// Without a remote named `origin` this does nothing (the usual case: sync
 /// is not set up). With one: fetch its `main`; nothing to do when it is
 /// already contained in `HEAD`; a fast-forward when `HEAD` is contained in
-/// it (the checkout, known clean at this point, updated path by path);
-/// diverged histories are an error (mini-letta does not rebase here; the
-/// ladder then reports `failed` and the transcript is retried after sync
-/// has reconciled them).
+/// it; otherwise `main`'s own commits are rebased onto it *in memory*
+/// (merge commits are dropped, as `git rebase` does), so a conflict — the
+/// "abort" — leaves everything as it was. The checkout, known clean at this
+/// point, is then updated path by path.
 fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), WorktreeError> {
     let mut remote = match repo.find_remote("origin") {
         Ok(r) => r,
@@ -321,19 +321,69 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
     if is_ancestor(repo, theirs, ours)? {
         return Ok(());
     }
-    if !is_ancestor(repo, ours, theirs)? {
-        return Err(WorktreeError::Git {
-            what: "fast-forward main to origin/main",
-            source: git2::Error::from_str("the histories have diverged"),
-        });
-    }
+    let target = if is_ancestor(repo, ours, theirs)? {
+        theirs
+    } else {
+        rebase_in_memory(repo, agent, ours, theirs)?
+    };
     let old = snapshot_of(repo, ours)?;
-    let new = snapshot_of(repo, theirs)?;
+    let new = snapshot_of(repo, target)?;
     let changed = diff_paths(&old, &new);
-    repo.find_reference("refs/heads/main")
-        .and_then(|mut r| r.set_target(theirs, "fast-forward from origin/main"))
-        .map_err(git("fast-forward main"))?;
+    // Only from the commit we looked at: a writer that slipped in (none
+    // should, under the lock) makes this fail instead of being lost.
+    repo.reference_matching(
+        "refs/heads/main",
+        target,
+        true,
+        ours,
+        "refresh from origin/main",
+    )
+    .map_err(git("move main to the refreshed history"))?;
     update_checkout(repo, &agent.memory_dir(), &new, &changed)
+}
+
+/// Replay the commits of `ours` missing from `theirs` on top of `theirs`,
+/// creating only new commit objects (no ref, index or working tree is
+/// touched); returns the new tip. A conflict is an error.
+fn rebase_in_memory(
+    repo: &Repository,
+    agent: &AgentPaths,
+    ours: Oid,
+    theirs: Oid,
+) -> Result<Oid, WorktreeError> {
+    let what = "rebase main onto origin/main";
+    let branch = repo.find_annotated_commit(ours).map_err(git(what))?;
+    let upstream = repo.find_annotated_commit(theirs).map_err(git(what))?;
+    let mut opts = git2::RebaseOptions::new();
+    opts.inmemory(true);
+    let mut rebase = repo
+        .rebase(Some(&branch), Some(&upstream), None, Some(&mut opts))
+        .map_err(git(what))?;
+    let sig = super::merge::signature(agent)?;
+    let mut tip = theirs;
+    while let Some(op) = rebase.next() {
+        let op = op.map_err(git(what))?;
+        let index = rebase.inmemory_index().map_err(git(what))?;
+        if index.has_conflicts() {
+            let _ = rebase.abort();
+            return Err(WorktreeError::Git {
+                what,
+                source: git2::Error::from_str(&format!("commit {} conflicts", op.id())),
+            });
+        }
+        let original = repo.find_commit(op.id()).map_err(git(what))?;
+        match rebase.commit(Some(&original.author()), &sig, None) {
+            Ok(id) => tip = id,
+            // Already in origin/main: nothing to replay.
+            Err(e) if e.code() == git2::ErrorCode::Applied => {}
+            Err(e) => {
+                let _ = rebase.abort();
+                return Err(git(what)(e));
+            }
+        }
+    }
+    rebase.finish(None).map_err(git(what))?;
+    Ok(tip)
 }
 
 /// Integrate a memory worker's worktree (spec §4.3).
@@ -381,10 +431,6 @@ pub fn integrate_worker(
     // Committed work lives on the branch; the directory (and anything
     // uncommitted in it) goes now whatever the merge does.
     remove_worktree(agent, wt)?;
-    let dirty = parent_dirty_paths(&repo).ok_or_else(|| WorktreeError::Git {
-        what: "read the memory checkout's status",
-        source: git2::Error::from_str("status unavailable"),
-    })?;
     let message = format!(
         "merge(memory-worker): {commit_count} commit(s) from {}",
         wt.branch
@@ -395,7 +441,30 @@ pub fn integrate_worker(
             wt.branch
         )
     };
-    match merge_into_main(&repo, agent, tip, &message, &dirty)? {
+    // From here on the commits exist only on the branch: an error keeps it
+    // and is reported as `failed`, not lost in an `Err`.
+    let attempt = parent_dirty_paths(&repo)
+        .ok_or_else(|| WorktreeError::Git {
+            what: "read the memory checkout's status",
+            source: git2::Error::from_str("status unavailable"),
+        })
+        .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty));
+    let outcome = match attempt {
+        Ok(o) => o,
+        Err(e) => {
+            let mut f = out.done(
+                FinalizeStatus::Failed,
+                format!(
+                    "Memory changes could not be merged; {commit_count} commit(s) kept on {}",
+                    wt.branch
+                ),
+            );
+            f.branch_kept = true;
+            f.error = Some(e.to_string());
+            return Ok(f);
+        }
+    };
+    match outcome {
         MergeOutcome::Merged { commit, changed } => {
             delete_branch(&repo, wt)?;
             let mut f = out.done(

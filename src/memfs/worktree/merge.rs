@@ -63,7 +63,7 @@ fn overlaps(a: &str, b: &str) -> bool {
 
 /// The identity merge commits are made with: the agent's, as for its other
 /// memory commits, else a generic supervisor one.
-fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
+pub(super) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
     if let Ok(record) = crate::agent::store::load(agent)
         && let Ok(sig) = crate::agent::store::agent_signature(&record)
     {

@@ -175,10 +175,12 @@ pub struct Finalized {
     /// The branch still exists (a worker's conflicting commits, or a branch
     /// a clean cleanup refused to delete because it was not merged).
     pub branch_kept: bool,
-    /// Paths the merge changed in `main`; for outcomes without a merge, the
-    /// paths the branch changed since its base.
+    /// Paths the merge changed in `main`; for a worker's `merge_conflict`,
+    /// the conflicting paths; for other reflection outcomes, the paths the
+    /// branch changed since its base (empty for other worker outcomes).
     pub changed_paths: Vec<String>,
-    /// The underlying error, for `failed` (refresh) and `invalid`.
+    /// The underlying error, for `failed` (a refresh or worker merge that
+    /// errored) and `invalid` (the validator's text).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -692,3 +692,118 @@ fn orphans_are_cleaned_but_unmerged_worker_work_is_kept() {
     let (ok, out) = git_cli(&agent.memory_git_dir(), &["worktree", "list"]);
     assert!(ok && out.lines().count() == 2, "{out}");
 }
+
+/// A bare `origin` cloned from the agent's repository, given one more
+/// commit writing `rel`; registered as the memory repository's `origin`.
+fn origin_with_commit(agent: &AgentPaths, tmp: &Path, rel: &str, contents: &str) -> Oid {
+    let origin = tmp.join("origin.git");
+    let work = tmp.join("origin-work");
+    let run = |dir: &Path, args: &[&str]| {
+        let (ok, out) = git_cli(dir, args);
+        assert!(ok, "{args:?}: {out}");
+    };
+    let git_dir = agent.memory_git_dir();
+    run(
+        tmp,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            git_dir.to_str().unwrap(),
+            "origin.git",
+        ],
+    );
+    run(
+        tmp,
+        &["clone", "-q", origin.to_str().unwrap(), "origin-work"],
+    );
+    write(&work, rel, contents);
+    run(&work, &["add", rel]);
+    run(
+        &work,
+        &[
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "from origin",
+        ],
+    );
+    run(&work, &["push", "-q", "origin", "main"]);
+    run(
+        &git_dir,
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    Repository::open_bare(&origin)
+        .unwrap()
+        .refname_to_id("refs/heads/main")
+        .unwrap()
+}
+
+#[test]
+fn refresh_from_origin_fast_forwards_or_rebases_before_merging() {
+    let (t, agent) = agent();
+    let remote = origin_with_commit(&agent, t.path(), "origin.md", &md("Origin", "o"));
+    // A local commit too: main has diverged from origin and is rebased.
+    let main = repo::open_agent(&agent).unwrap();
+    commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[("human.md", &md("Human", "local"))],
+        "local",
+    );
+    let wt = committed_reflection(&agent);
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
+    let merge = main.head().unwrap().peel_to_commit().unwrap();
+    let first = merge.parent(0).unwrap();
+    assert_eq!(first.summary().unwrap(), Some("local"));
+    assert_eq!(first.parent_id(0).unwrap(), remote);
+    for f in ["origin.md", "notes.md", "human.md"] {
+        assert!(agent.memory_dir().join(f).is_file(), "{f}");
+    }
+    assert!(main_dirty(&agent).is_empty(), "{:?}", main_dirty(&agent));
+    let (ok, fsck) = git_cli(&agent.memory_git_dir(), &["fsck", "--no-dangling"]);
+    assert!(ok, "{fsck}");
+}
+
+#[test]
+fn refresh_from_origin_fast_forward_and_failure() {
+    let (t, agent) = agent();
+    let remote = origin_with_commit(&agent, t.path(), "persona.md", &md("Persona", "origin"));
+    let wt = committed_reflection(&agent);
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
+    let main = repo::open_agent(&agent).unwrap();
+    let merge = main.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(merge.parent_id(0).unwrap(), remote);
+    assert_eq!(
+        std::fs::read_to_string(agent.memory_dir().join("persona.md")).unwrap(),
+        md("Persona", "origin")
+    );
+    assert!(main_dirty(&agent).is_empty());
+
+    // A local edit conflicting with origin's: the refresh fails, nothing
+    // changes, the reflection is thrown away for a retry.
+    let (t2, agent2) = self::agent();
+    origin_with_commit(&agent2, t2.path(), "persona.md", &md("Persona", "origin"));
+    let main2 = repo::open_agent(&agent2).unwrap();
+    let before = commit_files(
+        &main2,
+        &agent2.memory_dir(),
+        &[("persona.md", &md("Persona", "local"))],
+        "local",
+    );
+    let wt = committed_reflection(&agent2);
+    let done = finalize_reflection(&agent2, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Failed);
+    assert_eq!(done.summary, super::finalize::REFRESH_FAILED);
+    assert!(done.error.is_some());
+    assert_eq!(head(&agent2), before);
+    assert!(main_dirty(&agent2).is_empty());
+    assert!(!branch_exists(&agent2, &wt));
+    assert_gone(&agent2, &wt);
+}
