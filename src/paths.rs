@@ -261,6 +261,12 @@ impl AgentPaths {
         is_plain_component(name).then(|| self.worktrees_dir().join(name))
     }
 
+    /// The `.git` pointer file of memory worktree `name` (child-writable:
+    /// written for git's CLI, never read by the supervisor).
+    pub fn memory_worktree_dotgit(&self, name: &str) -> Option<PathBuf> {
+        Some(self.memory_worktree_dir(name)?.join(".git"))
+    }
+
     pub fn recall_dir(&self) -> PathBuf {
         self.conversations_dir().join(RECALL_DIR_NAME)
     }
@@ -422,6 +428,22 @@ impl MemoryGitDir {
     /// Where memory worktrees are filled before being moved into place.
     pub fn worktree_staging_dir(&self) -> PathBuf {
         self.dir.join(WORKTREE_STAGING_DIR_NAME)
+    }
+
+    /// Worktree `name` while it is being filled (see
+    /// [`Self::worktree_staging_dir`]).
+    pub fn worktree_staging(&self, name: &str) -> Option<PathBuf> {
+        is_plain_component(name).then(|| self.worktree_staging_dir().join(name))
+    }
+
+    /// The commit memory worktree `name` started at (in its admin directory).
+    pub fn worktree_base_file(&self, name: &str) -> Option<PathBuf> {
+        Some(self.worktree_admin_dir(name)?.join(WORKTREE_BASE_FILE_NAME))
+    }
+
+    /// Git's record of where worktree `name`'s `.git` file is.
+    pub fn worktree_gitdir_file(&self, name: &str) -> Option<PathBuf> {
+        Some(self.worktree_admin_dir(name)?.join("gitdir"))
     }
 }
 

@@ -6,7 +6,7 @@ use super::{Label, MemoryWorktree, WorktreeError, admin_dir, git, io};
 use crate::agentfs::Dir;
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;
-use crate::paths::{AgentPaths, MemoryGitDir, WORKTREE_BASE_FILE_NAME, WORKTREES_DIR_NAME};
+use crate::paths::{AgentPaths, MemoryGitDir, WORKTREES_DIR_NAME};
 
 /// A fresh id: UTC `YYYYMMDDHHMMSS`, `-`, 8 random hex digits.
 fn new_id() -> String {
@@ -62,7 +62,7 @@ pub fn create(agent: &AgentPaths, label: Label) -> Result<MemoryWorktree, Worktr
         // Leave nothing half-made behind.
         let admin = admin_dir(agent, &wt.name)?;
         let _ = std::fs::remove_dir_all(&admin);
-        let _ = std::fs::remove_dir_all(staging_path(agent, &wt.name));
+        let _ = std::fs::remove_dir_all(staging_path(agent, &wt.name)?);
         let _ = std::fs::remove_dir_all(&wt.dir);
         drop(branch);
         if let Ok(mut r) = repo.find_reference(&wt.branch_ref()) {
@@ -72,10 +72,10 @@ pub fn create(agent: &AgentPaths, label: Label) -> Result<MemoryWorktree, Worktr
     made.map(|()| wt)
 }
 
-fn staging_path(agent: &AgentPaths, name: &str) -> std::path::PathBuf {
+fn staging_path(agent: &AgentPaths, name: &str) -> Result<std::path::PathBuf, WorktreeError> {
     MemoryGitDir::new(&agent.memory_git_dir())
-        .worktree_staging_dir()
-        .join(name)
+        .worktree_staging(name)
+        .ok_or_else(|| WorktreeError::BadName(name.into()))
 }
 
 /// Check `wt` out in the staging directory, then move it into
@@ -89,14 +89,15 @@ fn add_worktree(
 ) -> Result<(), WorktreeError> {
     let staging_root = MemoryGitDir::new(&agent.memory_git_dir()).worktree_staging_dir();
     std::fs::create_dir_all(&staging_root).map_err(io(&staging_root))?;
-    let staged = staging_path(agent, &wt.name);
+    let staged = staging_path(agent, &wt.name)?;
     let mut opts = WorktreeAddOptions::new();
     opts.reference(Some(branch));
     repo.worktree(&wt.name, &staged, Some(&opts))
         .map_err(git("add the memory worktree"))?;
 
-    let admin = admin_dir(agent, &wt.name)?;
-    let base_file = admin.join(WORKTREE_BASE_FILE_NAME);
+    let git_dir = MemoryGitDir::new(&agent.memory_git_dir());
+    let bad = || WorktreeError::BadName(wt.name.clone());
+    let base_file = git_dir.worktree_base_file(&wt.name).ok_or_else(bad)?;
     std::fs::write(&base_file, format!("{}\n", wt.base)).map_err(io(&base_file))?;
 
     // The move is one rename between descriptors: an entry a child put at
@@ -106,8 +107,8 @@ fn add_worktree(
     give_to_owner(worktrees, &staging, &wt.name)?;
     staging.rename_to(&wt.name, worktrees, &wt.name)?;
 
-    let gitdir_file = admin.join("gitdir");
-    let dotgit = wt.dir.join(".git");
+    let gitdir_file = git_dir.worktree_gitdir_file(&wt.name).ok_or_else(bad)?;
+    let dotgit = agent.memory_worktree_dotgit(&wt.name).ok_or_else(bad)?;
     std::fs::write(&gitdir_file, format!("{}\n", dotgit.display())).map_err(io(&gitdir_file))?;
     Ok(())
 }

@@ -38,7 +38,7 @@ use super::repo::RepoError;
 use super::validate::ValidateError;
 use super::worktree_status::StatusError;
 use crate::agentfs::FsError;
-use crate::paths::{AgentPaths, MemoryGitDir, WORKTREE_BASE_FILE_NAME};
+use crate::paths::{AgentPaths, MemoryGitDir};
 
 pub use create::create;
 pub use finalize::{cleanup_orphans, discard, finalize_reflection, integrate_worker};
@@ -272,9 +272,9 @@ fn main_head(repo: &Repository) -> Result<Oid, WorktreeError> {
 
 /// The base recorded at creation, else where the branch forked from `main`.
 fn base_of(repo: &Repository, agent: &AgentPaths, name: &str, branch_ref: &str) -> Oid {
-    let recorded = admin_dir(agent, name)
-        .ok()
-        .and_then(|d| std::fs::read_to_string(d.join(WORKTREE_BASE_FILE_NAME)).ok())
+    let recorded = MemoryGitDir::new(&agent.memory_git_dir())
+        .worktree_base_file(name)
+        .and_then(|f| std::fs::read_to_string(f).ok())
         .and_then(|s| Oid::from_str(s.trim()).ok());
     if let Some(base) = recorded {
         return base;

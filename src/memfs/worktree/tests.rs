@@ -807,3 +807,25 @@ fn refresh_from_origin_fast_forward_and_failure() {
     assert!(!branch_exists(&agent2, &wt));
     assert_gone(&agent2, &wt);
 }
+
+#[test]
+fn merged_symlinks_and_new_directories_reach_the_checkout() {
+    let (_t, agent) = agent();
+    let wt = create(&agent, Label::Reflection).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    write(&wt.dir, "projects/MEMORY.md", "# Projects\n");
+    write(&wt.dir, "projects/x.md", &md("X", "x"));
+    std::os::unix::fs::symlink("../persona.md", wt.dir.join("projects/alias.txt")).unwrap();
+    commit(&wrepo, &["projects"], "projects");
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
+    let link = agent.memory_dir().join("projects/alias.txt");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("../persona.md")
+    );
+    assert!(agent.memory_dir().join("projects/x.md").is_file());
+    assert!(main_dirty(&agent).is_empty(), "{:?}", main_dirty(&agent));
+    let (ok, st) = git_cli(&agent.memory_dir(), &["status", "--porcelain"]);
+    assert!(ok && st.is_empty(), "{st}");
+}
