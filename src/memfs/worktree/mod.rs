@@ -41,7 +41,10 @@ use crate::agentfs::FsError;
 use crate::paths::{AgentPaths, MemoryGitDir};
 
 pub use create::create;
-pub use finalize::{cleanup_orphans, discard, finalize_reflection, integrate_worker};
+pub use finalize::{
+    DIRTY_UNCOMMITTED, FAILED, INVALID, MERGE_CONFLICT, NO_COMMITS, NOT_MERGED_BY_AGENT,
+    PARENT_DIRTY, REFRESH_FAILED, cleanup_orphans, discard, finalize_reflection, integrate_worker,
+};
 
 /// Prefix of every branch this module makes (`mini-letta/<label>/<id>`).
 pub const BRANCH_PREFIX: &str = "mini-letta/";
