@@ -643,6 +643,54 @@ impl Dir {
         nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
     }
 
+    /// Replace (or create) `name` with a symlink to `target` atomically: the
+    /// link is made under a temporary name and renamed over `name` (an
+    /// existing entry is replaced, never followed). The target is stored,
+    /// not resolved.
+    pub fn replace_symlink(
+        &self,
+        name: impl AsRef<OsStr>,
+        target: impl AsRef<OsStr>,
+    ) -> Result<(), FsError> {
+        let name = name.as_ref();
+        single(name).ok_or_else(|| FsError::BadName {
+            path: self.shown(name),
+        })?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".tmp-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        nix::unistd::symlinkat(target.as_ref(), &self.fd, tmp.as_os_str())
+            .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
+        let done = (|| {
+            if nix::unistd::geteuid().is_root() {
+                let st = self.stat()?;
+                if st.uid != 0 {
+                    // The link's own owner (AT_SYMLINK_NOFOLLOW), as for
+                    // files made here.
+                    nix::unistd::fchownat(
+                        &self.fd,
+                        tmp.as_os_str(),
+                        Some(Uid::from_raw(st.uid)),
+                        Some(Gid::from_raw(st.gid)),
+                        AtFlags::AT_SYMLINK_NOFOLLOW,
+                    )
+                    .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
+                }
+            }
+            nix::fcntl::renameat(&self.fd, tmp.as_os_str(), &self.fd, name)
+                .map_err(|e| FsError::from_errno(self.shown(name), e))
+        })();
+        if let Err(e) = done {
+            let _ = self.remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Open the regular file `name` for appending (created with `perm`,
     /// less the umask, when missing), readable too so its tail can be
     /// checked. A symlink there is refused, a FIFO or device is refused

@@ -294,6 +294,19 @@ impl AgentPaths {
         self.dir.join(WORKTREES_DIR_NAME)
     }
 
+    /// One memory worktree's directory, `memory-worktrees/<name>/`; `None`
+    /// unless `name` is a single plain component (the caller checks its
+    /// exact shape).
+    pub fn memory_worktree_dir(&self, name: &str) -> Option<PathBuf> {
+        is_plain_component(name).then(|| self.worktrees_dir().join(name))
+    }
+
+    /// The `.git` pointer file of memory worktree `name` (child-writable:
+    /// written for git's CLI, never read by the supervisor).
+    pub fn memory_worktree_dotgit(&self, name: &str) -> Option<PathBuf> {
+        Some(self.memory_worktree_dir(name)?.join(".git"))
+    }
+
     pub fn recall_dir(&self) -> PathBuf {
         self.conversations_dir().join(RECALL_DIR_NAME)
     }
@@ -473,6 +486,19 @@ pub struct MemoryGitDir {
 pub const LAYOUT_POLICY_FILE_NAME: &str = "mini-letta-memory-layout-policy";
 /// Name of the writers' lock file in the git directory.
 pub const WRITE_LOCK_FILE_NAME: &str = "mini-letta-memory.lock";
+/// Git's directory of linked-worktree admin directories.
+pub const WORKTREE_ADMIN_DIR_NAME: &str = "worktrees";
+/// Where new memory worktrees are checked out before being moved into the
+/// child-writable `memory-worktrees/` (inside the git directory, which
+/// children cannot change while it is being filled).
+pub const WORKTREE_STAGING_DIR_NAME: &str = "mini-letta-worktree-staging";
+/// File in a worktree's admin directory recording the commit it started at.
+pub const WORKTREE_BASE_FILE_NAME: &str = "mini-letta-base";
+
+/// A single path component that is not `.`/`..` and has no `/` or NUL.
+fn is_plain_component(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+}
 
 impl MemoryGitDir {
     /// The (common) git directory of a memory repository.
@@ -502,6 +528,38 @@ impl MemoryGitDir {
     /// `flock`ed by every writer around index and commit updates.
     pub fn write_lock_file(&self) -> PathBuf {
         self.dir.join(WRITE_LOCK_FILE_NAME)
+    }
+
+    /// `worktrees/`: git's admin directories of linked worktrees.
+    pub fn worktree_admin_root(&self) -> PathBuf {
+        self.dir.join(WORKTREE_ADMIN_DIR_NAME)
+    }
+
+    /// The admin directory of linked worktree `name` (`None` unless `name`
+    /// is a single plain component).
+    pub fn worktree_admin_dir(&self, name: &str) -> Option<PathBuf> {
+        is_plain_component(name).then(|| self.worktree_admin_root().join(name))
+    }
+
+    /// Where memory worktrees are filled before being moved into place.
+    pub fn worktree_staging_dir(&self) -> PathBuf {
+        self.dir.join(WORKTREE_STAGING_DIR_NAME)
+    }
+
+    /// Worktree `name` while it is being filled (see
+    /// [`Self::worktree_staging_dir`]).
+    pub fn worktree_staging(&self, name: &str) -> Option<PathBuf> {
+        is_plain_component(name).then(|| self.worktree_staging_dir().join(name))
+    }
+
+    /// The commit memory worktree `name` started at (in its admin directory).
+    pub fn worktree_base_file(&self, name: &str) -> Option<PathBuf> {
+        Some(self.worktree_admin_dir(name)?.join(WORKTREE_BASE_FILE_NAME))
+    }
+
+    /// Git's record of where worktree `name`'s `.git` file is.
+    pub fn worktree_gitdir_file(&self, name: &str) -> Option<PathBuf> {
+        Some(self.worktree_admin_dir(name)?.join("gitdir"))
     }
 }
 

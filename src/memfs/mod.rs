@@ -20,4 +20,5 @@ pub mod snapshot;
 pub mod template;
 pub mod text;
 pub mod validate;
+pub mod worktree;
 pub mod worktree_status;

@@ -1,0 +1,313 @@
+//! Merging a worktree branch into `main` and bringing the main checkout up
+//! to date, shared by both finalizers. Callers hold the [`RepoLock`].
+//!
+//! [`RepoLock`]: crate::memfs::lock::RepoLock
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Duration;
+
+use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
+
+use super::{WorktreeError, git};
+use crate::agentfs::{Dir, FsError, Kind};
+use crate::memfs::commit::CommitOptions;
+use crate::memfs::validate::{TreeSnapshot, validate};
+use crate::paths::AgentPaths;
+
+const MODE_EXEC: u32 = 0o100755;
+
+/// What [`merge_into_main`] did.
+#[derive(Debug)]
+pub(super) enum MergeOutcome {
+    /// A merge commit was made on `main`; the paths it changed there.
+    Merged { commit: Oid, changed: Vec<String> },
+    /// Git content conflicts, or (with a dirty guard) merged paths
+    /// overlapping dirty checkout paths; nothing changed.
+    Conflict { paths: Vec<String> },
+    /// The merged tree failed validation; nothing changed.
+    Invalid { message: String },
+}
+
+/// Paths whose entry differs between two snapshots, in byte order.
+pub(super) fn diff_paths(old: &TreeSnapshot, new: &TreeSnapshot) -> Vec<String> {
+    let mut out: Vec<String> = new
+        .iter()
+        .filter(|(p, e)| old.get(p) != Some(e))
+        .map(|(p, _)| p.to_string())
+        .chain(
+            old.iter()
+                .filter(|(p, _)| !new.contains(p))
+                .map(|(p, _)| p.to_string()),
+        )
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The snapshot of commit `id`'s tree.
+pub(super) fn snapshot_of(repo: &Repository, id: Oid) -> Result<TreeSnapshot, WorktreeError> {
+    let tree = repo
+        .find_commit(id)
+        .and_then(|c| c.tree())
+        .map_err(git("read a commit tree"))?;
+    Ok(TreeSnapshot::from_tree(repo, &tree)?)
+}
+
+/// Whether `a` and `b` are the same path or one lies below the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let below = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('/'));
+    a == b || below(a, b) || below(b, a)
+}
+
+/// The identity merge commits are made with: the agent's, as for its other
+/// memory commits, else a generic supervisor one.
+pub(super) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
+    if let Ok(record) = crate::agent::store::load(agent)
+        && let Ok(sig) = crate::agent::store::agent_signature(&record)
+    {
+        return Ok(sig);
+    }
+    Signature::now("mini-letta", "mini-letta@mini-letta.local")
+        .map_err(git("make a commit signature"))
+}
+
+/// Merge `tip` into `main` with a real merge commit (parents: `main`'s
+/// `HEAD`, `tip`; never a fast-forward) whose message is `message`.
+///
+/// The merged tree is computed in memory; on a conflict, or when a path it
+/// changes overlaps one of `dirty` (paths dirty in the main checkout), or
+/// when the validator refuses the tree, nothing is written anywhere. After
+/// the commit the main checkout and its index are updated for exactly the
+/// paths the merge changed.
+pub(super) fn merge_into_main(
+    repo: &Repository,
+    agent: &AgentPaths,
+    tip: Oid,
+    message: &str,
+    dirty: &[String],
+) -> Result<MergeOutcome, WorktreeError> {
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(git("read the memory HEAD"))?;
+    let theirs = repo.find_commit(tip).map_err(git("read the branch tip"))?;
+    let mut index = repo
+        .merge_commits(&head, &theirs, None)
+        .map_err(git("merge the branch"))?;
+    if index.has_conflicts() {
+        let mut paths: Vec<String> = index
+            .conflicts()
+            .map_err(git("list merge conflicts"))?
+            .flatten()
+            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        return Ok(MergeOutcome::Conflict { paths });
+    }
+    let tree_id = index
+        .write_tree_to(repo)
+        .map_err(git("write the merged tree"))?;
+    let tree = repo
+        .find_tree(tree_id)
+        .map_err(git("read the merged tree"))?;
+    let old_tree = head.tree().map_err(git("read the HEAD tree"))?;
+    let old = TreeSnapshot::from_tree(repo, &old_tree)?;
+    let new = TreeSnapshot::from_tree(repo, &tree)?;
+    let changed = diff_paths(&old, &new);
+
+    let overlapping: Vec<String> = changed
+        .iter()
+        .filter(|c| dirty.iter().any(|d| overlaps(c, d)))
+        .cloned()
+        .collect();
+    if !overlapping.is_empty() {
+        return Ok(MergeOutcome::Conflict { paths: overlapping });
+    }
+
+    // The same validator, options and approval rule as `commit_paths`: the
+    // merged tree is judged against `main` before any commit exists.
+    let opts = CommitOptions::for_repo(repo, false);
+    let report = validate(repo, &new, Some(&old), &opts.validate)?;
+    if !report.is_ok() {
+        return Ok(MergeOutcome::Invalid {
+            message: report.render_block().trim_end().to_string(),
+        });
+    }
+
+    let sig = signature(agent)?;
+    let message = if message.ends_with('\n') {
+        message.to_string()
+    } else {
+        format!("{message}\n")
+    };
+    let commit = repo
+        .commit(Some("HEAD"), &sig, &sig, &message, &tree, &[&head, &theirs])
+        .map_err(git("write the merge commit"))?;
+
+    // The commit is made and cannot be undone; a checkout that could not
+    // be updated (a child racing us) shows up as dirty paths later.
+    if let Err(e) = update_checkout(repo, &agent.memory_dir(), &new, &changed) {
+        tracing::warn!("merged {commit}, but could not update the memory checkout: {e}");
+    }
+    Ok(MergeOutcome::Merged { commit, changed })
+}
+
+/// Bring the working tree `work_tree` and the on-disk index of `repo` to
+/// `new` for exactly `changed` (deletions first, then writes), through
+/// descriptors: no symlink in the child-writable tree is followed.
+pub(super) fn update_checkout(
+    repo: &Repository,
+    work_tree: &Path,
+    new: &TreeSnapshot,
+    changed: &[String],
+) -> Result<(), WorktreeError> {
+    let root = Dir::open(work_tree)?;
+    for path in changed.iter().filter(|p| !new.contains(p)) {
+        remove_path(&root, path)?;
+    }
+    let mut entries = Vec::new();
+    for path in changed {
+        let Some(entry) = new.get(path) else { continue };
+        if !entry.is_blob() {
+            // Gitlinks are never checked out.
+            continue;
+        }
+        let blob = repo
+            .find_blob(entry.oid)
+            .map_err(git("read a merged blob"))?;
+        let (parent, leaf) = make_parents(&root, path)?;
+        // A directory standing where a file now goes (its files all deleted
+        // above) is removed if empty; anything else there is an error.
+        if let Some(st) = parent.stat_at(leaf)?
+            && st.kind == Kind::Dir
+        {
+            parent.remove_dir(leaf)?;
+        }
+        if entry.is_symlink() {
+            use std::os::unix::ffi::OsStrExt;
+            parent.replace_symlink(leaf, OsStr::from_bytes(blob.content()))?;
+        } else {
+            let perm = if entry.mode == MODE_EXEC {
+                0o755
+            } else {
+                0o644
+            };
+            parent.replace_file(leaf, blob.content(), perm)?;
+        }
+        let st = parent.stat_at(leaf)?.ok_or_else(|| FsError::Changed {
+            path: parent.path().join(leaf),
+        })?;
+        let time = |(s, ns): (i64, i64)| IndexTime::new(s as i32, ns as u32);
+        entries.push(IndexEntry {
+            ctime: time(st.ctime),
+            mtime: time(st.mtime),
+            dev: st.dev as u32,
+            ino: st.ino as u32,
+            mode: entry.mode,
+            uid: st.uid,
+            gid: st.gid,
+            file_size: st.size as u32,
+            id: entry.oid,
+            flags: 0,
+            flags_extended: 0,
+            path: path.as_bytes().to_vec(),
+        });
+    }
+    write_index(repo, changed, &entries)
+}
+
+/// Remove the file or symlink at `path` (if any) and then every parent
+/// directory left empty.
+fn remove_path(root: &Dir, path: &str) -> Result<(), WorktreeError> {
+    let (parent, leaf) = match root.open_parent(OsStr::new(path)) {
+        Ok(p) => p,
+        Err(e) if e.is_not_found() || matches!(e, FsError::NotADirectory { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    match parent.stat_at(leaf)? {
+        Some(st) if st.kind != Kind::Dir => parent.remove_file(leaf)?,
+        _ => {}
+    }
+    // Parents from the deepest up; the first that is not empty stops it.
+    let segments: Vec<&str> = path.split('/').collect();
+    for n in (1..segments.len()).rev() {
+        let dir = segments[..n].join("/");
+        let Ok((p, name)) = root.open_parent(OsStr::new(&dir)) else {
+            break;
+        };
+        if p.remove_dir(name).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Open (making as needed) the parent directories of `path` below `root`.
+fn make_parents<'a>(root: &Dir, path: &'a str) -> Result<(Dir, &'a str), WorktreeError> {
+    let mut segments: Vec<&str> = path.split('/').collect();
+    let leaf = segments.pop().unwrap_or(path);
+    let mut dir = root.try_clone()?;
+    for seg in segments {
+        // `create_dir` refuses a symlink standing there.
+        dir = dir.create_dir(seg, 0o755)?;
+    }
+    Ok((dir, leaf))
+}
+
+/// Replace the index entries of `changed` with `entries`, retrying briefly
+/// while someone else holds `index.lock`.
+fn write_index(
+    repo: &Repository,
+    changed: &[String],
+    entries: &[IndexEntry],
+) -> Result<(), WorktreeError> {
+    let mut delays = [25u64, 50, 100, 200].into_iter();
+    loop {
+        let result = (|| {
+            let mut index = repo.index()?;
+            index.read(true)?;
+            for path in changed {
+                remove_entry(&mut index, path)?;
+            }
+            for entry in entries {
+                index.add(entry)?;
+            }
+            index.write()
+        })();
+        match (result, delays.next()) {
+            (Err(e), Some(ms)) if e.code() == git2::ErrorCode::Locked => {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            (r, _) => return r.map_err(git("update the memory index")),
+        }
+    }
+}
+
+fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
+    for stage in 0..=3 {
+        match index.remove(Path::new(path), stage) {
+            Ok(()) => {}
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod unit {
+    use super::overlaps;
+
+    #[test]
+    fn overlap_is_by_path_component() {
+        assert!(overlaps("a.md", "a.md"));
+        assert!(overlaps("a/b.md", "a"));
+        assert!(overlaps("a", "a/b.md"));
+        assert!(!overlaps("ab.md", "a"));
+        assert!(!overlaps("a.md", "b.md"));
+    }
+}
