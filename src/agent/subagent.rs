@@ -12,11 +12,10 @@ use serde_json::Value;
 
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
-use crate::protocol::client::{Client, ClientError};
 use crate::protocol::Call;
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::messages::{Message, ModelFailure, ModelRequest, Part, Purpose, Role};
 use crate::protocol::task::{MAX_REPORT_BYTES, SubagentTask};
-
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubagentError {
@@ -26,6 +25,8 @@ pub enum SubagentError {
     Model(ModelFailure),
     #[error("the sub-agent stopped after {0} steps without finishing")]
     MaxSteps(u32),
+    #[error("its last memory edit failed: {0}")]
+    MemoryEdit(String),
 }
 
 /// How a run ended.
@@ -82,6 +83,9 @@ pub fn run_task(
         }],
     }];
     let mut last_text = String::new();
+    // A memory edit that failed and was not followed by one that worked:
+    // the run did not do its job, whatever its last words say.
+    let mut failed_edit: Option<String> = None;
     for step in 1..=task.max_steps.max(1) {
         let request = ModelRequest {
             model: String::new(),
@@ -126,6 +130,9 @@ pub fn run_task(
             parts: response.parts.clone(),
         });
         if calls.is_empty() {
+            if let Some(e) = failed_edit {
+                return Err(SubagentError::MemoryEdit(e));
+            }
             return Ok(Finished {
                 steps: step,
                 report: last_text,
@@ -134,7 +141,7 @@ pub fn run_task(
         let mut results = Vec::new();
         for (call_id, name, arguments) in calls {
             // Only the task's tools run, whatever the model asks for.
-            let out = if task.tools.iter().any(|t| *t == name) {
+            let out = if task.tools.contains(&name) {
                 tools::execute(&ctx, &name, &arguments)
             } else {
                 tools::ToolOutput {
@@ -142,6 +149,9 @@ pub fn run_task(
                     is_error: true,
                 }
             };
+            if name == "memory" {
+                failed_edit = out.is_error.then(|| out.text.clone());
+            }
             results.push(Part::ToolResult {
                 call_id,
                 name,

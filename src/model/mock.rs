@@ -491,22 +491,16 @@ fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
             .iter()
             .any(|p| matches!(p, Part::ToolResult { .. }))
     {
-        let mut report = reflect(messages);
+        let mut report = plan_report(&reflection_plan(&task_text(messages)));
         report.push('\n');
         report.push_str(&follow_up(last));
         return vec![Part::text(report)];
     }
-    let prompt = messages
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .map(message_text)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let plan = reflection_plan(&prompt);
+    let plan = reflection_plan(&task_text(messages));
     let Some(call) = plan.call() else {
         return vec![Part::text(format!(
             "{}\nNo memory changes were needed.",
-            reflect(messages)
+            plan_report(&plan)
         ))];
     };
     vec![Part::ToolCall {
@@ -514,6 +508,33 @@ fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
         name: "memory".into(),
         arguments: call,
     }]
+}
+
+/// The task a sub-agent was given: its user messages' text.
+fn task_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(message_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The report of a mock reflection: what it found to keep.
+fn plan_report(plan: &ReflectionPlan) -> String {
+    let mut out = String::from("Reflection report");
+    match &plan.rename {
+        Some((x, y)) => out.push_str(&format!("\nRename: {x} -> {y}")),
+        None if plan.facts.is_empty() => out.push_str("\nNew facts: (none)"),
+        None => {
+            out.push_str("\nNew facts:");
+            for f in &plan.facts {
+                out.push_str("\n- ");
+                out.push_str(f);
+            }
+        }
+    }
+    out
 }
 
 /// What a mock reflection changes: facts to add to `human.md`, or one
@@ -821,7 +842,9 @@ mod tests {
     }
 
     fn task(memory: &str, transcript: &[&str], instruction: Option<&str>) -> String {
-        let mut t = format!("<parent_memory>\n{memory}\n</parent_memory>\n<transcript conversation_id=\"default\">\n");
+        let mut t = format!(
+            "<parent_memory>\n{memory}\n</parent_memory>\n<transcript conversation_id=\"default\">\n"
+        );
         for l in transcript {
             t.push_str(l);
             t.push('\n');

@@ -34,8 +34,8 @@ pub use events::Event;
 
 pub use frames::{
     Call, ClientFrame, Committed, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel,
-    METHODS, Outcome, PeerKind, ReflectParams, ServerFrame, SpawnParams, StdioMode, TurnParams, decode_client,
-    encode,
+    METHODS, Outcome, PeerKind, ReflectParams, ServerFrame, SpawnParams, StdioMode, TurnParams,
+    decode_client, encode,
 };
 
 /// Version carried in every `hello`.

@@ -242,7 +242,11 @@ pub fn save_last_result(
     agent: &crate::paths::AgentPaths,
     result: &serde_json::Value,
 ) -> Result<(), super::ReflectionError> {
-    save_result(agent, crate::paths::REFLECTION_LAST_RESULT_FILE_NAME, result)
+    save_result(
+        agent,
+        crate::paths::REFLECTION_LAST_RESULT_FILE_NAME,
+        result,
+    )
 }
 
 /// The last finished reflection's result, if one was kept.
@@ -272,12 +276,11 @@ fn save_result(
     name: &str,
     result: &serde_json::Value,
 ) -> Result<(), super::ReflectionError> {
-    let dir = super::open_reflections_dir(agent, true)?.ok_or_else(|| {
-        super::ReflectionError::Io {
+    let dir =
+        super::open_reflections_dir(agent, true)?.ok_or_else(|| super::ReflectionError::Io {
             path: agent.reflections_dir(),
             source: std::io::ErrorKind::NotFound.into(),
-        }
-    })?;
+        })?;
     let json = super::to_pretty_json(result, dir.path().join(name))?;
     dir.replace_file(name, &json, super::PUBLIC_FILE_MODE)?;
     Ok(())

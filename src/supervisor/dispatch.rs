@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::conn::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, rpc, subagents};
+use super::{launch, policy, reflect, rpc, subagents};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -46,10 +46,9 @@ pub async fn handle(
         Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
         Call::TaskGet {} => subagents::task_get(state, peer),
         Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
-        Call::ReflectRun(_) | Call::ReflectStatus { .. } | Call::WorkerStart { .. } => error(
-            ErrorCode::NotImplemented,
-            format!("{} is not implemented yet", call.method()),
-        ),
+        Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
+        Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
+        Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
     }
 }
 

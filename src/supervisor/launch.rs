@@ -263,7 +263,7 @@ async fn try_run_turn(
         ],
         stdio: StdioMode::Passed,
         workspace: params.workspace,
-        isolation: params.isolation,
+        isolation: params.isolation.clone(),
         model: Some(model),
     };
     // Subscribed before the launch, so the exit cannot pass unseen.
@@ -319,6 +319,20 @@ async fn try_run_turn(
     }
     // The slot is held until the conversation is settled.
     drop(slot);
+    // A finished turn may trigger a reflection (spec §5.1); it runs on
+    // under the supervisor while the caller gets its answer.
+    let reflection = if cancelled {
+        None
+    } else {
+        super::reflect::after_turn(
+            state,
+            &record.id,
+            &conversation,
+            params.reflection_context_window.or(params.context_window),
+            params.isolation.clone(),
+        )
+        .await
+    };
     let mut result = started;
     if let Some(obj) = result.as_object_mut() {
         if let Ok(end) = serde_json::to_value(end) {
@@ -326,6 +340,9 @@ async fn try_run_turn(
         }
         obj.insert("conversation".into(), json!(conversation));
         obj.insert("cancelled".into(), json!(cancelled));
+        if let Some(r) = reflection {
+            obj.insert("reflection".into(), r);
+        }
     }
     Ok(Outcome::Result(result))
 }

@@ -122,6 +122,10 @@ impl Bound {
             _pid,
             socket,
         } = self;
+        // What a crashed predecessor left (stale reflection locks, orphan
+        // worktrees) is cleaned before any launch can start.
+        let home = state.home.clone();
+        let _ = tokio::task::spawn_blocking(move || super::reflect::recover(&home)).await;
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
             tokio::select! {

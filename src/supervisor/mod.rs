@@ -16,6 +16,7 @@ pub mod leases;
 pub mod listener;
 pub mod pidfile;
 pub mod policy;
+pub mod reflect;
 pub mod rpc;
 pub mod state;
 pub mod subagents;

@@ -10,7 +10,6 @@
 //! whatever it reports, decides only `should_merge`; what reaches `main`
 //! is what git says its branch holds, validated again as merged.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -27,7 +26,7 @@ use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
-use crate::reflection::launch::Refusal;
+use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
 
 /// Model responses a reflection or worker may use.
@@ -90,7 +89,12 @@ pub async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
 
 /// A refusal as the caller sees it: `{launched: false, reason, message}`.
 fn refused(r: Refusal) -> Value {
-    json!({ "launched": false, "reason": r.reason(), "message": r.message() })
+    serde_json::to_value(LaunchResult::refused(r)).unwrap_or_default()
+}
+
+/// An `error` refusal carrying what went wrong.
+fn failed(e: impl std::fmt::Display) -> Value {
+    serde_json::to_value(LaunchResult::error(e)).unwrap_or_default()
 }
 
 /// Run `f` on a blocking thread; a failure becomes an `error` refusal.
@@ -99,7 +103,7 @@ async fn off_thread<T: Send + 'static>(
 ) -> Result<T, Value> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
-        Err(e) => Err(refused(Refusal::Error(format!("task failed: {e}")))),
+        Err(e) => Err(failed(format!("task failed: {e}"))),
     }
 }
 
@@ -119,8 +123,7 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
     let home = state.home.clone();
     let selector = req.agent.clone();
     let (record, agent) = off_thread(move || {
-        store::find(&home, selector.as_deref())
-            .map_err(|e| refused(Refusal::Error(e.to_string())))
+        store::find(&home, selector.as_deref()).map_err(|e| failed(e.to_string()))
     })
     .await?;
     // Reserved in memory first: two launches in this process never race to
@@ -147,9 +150,11 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
             return Err(v);
         }
     };
-    let (worktree_name, worktree_dir) = (prepared.worktree.name.clone(), prepared.worktree.dir.clone());
-    let programs = crate::paths::Programs::installed()
-        .map_err(|e| refused(Refusal::Error(e.to_string())));
+    let (worktree_name, worktree_dir) = (
+        prepared.worktree.name.clone(),
+        prepared.worktree.dir.clone(),
+    );
+    let programs = crate::paths::Programs::installed().map_err(|e| failed(e.to_string()));
     let spawn = programs.map(|programs| SpawnParams {
         agent: record.id.clone(),
         role: "reflection".into(),
@@ -174,10 +179,8 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
             };
             match spawn_with(state, spawn, Vec::new(), sub).await {
                 Ok(Outcome::Result(v)) => Ok(v["child"].as_u64().unwrap_or_default()),
-                Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => {
-                    Err(refused(Refusal::Error(e.message)))
-                }
-                Err(Outcome::Result(v)) => Err(refused(Refusal::Error(v.to_string()))),
+                Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => Err(failed(e.message)),
+                Err(Outcome::Result(v)) => Err(failed(v.to_string())),
             }
         }
         Err(v) => Err(v),
@@ -247,15 +250,17 @@ fn prepare(
     mut record: AgentRecord,
     agent: AgentPaths,
 ) -> Result<Prepared, Value> {
-    let err = |e: &dyn std::fmt::Display| refused(Refusal::Error(e.to_string()));
+    let err = |e: &dyn std::fmt::Display| failed(e.to_string());
     let mode = match req.mode.as_deref() {
         None => settings::load(&agent).map_err(|e| err(&e))?.merge,
-        Some(m) => m.parse().map_err(|e: String| err(&e))?,
+        Some(m) => m
+            .parse()
+            .map_err(|e: crate::reflection::ReflectionError| err(&e))?,
     };
     if mode == settings::MergeMode::Explicit {
-        return Err(refused(Refusal::Error(
-            "explicit merge mode is not implemented yet: use --mode auto".into(),
-        )));
+        return Err(failed(
+            "explicit merge mode is not implemented yet: use --mode auto",
+        ));
     }
     // One reflection per agent, across processes (a crashed supervisor's
     // lock is reclaimed by the next acquire).
@@ -272,7 +277,9 @@ fn prepare(
     if !req.manual
         && let Some(retry_at) = backoff::check(&agent, now()).map_err(|e| fail(err(&e)))?
     {
-        return Err(fail(refused(Refusal::Backoff { retry_at })));
+        return Err(fail(
+            serde_json::to_value(LaunchResult::backoff(retry_at)).unwrap_or_default(),
+        ));
     }
     // Before any payload or worktree exists (spec §5.4 step 5).
     let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;
@@ -282,31 +289,31 @@ fn prepare(
     if !status.dirty.is_empty() {
         return Err(fail(refused(Refusal::ParentDirty)));
     }
-    let manifest = payload::build(&agent, &record.id, req.instruction.as_deref())
+    let options = payload::SelectOptions {
+        user_instruction: req.instruction.clone(),
+        ..payload::SelectOptions::default()
+    };
+    let manifest = payload::select_and_write(&agent, &record.id, &options, now())
         .map_err(|e| fail(err(&e)))?
         .ok_or_else(|| fail(refused(Refusal::NoPayload)))?;
     let drop_payload = |v: Value| {
-        let _ = payload::remove(&agent, &manifest.launch_id);
+        let _ = payload::remove_payload(&agent, &manifest.launch_id);
         fail(v)
     };
     let worktree = wt::create(&agent, Label::Reflection).map_err(|e| drop_payload(err(&e)))?;
     let prepared = (|| -> Result<SubagentTask, Value> {
         // The confined child runs as the agent's uid: the worktree is its.
         if st.sandbox.uid_switch.available {
-            let uid = store::ensure_sandbox_uid(&st.home, &mut record, &agent)
-                .map_err(|e| err(&e))?;
+            let uid =
+                store::ensure_sandbox_uid(&st.home, &mut record, &agent).map_err(|e| err(&e))?;
             crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
         }
-        let built = prompt::build(&agent, &manifest, &worktree.dir, req.instruction.as_deref())
-            .map_err(|e| err(&e))?;
+        let built = prompt::build(&agent, &manifest, &worktree.dir).map_err(|e| err(&e))?;
         save_prompt_cache(st, &record, &worktree, &built.system);
-        for t in &manifest.transcripts {
-            let _ = rstate::mark_started(&agent, &t.conversation_id, now());
-        }
         Ok(SubagentTask {
             kind: KIND_REFLECTION.into(),
             system: built.system,
-            prompt: built.prompt,
+            prompt: built.user,
             memory_dir: worktree.dir.display().to_string(),
             context_window: subagent_window(st, &record, req.context_window),
             max_steps: SUBAGENT_MAX_STEPS,
@@ -347,11 +354,8 @@ fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree
             });
             let mut bytes = serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?;
             bytes.push(b'\n');
-            crate::fsutil::atomic_write(
-                &dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME),
-                &bytes,
-            )
-            .map_err(|e| e.to_string())
+            crate::fsutil::atomic_write(&dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME), &bytes)
+                .map_err(|e| e.to_string())
         });
     if let Err(e) = saved {
         tracing::warn!(agent = %record.id, "cannot keep the reflection's system prompt: {e}");
@@ -363,7 +367,7 @@ fn abandon(p: &Prepared) {
     if let Err(e) = wt::discard(&p.agent, &p.worktree) {
         tracing::warn!(agent = %p.record.id, "cannot remove the reflection worktree: {e}");
     }
-    let _ = payload::remove(&p.agent, &p.manifest.launch_id);
+    let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
     let _ = lock::release(&p.agent, &p.token);
 }
 
@@ -406,7 +410,8 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     // lease nothing is merged (the transcript is retried later).
     let lease = state.leases.hold(&agent_id, LEASE_WAIT).await;
     let should_merge = completed && lease.is_ok();
-    let result = off_thread(move || Ok(finish_reflection(p, child, should_merge, end, report))).await;
+    let result =
+        off_thread(move || Ok(finish_reflection(p, child, should_merge, end, report))).await;
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
     let result = result.unwrap_or_else(|v| v);
@@ -436,13 +441,11 @@ fn finish_reflection(
         Ok(f) => {
             let now = now();
             let outcome = match f.status {
-                FinalizeStatus::Merged | FinalizeStatus::NoChanges => payload::finalize_success(
-                    &p.agent,
-                    &p.manifest,
-                    now,
-                )
-                .and_then(|()| backoff::clear(&p.agent))
-                .map_err(|e| e.to_string()),
+                FinalizeStatus::Merged | FinalizeStatus::NoChanges => {
+                    payload::finalize_success(&p.agent, &p.manifest, now)
+                        .and_then(|()| backoff::clear(&p.agent))
+                        .map_err(|e| e.to_string())
+                }
                 FinalizeStatus::ParentDirty | FinalizeStatus::MergeConflict => {
                     backoff::record_failure(&p.agent, now)
                         .map(drop)
@@ -454,11 +457,12 @@ fn finish_reflection(
                 tracing::warn!(agent = %p.record.id, "reflection bookkeeping failed: {e}");
             }
             let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
+            let status = v["status"].as_str().unwrap_or("failed").to_string();
+            let line = CompletionStatus::from_finalize(&status, None)
+                .map(|c| crate::reflection::launch::completion_line(&c))
+                .unwrap_or_else(|| format!("{} Will retry later.", f.summary));
             if let Some(o) = v.as_object_mut() {
-                o.insert(
-                    "message".into(),
-                    json!(crate::reflection::launch::completion_line(f.status, &f.summary)),
-                );
+                o.insert("message".into(), json!(line));
             }
             v
         }
@@ -472,12 +476,15 @@ fn finish_reflection(
         o.insert("child".into(), json!(child));
         o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
         o.insert("report".into(), json!(report));
-        o.insert("finishedAt".into(), json!(crate::reflection::format_time(now())));
+        o.insert(
+            "finishedAt".into(),
+            json!(crate::reflection::format_time(now())),
+        );
     }
     if let Err(e) = crate::reflection::launch::save_last_result(&p.agent, &value) {
         tracing::warn!(agent = %p.record.id, "cannot record the reflection's result: {e}");
     }
-    let _ = payload::remove(&p.agent, &p.manifest.launch_id);
+    let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
     let _ = lock::release(&p.agent, &p.token);
     value
 }
@@ -492,16 +499,15 @@ pub async fn after_turn(
     window: Option<u64>,
     isolation: Option<String>,
 ) -> Option<Value> {
-    let (home, id, conv) = (state.home.clone(), agent_id.to_string(), conversation.to_string());
+    let (home, id, conv) = (
+        state.home.clone(),
+        agent_id.to_string(),
+        conversation.to_string(),
+    );
     let fired = off_thread(move || {
-        let agent = home
-            .agent(&id)
-            .map_err(|e| refused(Refusal::Error(e.to_string())))?;
+        let agent = home.agent(&id).map_err(|e| failed(e.to_string()))?;
         let settings = settings::load(&agent).unwrap_or_default();
-        let st = rstate::refresh(&agent, &conv).map_err(|e| refused(Refusal::Error(e.to_string())))?;
-        Ok(trigger::evaluate(&agent, &conv, &settings, &st)
-            .ok()
-            .flatten())
+        Ok(trigger::evaluate(&agent, &conv, &settings).ok().flatten())
     })
     .await
     .ok()
@@ -513,7 +519,10 @@ pub async fn after_turn(
         mode: None,
         context_window: window,
         isolation,
-        trigger: fired.as_str().to_string(),
+        trigger: match fired {
+            trigger::TriggerReason::StepCount { .. } => "step-count".into(),
+            trigger::TriggerReason::CompactionEvent => "compaction-event".into(),
+        },
     };
     Some(match launch_reflection(state, req).await {
         Ok(l) => l.info,
@@ -532,13 +541,17 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
         Ok(f) => f,
         Err(o) => return o,
     };
-    let running = state.subagents.with(&record.id, |a| (a.reflection, a.worker));
+    let running = state
+        .subagents
+        .with(&record.id, |a| (a.reflection, a.worker));
     let id = record.id.clone();
     let status = blocking(move || {
         let settings = settings::load(&agent).unwrap_or_default();
         let lock = lock::inspect(&agent).ok().flatten();
         let backoff = backoff::load(&agent).ok().flatten();
-        let last = crate::reflection::launch::load_last_result(&agent).ok().flatten();
+        let last = crate::reflection::launch::load_last_result(&agent)
+            .ok()
+            .flatten();
         let mut conversations = Vec::new();
         for conv in crate::agent::conversation::list_ids(&agent).unwrap_or_default() {
             let st = rstate::load(&agent, &conv).unwrap_or_default();
@@ -585,10 +598,18 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
 /// At start: what a crashed supervisor left of each agent's reflections —
 /// a stale `reflection.lock` and orphan worktrees — is cleaned up (a
 /// memory worker's branch with commits is kept).
+///
+/// Run before the first connection is accepted (so it never races a new
+/// launch), and cheap when nothing was left: two directory probes per agent.
 pub fn recover(home: &crate::paths::Home) {
-    let Ok(records) = store::list(home) else { return };
-    for record in records {
-        let Ok(agent) = home.agent(&record.id) else { continue };
+    let Ok(entries) = std::fs::read_dir(home.agents_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(agent) = home.agent(&id) else { continue };
         let stale_lock = lock::inspect(&agent)
             .ok()
             .flatten()
@@ -601,10 +622,10 @@ pub fn recover(home: &crate::paths::Home) {
         }
         match wt::cleanup_orphans(&agent, &[]) {
             Ok(removed) if !removed.is_empty() => {
-                tracing::warn!(agent = %record.id, ?removed, "removed worktrees a stopped supervisor left")
+                tracing::warn!(agent = %id, ?removed, "removed worktrees a stopped supervisor left")
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(agent = %record.id, "cannot clean up old worktrees: {e}"),
+            Err(e) => tracing::warn!(agent = %id, "cannot clean up old worktrees: {e}"),
         }
         if stale_lock {
             // Acquiring reclaims a stale lock; releasing leaves it free.
@@ -612,7 +633,7 @@ pub fn recover(home: &crate::paths::Home) {
                 lock::try_acquire(&agent, std::process::id())
             {
                 let _ = lock::release(&agent, &token);
-                tracing::warn!(agent = %record.id, "reclaimed a stale reflection lock");
+                tracing::warn!(agent = %id, "reclaimed a stale reflection lock");
             }
         }
         let _ = payload::remove_all(&agent);
@@ -625,26 +646,39 @@ const MAX_WORKER_INSTRUCTION_BYTES: usize = 16 * 1024;
 /// `worker.start`, from an agent child: a memory worker for the caller's
 /// own agent (from the child table) with a self-contained instruction.
 /// Workers of one agent run one at a time; a second waits its turn.
-pub async fn worker_start(state: &Arc<State>, peer: &super::state::Peer, instruction: String) -> Outcome {
+pub async fn worker_start(
+    state: &Arc<State>,
+    peer: &super::state::Peer,
+    instruction: String,
+) -> Outcome {
     let super::state::Peer::Child {
         agent, isolation, ..
     } = peer
     else {
-        return error(ErrorCode::Forbidden, "worker.start comes from agent children only");
+        return error(
+            ErrorCode::Forbidden,
+            "worker.start comes from agent children only",
+        );
     };
     let instruction = instruction.trim().to_string();
     if instruction.is_empty() {
-        return error(ErrorCode::InvalidParams, "a memory worker needs an instruction");
+        return error(
+            ErrorCode::InvalidParams,
+            "a memory worker needs an instruction",
+        );
     }
     if instruction.len() > MAX_WORKER_INSTRUCTION_BYTES {
         return error(
             ErrorCode::InvalidParams,
-            format!("a memory worker's instruction is at most {MAX_WORKER_INSTRUCTION_BYTES} bytes"),
+            format!(
+                "a memory worker's instruction is at most {MAX_WORKER_INSTRUCTION_BYTES} bytes"
+            ),
         );
     }
     let queued = state.subagents.with(agent, |a| {
         if a.worker.is_some() {
-            a.queued_workers.push_back((instruction.clone(), isolation.clone()));
+            a.queued_workers
+                .push_back((instruction.clone(), isolation.clone()));
             Some(a.queued_workers.len())
         } else {
             a.worker = Some(0);
@@ -654,7 +688,9 @@ pub async fn worker_start(state: &Arc<State>, peer: &super::state::Peer, instruc
     if let Some(position) = queued {
         return Outcome::Result(json!({ "launched": false, "queued": true, "position": position }));
     }
-    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), instruction, isolation.clone()).await)
+    Outcome::Result(
+        run_worker_chain(state.clone(), agent.clone(), instruction, isolation.clone()).await,
+    )
 }
 
 /// Launch a worker; when it is finalized, launch the next queued one.
@@ -694,7 +730,7 @@ async fn launch_worker(
 ) -> Value {
     let (st, id) = (state.clone(), agent_id.to_string());
     let prepared = off_thread(move || {
-        let err = |e: &dyn std::fmt::Display| refused(Refusal::Error(e.to_string()));
+        let err = |e: &dyn std::fmt::Display| failed(e.to_string());
         let (mut record, agent) = store::find(&st.home, Some(&id)).map_err(|e| err(&e))?;
         let worktree = wt::create(&agent, Label::MemoryWorker).map_err(|e| err(&e))?;
         let task = (|| -> Result<SubagentTask, Value> {
@@ -707,7 +743,7 @@ async fn launch_worker(
             Ok(SubagentTask {
                 kind: KIND_MEMORY_WORKER.into(),
                 system: built.system,
-                prompt: built.prompt,
+                prompt: built.user,
                 memory_dir: worktree.dir.display().to_string(),
                 context_window: subagent_window(&st, &record, None),
                 max_steps: SUBAGENT_MAX_STEPS,
@@ -729,7 +765,7 @@ async fn launch_worker(
     };
     let programs = match crate::paths::Programs::installed() {
         Ok(p) => p,
-        Err(e) => return refused(Refusal::Error(e.to_string())),
+        Err(e) => return failed(e.to_string()),
     };
     let spawn = SpawnParams {
         agent: record.id.clone(),
@@ -755,9 +791,9 @@ async fn launch_worker(
         Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => {
             let (a, w) = (agent.clone(), worktree.clone());
             let _ = off_thread(move || Ok(wt::discard(&a, &w).map_err(|e| e.to_string()))).await;
-            return refused(Refusal::Error(e.message));
+            return failed(e.message);
         }
-        Err(Outcome::Result(v)) => return refused(Refusal::Error(v.to_string())),
+        Err(Outcome::Result(v)) => return failed(v.to_string()),
     };
     state.subagents.with(&record.id, |a| a.worker = Some(child));
     let info = json!({
@@ -783,13 +819,16 @@ async fn launch_worker(
         let cancelled = st.is_stopping() || lease.is_err();
         let (a, w) = (agent.clone(), worktree.clone());
         let result = off_thread(move || {
-            let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| refused(Refusal::Error(e.to_string())))?;
+            let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| failed(e.to_string()))?;
             let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
             if let Some(o) = v.as_object_mut() {
                 o.insert("child".into(), json!(child));
                 o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
                 o.insert("report".into(), json!(report));
-                o.insert("finishedAt".into(), json!(crate::reflection::format_time(now())));
+                o.insert(
+                    "finishedAt".into(),
+                    json!(crate::reflection::format_time(now())),
+                );
             }
             let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
             Ok(v)

@@ -39,7 +39,10 @@ impl Running {
 /// `task.get`: the task recorded for the calling child at its launch.
 pub fn task_get(state: &State, peer: &Peer) -> Outcome {
     let Peer::Child { id, .. } = peer else {
-        return error(ErrorCode::Forbidden, "task.get comes from sub-agent children only");
+        return error(
+            ErrorCode::Forbidden,
+            "task.get comes from sub-agent children only",
+        );
     };
     let tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
     match tasks.get(id) {
@@ -54,7 +57,10 @@ pub fn task_get(state: &State, peer: &Peer) -> Outcome {
 /// `task.finish`: keep the calling child's report (capped) with its task.
 pub fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
     let Peer::Child { id, .. } = peer else {
-        return error(ErrorCode::Forbidden, "task.finish comes from sub-agent children only");
+        return error(
+            ErrorCode::Forbidden,
+            "task.finish comes from sub-agent children only",
+        );
     };
     let mut tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
     match tasks.get_mut(id) {

@@ -53,10 +53,7 @@ fn bash(ctx: &ToolContext, command: &str, timeout_ms: Option<u64>) -> ToolOutput
             .unwrap_or(BASH_DEFAULT_TIMEOUT_MS)
             .clamp(1, BASH_MAX_TIMEOUT_MS),
     );
-    let cwd = ctx
-        .workspace
-        .clone()
-        .unwrap_or_else(|| ctx.memory_dir());
+    let cwd = ctx.workspace.clone().unwrap_or_else(|| ctx.memory_dir());
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)

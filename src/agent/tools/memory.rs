@@ -49,11 +49,19 @@ fn spec() -> ToolSpec {
 /// A writer whose commits go through the supervisor.
 fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
     let repo = match &ctx.worktree {
-        // The child's own worktree: its `.git` pointer is the child's own.
-        Some(dir) => repo::open(dir),
-        None => repo::open_agent(&ctx.agent),
-    }
-    .map_err(|e| OpError::Refused(e.to_string()))?;
+        // The git directory is root's: opened as the supervisor opens it
+        // (its admin directory, read-only here), not through `.git`.
+        Some(dir) => {
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| OpError::Refused(format!("{}: not a worktree", dir.display())))?;
+            crate::memfs::worktree::open(&ctx.agent, name)
+                .map(|(_, repo)| repo)
+                .map_err(|e| OpError::Refused(e.to_string()))?
+        }
+        None => repo::open_agent(&ctx.agent).map_err(|e| OpError::Refused(e.to_string()))?,
+    };
     let channel = ctx.channel.clone();
     Writer::with_remote_commit(
         repo,

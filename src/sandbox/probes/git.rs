@@ -159,7 +159,10 @@ pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
     let mut got = Vec::new();
     let mut refused = Vec::new();
     match create_then_remove(&checkout.join(unique("edit"))) {
-        Ok(()) => got.push(format!("created a file in {} (removed)", checkout.display())),
+        Ok(()) => got.push(format!(
+            "created a file in {} (removed)",
+            checkout.display()
+        )),
         Err(e) => refused.push(e),
     }
     let existing = std::fs::read_dir(checkout).ok().and_then(|rd| {
@@ -169,7 +172,10 @@ pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
     });
     match existing {
         Some(file) => match open_append(&file) {
-            Ok(()) => got.push(format!("opened {} for writing (nothing written)", file.display())),
+            Ok(()) => got.push(format!(
+                "opened {} for writing (nothing written)",
+                file.display()
+            )),
             Err(e) => refused.push(e),
         },
         None => refused.push(format!("{}: no memory file visible", checkout.display())),
