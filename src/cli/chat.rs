@@ -508,6 +508,14 @@ fn turn(
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("input thread panicked")));
     let exit: Option<ChildEnd> = serde_json::from_value(ended["exit"].clone()).ok();
+    let reflection =
+        (ended["reflection"]["launched"] == json!(true)).then(|| TurnEvent::Reflection {
+            trigger: ended["reflection"]["trigger"]
+                .as_str()
+                .unwrap_or("automatic")
+                .to_string(),
+            waits: session.is_embedded(),
+        });
     // Its stderr closes with it; a lingering descendant could keep it open,
     // so wait only briefly — but do wait: the error that ended it is there.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -529,6 +537,9 @@ fn turn(
     }
     if done.is_none() {
         fed.context("cannot hand the turn to the agent process")?;
+    }
+    if let Some(r) = &reflection {
+        on_event(r);
     }
     done.with_context(|| {
         format!(

@@ -56,6 +56,32 @@ pub struct ReflectArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ReflectCommand {
+    /// Show or change when an agent reflects on its own: every N steps
+    /// (a step is one model response), after each compaction, or never;
+    /// and how its reflections are merged.
+    #[command(after_help = "\
+Examples:
+  mini-letta reflect settings -a owl
+  mini-letta reflect settings -a owl --trigger step-count --step-count 10
+  mini-letta reflect settings -a owl --trigger compaction-event
+  mini-letta reflect settings -a owl --trigger off --json")]
+    Settings {
+        /// Agent id or name (default: the only agent).
+        #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+        agent: Option<String>,
+        /// When automatic reflections run.
+        #[arg(long, value_parser = ["off", "step-count", "compaction-event"])]
+        trigger: Option<String>,
+        /// Steps between automatic reflections (with --trigger step-count).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        step_count: Option<u32>,
+        /// auto: the supervisor merges; explicit: the agent reviews first.
+        #[arg(long, value_parser = ["auto", "explicit"])]
+        merge: Option<String>,
+        /// Print the settings as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show an agent's reflection state: lock, backoff, last result and
     /// each conversation's cursor and steps since its last reflection.
     Status {
@@ -70,6 +96,46 @@ pub enum ReflectCommand {
 
 pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
+    if let Some(ReflectCommand::Settings {
+        agent,
+        trigger,
+        step_count,
+        merge,
+        json,
+    }) = &args.command
+    {
+        use crate::reflection::settings;
+        let (_, paths) = crate::agent::store::find(&home, agent.as_deref())?;
+        let mut s = settings::load(&paths)?;
+        let changing = trigger.is_some() || step_count.is_some() || merge.is_some();
+        if let Some(t) = trigger {
+            s.trigger = t.parse()?;
+        }
+        if let Some(n) = step_count {
+            s.step_count = *n;
+        }
+        if let Some(m) = merge {
+            s.merge = m.parse()?;
+        }
+        if changing {
+            settings::save(&paths, &s)?;
+        }
+        if *json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            println!(
+                "trigger {}{}, merge {}",
+                s.trigger.as_str(),
+                if s.trigger == settings::Trigger::StepCount {
+                    format!(" (every {} steps)", s.step_count)
+                } else {
+                    String::new()
+                },
+                s.merge.as_str()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(ReflectCommand::Status { agent, json }) = &args.command {
         let mut session = Session::open(&home)?;
         let status = session.client.call(Call::ReflectStatus {

@@ -14,6 +14,7 @@
 //! | `忘掉: X` / `forget: X` | `memory str_replace human.md old_string X, new_string ""` (deletes the lines containing X) |
 //! | `记住: X` / `remember: X` | `memory insert human.md insert_text "- X"` |
 //! | `设定: X` | `memory insert persona.md insert_text "- X"` |
+//! | `后台记住: X` / `in the background, remember: X` | `memory delegate instruction "记住: X"` (a memory worker) |
 //! | `别再叫我 X 了，叫我 Y` / `don't call me X, call me Y` | `memory str_replace human.md X → Y` |
 //! | anything else | text `mock: <user text>` |
 //!
@@ -60,7 +61,9 @@
 //! task's `<parent_memory>` already holds, become one `memory insert
 //! human.md` of `- fact` lines. A `别再叫我 X 了，叫我 Y` line whose X is in
 //! the parent memory becomes `memory str_replace human.md X → Y` (an edit,
-//! never an appended line). Nothing new: no call, the report says `No
+//! never an appended line). A memory worker's `<memory_request>` is read
+//! the same way, one line at a time, except that `记住: X` / `remember: X`
+//! there is the fact X to insert. Nothing new: no call, the report says `No
 //! memory changes were needed.` After the tool result the answer is the
 //! report above followed by the usual follow-up line.
 //!
@@ -144,6 +147,7 @@ enum Rule {
     Remember,
     Persona,
     Rename,
+    Delegate,
 }
 
 const RULE_PATTERNS: &[(Rule, &str)] = &[
@@ -154,6 +158,11 @@ const RULE_PATTERNS: &[(Rule, &str)] = &[
     (
         Rule::Rename,
         r"(?i)don[’']?t call me\s+(.+?),?\s+call me\s+(.+)",
+    ),
+    (Rule::Delegate, r"后台记住[:：]\s*(.+)"),
+    (
+        Rule::Delegate,
+        r"(?i)in the background,?\s*remember:\s*(.+)",
     ),
     (Rule::Remember, r"记住[:：]\s*(.+)"),
     (Rule::Remember, r"(?i)remember:\s*(.+)"),
@@ -265,6 +274,14 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
                            "insert_text": format!("- {x}"), "reason": format!("persona: {x}")}),
                 )
             }
+            Rule::Delegate => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "delegate", "instruction": format!("记住: {x}"),
+                           "reason": format!("delegate: remember {x}")}),
+                )
+            }
             Rule::Rename => {
                 let (x, y) = (clean_capture(group(1)), clean_capture(group(2)));
                 (
@@ -312,6 +329,9 @@ fn follow_up(results: &Message) -> String {
     match results.first() {
         // Said only when the tool reports a commit, naming it: the reply
         // comes from what happened, not from a fixed string.
+        Some(("memory", text, _)) if text.starts_with("Memory worker") => {
+            "好的，已交给后台记忆工作者处理。".to_string()
+        }
         Some(("memory", text, _)) => match committed_revision(text) {
             Some(rev) => format!("好的，已更新记忆（提交 {rev}）。"),
             None => format!(
@@ -589,8 +609,18 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
         });
     let keywords = instruction.map(keywords).unwrap_or_default();
     let memory = between(prompt, "<parent_memory>", "</parent_memory>").unwrap_or("");
+    // A memory worker's assignment is said to it directly; a reflection
+    // reads what the user said in the transcripts.
+    let request: Vec<String> = between(prompt, "<memory_request>", "</memory_request>")
+        .map(|r| r.lines().map(|l| format!("[user] {}", l.trim())).collect())
+        .unwrap_or_default();
+    let said_lines: Vec<&str> = if request.is_empty() {
+        lines.clone()
+    } else {
+        request.iter().map(String::as_str).collect()
+    };
     let mut plan = ReflectionPlan::default();
-    for line in &lines {
+    for line in &said_lines {
         let Some(said) = line.trim().strip_prefix("[user] ") else {
             continue;
         };
@@ -608,7 +638,20 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
             }
             continue;
         }
-        // Commands the main agent already acted on are not facts.
+        // A worker is asked to remember; in a transcript the main agent
+        // already acted on such commands, so they are not facts there.
+        let asked = RULES
+            .iter()
+            .find(|(r, re)| *r == Rule::Remember && re.is_match(said))
+            .and_then(|(_, re)| re.captures(said))
+            .and_then(|c| c.get(1))
+            .map(|m| clean_capture(m.as_str()));
+        if let Some(x) = asked.filter(|_| !request.is_empty()) {
+            if !x.is_empty() && !memory.contains(&x) && !plan.facts.contains(&x) {
+                plan.facts.push(x);
+            }
+            continue;
+        }
         if RULES.iter().any(|(_, re)| re.is_match(said)) {
             continue;
         }
@@ -906,5 +949,14 @@ mod tests {
         let plan = reflection_plan(&task("- 我住在杭州", &["[user] 我住在杭州"], None));
         assert_eq!(plan, ReflectionPlan::default());
         assert!(plan.call().is_none());
+    }
+
+    #[test]
+    fn a_worker_remembers_what_it_is_asked() {
+        let prompt = "<memory_request>\n记住: 我养了一只猫\n</memory_request>\n<parent_memory>\n- 我住在杭州\n</parent_memory>";
+        let plan = reflection_plan(prompt);
+        assert_eq!(plan.facts, vec!["我养了一只猫"]);
+        let again = "<memory_request>\n记住: 我住在杭州\n</memory_request>\n<parent_memory>\n- 我住在杭州\n</parent_memory>";
+        assert!(reflection_plan(again).call().is_none());
     }
 }

@@ -103,6 +103,13 @@ pub enum TurnEvent {
     Waiting {
         reason: String,
     },
+    /// The finished turn triggered a reflection, which runs on under the
+    /// supervisor (`waits`: this command's own supervisor, which waits for
+    /// it before exiting). Reported by the CLI from the supervisor's answer.
+    Reflection {
+        trigger: String,
+        waits: bool,
+    },
     /// Why the turn failed, with what to do about it when that is known;
     /// sent before its `done` (stop reason `error`).
     Error {

@@ -24,12 +24,13 @@ fn spec() -> ToolSpec {
         name: TOOL.name.into(),
         description: "Edit your memory files (Markdown in your memory directory) and commit the change. \
             Commands: create, str_replace (an empty new_string deletes every line containing old_string), \
-            insert, delete, rename, update_description. Paths are relative to the memory directory."
+            insert, delete, rename, update_description; delegate hands a self-contained instruction to a \
+            background memory worker. Paths are relative to the memory directory."
             .into(),
         parameters: json!({
             "type": "object",
             "properties": {
-                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description"]},
+                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description", "delegate"]},
                 "reason": {"type": "string", "description": "Why: becomes part of the commit record."},
                 "file_path": {"type": "string"},
                 "old_path": {"type": "string"},
@@ -39,7 +40,8 @@ fn spec() -> ToolSpec {
                 "insert_line": {"type": "integer", "minimum": 1},
                 "insert_text": {"type": "string"},
                 "description": {"type": "string"},
-                "file_text": {"type": "string"}
+                "file_text": {"type": "string"},
+                "instruction": {"type": "string"}
             },
             "required": ["command", "reason"]
         }),
@@ -102,6 +104,9 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
             "memory: 'command' must be one of create, str_replace, insert, delete, rename, update_description",
         );
     };
+    if command == "delegate" {
+        return delegate(ctx, args);
+    }
     // A worktree is the sub-agent's alone.
     if ctx.worktree.is_some() {
         return edit(ctx, args, command);
@@ -114,6 +119,35 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let out = edit(ctx, args, command);
     let _ = lease(ctx, Call::MemoryRelease {});
     out
+}
+
+/// `delegate`: start a memory worker with a self-contained instruction; it
+/// runs in the background and the supervisor merges what it commits.
+fn delegate(ctx: &ToolContext, args: &Args) -> ToolOutput {
+    let Some(instruction) = string(args, "instruction").filter(|s| !s.trim().is_empty()) else {
+        return ToolOutput::err("memory delegate: 'instruction' must be a non-empty string");
+    };
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    match client.call(Call::WorkerStart {
+        instruction: instruction.to_string(),
+    }) {
+        Ok(v) if v["launched"] == json!(true) => ToolOutput::ok(format!(
+            "Memory worker started (branch {}); it works in the background and its commits are merged when it finishes. Continue with your task.",
+            v["branch"].as_str().unwrap_or("?")
+        )),
+        Ok(v) if v["queued"] == json!(true) => ToolOutput::ok(format!(
+            "Memory worker queued (position {}): workers of this agent run one at a time.",
+            v["position"]
+        )),
+        Ok(v) => ToolOutput::err(format!(
+            "memory delegate: the worker was not started: {}",
+            v["message"].as_str().unwrap_or("unknown reason")
+        )),
+        Err(ClientError::Remote(body)) => {
+            ToolOutput::err(format!("memory delegate: {}", body.message))
+        }
+        Err(e) => ToolOutput::err(format!("memory delegate: cannot reach the supervisor: {e}")),
+    }
 }
 
 /// Take or give back the memory lease.

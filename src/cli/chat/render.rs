@@ -60,6 +60,15 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
             note(format!("· retry {attempt}: {}", first_line(error)))
         }
         TurnEvent::Waiting { reason } => note(format!("· {}", first_line(reason))),
+        TurnEvent::Reflection { trigger, waits } => note(format!(
+            "· reflecting in the background ({}){}",
+            clean(trigger),
+            if *waits {
+                "; no supervisor is running, so this command waits for it before exiting"
+            } else {
+                ""
+            }
+        )),
         TurnEvent::Compaction {
             trigger,
             mode,
