@@ -84,6 +84,9 @@ Examples:
     },
     /// Show an agent's reflection state: lock, backoff, last result and
     /// each conversation's cursor and steps since its last reflection.
+    #[command(after_help = "Examples:
+  mini-letta reflect status -a owl
+  mini-letta reflect status -a owl --json")]
     Status {
         /// Agent id or name (default: the only agent).
         #[arg(short = 'a', long = "agent", value_name = "AGENT")]
@@ -150,7 +153,10 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let (_, window) = super::chat::env_windows()?;
+    // The reflection's own window, else the main one (book lab 4: without
+    // its own setting a reflection shares the conversation's window).
+    let (main_window, reflection_window) = super::chat::env_windows()?;
+    let window = reflection_window.or(main_window);
     let mut session = Session::open(&home)?;
     let wait = args.wait || session.is_embedded();
     if wait && !args.wait && !args.json {

@@ -13,7 +13,8 @@
 //! ]}
 //! ```
 //!
-//! An entry may combine `text` and `tool_calls`, give a call an `id`, and
+//! An entry may combine `text` and `tool_calls`, give a call an `id`, wait
+//! `delay_ms` before answering (at most 10 minutes), and
 //! override `usage` (`{"input_tokens":…, "output_tokens":…}`) and `stop`
 //! (`end_turn`, `tool_use`, `max_tokens`); otherwise usage is computed as in
 //! the rule mock and the stop is `tool_use` when calls are present.
@@ -49,6 +50,10 @@ pub struct ScriptTurn {
     pub usage: Option<Usage>,
     #[serde(default)]
     pub stop: Option<StopKind>,
+    /// Answer only after this many milliseconds (a slow provider: lets a
+    /// test act while a request is in flight).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 /// A tool call of a scripted entry.
@@ -150,6 +155,9 @@ impl Model for ScriptedModel {
         on_event: &mut dyn FnMut(ModelEvent),
     ) -> Result<ModelResponse, ModelError> {
         let turn = self.take()?;
+        if let Some(ms) = turn.delay_ms {
+            std::thread::sleep(std::time::Duration::from_millis(ms.min(600_000)));
+        }
         if let Some(e) = turn.error {
             return Err(e);
         }

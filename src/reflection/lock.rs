@@ -79,8 +79,14 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     // The command name (field 2) is in parentheses and may itself hold
     // spaces and parentheses: fields are counted after its last ')'.
     let after = &stat[stat.rfind(')')? + 1..];
-    // `after` starts at field 3 (state); starttime is field 22.
-    after.split_whitespace().nth(22 - 3)?.parse().ok()
+    // `after` starts at field 3 (state); starttime is field 22. A zombie
+    // (`Z`) or dead (`X`) process runs no more: its lock is stale even
+    // while nobody has reaped it.
+    let mut fields = after.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(22 - 4)?.parse().ok()
 }
 
 fn is_alive(pid: u32, started: u64) -> bool {

@@ -410,11 +410,22 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     // lease nothing is merged (the transcript is retried later).
     let lease = state.leases.hold(&agent_id, LEASE_WAIT).await;
     let should_merge = completed && lease.is_ok();
+    let agent = p.agent.clone();
     let result =
         off_thread(move || Ok(finish_reflection(p, child, should_merge, end, report))).await;
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
     let result = result.unwrap_or_else(|v| v);
+    // Published once the lock and the reservation are free: whoever reads
+    // the result may launch the next reflection at once.
+    let saved = result.clone();
+    let _ = off_thread(move || {
+        if let Err(e) = crate::reflection::launch::save_last_result(&agent, &saved) {
+            tracing::warn!("cannot record the reflection's result: {e}");
+        }
+        Ok(())
+    })
+    .await;
     tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
     result
 }
@@ -481,9 +492,8 @@ fn finish_reflection(
             json!(crate::reflection::format_time(now())),
         );
     }
-    if let Err(e) = crate::reflection::launch::save_last_result(&p.agent, &value) {
-        tracing::warn!(agent = %p.record.id, "cannot record the reflection's result: {e}");
-    }
+    // Released before the result is published: whoever sees the result
+    // may launch the next reflection at once.
     let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
     let _ = lock::release(&p.agent, &p.token);
     value

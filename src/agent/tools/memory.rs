@@ -22,10 +22,11 @@ pub(super) const TOOL: Tool = Tool {
 fn spec() -> ToolSpec {
     ToolSpec {
         name: TOOL.name.into(),
-        description: "Edit your memory files (Markdown in your memory directory) and commit the change. \
-            Commands: create, str_replace (an empty new_string deletes every line containing old_string), \
-            insert, delete, rename, update_description; delegate hands a self-contained instruction to a \
-            background memory worker. Paths are relative to the memory directory."
+        // Every request carries this: kept as short as the 900-token
+        // windows of the book's lab 4 need.
+        description: "Edit and commit your memory files (Markdown, paths relative to the memory \
+            directory). An empty new_string deletes each line containing old_string; delegate gives \
+            a self-contained instruction to a background worker."
             .into(),
         parameters: json!({
             "type": "object",

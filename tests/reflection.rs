@@ -1,0 +1,575 @@
+//! Reflections and memory workers as confined children in worktrees,
+//! finalized and merged by the supervisor (issue: reflection sub-agents).
+//! Everything runs for real: the CLI, the supervisor, the confined child,
+//! git worktrees and branches, the validator, the mock model.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn agent_dir(home: &Path, id: &str) -> PathBuf {
+    home.join("agents").join(id)
+}
+
+fn ok(home: &Path, args: &[&str]) -> String {
+    let o = run(home, args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn json_of(home: &Path, args: &[&str]) -> Value {
+    let o = run(home, args);
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}{}", stdout(&o), stderr(&o)))
+}
+
+fn run_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(bin());
+    c.args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .arg("--git-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn last_result(home: &Path, id: &str) -> Option<Value> {
+    let p = agent_dir(home, id).join("reflections/last-result.json");
+    std::fs::read(p)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn human(home: &Path, id: &str) -> String {
+    std::fs::read_to_string(agent_dir(home, id).join("memory/human.md")).unwrap()
+}
+
+fn cursor(home: &Path, id: &str) -> Option<String> {
+    let p = agent_dir(home, id).join("conversations/default/reflection-state.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+    v["reflectedThroughMessageId"].as_str().map(str::to_string)
+}
+
+fn last_message_id(home: &Path, id: &str) -> String {
+    let log =
+        std::fs::read_to_string(agent_dir(home, id).join("conversations/default/messages.jsonl"))
+            .unwrap();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    last["id"].as_str().unwrap().to_string()
+}
+
+fn worktree_entries(home: &Path, id: &str) -> Vec<String> {
+    std::fs::read_dir(agent_dir(home, id).join("memory-worktrees"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn mini_branches(git_dir: &Path) -> String {
+    git(git_dir, &["branch", "--list", "mini-letta/*"])
+}
+
+/// Main is intact: `git fsck` clean and the validator accepts HEAD.
+fn assert_main_valid(home: &Path, id: &str) {
+    let git_dir = agent_dir(home, id).join("memory.git");
+    let o = Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["fsck", "--strict"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git fsck: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json_of(home, &["memory", "validate", "-a", id, "--json"]);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
+/// A home with one mock agent `owl` whose default conversation has two
+/// first-person facts the main agent did not store.
+fn taught(home: &Path) -> String {
+    let id = create_agent(home, &["owl"]);
+    ok(home, &["chat", "-a", "owl", "-p", "我住在杭州"]);
+    ok(home, &["chat", "-a", "owl", "-p", "I work on compilers"]);
+    id
+}
+
+#[test]
+fn a_step_count_reflection_runs_confined_commits_in_its_worktree_and_is_merged() {
+    if !confinement_or_skip("step-count reflection") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let (h, id) = (d.path(), d.agents[0].clone());
+    ok(
+        h,
+        &["reflect", "settings", "-a", "owl", "--step-count", "2"],
+    );
+    let first = run(h, &["chat", "-a", "owl", "-p", "我住在杭州"]);
+    assert!(!stderr(&first).contains("reflecting"), "{}", stderr(&first));
+    let second = run(h, &["chat", "-a", "owl", "-p", "我喜欢绿茶"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    // A running supervisor: the command returns, the reflection runs on.
+    assert!(
+        stderr(&second).contains("· reflecting in the background (step-count)")
+            && !stderr(&second).contains("waits for it"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(
+        wait_until(60, || last_result(h, &id).is_some()),
+        "no reflection finished"
+    );
+    let result = last_result(h, &id).unwrap();
+    assert_eq!(result["status"], "merged", "{result}");
+    assert_eq!(result["message"], "Dreamed and made some memories.");
+    assert_eq!(result["exit"], json!({"state": "exited", "code": 0}));
+    let memory = human(h, &id);
+    assert!(
+        memory.contains("- 我住在杭州") && memory.contains("- 我喜欢绿茶"),
+        "{memory}"
+    );
+
+    // A real merge commit on main, the branch and worktree gone.
+    let git_dir = agent_dir(h, &id).join("memory.git");
+    let head = git(&git_dir, &["log", "-1", "--format=%P%n%s", "main"]);
+    let (parents, subject) = head.split_once('\n').unwrap();
+    assert_eq!(parents.split_whitespace().count(), 2, "{head}");
+    assert!(subject.starts_with("merge(reflection): "), "{head}");
+    assert_eq!(mini_branches(&git_dir).trim(), "");
+    assert!(worktree_entries(h, &id).is_empty());
+    assert_eq!(git(&git_dir, &["worktree", "list"]).lines().count(), 1);
+    assert_main_valid(h, &id);
+
+    // The cursor advanced to the end of what was reflected.
+    assert_eq!(
+        cursor(h, &id).as_deref(),
+        Some(last_message_id(h, &id).as_str())
+    );
+    // It ran as a reflection child of the supervisor.
+    let ps = json_of(h, &["ps", "--all", "--json"]);
+    assert!(
+        ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["role"] == "reflection"),
+        "{ps}"
+    );
+    // The lab 5 cache of the prompt it was given.
+    let cache_dir = h.join(format!("agents/{id}~reflection/conversations"));
+    let cached: Vec<_> = std::fs::read_dir(&cache_dir).unwrap().flatten().collect();
+    assert_eq!(cached.len(), 1);
+    let prompt: Value = serde_json::from_slice(
+        &std::fs::read(cached[0].path().join("system-prompt.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        prompt["content"]
+            .as_str()
+            .unwrap()
+            .contains("reflection agent")
+    );
+
+    // The main conversation's next request carries the change.
+    ok(h, &["chat", "-a", "owl", "-p", "hello"]);
+    let last =
+        std::fs::read_to_string(agent_dir(h, &id).join("conversations/default/last-request.json"))
+            .unwrap();
+    assert!(
+        last.contains("<memory_update>") && last.contains("我喜欢绿茶"),
+        "{last}"
+    );
+}
+
+#[test]
+fn a_manual_reflection_with_an_embedded_supervisor_waits_and_reports() {
+    if !confinement_or_skip("manual reflection") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = taught(h);
+    let o = run(h, &["reflect", "-a", "owl"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("waiting for the reflection to finish"));
+    assert!(
+        stdout(&o).contains("Dreamed and made some memories. (merged)"),
+        "{}",
+        stdout(&o)
+    );
+    let memory = human(h, &id);
+    assert!(memory.contains("- 我住在杭州") && memory.contains("- I work on compilers"));
+    // Nothing new since: the transcript is consumed.
+    let again = json_of(h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(
+        again,
+        json!({"launched": false, "reason": "no_payload",
+               "message": "No new transcript content to reflect on."})
+    );
+    let status = json_of(h, &["reflect", "status", "-a", "owl", "--json"]);
+    assert_eq!(status["last"]["status"], "merged");
+    assert_eq!(status["lock"], Value::Null);
+    assert_eq!(
+        status["conversations"][0]["reflectedThroughMessageId"],
+        json!(last_message_id(h, &id))
+    );
+}
+
+#[test]
+fn nothing_worth_keeping_is_no_changes_and_consumes_the_transcript() {
+    if !confinement_or_skip("no-changes reflection") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    ok(h, &["chat", "-a", "owl", "-p", "hello there"]);
+    let before = git(
+        &agent_dir(h, &id).join("memory.git"),
+        &["rev-parse", "main"],
+    );
+    let v = json_of(h, &["reflect", "-a", "owl", "--json", "--wait"]);
+    assert_eq!(v["launched"], json!(true), "{v}");
+    assert_eq!(v["result"]["status"], "no_changes", "{v}");
+    assert_eq!(v["result"]["summary"], "Reflection made no memory commits.");
+    assert_eq!(
+        v["result"]["message"],
+        "Dreamed; no memory changes were needed."
+    );
+    let after = git(
+        &agent_dir(h, &id).join("memory.git"),
+        &["rev-parse", "main"],
+    );
+    assert_eq!(before, after);
+    assert_eq!(
+        cursor(h, &id).as_deref(),
+        Some(last_message_id(h, &id).as_str())
+    );
+    assert!(
+        mini_branches(&agent_dir(h, &id).join("memory.git"))
+            .trim()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_dirty_parent_is_refused_before_any_payload_or_worktree_exists() {
+    if !confinement_or_skip("parent_dirty") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = taught(h);
+    std::fs::write(
+        agent_dir(h, &id).join("memory/scratch.md"),
+        "not committed\n",
+    )
+    .unwrap();
+    let v = json_of(h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(
+        v,
+        json!({"launched": false, "reason": "parent_dirty",
+               "message": "Parent memory has uncommitted changes; commit or discard them before reflecting."})
+    );
+    assert!(worktree_entries(h, &id).is_empty());
+    let payloads = agent_dir(h, &id).join("reflections/payloads");
+    assert!(
+        std::fs::read_dir(&payloads).map_or(true, |mut d| d.next().is_none()),
+        "a payload was written"
+    );
+    assert_eq!(cursor(h, &id), None);
+}
+
+/// Plant `reflection.lock` for process `pid` (with its real start time
+/// when it runs, a made-up one otherwise).
+fn plant_lock(home: &Path, id: &str, pid: u32) {
+    let started = mini_letta::reflection::lock::process_start_time(pid).unwrap_or(12345);
+    std::fs::write(
+        agent_dir(home, id).join("reflection.lock"),
+        json!({"pid": pid, "started": started, "token": "planted"}).to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_live_lock_means_already_active_and_a_dead_one_is_reclaimed() {
+    if !confinement_or_skip("reflection lock") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = taught(h);
+    // Held by a live launcher (this test process).
+    plant_lock(h, &id, std::process::id());
+    let v = json_of(h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(v["reason"], "already_active", "{v}");
+    assert_eq!(
+        v["message"],
+        "A reflection agent is already running in the background."
+    );
+    assert!(worktree_entries(h, &id).is_empty());
+    // Its launcher was killed: the lock is reclaimed.
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    plant_lock(h, &id, dead_pid);
+    let v = json_of(h, &["reflect", "-a", "owl", "--json", "--wait"]);
+    assert_eq!(v["result"]["status"], "merged", "{v}");
+    assert!(!agent_dir(h, &id).join("reflection.lock").exists());
+}
+
+#[test]
+fn lab4_a_tiny_window_fails_the_reflection_and_its_own_window_lets_it_merge() {
+    if !confinement_or_skip("lab 4 exercise 1") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    // The book's lab 4 agent: a one-line system prompt (the floor of a
+    // request is then about 600 of the 900 tokens).
+    let system = h.join("system.txt");
+    std::fs::write(
+        &system,
+        "You are owl, a helpful assistant with long-term memory.\n",
+    )
+    .unwrap();
+    let id = create_agent(h, &["owl", "--system-file", system.to_str().unwrap()]);
+    ok(
+        h,
+        &["reflect", "settings", "-a", "owl", "--step-count", "2"],
+    );
+    let tiny = [("MINI_LETTA_CONTEXT_WINDOW", "900")];
+    for text in ["我住在杭州", "我喜欢绿茶"] {
+        let o = run_env(h, &["chat", "-a", "owl", "-p", text], &tiny);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // The reflection shared the 900-token window and could not fit.
+    let failed = last_result(h, &id).expect("a reflection ran");
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(
+        failed["message"],
+        "Tried to reflect, but memory updates were not completed cleanly; will retry later."
+    );
+    assert_eq!(
+        cursor(h, &id),
+        None,
+        "a failed reflection consumed the transcript"
+    );
+    assert!(worktree_entries(h, &id).is_empty());
+    assert!(
+        mini_branches(&agent_dir(h, &id).join("memory.git"))
+            .trim()
+            .is_empty()
+    );
+    // Its own window: the next trigger merges.
+    let both = [
+        ("MINI_LETTA_CONTEXT_WINDOW", "900"),
+        ("MINI_LETTA_REFLECTION_CONTEXT_WINDOW", "8000"),
+    ];
+    let o = run_env(
+        h,
+        &["chat", "-a", "owl", "-p", "I work on compilers"],
+        &both,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let merged = last_result(h, &id).unwrap();
+    assert_eq!(merged["status"], "merged", "{merged}");
+    let memory = human(h, &id);
+    assert!(memory.contains("我喜欢绿茶") && memory.contains("I work on compilers"));
+    assert_main_valid(h, &id);
+}
+
+/// An agent whose reflection's first model request hangs (the scripted
+/// model waits a minute), under a running supervisor.
+fn hanging_reflection() -> (Daemon, String, PathBuf) {
+    let script_dir = open_home();
+    let script = script_dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [{"delay_ms": 60_000, "text": "too late"}]}).to_string(),
+    )
+    .unwrap();
+    let d = Daemon::start_with_env(
+        &["owl"],
+        &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
+    );
+    std::mem::forget(script_dir);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    ok(&h, &["chat", "-a", "owl", "-p", "我住在杭州"]);
+    ok(&h, &["agent", "set-model", "owl", "mock/scripted"]);
+    let v = json_of(&h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(v["launched"], json!(true), "{v}");
+    assert!(
+        v.get("result").is_none(),
+        "a running supervisor does not wait: {v}"
+    );
+    (d, id, h)
+}
+
+fn reflection_pid(h: &Path) -> u32 {
+    let mut pid = None;
+    assert!(wait_until(20, || {
+        let ps = json_of(h, &["ps", "--json"]);
+        pid = ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["role"] == "reflection")
+            .and_then(|c| c["pid"].as_u64());
+        pid.is_some()
+    }));
+    pid.unwrap() as u32
+}
+
+#[test]
+fn a_killed_reflection_child_is_failed_cleaned_up_and_retried() {
+    if !confinement_or_skip("kill -9 of a reflection child") {
+        return;
+    }
+    let (d, id, h) = hanging_reflection();
+    let pid = reflection_pid(&h);
+    assert_eq!(worktree_entries(&h, &id).len(), 1);
+    let status = json_of(&h, &["reflect", "status", "-a", "owl", "--json"]);
+    assert!(status["running"]["child"].as_u64().is_some(), "{status}");
+    assert_eq!(status["lock"]["alive"], json!(true), "{status}");
+    let again = json_of(&h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(again["reason"], "already_active", "{again}");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(wait_until(20, || last_result(&h, &id).is_some()));
+    let r = last_result(&h, &id).unwrap();
+    assert_eq!(r["status"], "failed", "{r}");
+    assert_eq!(r["exit"]["state"], "killed", "{r}");
+    assert!(worktree_entries(&h, &id).is_empty());
+    assert!(
+        mini_branches(&agent_dir(&h, &id).join("memory.git"))
+            .trim()
+            .is_empty()
+    );
+    assert!(!agent_dir(&h, &id).join("reflection.lock").exists());
+    assert_eq!(cursor(&h, &id), None);
+    assert_main_valid(&h, &id);
+    // Retried with a model that answers: merged.
+    ok(&h, &["agent", "set-model", "owl", "mock"]);
+    let v = json_of(&h, &["reflect", "-a", "owl", "--json", "--wait"]);
+    assert_eq!(v["result"]["status"], "merged", "{v}");
+    assert!(human(&h, &id).contains("我住在杭州"));
+    drop(d);
+}
+
+#[test]
+fn a_supervisor_killed_mid_reflection_leaves_nothing_the_next_start_does_not_reclaim() {
+    if !confinement_or_skip("kill -9 of the supervisor mid-reflection") {
+        return;
+    }
+    let (d, id, h) = hanging_reflection();
+    reflection_pid(&h);
+    let supervisor = d.pid();
+    let head = git(
+        &agent_dir(&h, &id).join("memory.git"),
+        &["rev-parse", "main"],
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(wait_until(20, || process_gone(supervisor)));
+    // Left behind: a lock whose owner is dead, a worktree and its branch.
+    assert!(agent_dir(&h, &id).join("reflection.lock").exists());
+    assert_eq!(worktree_entries(&h, &id).len(), 1);
+    assert!(
+        !mini_branches(&agent_dir(&h, &id).join("memory.git"))
+            .trim()
+            .is_empty()
+    );
+
+    // The next command's supervisor reclaims and cleans before anything.
+    ok(&h, &["agent", "set-model", "owl", "mock"]);
+    let v = json_of(&h, &["reflect", "-a", "owl", "--json"]);
+    assert_eq!(v["launched"], json!(true), "{v}");
+    assert_eq!(v["result"]["status"], "merged", "{v}");
+    assert!(worktree_entries(&h, &id).is_empty());
+    assert!(
+        mini_branches(&agent_dir(&h, &id).join("memory.git"))
+            .trim()
+            .is_empty()
+    );
+    assert!(!agent_dir(&h, &id).join("reflection.lock").exists());
+    let git_dir = agent_dir(&h, &id).join("memory.git");
+    // Main moved only by the new merge, from where it was.
+    let parents = git(&git_dir, &["log", "-1", "--format=%P", "main"]);
+    assert!(parents.starts_with(head.trim()), "{parents} / {head}");
+    assert_main_valid(&h, &id);
+    drop(d);
+}
+
+#[test]
+fn a_memory_worker_started_by_the_agent_is_merged_when_it_exits() {
+    if !confinement_or_skip("memory worker") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let o = run(h, &["chat", "-a", "owl", "-p", "后台记住: 我养了一只猫"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("已交给后台记忆工作者处理"),
+        "{}",
+        stdout(&o)
+    );
+    // The embedded supervisor drained only after the worker was merged.
+    assert!(
+        human(h, &id).contains("- 我养了一只猫"),
+        "{}",
+        human(h, &id)
+    );
+    let git_dir = agent_dir(h, &id).join("memory.git");
+    let subject = git(&git_dir, &["log", "-1", "--format=%s", "main"]);
+    assert!(subject.starts_with("merge(memory-worker): "), "{subject}");
+    assert!(mini_branches(&git_dir).trim().is_empty());
+    assert!(worktree_entries(h, &id).is_empty());
+    let last: Value = serde_json::from_slice(
+        &std::fs::read(agent_dir(h, &id).join("reflections/last-worker.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["status"], "merged", "{last}");
+    assert_main_valid(h, &id);
+}
