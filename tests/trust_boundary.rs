@@ -265,7 +265,16 @@ fn each_role_calls_only_its_methods() {
         ("tool", "ping", "{}", "ok"),
         ("agent", "turn.event", event, "ok"),
         ("agent", "model.complete", &model, "ok"),
+        // A sub-agent commits only on the worktree the supervisor launched
+        // it with; one started without (child.spawn) has nowhere to commit.
         ("memory-worker", "memory.commit", commit, "refused"),
+        ("reflection", "memory.commit", commit, "refused"),
+        // Tasks come from the child table: none was recorded for these.
+        ("memory-worker", "task.get", "{}", "refused"),
+        ("agent", "task.get", "{}", "refused"),
+        // Only the agent's turn loop starts memory workers.
+        ("tool", "worker.start", r#"{"instruction":"x"}"#, "refused"),
+        ("reflection", "worker.start", r#"{"instruction":"x"}"#, "refused"),
         // A child cannot cancel turns (its own or another conversation's),
         // nor hold up an agent's memory writers unless it may write memory.
         (
@@ -300,12 +309,15 @@ fn each_role_calls_only_its_methods() {
         assert_eq!(got.trim(), *want, "{role} {method}");
         if *want == "refused" {
             let err = read(&dir.join(format!("{name}.err")));
-            assert!(
-                err.contains(&format!(
-                    "{method} is not available to children (role {role})"
-                )),
-                "{role} {method}: {err}"
-            );
+            // Allowed to the role, but not with what this child was given.
+            let expected = match (*role, *method) {
+                ("memory-worker" | "reflection", "memory.commit") => {
+                    "launched without a worktree".to_string()
+                }
+                ("memory-worker", "task.get") => "no task was recorded for this child".to_string(),
+                _ => format!("{method} is not available to children (role {role})"),
+            };
+            assert!(err.contains(&expected), "{role} {method}: {err}");
         }
     }
 }
