@@ -160,6 +160,7 @@ pub fn run_turn(
         workspace: input.workspace.as_ref().map(std::path::PathBuf::from),
         channel: channel.clone(),
         worktree: None,
+        read_only: false,
     };
     let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
     let mut usage = Usage::default();

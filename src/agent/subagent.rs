@@ -70,18 +70,25 @@ pub fn run_task(
     let ctx = ToolContext {
         agent: agent.clone(),
         agent_id: String::new(),
-        conversation_id: String::new(),
+        conversation_id: task.fork_conversation.clone().unwrap_or_default(),
         workspace: None,
         channel: channel.clone(),
-        worktree: Some(PathBuf::from(&task.memory_dir)),
+        worktree: (!task.memory_dir.is_empty()).then(|| PathBuf::from(&task.memory_dir)),
+        read_only: task.memory_dir.is_empty(),
     };
     let specs = tools::specs_named(&task.tools);
-    let mut messages = vec![Message {
+    // A forked sub-agent starts from its parent conversation's context
+    // (read as it is on disk; nothing is written to it).
+    let mut messages = match &task.fork_conversation {
+        Some(id) => forked_context(agent, id)?,
+        None => Vec::new(),
+    };
+    messages.push(Message {
         role: Role::User,
         parts: vec![Part::Text {
             text: task.prompt.clone(),
         }],
-    }];
+    });
     let mut last_text = String::new();
     // A memory edit that failed and was not followed by one that worked:
     // the run did not do its job, whatever its last words say.
@@ -165,6 +172,46 @@ pub fn run_task(
         });
     }
     Err(SubagentError::MaxSteps(task.max_steps))
+}
+
+/// The context of conversation `id`, as model messages. A context that
+/// ends on a request waiting for its tool results (the parent is in the
+/// middle of the tool call that started this sub-agent) gets them as
+/// "pending", so the model sees a well-formed conversation.
+fn forked_context(agent: &AgentPaths, id: &str) -> Result<Vec<Message>, SubagentError> {
+    let conv = crate::agent::conversation::Conversation::open_existing(agent, id)
+        .map_err(|e| SubagentError::Task(format!("cannot read conversation {id}: {e}")))?
+        .ok_or_else(|| SubagentError::Task(format!("no conversation {id}")))?;
+    let mut messages: Vec<Message> = conv
+        .context()
+        .map_err(|e| SubagentError::Task(format!("cannot read conversation {id}: {e}")))?
+        .iter()
+        .map(|m| m.to_message())
+        .collect();
+    if let Some(last) = messages.last()
+        && last.role == Role::Assistant
+    {
+        let pending: Vec<Part> = last
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall { id, name, .. } => Some(Part::ToolResult {
+                    call_id: id.clone(),
+                    name: name.clone(),
+                    text: "(pending: this sub-agent is answering it)".into(),
+                    is_error: false,
+                }),
+                _ => None,
+            })
+            .collect();
+        if !pending.is_empty() {
+            messages.push(Message {
+                role: Role::Tool,
+                parts: pending,
+            });
+        }
+    }
+    Ok(messages)
 }
 
 /// At most `max` bytes of `s`, cut at a character boundary.

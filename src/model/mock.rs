@@ -15,6 +15,7 @@
 //! | `记住: X` / `remember: X` | `memory insert human.md insert_text "- X"` |
 //! | `设定: X` | `memory insert persona.md insert_text "- X"` |
 //! | `后台记住: X` / `in the background, remember: X` | `memory delegate instruction "记住: X"` (a memory worker) |
+//! | `回忆: X` / `recall: X` | `recall_search {"query": X, "subagent": true}` (a recall sub-agent) |
 //! | `别再叫我 X 了，叫我 Y` / `don't call me X, call me Y` | `memory str_replace human.md X → Y` |
 //! | anything else | text `mock: <user text>` |
 //!
@@ -65,7 +66,9 @@
 //! the same way, one line at a time, except that `记住: X` / `remember: X`
 //! there is the fact X to insert. Nothing new: no call, the report says `No
 //! memory changes were needed.` After the tool result the answer is the
-//! report above followed by the usual follow-up line.
+//! report above followed by the usual follow-up line. A recall sub-agent
+//! (offered `recall_search`) searches for its `<recall_request>`, then
+//! answers `Recall findings:` and the first five lines of the results.
 //!
 //! Usage is always reported: `input_tokens = ceil(request chars / 4)`
 //! ([`request_chars`]), `output_tokens = ceil(response chars / 4)`. With a
@@ -130,6 +133,10 @@ impl Model for MockModel {
             Purpose::Reflection if request.tools.iter().any(|t| t.name == "memory") => {
                 reflect_with_tools(&request.messages)
             }
+            // A recall sub-agent searches, then reports what it found.
+            Purpose::Reflection if request.tools.iter().any(|t| t.name == "recall_search") => {
+                recall_with_tools(&request.messages)
+            }
             Purpose::Reflection => vec![Part::text(reflect(&request.messages))],
             Purpose::Turn => answer_turn(&request.messages),
         };
@@ -148,6 +155,7 @@ enum Rule {
     Persona,
     Rename,
     Delegate,
+    Recall,
 }
 
 const RULE_PATTERNS: &[(Rule, &str)] = &[
@@ -159,6 +167,8 @@ const RULE_PATTERNS: &[(Rule, &str)] = &[
         Rule::Rename,
         r"(?i)don[’']?t call me\s+(.+?),?\s+call me\s+(.+)",
     ),
+    (Rule::Recall, r"回忆[:：]\s*(.+)"),
+    (Rule::Recall, r"(?i)^recall:\s*(.+)"),
     (Rule::Delegate, r"后台记住[:：]\s*(.+)"),
     (
         Rule::Delegate,
@@ -272,6 +282,13 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
                     "memory",
                     json!({"command": "insert", "file_path": "persona.md",
                            "insert_text": format!("- {x}"), "reason": format!("persona: {x}")}),
+                )
+            }
+            Rule::Recall => {
+                let x = clean_capture(group(1));
+                (
+                    "recall_search",
+                    json!({"query": x, "subagent": true}),
                 )
             }
             Rule::Delegate => {
@@ -527,6 +544,35 @@ fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
         id: next_call_id(),
         name: "memory".into(),
         arguments: call,
+    }]
+}
+
+/// A recall sub-agent: search for the `<recall_request>`, then answer
+/// with the hits (at most five lines).
+fn recall_with_tools(messages: &[Message]) -> Vec<Part> {
+    let last = messages.iter().rev().find(|m| !is_reminder_only(m));
+    if let Some(last) = last {
+        let results: Vec<&str> = last
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolResult { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !results.is_empty() {
+            let lines: Vec<&str> = results.iter().flat_map(|t| t.lines()).take(5).collect();
+            return vec![Part::text(format!("Recall findings:\n{}", lines.join("\n")))];
+        }
+    }
+    let query = between(&task_text(messages), "<recall_request>", "</recall_request>")
+        .map(str::trim)
+        .unwrap_or("")
+        .to_string();
+    vec![Part::ToolCall {
+        id: next_call_id(),
+        name: "recall_search".into(),
+        arguments: json!({ "query": query }),
     }]
 }
 

@@ -151,6 +151,11 @@ pub enum Call {
     /// instruction (answered at once; it runs in the background).
     #[serde(rename = "worker.start")]
     WorkerStart { instruction: String },
+    /// From an agent child: delegate a search of past conversations to a
+    /// recall sub-agent that sees the caller's conversation (read-only) and
+    /// answer with its findings once it has finished.
+    #[serde(rename = "recall.delegate")]
+    RecallDelegate { query: String },
 }
 
 /// Parameters of `reflect.run`.
@@ -204,6 +209,7 @@ impl Call {
             Call::ReflectRun(_) => "reflect.run",
             Call::ReflectStatus { .. } => "reflect.status",
             Call::WorkerStart { .. } => "worker.start",
+            Call::RecallDelegate { .. } => "recall.delegate",
         }
     }
 }
@@ -410,6 +416,7 @@ pub const METHODS: &[&str] = &[
     "reflect.run",
     "reflect.status",
     "worker.start",
+    "recall.delegate",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Kinds of sub-agent.
 pub const KIND_REFLECTION: &str = "reflection";
 pub const KIND_MEMORY_WORKER: &str = "memory-worker";
+pub const KIND_RECALL: &str = "recall";
 
 /// Longest report a child may leave (`task.finish`); the rest is cut.
 pub const MAX_REPORT_BYTES: usize = 64 * 1024;
@@ -14,14 +15,19 @@ pub const MAX_REPORT_BYTES: usize = 64 * 1024;
 /// A sub-agent's task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentTask {
-    /// `reflection` or `memory-worker`.
+    /// `reflection`, `memory-worker` or `recall`.
     pub kind: String,
     /// The system prompt.
     pub system: String,
     /// The first user message.
     pub prompt: String,
-    /// The memory directory the child edits (its worktree).
+    /// The memory directory the child edits (its worktree); empty for a
+    /// sub-agent that edits nothing (recall).
     pub memory_dir: String,
+    /// A conversation whose context the sub-agent starts from (a recall
+    /// sub-agent forks its parent's), read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_conversation: Option<String>,
     /// The window its model requests declare.
     #[serde(default)]
     pub context_window: Option<u64>,

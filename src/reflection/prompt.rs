@@ -369,6 +369,30 @@ pub fn worker(worktree: &Path, instruction: &str) -> Result<ReflectionPrompt, Re
     })
 }
 
+/// What a recall sub-agent (chapter 13) is told: the parent's question.
+/// It starts from the parent conversation's context (the supervisor forks
+/// it), so it knows what the search is for.
+pub fn recall(query: &str) -> ReflectionPrompt {
+    ReflectionPrompt {
+        system: RECALL_PROMPT.to_string(),
+        user: format!(
+            "<recall_request>\n{}\n</recall_request>",
+            query.replace("</recall_request>", "</ recall_request>")
+        ),
+    }
+}
+
+const RECALL_PROMPT: &str = "\
+You are a recall sub-agent for another agent (the primary agent). The \
+conversation above is the primary agent's, copied so you know what it is \
+doing; you are not talking to its user. Find what was said earlier that \
+answers the request in <recall_request>: search with recall_search (several \
+queries if the first misses: other words, a quoted phrase, a date range), \
+read the hits, and answer with the findings only — each with its \
+conversation, message id and date, quoted briefly — or say that nothing \
+was found. You cannot change memory or anything else.
+";
+
 const WORKER_PROMPT: &str = "\
 You are a memory worker for another agent (the primary agent). It gave you \
 one assignment, inside <memory_request>; do that and nothing else. You never \

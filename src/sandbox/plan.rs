@@ -339,7 +339,7 @@ mod tests {
     use crate::sandbox::report::{CgroupInfo, Layer};
 
     /// The roles, in the column order of every table below.
-    const ROLES: [&str; 4] = ["agent", "tool", "memory-worker", "reflection"];
+    const ROLES: [&str; 5] = ["agent", "tool", "memory-worker", "reflection", "recall"];
 
     /// What a child gets of a path.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,26 +369,26 @@ mod tests {
     /// What each role gets of the agent's tree, its workspace and worktree:
     /// the profiles' grants, and everything else absent.
     #[rustfmt::skip]
-    const AGENT_TREE: &[(At, [Grant; 4])] = &[
-        //                                     agent tool memory-worker reflection
-        (At::Agent("agent.json"),             [Ro, Ro, Ro, Ro]),
-        (At::Agent("memory.git"),             [Ro, Ro, Ro, Ro]),
-        (At::Agent("memory.git/hooks"),       [Ro, Ro, Ro, Ro]),
-        (At::Agent("memory"),                 [Rw, Rw, Ro, Ro]),
-        (At::Agent("memory/human.md"),        [Rw, Rw, Ro, Ro]),
-        (At::Agent("conversations"),          [Rw, No, No, Ro]),
-        (At::Agent("reflections"),            [Ro, No, No, Ro]),
-        (At::Agent("tmp"),                    [Rw, Rw, Rw, Rw]),
-        (At::Agent("memory-worktrees"),       [No, No, No, No]),
-        (At::Agent(".owned-by-uid"),          [No, No, No, No]),
-        (At::Agent(""),                       [No, No, No, No]),
-        (At::Workspace,                       [Rw, Rw, No, No]),
-        (At::Worktree,                        [No, No, Rw, Rw]),
-        (At::Home(""),                        [No, No, No, No]),
-        (At::Home("agents"),                  [No, No, No, No]),
-        (At::Home("agents/agent-other/memory"), [No, No, No, No]),
-        (At::Home("run"),                     [No, No, No, No]),
-        (At::Home("config.toml"),             [No, No, No, No]),
+    const AGENT_TREE: &[(At, [Grant; 5])] = &[
+        //                                     agent tool memory-worker reflection recall
+        (At::Agent("agent.json"),             [Ro, Ro, Ro, Ro, Ro]),
+        (At::Agent("memory.git"),             [Ro, Ro, Ro, Ro, Ro]),
+        (At::Agent("memory.git/hooks"),       [Ro, Ro, Ro, Ro, Ro]),
+        (At::Agent("memory"),                 [Rw, Rw, Ro, Ro, Ro]),
+        (At::Agent("memory/human.md"),        [Rw, Rw, Ro, Ro, Ro]),
+        (At::Agent("conversations"),          [Rw, No, No, Ro, Ro]),
+        (At::Agent("reflections"),            [Ro, No, No, Ro, No]),
+        (At::Agent("tmp"),                    [Rw, Rw, Rw, Rw, Rw]),
+        (At::Agent("memory-worktrees"),       [No, No, No, No, No]),
+        (At::Agent(".owned-by-uid"),          [No, No, No, No, No]),
+        (At::Agent(""),                       [No, No, No, No, No]),
+        (At::Workspace,                       [Rw, Rw, No, No, No]),
+        (At::Worktree,                        [No, No, Rw, Rw, No]),
+        (At::Home(""),                        [No, No, No, No, No]),
+        (At::Home("agents"),                  [No, No, No, No, No]),
+        (At::Home("agents/agent-other/memory"), [No, No, No, No, No]),
+        (At::Home("run"),                     [No, No, No, No, No]),
+        (At::Home("config.toml"),             [No, No, No, No, No]),
     ];
 
     /// Host paths, the same for every role: landlock grants (`Ro` for the
@@ -689,12 +689,13 @@ mod tests {
         use super::super::seccomp::Role;
         const MB: u64 = 1024 * 1024;
         #[rustfmt::skip]
-        let table: [(&str, Role, u64, u64, u64); 4] = [
+        let table: [(&str, Role, u64, u64, u64); 5] = [
             // role           seccomp list        open files  file size   pids
             ("agent",         Role::Agent,        1024,       1024 * MB,  256),
             ("tool",          Role::Tool,         512,        256 * MB,   128),
             ("memory-worker", Role::MemoryWorker, 512,        64 * MB,    128),
             ("reflection",    Role::Reflection,   512,        64 * MB,    128),
+            ("recall",        Role::Recall,       256,        16 * MB,    64),
         ];
         let f = Fixture::new();
         for (role, seccomp_role, nofile, fsize, nproc) in table {

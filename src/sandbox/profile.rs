@@ -24,6 +24,7 @@ const BUILT_IN: &[(&str, &str)] = &[
         "reflection",
         include_str!("../../sandbox-profiles/reflection.toml"),
     ),
+    ("recall", include_str!("../../sandbox-profiles/recall.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -48,14 +48,16 @@ pub enum Role {
     Tool,
     MemoryWorker,
     Reflection,
+    Recall,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [
+    pub const ALL: [Role; 5] = [
         Role::Agent,
         Role::Tool,
         Role::MemoryWorker,
         Role::Reflection,
+        Role::Recall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +66,7 @@ impl Role {
             Role::Tool => "tool",
             Role::MemoryWorker => "memory-worker",
             Role::Reflection => "reflection",
+            Role::Recall => "recall",
         }
     }
 
@@ -242,6 +245,7 @@ const ROLE_EXTRAS: &[(Role, &[Group])] = &[
     (Role::Tool, &[IPC_GROUP, TOOLS_GROUP]),
     (Role::MemoryWorker, &[]),
     (Role::Reflection, &[]),
+    (Role::Recall, &[]),
 ];
 
 /// What the filter depends on besides the role.
@@ -695,130 +699,130 @@ mod tests {
     /// at L0 (`STRICT`). Columns in [`Role::ALL`] order; `N` = not on the
     /// role's list (ENOSYS).
     #[rustfmt::skip]
-    const CALL_VERDICTS: &[(Syscall, [u32; 4])] = &[
-        //                                        agent tool memory-worker reflection
+    const CALL_VERDICTS: &[(Syscall, [u32; 5])] = &[
+        //                                        agent tool memory-worker reflection recall
         // Files, memory, processes, time: every role.
-        (nr!(SYS_read),                          [A, A, A, A]),
-        (nr!(SYS_write),                         [A, A, A, A]),
-        (nr!(SYS_openat),                        [A, A, A, A]),
-        (nr!(SYS_openat2),                       [A, A, A, A]),
-        (nr!(SYS_close),                         [A, A, A, A]),
-        (nr!(SYS_renameat2),                     [A, A, A, A]),
-        (nr!(SYS_mmap),                          [A, A, A, A]),
-        (nr!(SYS_mprotect),                      [A, A, A, A]),
-        (nr!(SYS_futex),                         [A, A, A, A]),
-        (nr!(SYS_execve),                        [A, A, A, A]),
-        (nr!(SYS_wait4),                         [A, A, A, A]),
-        (nr!(SYS_pipe2),                         [A, A, A, A]),
-        (nr!(SYS_ppoll),                         [A, A, A, A]),
-        (nr!(SYS_epoll_pwait),                   [A, A, A, A]),
-        (("SYS_epoll_pwait2", NR_EPOLL_PWAIT2),  [A, A, A, A]),
-        (("SYS_fchmodat2", NR_FCHMODAT2),        [A, A, A, A]),
-        (("SYS_map_shadow_stack", NR_MAP_SHADOW_STACK), [A, A, A, A]),
-        (nr!(SYS_getrandom),                     [A, A, A, A]),
-        (nr!(SYS_clock_gettime),                 [A, A, A, A]),
-        (nr!(SYS_prlimit64),                     [A, A, A, A]),
-        (nr!(SYS_rt_sigaction),                  [A, A, A, A]),
-        (nr!(SYS_kill),                          [A, A, A, A]),
-        (nr!(SYS_pidfd_open),                    [A, A, A, A]),
-        (nr!(SYS_connect),                       [A, A, A, A]),
-        (nr!(SYS_sendmsg),                       [A, A, A, A]),
-        (nr!(SYS_recvmsg),                       [A, A, A, A]),
+        (nr!(SYS_read),                          [A, A, A, A, A]),
+        (nr!(SYS_write),                         [A, A, A, A, A]),
+        (nr!(SYS_openat),                        [A, A, A, A, A]),
+        (nr!(SYS_openat2),                       [A, A, A, A, A]),
+        (nr!(SYS_close),                         [A, A, A, A, A]),
+        (nr!(SYS_renameat2),                     [A, A, A, A, A]),
+        (nr!(SYS_mmap),                          [A, A, A, A, A]),
+        (nr!(SYS_mprotect),                      [A, A, A, A, A]),
+        (nr!(SYS_futex),                         [A, A, A, A, A]),
+        (nr!(SYS_execve),                        [A, A, A, A, A]),
+        (nr!(SYS_wait4),                         [A, A, A, A, A]),
+        (nr!(SYS_pipe2),                         [A, A, A, A, A]),
+        (nr!(SYS_ppoll),                         [A, A, A, A, A]),
+        (nr!(SYS_epoll_pwait),                   [A, A, A, A, A]),
+        (("SYS_epoll_pwait2", NR_EPOLL_PWAIT2),  [A, A, A, A, A]),
+        (("SYS_fchmodat2", NR_FCHMODAT2),        [A, A, A, A, A]),
+        (("SYS_map_shadow_stack", NR_MAP_SHADOW_STACK), [A, A, A, A, A]),
+        (nr!(SYS_getrandom),                     [A, A, A, A, A]),
+        (nr!(SYS_clock_gettime),                 [A, A, A, A, A]),
+        (nr!(SYS_prlimit64),                     [A, A, A, A, A]),
+        (nr!(SYS_rt_sigaction),                  [A, A, A, A, A]),
+        (nr!(SYS_kill),                          [A, A, A, A, A]),
+        (nr!(SYS_pidfd_open),                    [A, A, A, A, A]),
+        (nr!(SYS_connect),                       [A, A, A, A, A]),
+        (nr!(SYS_sendmsg),                       [A, A, A, A, A]),
+        (nr!(SYS_recvmsg),                       [A, A, A, A, A]),
         // Narrowing one's own confinement.
-        (nr!(SYS_seccomp),                       [A, A, A, A]),
-        (nr!(SYS_landlock_create_ruleset),       [A, A, A, A]),
-        (nr!(SYS_landlock_restrict_self),        [A, A, A, A]),
+        (nr!(SYS_seccomp),                       [A, A, A, A, A]),
+        (nr!(SYS_landlock_create_ruleset),       [A, A, A, A, A]),
+        (nr!(SYS_landlock_restrict_self),        [A, A, A, A, A]),
         // Only tool runs arbitrary programs: SysV/POSIX IPC, scheduler
         // tuning, personality, Linux AIO.
-        (nr!(SYS_shmget),                        [N, A, N, N]),
-        (nr!(SYS_shmat),                         [N, A, N, N]),
-        (nr!(SYS_semop),                         [N, A, N, N]),
-        (nr!(SYS_msgget),                        [N, A, N, N]),
-        (nr!(SYS_mq_open),                       [N, A, N, N]),
-        (nr!(SYS_sched_setaffinity),             [N, A, N, N]),
-        (nr!(SYS_sched_setscheduler),            [N, A, N, N]),
-        (nr!(SYS_ioprio_set),                    [N, A, N, N]),
-        (nr!(SYS_personality),                   [N, A, N, N]),
-        (nr!(SYS_io_setup),                      [N, A, N, N]),
-        (nr!(SYS_io_submit),                     [N, A, N, N]),
+        (nr!(SYS_shmget),                        [N, A, N, N, N]),
+        (nr!(SYS_shmat),                         [N, A, N, N, N]),
+        (nr!(SYS_semop),                         [N, A, N, N, N]),
+        (nr!(SYS_msgget),                        [N, A, N, N, N]),
+        (nr!(SYS_mq_open),                       [N, A, N, N, N]),
+        (nr!(SYS_sched_setaffinity),             [N, A, N, N, N]),
+        (nr!(SYS_sched_setscheduler),            [N, A, N, N, N]),
+        (nr!(SYS_ioprio_set),                    [N, A, N, N, N]),
+        (nr!(SYS_personality),                   [N, A, N, N, N]),
+        (nr!(SYS_io_setup),                      [N, A, N, N, N]),
+        (nr!(SYS_io_submit),                     [N, A, N, N, N]),
         // Escaping or widening a sandbox: refused everywhere.
-        (nr!(SYS_ptrace),                        [E, E, E, E]),
-        (nr!(SYS_process_vm_readv),              [E, E, E, E]),
-        (nr!(SYS_process_vm_writev),             [E, E, E, E]),
-        (nr!(SYS_pidfd_getfd),                   [E, E, E, E]),
-        (nr!(SYS_kcmp),                          [E, E, E, E]),
-        (nr!(SYS_mount),                         [E, E, E, E]),
-        (nr!(SYS_umount2),                       [E, E, E, E]),
-        (nr!(SYS_pivot_root),                    [E, E, E, E]),
-        (nr!(SYS_chroot),                        [E, E, E, E]),
-        (nr!(SYS_fsopen),                        [E, E, E, E]),
-        (nr!(SYS_fspick),                        [E, E, E, E]),
-        (nr!(SYS_move_mount),                    [E, E, E, E]),
-        (nr!(SYS_open_tree),                     [E, E, E, E]),
-        (nr!(SYS_mount_setattr),                 [E, E, E, E]),
-        (("SYS_statmount", NR_STATMOUNT),        [E, E, E, E]),
-        (("SYS_listmount", NR_LISTMOUNT),        [E, E, E, E]),
-        (("SYS_open_tree_attr", NR_OPEN_TREE_ATTR), [E, E, E, E]),
-        (nr!(SYS_unshare),                       [E, E, E, E]),
-        (nr!(SYS_setns),                         [E, E, E, E]),
-        (nr!(SYS_keyctl),                        [E, E, E, E]),
-        (nr!(SYS_add_key),                       [E, E, E, E]),
-        (nr!(SYS_request_key),                   [E, E, E, E]),
-        (nr!(SYS_bpf),                           [E, E, E, E]),
-        (nr!(SYS_perf_event_open),               [E, E, E, E]),
-        (nr!(SYS_userfaultfd),                   [E, E, E, E]),
-        (nr!(SYS_io_uring_setup),                [E, E, E, E]),
-        (nr!(SYS_io_uring_enter),                [E, E, E, E]),
-        (nr!(SYS_init_module),                   [E, E, E, E]),
-        (nr!(SYS_finit_module),                  [E, E, E, E]),
-        (nr!(SYS_kexec_load),                    [E, E, E, E]),
-        (nr!(SYS_open_by_handle_at),             [E, E, E, E]),
-        (nr!(SYS_name_to_handle_at),             [E, E, E, E]),
-        (nr!(SYS_fanotify_init),                 [E, E, E, E]),
-        (nr!(SYS_fanotify_mark),                 [E, E, E, E]),
-        (nr!(SYS_swapon),                        [E, E, E, E]),
-        (nr!(SYS_reboot),                        [E, E, E, E]),
-        (nr!(SYS_acct),                          [E, E, E, E]),
-        (nr!(SYS_syslog),                        [E, E, E, E]),
-        (nr!(SYS_quotactl),                      [E, E, E, E]),
-        (nr!(SYS_clock_settime),                 [E, E, E, E]),
-        (nr!(SYS_settimeofday),                  [E, E, E, E]),
-        (nr!(SYS_sethostname),                   [E, E, E, E]),
-        (nr!(SYS_setdomainname),                 [E, E, E, E]),
+        (nr!(SYS_ptrace),                        [E, E, E, E, E]),
+        (nr!(SYS_process_vm_readv),              [E, E, E, E, E]),
+        (nr!(SYS_process_vm_writev),             [E, E, E, E, E]),
+        (nr!(SYS_pidfd_getfd),                   [E, E, E, E, E]),
+        (nr!(SYS_kcmp),                          [E, E, E, E, E]),
+        (nr!(SYS_mount),                         [E, E, E, E, E]),
+        (nr!(SYS_umount2),                       [E, E, E, E, E]),
+        (nr!(SYS_pivot_root),                    [E, E, E, E, E]),
+        (nr!(SYS_chroot),                        [E, E, E, E, E]),
+        (nr!(SYS_fsopen),                        [E, E, E, E, E]),
+        (nr!(SYS_fspick),                        [E, E, E, E, E]),
+        (nr!(SYS_move_mount),                    [E, E, E, E, E]),
+        (nr!(SYS_open_tree),                     [E, E, E, E, E]),
+        (nr!(SYS_mount_setattr),                 [E, E, E, E, E]),
+        (("SYS_statmount", NR_STATMOUNT),        [E, E, E, E, E]),
+        (("SYS_listmount", NR_LISTMOUNT),        [E, E, E, E, E]),
+        (("SYS_open_tree_attr", NR_OPEN_TREE_ATTR), [E, E, E, E, E]),
+        (nr!(SYS_unshare),                       [E, E, E, E, E]),
+        (nr!(SYS_setns),                         [E, E, E, E, E]),
+        (nr!(SYS_keyctl),                        [E, E, E, E, E]),
+        (nr!(SYS_add_key),                       [E, E, E, E, E]),
+        (nr!(SYS_request_key),                   [E, E, E, E, E]),
+        (nr!(SYS_bpf),                           [E, E, E, E, E]),
+        (nr!(SYS_perf_event_open),               [E, E, E, E, E]),
+        (nr!(SYS_userfaultfd),                   [E, E, E, E, E]),
+        (nr!(SYS_io_uring_setup),                [E, E, E, E, E]),
+        (nr!(SYS_io_uring_enter),                [E, E, E, E, E]),
+        (nr!(SYS_init_module),                   [E, E, E, E, E]),
+        (nr!(SYS_finit_module),                  [E, E, E, E, E]),
+        (nr!(SYS_kexec_load),                    [E, E, E, E, E]),
+        (nr!(SYS_open_by_handle_at),             [E, E, E, E, E]),
+        (nr!(SYS_name_to_handle_at),             [E, E, E, E, E]),
+        (nr!(SYS_fanotify_init),                 [E, E, E, E, E]),
+        (nr!(SYS_fanotify_mark),                 [E, E, E, E, E]),
+        (nr!(SYS_swapon),                        [E, E, E, E, E]),
+        (nr!(SYS_reboot),                        [E, E, E, E, E]),
+        (nr!(SYS_acct),                          [E, E, E, E, E]),
+        (nr!(SYS_syslog),                        [E, E, E, E, E]),
+        (nr!(SYS_quotactl),                      [E, E, E, E, E]),
+        (nr!(SYS_clock_settime),                 [E, E, E, E, E]),
+        (nr!(SYS_settimeofday),                  [E, E, E, E, E]),
+        (nr!(SYS_sethostname),                   [E, E, E, E, E]),
+        (nr!(SYS_setdomainname),                 [E, E, E, E, E]),
         // Unlisted (a fallback exists) and numbers no kernel has yet.
-        (nr!(SYS_clone3),                        [N, N, N, N]),
-        (nr!(SYS_adjtimex),                      [N, N, N, N]),
-        (nr!(SYS_lookup_dcookie),                [N, N, N, N]),
-        (nr!(SYS_setuid),                        [N, N, N, N]),
-        (nr!(SYS_setgroups),                     [N, N, N, N]),
-        (nr!(SYS_capset),                        [N, N, N, N]),
-        (nr!(SYS_vmsplice),                      [N, N, N, N]),
-        (("no call 1000", 1000),                 [N, N, N, N]),
-        (("no call 4095", 4095),                 [N, N, N, N]),
+        (nr!(SYS_clone3),                        [N, N, N, N, N]),
+        (nr!(SYS_adjtimex),                      [N, N, N, N, N]),
+        (nr!(SYS_lookup_dcookie),                [N, N, N, N, N]),
+        (nr!(SYS_setuid),                        [N, N, N, N, N]),
+        (nr!(SYS_setgroups),                     [N, N, N, N, N]),
+        (nr!(SYS_capset),                        [N, N, N, N, N]),
+        (nr!(SYS_vmsplice),                      [N, N, N, N, N]),
+        (("no call 1000", 1000),                 [N, N, N, N, N]),
+        (("no call 4095", 4095),                 [N, N, N, N, N]),
     ];
 
     /// The old entry points x86_64 keeps, and its port and LDT calls.
     #[cfg(target_arch = "x86_64")]
     #[rustfmt::skip]
-    const ARCH_VERDICTS: &[(Syscall, [u32; 4])] = &[
-        (nr!(SYS_open),                          [A, A, A, A]),
-        (nr!(SYS_stat),                          [A, A, A, A]),
-        (nr!(SYS_fork),                          [A, A, A, A]),
-        (nr!(SYS_vfork),                         [A, A, A, A]),
-        (nr!(SYS_arch_prctl),                    [A, A, A, A]),
-        (nr!(SYS_iopl),                          [E, E, E, E]),
-        (nr!(SYS_ioperm),                        [E, E, E, E]),
-        (nr!(SYS_modify_ldt),                    [E, E, E, E]),
-        (nr!(SYS_uselib),                        [N, N, N, N]),
+    const ARCH_VERDICTS: &[(Syscall, [u32; 5])] = &[
+        (nr!(SYS_open),                          [A, A, A, A, A]),
+        (nr!(SYS_stat),                          [A, A, A, A, A]),
+        (nr!(SYS_fork),                          [A, A, A, A, A]),
+        (nr!(SYS_vfork),                         [A, A, A, A, A]),
+        (nr!(SYS_arch_prctl),                    [A, A, A, A, A]),
+        (nr!(SYS_iopl),                          [E, E, E, E, E]),
+        (nr!(SYS_ioperm),                        [E, E, E, E, E]),
+        (nr!(SYS_modify_ldt),                    [E, E, E, E, E]),
+        (nr!(SYS_uselib),                        [N, N, N, N, N]),
     ];
     #[cfg(not(target_arch = "x86_64"))]
-    const ARCH_VERDICTS: &[(Syscall, [u32; 4])] = &[];
+    const ARCH_VERDICTS: &[(Syscall, [u32; 5])] = &[];
 
     #[test]
     fn each_role_allows_and_denies_its_calls() {
         // The tables' column order.
         use Role::*;
-        assert_eq!(Role::ALL, [Agent, Tool, MemoryWorker, Reflection]);
+        assert_eq!(Role::ALL, [Agent, Tool, MemoryWorker, Reflection, Recall]);
         for ((name, nr), verdicts) in CALL_VERDICTS.iter().chain(ARCH_VERDICTS) {
             for (role, want) in Role::ALL.into_iter().zip(verdicts) {
                 assert_eq!(show(run(role, *nr, NONE)), show(*want), "{role}: {name}");
@@ -832,20 +836,20 @@ mod tests {
     #[test]
     fn ipc_only_with_a_private_ipc_namespace() {
         #[rustfmt::skip]
-        let table: &[(Syscall, [u32; 4], [u32; 4])] = &[
+        let table: &[(Syscall, [u32; 5], [u32; 5])] = &[
             //                                 private ipc   shared ipc
-            (nr!(SYS_shmget),                 [N, A, N, N], [N, N, N, N]),
-            (nr!(SYS_shmctl),                 [N, A, N, N], [N, N, N, N]),
-            (nr!(SYS_semget),                 [N, A, N, N], [N, N, N, N]),
-            (nr!(SYS_msgsnd),                 [N, A, N, N], [N, N, N, N]),
-            (nr!(SYS_mq_unlink),              [N, A, N, N], [N, N, N, N]),
-            (nr!(SYS_mq_timedreceive),        [N, A, N, N], [N, N, N, N]),
+            (nr!(SYS_shmget),                 [N, A, N, N, N], [N, N, N, N, N]),
+            (nr!(SYS_shmctl),                 [N, A, N, N, N], [N, N, N, N, N]),
+            (nr!(SYS_semget),                 [N, A, N, N, N], [N, N, N, N, N]),
+            (nr!(SYS_msgsnd),                 [N, A, N, N, N], [N, N, N, N, N]),
+            (nr!(SYS_mq_unlink),              [N, A, N, N, N], [N, N, N, N, N]),
+            (nr!(SYS_mq_timedreceive),        [N, A, N, N, N], [N, N, N, N, N]),
             // The rest of tool's extras does not depend on it.
-            (nr!(SYS_sched_setaffinity),      [N, A, N, N], [N, A, N, N]),
-            (nr!(SYS_personality),            [N, A, N, N], [N, A, N, N]),
-            (nr!(SYS_io_setup),               [N, A, N, N], [N, A, N, N]),
-            (nr!(SYS_read),                   [A, A, A, A], [A, A, A, A]),
-            (nr!(SYS_mount),                  [E, E, E, E], [E, E, E, E]),
+            (nr!(SYS_sched_setaffinity),      [N, A, N, N, N], [N, A, N, N, N]),
+            (nr!(SYS_personality),            [N, A, N, N, N], [N, A, N, N, N]),
+            (nr!(SYS_io_setup),               [N, A, N, N, N], [N, A, N, N, N]),
+            (nr!(SYS_read),                   [A, A, A, A, A], [A, A, A, A, A]),
+            (nr!(SYS_mount),                  [E, E, E, E, E], [E, E, E, E, E]),
         ];
         for role in Role::ALL {
             let col = Role::ALL.iter().position(|r| *r == role).unwrap();
@@ -888,46 +892,46 @@ mod tests {
         let unix = libc::AF_UNIX as u64;
         let mode = |m: u32| u64::from(m | 0o600);
         #[rustfmt::skip]
-        let mut table: Vec<(Syscall, usize, u64, [u32; 4])> = vec![
+        let mut table: Vec<(Syscall, usize, u64, [u32; 5])> = vec![
             // fork and thread creation as glibc does them; no namespace.
-            (nr!(SYS_clone), 0, fork,                           [A, A, A, A]),
-            (nr!(SYS_clone), 0, thread,                         [A, A, A, A]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWUSER),        [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWNS),          [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWPID),         [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWNET),         [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWIPC),         [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWUTS),         [E, E, E, E]),
-            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWCGROUP),      [E, E, E, E]),
+            (nr!(SYS_clone), 0, fork,                           [A, A, A, A, A]),
+            (nr!(SYS_clone), 0, thread,                         [A, A, A, A, A]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWUSER),        [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWNS),          [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWPID),         [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWNET),         [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWIPC),         [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWUTS),         [E, E, E, E, E]),
+            (nr!(SYS_clone), 0, ns(libc::CLONE_NEWCGROUP),      [E, E, E, E, E]),
             // Unix sockets only.
-            (nr!(SYS_socket), 0, unix,                          [A, A, A, A]),
-            (nr!(SYS_socket), 0, high | unix,                   [A, A, A, A]),
-            (nr!(SYS_socketpair), 0, unix,                      [A, A, A, A]),
-            (nr!(SYS_socketpair), 0, high | unix,               [A, A, A, A]),
+            (nr!(SYS_socket), 0, unix,                          [A, A, A, A, A]),
+            (nr!(SYS_socket), 0, high | unix,                   [A, A, A, A, A]),
+            (nr!(SYS_socketpair), 0, unix,                      [A, A, A, A, A]),
+            (nr!(SYS_socketpair), 0, high | unix,               [A, A, A, A, A]),
             // No terminal injection.
-            (nr!(SYS_ioctl), 1, libc::TCGETS,                   [A, A, A, A]),
-            (nr!(SYS_ioctl), 1, libc::FIONREAD,                 [A, A, A, A]),
-            (nr!(SYS_ioctl), 1, libc::TIOCSTI,                  [E, E, E, E]),
-            (nr!(SYS_ioctl), 1, libc::TIOCLINUX,                [E, E, E, E]),
-            (nr!(SYS_ioctl), 1, high | libc::TIOCSTI,           [E, E, E, E]),
+            (nr!(SYS_ioctl), 1, libc::TCGETS,                   [A, A, A, A, A]),
+            (nr!(SYS_ioctl), 1, libc::FIONREAD,                 [A, A, A, A, A]),
+            (nr!(SYS_ioctl), 1, libc::TIOCSTI,                  [E, E, E, E, E]),
+            (nr!(SYS_ioctl), 1, libc::TIOCLINUX,                [E, E, E, E, E]),
+            (nr!(SYS_ioctl), 1, high | libc::TIOCSTI,           [E, E, E, E, E]),
             // FIFOs and files, never devices.
-            (nr!(SYS_mknodat), 2, mode(libc::S_IFIFO),          [A, A, A, A]),
-            (nr!(SYS_mknodat), 2, mode(libc::S_IFREG),          [A, A, A, A]),
-            (nr!(SYS_mknodat), 2, mode(libc::S_IFCHR),          [E, E, E, E]),
-            (nr!(SYS_mknodat), 2, mode(libc::S_IFBLK),          [E, E, E, E]),
-            (nr!(SYS_mknodat), 2, high | mode(libc::S_IFCHR),   [E, E, E, E]),
+            (nr!(SYS_mknodat), 2, mode(libc::S_IFIFO),          [A, A, A, A, A]),
+            (nr!(SYS_mknodat), 2, mode(libc::S_IFREG),          [A, A, A, A, A]),
+            (nr!(SYS_mknodat), 2, mode(libc::S_IFCHR),          [E, E, E, E, E]),
+            (nr!(SYS_mknodat), 2, mode(libc::S_IFBLK),          [E, E, E, E, E]),
+            (nr!(SYS_mknodat), 2, high | mode(libc::S_IFCHR),   [E, E, E, E, E]),
         ];
         #[cfg(target_arch = "x86_64")]
         #[rustfmt::skip]
         table.extend([
-            (nr!(SYS_mknod), 1, mode(libc::S_IFIFO),            [A, A, A, A]),
-            (nr!(SYS_mknod), 1, mode(libc::S_IFCHR),            [E, E, E, E]),
-            (nr!(SYS_mknod), 1, mode(libc::S_IFBLK),            [E, E, E, E]),
+            (nr!(SYS_mknod), 1, mode(libc::S_IFIFO),            [A, A, A, A, A]),
+            (nr!(SYS_mknod), 1, mode(libc::S_IFCHR),            [E, E, E, E, E]),
+            (nr!(SYS_mknod), 1, mode(libc::S_IFBLK),            [E, E, E, E, E]),
         ]);
         // Every other socket family, for both calls.
         for call in [nr!(SYS_socket), nr!(SYS_socketpair)] {
             for family in (0..=46u64).filter(|f| *f != unix) {
-                table.push((call, 0, family, [E, E, E, E]));
+                table.push((call, 0, family, [E, E, E, E, E]));
             }
         }
         for ((name, nr), arg, value, verdicts) in &table {

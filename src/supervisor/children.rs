@@ -32,7 +32,7 @@ use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::sys;
 
 /// The roles a child can have.
-pub const ROLES: &[&str] = &["agent", "memory-worker", "reflection", "tool"];
+pub const ROLES: &[&str] = &["agent", "memory-worker", "reflection", "tool", "recall"];
 
 /// Variables a child may inherit from the supervisor, by name.
 const PASSED_ENV: &[&str] = &["LANG", "LC_ALL", "TZ", "TERM"];

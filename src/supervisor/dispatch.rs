@@ -49,6 +49,7 @@ pub async fn handle(
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
         Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
+        Call::RecallDelegate { query } => reflect::recall_delegate(state, peer, query).await,
     }
 }
 

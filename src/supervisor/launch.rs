@@ -45,6 +45,8 @@ pub struct SubagentLaunch {
     /// Name (under `memory-worktrees/`) and directory of the worktree.
     pub worktree: Option<(String, PathBuf)>,
     pub task: Option<crate::protocol::task::SubagentTask>,
+    /// The conversation a turn child runs.
+    pub conversation: Option<String>,
 }
 
 /// Start a child; its worktree and task, when given, are recorded with it
@@ -160,6 +162,7 @@ pub async fn spawn_with(
         model: params.model.clone().unwrap_or_else(|| record.model.clone()),
         worktree: sub.worktree.as_ref().map(|(name, _)| name.clone()),
         isolation: params.isolation.clone(),
+        conversation: sub.conversation.clone(),
     };
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
@@ -268,7 +271,11 @@ async fn try_run_turn(
     };
     // Subscribed before the launch, so the exit cannot pass unseen.
     let mut events = state.events.subscribe();
-    let Outcome::Result(started) = try_spawn(state, spawn, fds).await? else {
+    let sub = SubagentLaunch {
+        conversation: Some(conversation.clone()),
+        ..SubagentLaunch::default()
+    };
+    let Outcome::Result(started) = spawn_with(state, spawn, fds, sub).await? else {
         return Err(error(ErrorCode::Internal, "the turn's child did not start"));
     };
     let id = started["child"].as_u64().unwrap_or_default();

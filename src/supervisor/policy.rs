@@ -5,9 +5,9 @@
 //! keeps the two equal.
 
 /// The kinds of peer, in the table's column order.
-pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "tool"];
+pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "tool", "recall"];
 
-/// `(method, [cli, agent, memory-worker, reflection, tool])`.
+/// `(method, [cli, agent, memory-worker, reflection, tool, recall])`.
 ///
 /// Why each child column is as narrow as it is:
 /// * only the agent's turn loop reports turn events (a tool could forge
@@ -17,29 +17,30 @@ pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "too
 /// * workers and reflections commit only in their own worktree (the
 ///   supervisor routes their `memory.commit` there from its child table);
 ///   it merges the worktree into `main` when they exit.
-pub const TABLE: &[(&str, [bool; 5])] = &[
-    ("ping", [true, true, true, true, true]),
-    ("supervisor.status", [true, false, false, false, false]),
-    ("supervisor.stop", [true, false, false, false, false]),
-    ("ps", [true, false, false, false, false]),
-    ("child.spawn", [true, false, false, false, false]),
-    ("child.kill", [true, false, false, false, false]),
-    ("events.subscribe", [true, false, false, false, false]),
-    ("memory.commit", [true, true, true, true, true]),
-    ("memory.lease", [true, true, false, false, true]),
-    ("memory.release", [true, true, false, false, true]),
-    ("memory.status", [true, true, true, true, true]),
-    ("model.complete", [true, true, true, true, false]),
-    ("model.info", [true, true, true, true, false]),
-    ("turn.run", [true, false, false, false, false]),
-    ("turn.cancel", [true, false, false, false, false]),
-    ("turn.event", [false, true, false, false, false]),
-    ("log", [true, true, true, true, true]),
-    ("task.get", [false, false, true, true, false]),
-    ("task.finish", [false, false, true, true, false]),
-    ("reflect.run", [true, false, false, false, false]),
-    ("reflect.status", [true, false, false, false, false]),
-    ("worker.start", [false, true, false, false, false]),
+pub const TABLE: &[(&str, [bool; 6])] = &[
+    ("ping", [true, true, true, true, true, true]),
+    ("supervisor.status", [true, false, false, false, false, false]),
+    ("supervisor.stop", [true, false, false, false, false, false]),
+    ("ps", [true, false, false, false, false, false]),
+    ("child.spawn", [true, false, false, false, false, false]),
+    ("child.kill", [true, false, false, false, false, false]),
+    ("events.subscribe", [true, false, false, false, false, false]),
+    ("memory.commit", [true, true, true, true, true, false]),
+    ("memory.lease", [true, true, false, false, true, false]),
+    ("memory.release", [true, true, false, false, true, false]),
+    ("memory.status", [true, true, true, true, true, false]),
+    ("model.complete", [true, true, true, true, false, true]),
+    ("model.info", [true, true, true, true, false, true]),
+    ("turn.run", [true, false, false, false, false, false]),
+    ("turn.cancel", [true, false, false, false, false, false]),
+    ("turn.event", [false, true, false, false, false, false]),
+    ("log", [true, true, true, true, true, true]),
+    ("task.get", [false, false, true, true, false, true]),
+    ("task.finish", [false, false, true, true, false, true]),
+    ("reflect.run", [true, false, false, false, false, false]),
+    ("reflect.status", [true, false, false, false, false, false]),
+    ("worker.start", [false, true, false, false, false, false]),
+    ("recall.delegate", [false, true, false, false, false, false]),
 ];
 
 /// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown
@@ -95,6 +96,10 @@ mod tests {
             ("agent", "task.get", false),
             ("tool", "worker.start", false),
             ("reflection", "worker.start", false),
+            ("recall", "memory.commit", false),
+            ("recall", "model.complete", true),
+            ("recall", "recall.delegate", false),
+            ("agent", "recall.delegate", true),
             ("reflection", "model.complete", true),
             ("cli", "turn.event", false),
             ("cli", "child.spawn", true),
@@ -113,15 +118,15 @@ mod tests {
         let mut seen = 0;
         for line in doc.lines() {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            // | `method` | cli | agent | memory-worker | reflection | tool |
-            if cells.len() != 8 || !cells[1].starts_with('`') {
+            // | `method` | cli | agent | memory-worker | reflection | tool | recall |
+            if cells.len() != 9 || !cells[1].starts_with('`') {
                 continue;
             }
             let method = cells[1].trim_matches('`');
             let Some((_, row)) = TABLE.iter().find(|(m, _)| *m == method) else {
                 continue;
             };
-            let doc_row: Vec<bool> = cells[2..7].iter().map(|c| *c == "yes").collect();
+            let doc_row: Vec<bool> = cells[2..8].iter().map(|c| *c == "yes").collect();
             assert_eq!(&doc_row[..], &row[..], "docs/protocol.md row for {method}");
             seen += 1;
         }

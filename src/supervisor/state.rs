@@ -33,6 +33,9 @@ pub enum Peer {
         /// The isolation it was launched with (sub-agents it starts get
         /// the same).
         isolation: Option<String>,
+        /// The conversation a turn child was started for (a recall
+        /// sub-agent it delegates to forks this one, and no other).
+        conversation: Option<String>,
     },
 }
 

@@ -62,6 +62,9 @@ pub struct ToolContext {
     /// the worktree's branch (the supervisor routes them), and no lease is
     /// taken (nobody else edits a worktree).
     pub worktree: Option<PathBuf>,
+    /// A sub-agent whose view of the agent is read-only (recall): tools
+    /// read what is on disk and write nothing.
+    pub read_only: bool,
 }
 
 impl ToolContext {

@@ -21,10 +21,10 @@ fn spec() -> ToolSpec {
         // the tightest windows (900 tokens) have no room to spare. The
         // filters below are accepted when given (conversation, role,
         // since, until) but not advertised.
-        description: "Search earlier messages of your conversations.".into(),
+        description: "Search earlier messages of your conversations (subagent: a delegated search).".into(),
         parameters: json!({
             "type": "object",
-            "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}, "subagent": {"type": "boolean"}},
             "required": ["query"]
         }),
     }
@@ -34,6 +34,9 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let Some(query) = string(args, "query") else {
         return ToolOutput::err("recall_search: 'query' must be a string");
     };
+    if args.get("subagent").and_then(Value::as_bool) == Some(true) && !ctx.read_only {
+        return delegate(ctx, query);
+    }
     let limit = args
         .get("limit")
         .and_then(Value::as_u64)
@@ -60,10 +63,34 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
             }
         }
     }
-    match crate::recall::search(&ctx.agent, query, &filters, limit) {
+    // A read-only view (the recall sub-agent) catches up in memory only.
+    let found = if ctx.read_only {
+        crate::recall::search_read_only(&ctx.agent, query, &filters, limit)
+    } else {
+        crate::recall::search(&ctx.agent, query, &filters, limit)
+    };
+    match found {
         Ok(hits) if hits.is_empty() => ToolOutput::ok(format!("No messages match {query:?}.")),
         Ok(hits) => ToolOutput::ok(hits.iter().map(line).collect::<Vec<_>>().join("\n")),
         Err(e) => ToolOutput::err(format!("recall_search: {e}")),
+    }
+}
+
+/// Delegate the search to a recall sub-agent (chapter 13): it starts from
+/// this conversation and answers with its findings.
+fn delegate(ctx: &ToolContext, query: &str) -> ToolOutput {
+    use crate::protocol::Call;
+    use crate::protocol::client::ClientError;
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    match client.call(Call::RecallDelegate {
+        query: query.to_string(),
+    }) {
+        Ok(v) => ToolOutput::ok(format!(
+            "Recall sub-agent findings:\n{}",
+            v["findings"].as_str().unwrap_or("(none)")
+        )),
+        Err(ClientError::Remote(body)) => ToolOutput::err(format!("recall_search: {}", body.message)),
+        Err(e) => ToolOutput::err(format!("recall_search: cannot reach the supervisor: {e}")),
     }
 }
 
