@@ -12,7 +12,7 @@ pub mod tokenize;
 
 pub use index::Index;
 pub use query::Query;
-pub use search::{Filters, Hit, search};
+pub use search::{Filters, Hit, search, search_read_only};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecallError {

@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use super::RecallError;
 use super::bm25::{idf, term_score};
-use super::index::{DocMeta, Index, Postings, searchable_text};
+use super::index::{DocMeta, Index, Postings, may_be_consecutive, searchable_text};
 use super::query::{Query, phrase_count};
-use super::tokenize::normalize;
+use super::tokenize::{normalize, tokens_normalized};
 use crate::agent::conversation::MAX_JSON_BYTES;
 use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
 use crate::protocol::messages::Role;
@@ -98,6 +98,23 @@ pub fn search(
     Index::open(agent)?.search(&q, filters, limit)
 }
 
+/// [`search`] for a view that cannot be written: the index is loaded as
+/// it is and caught up in memory only ([`Index::open_read_only`]).
+pub fn search_read_only(
+    agent: &AgentPaths,
+    query: &str,
+    filters: &Filters,
+    limit: usize,
+) -> Result<Vec<Hit>, RecallError> {
+    let q = Query::parse(query);
+    if q.is_empty() {
+        return Err(RecallError::Invalid(format!(
+            "the query {query:?} has no words to search for"
+        )));
+    }
+    Index::open_read_only(agent)?.search(&q, filters, limit)
+}
+
 impl Index {
     /// The best `limit` messages for `q` under `filters`.
     pub fn search(
@@ -140,6 +157,21 @@ impl Index {
                 None => return Ok(Vec::new()),
             }
         }
+        // Each phrase's tokens in order, to rule candidates out by their
+        // positions before any text is read.
+        let mut sequences: Vec<Vec<&Postings>> = Vec::with_capacity(q.phrases.len());
+        for p in &q.phrases {
+            let mut seq = Vec::new();
+            let mut missing = false;
+            tokens_normalized(&p.text, |t| match self.postings_of(t) {
+                Some(x) => seq.push(x),
+                None => missing = true,
+            });
+            if missing {
+                return Ok(Vec::new());
+            }
+            sequences.push(seq);
+        }
         let total: usize = terms.iter().map(|(p, _)| p.docs.len()).sum();
         let ranked = if total.saturating_mul(8) < n {
             self.rank_sparse(&terms, &req, filters, conv)
@@ -168,6 +200,9 @@ impl Index {
             let Some(Ranked(s, ts, d)) = ranked.pop() else {
                 break;
             };
+            if !sequences.iter().all(|seq| may_be_consecutive(d, seq)) {
+                continue; // the text check below would fail too
+            }
             let Some(msg) = self.message(d) else {
                 continue;
             };
