@@ -573,3 +573,46 @@ fn a_memory_worker_started_by_the_agent_is_merged_when_it_exits() {
     assert_eq!(last["status"], "merged", "{last}");
     assert_main_valid(h, &id);
 }
+
+#[test]
+fn a_recall_sub_agent_forks_the_conversation_reads_only_and_returns_findings() {
+    if !confinement_or_skip("recall sub-agent") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let (h, id) = (d.path(), d.agents[0].clone());
+    ok(h, &["chat", "-a", "owl", "-p", "我们的项目代号是青鸟"]);
+    ok(h, &["chat", "-a", "owl", "-p", "随便聊聊天气"]);
+    let convs = agent_dir(h, &id).join("conversations");
+    assert!(!convs.join(".recall").exists());
+    let v = json_of(h, &["chat", "-a", "owl", "-p", "回忆: 项目代号", "--json"]);
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
+    let result = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool_result" && e["name"] == "recall_search")
+        .unwrap_or_else(|| panic!("no recall_search result: {v}"));
+    assert_eq!(result["is_error"], json!(false), "{result}");
+    let text = result["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Recall sub-agent findings:\nRecall findings:"),
+        "{text}"
+    );
+    assert!(text.contains("青鸟"), "{text}");
+    // It ran as a child of the recall role, and wrote nothing: the index it
+    // built lived in its memory only.
+    let ps = json_of(h, &["ps", "--all", "--json"]);
+    assert!(
+        ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["role"] == "recall"),
+        "{ps}"
+    );
+    assert!(
+        !convs.join(".recall").exists(),
+        "the read-only sub-agent wrote an index"
+    );
+}

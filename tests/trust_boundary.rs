@@ -274,7 +274,12 @@ fn each_role_calls_only_its_methods() {
         ("agent", "task.get", "{}", "refused"),
         // Only the agent's turn loop starts memory workers.
         ("tool", "worker.start", r#"{"instruction":"x"}"#, "refused"),
-        ("reflection", "worker.start", r#"{"instruction":"x"}"#, "refused"),
+        (
+            "reflection",
+            "worker.start",
+            r#"{"instruction":"x"}"#,
+            "refused",
+        ),
         // A child cannot cancel turns (its own or another conversation's),
         // nor hold up an agent's memory writers unless it may write memory.
         (

@@ -49,7 +49,7 @@ pub enum SandboxCommand {
   mini-letta sandbox verify --isolation degraded")]
     Verify {
         /// Role whose confinement is attacked.
-        #[arg(long, default_value = "agent", value_parser = ["tool", "agent", "memory-worker", "reflection"])]
+        #[arg(long, default_value = "agent", value_parser = ["tool", "agent", "memory-worker", "reflection", "recall"])]
         role: String,
         /// Confinement the attacked children get: strict (every layer the
         /// role needs, else refuse), degraded (what the host has) or off.
@@ -68,7 +68,7 @@ pub struct RunArgs {
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
     /// Role whose confinement applies.
-    #[arg(long, default_value = "tool", value_parser = ["tool", "agent", "memory-worker", "reflection"])]
+    #[arg(long, default_value = "tool", value_parser = ["tool", "agent", "memory-worker", "reflection", "recall"])]
     role: String,
     /// Directory to run in (default: the agent's directory).
     #[arg(long, value_name = "DIR")]

@@ -286,10 +286,7 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
             }
             Rule::Recall => {
                 let x = clean_capture(group(1));
-                (
-                    "recall_search",
-                    json!({"query": x, "subagent": true}),
-                )
+                ("recall_search", json!({"query": x, "subagent": true}))
             }
             Rule::Delegate => {
                 let x = clean_capture(group(1));
@@ -562,13 +559,20 @@ fn recall_with_tools(messages: &[Message]) -> Vec<Part> {
             .collect();
         if !results.is_empty() {
             let lines: Vec<&str> = results.iter().flat_map(|t| t.lines()).take(5).collect();
-            return vec![Part::text(format!("Recall findings:\n{}", lines.join("\n")))];
+            return vec![Part::text(format!(
+                "Recall findings:\n{}",
+                lines.join("\n")
+            ))];
         }
     }
-    let query = between(&task_text(messages), "<recall_request>", "</recall_request>")
-        .map(str::trim)
-        .unwrap_or("")
-        .to_string();
+    let query = between(
+        &task_text(messages),
+        "<recall_request>",
+        "</recall_request>",
+    )
+    .map(str::trim)
+    .unwrap_or("")
+    .to_string();
     vec![Part::ToolCall {
         id: next_call_id(),
         name: "recall_search".into(),

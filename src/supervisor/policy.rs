@@ -5,7 +5,14 @@
 //! keeps the two equal.
 
 /// The kinds of peer, in the table's column order.
-pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "tool", "recall"];
+pub const PEERS: &[&str] = &[
+    "cli",
+    "agent",
+    "memory-worker",
+    "reflection",
+    "tool",
+    "recall",
+];
 
 /// `(method, [cli, agent, memory-worker, reflection, tool, recall])`.
 ///
@@ -19,12 +26,18 @@ pub const PEERS: &[&str] = &["cli", "agent", "memory-worker", "reflection", "too
 ///   it merges the worktree into `main` when they exit.
 pub const TABLE: &[(&str, [bool; 6])] = &[
     ("ping", [true, true, true, true, true, true]),
-    ("supervisor.status", [true, false, false, false, false, false]),
+    (
+        "supervisor.status",
+        [true, false, false, false, false, false],
+    ),
     ("supervisor.stop", [true, false, false, false, false, false]),
     ("ps", [true, false, false, false, false, false]),
     ("child.spawn", [true, false, false, false, false, false]),
     ("child.kill", [true, false, false, false, false, false]),
-    ("events.subscribe", [true, false, false, false, false, false]),
+    (
+        "events.subscribe",
+        [true, false, false, false, false, false],
+    ),
     ("memory.commit", [true, true, true, true, true, false]),
     ("memory.lease", [true, true, false, false, true, false]),
     ("memory.release", [true, true, false, false, true, false]),

@@ -877,7 +877,10 @@ pub async fn recall_delegate(
         ..
     } = peer
     else {
-        return error(ErrorCode::Forbidden, "recall.delegate comes from agent children only");
+        return error(
+            ErrorCode::Forbidden,
+            "recall.delegate comes from agent children only",
+        );
     };
     let Some(conversation) = conversation.clone() else {
         return error(

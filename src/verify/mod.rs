@@ -153,7 +153,7 @@ fn run_in(
         pids_limit: report.cgroup.available.then_some(profile.limits.pids),
         fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
         scratch_dir: a_paths.tmp_dir(),
-        read_only_checkout: ["reflection", "memory-worker"]
+        read_only_checkout: ["reflection", "memory-worker", "recall"]
             .contains(&role)
             .then(|| a_paths.memory_dir()),
     };

@@ -21,7 +21,8 @@ fn spec() -> ToolSpec {
         // the tightest windows (900 tokens) have no room to spare. The
         // filters below are accepted when given (conversation, role,
         // since, until) but not advertised.
-        description: "Search earlier messages of your conversations (subagent: a delegated search).".into(),
+        description:
+            "Search earlier messages of your conversations (subagent: a delegated search).".into(),
         parameters: json!({
             "type": "object",
             "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}, "subagent": {"type": "boolean"}},
@@ -89,7 +90,9 @@ fn delegate(ctx: &ToolContext, query: &str) -> ToolOutput {
             "Recall sub-agent findings:\n{}",
             v["findings"].as_str().unwrap_or("(none)")
         )),
-        Err(ClientError::Remote(body)) => ToolOutput::err(format!("recall_search: {}", body.message)),
+        Err(ClientError::Remote(body)) => {
+            ToolOutput::err(format!("recall_search: {}", body.message))
+        }
         Err(e) => ToolOutput::err(format!("recall_search: cannot reach the supervisor: {e}")),
     }
 }
