@@ -616,3 +616,70 @@ fn a_recall_sub_agent_forks_the_conversation_reads_only_and_returns_findings() {
         "the read-only sub-agent wrote an index"
     );
 }
+
+#[test]
+fn explicit_mode_merges_only_what_the_agents_review_merged_by_ancestry() {
+    if !confinement_or_skip("explicit merge mode") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = taught(h);
+    ok(
+        h,
+        &["reflect", "settings", "-a", "owl", "--merge", "explicit"],
+    );
+    let v = json_of(h, &["reflect", "-a", "owl", "--json"]);
+    let r = &v["result"];
+    assert_eq!(r["status"], "merged", "{v}");
+    assert_eq!(
+        r["summary"],
+        "Primary agent integrated 1 reflection memory commit(s)."
+    );
+    let conv = r["integration"]["conversation"].as_str().unwrap();
+    assert!(conv.starts_with("reflection-integration-"), "{v}");
+    assert_eq!(r["integration"]["merge"]["status"], "merged", "{v}");
+    // The review happened in a conversation of the agent's own.
+    let log = std::fs::read_to_string(
+        agent_dir(h, &id)
+            .join("conversations")
+            .join(conv)
+            .join("messages.jsonl"),
+    )
+    .unwrap();
+    assert!(log.contains("reflection-integration branch="), "{log}");
+    let git_dir = agent_dir(h, &id).join("memory.git");
+    let subject = git(&git_dir, &["log", "-1", "--format=%s", "main"]);
+    assert!(subject.starts_with("merge(reflection): "), "{subject}");
+    assert!(human(h, &id).contains("我住在杭州"));
+    assert!(mini_branches(&git_dir).trim().is_empty());
+    assert_main_valid(h, &id);
+
+    // A review that declines: nothing merged, the transcript kept for later.
+    ok(h, &["chat", "-a", "owl", "-p", "我喜欢绿茶"]);
+    ok(
+        h,
+        &[
+            "reflect",
+            "settings",
+            "-a",
+            "owl",
+            "--merge-instructions",
+            "do not merge anything today",
+        ],
+    );
+    let before = git(&git_dir, &["rev-parse", "main"]);
+    let cursor_before = cursor(h, &id);
+    let v = json_of(h, &["reflect", "-a", "owl", "--json"]);
+    let r = &v["result"];
+    assert_eq!(r["status"], "failed", "{v}");
+    assert_eq!(
+        r["summary"],
+        "The primary-agent integration conversation did not merge the reflection branch; the worktree was cleaned up so the transcript can be retried."
+    );
+    assert_eq!(git(&git_dir, &["rev-parse", "main"]), before);
+    assert_eq!(cursor(h, &id), cursor_before);
+    assert!(!human(h, &id).contains("我喜欢绿茶"));
+    assert!(mini_branches(&git_dir).trim().is_empty());
+    assert!(worktree_entries(h, &id).is_empty());
+}

@@ -280,6 +280,10 @@ fn each_role_calls_only_its_methods() {
             r#"{"instruction":"x"}"#,
             "refused",
         ),
+        // Only an integration turn merges, and only its reflection's branch.
+        ("agent", "memory.merge", r#"{"branch":"main"}"#, "refused"),
+        ("tool", "memory.merge", r#"{"branch":"main"}"#, "refused"),
+        ("agent", "recall.delegate", r#"{"query":"x"}"#, "refused"),
         // A child cannot cancel turns (its own or another conversation's),
         // nor hold up an agent's memory writers unless it may write memory.
         (
@@ -320,6 +324,8 @@ fn each_role_calls_only_its_methods() {
                     "launched without a worktree".to_string()
                 }
                 ("memory-worker", "task.get") => "no task was recorded for this child".to_string(),
+                ("agent", "memory.merge") => "no reflection is being integrated".to_string(),
+                ("agent", "recall.delegate") => "not started for a conversation".to_string(),
                 _ => format!("{method} is not available to children (role {role})"),
             };
             assert!(err.contains(&expected), "{role} {method}: {err}");

@@ -64,7 +64,8 @@ Examples:
   mini-letta reflect settings -a owl
   mini-letta reflect settings -a owl --trigger step-count --step-count 10
   mini-letta reflect settings -a owl --trigger compaction-event
-  mini-letta reflect settings -a owl --trigger off --json")]
+  mini-letta reflect settings -a owl --trigger off --json
+  mini-letta reflect settings -a owl --merge explicit --merge-instructions 'keep it short'")]
     Settings {
         /// Agent id or name (default: the only agent).
         #[arg(short = 'a', long = "agent", value_name = "AGENT")]
@@ -78,6 +79,9 @@ Examples:
         /// auto: the supervisor merges; explicit: the agent reviews first.
         #[arg(long, value_parser = ["auto", "explicit"])]
         merge: Option<String>,
+        /// Guidance for the agent's review in the explicit mode (empty: none).
+        #[arg(long, value_name = "TEXT")]
+        merge_instructions: Option<String>,
         /// Print the settings as JSON.
         #[arg(long)]
         json: bool,
@@ -104,13 +108,20 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
         trigger,
         step_count,
         merge,
+        merge_instructions,
         json,
     }) = &args.command
     {
         use crate::reflection::settings;
         let (_, paths) = crate::agent::store::find(&home, agent.as_deref())?;
         let mut s = settings::load(&paths)?;
-        let changing = trigger.is_some() || step_count.is_some() || merge.is_some();
+        let changing = trigger.is_some()
+            || step_count.is_some()
+            || merge.is_some()
+            || merge_instructions.is_some();
+        if let Some(text) = merge_instructions {
+            s.merge_instructions = text.clone();
+        }
         if let Some(t) = trigger {
             s.trigger = t.parse()?;
         }

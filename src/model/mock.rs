@@ -16,6 +16,7 @@
 //! | `设定: X` | `memory insert persona.md insert_text "- X"` |
 //! | `后台记住: X` / `in the background, remember: X` | `memory delegate instruction "记住: X"` (a memory worker) |
 //! | `回忆: X` / `recall: X` | `recall_search {"query": X, "subagent": true}` (a recall sub-agent) |
+//! | `<reflection-integration branch="B">…` (an explicit-mode integration turn) | `memory merge branch B`, or, when its `<reflection-merge-instructions>` say `do not merge` / `不要合并`, the text `不合并：…` |
 //! | `别再叫我 X 了，叫我 Y` / `don't call me X, call me Y` | `memory str_replace human.md X → Y` |
 //! | anything else | text `mock: <user text>` |
 //!
@@ -247,6 +248,9 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
         return vec![Part::text(follow_up(last))];
     }
     let text = last_user_text(messages);
+    if let Some(parts) = integrate(&text) {
+        return parts;
+    }
     for (rule, re) in RULES.iter() {
         let Some(c) = re.captures(&text) else {
             continue;
@@ -314,6 +318,34 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
     vec![Part::text(format!("mock: {text}"))]
 }
 
+/// An integration turn (the explicit merge mode): merge the reflection's
+/// branch, unless the merge instructions say not to.
+fn integrate(text: &str) -> Option<Vec<Part>> {
+    let block = between(
+        text,
+        "<reflection-integration branch=\"",
+        "</reflection-integration>",
+    )?;
+    let branch = block.split('"').next().unwrap_or("").to_string();
+    let instructions = between(
+        block,
+        "<reflection-merge-instructions>",
+        "</reflection-merge-instructions>",
+    )
+    .unwrap_or("")
+    .to_lowercase();
+    if instructions.contains("do not merge") || instructions.contains("不要合并") {
+        return Some(vec![Part::text(
+            "不合并：合并说明要求不要合并这个反思提议。".to_string(),
+        )]);
+    }
+    Some(vec![Part::ToolCall {
+        id: next_call_id(),
+        name: "memory".into(),
+        arguments: json!({"command": "merge", "branch": branch, "reason": "merge the reviewed reflection"}),
+    }])
+}
+
 /// The short revision in a memory tool result such as `Memory insert
 /// committed locally (abc1234).`
 fn committed_revision(text: &str) -> Option<&str> {
@@ -343,6 +375,10 @@ fn follow_up(results: &Message) -> String {
     match results.first() {
         // Said only when the tool reports a commit, naming it: the reply
         // comes from what happened, not from a fixed string.
+        Some(("memory", text, _)) if text.starts_with("Merged the reflection branch") => {
+            let rev = text.rsplit('(').next().unwrap_or("").trim_end_matches(").");
+            format!("好的，已合并反思分支（提交 {rev}）。")
+        }
         Some(("memory", text, _)) if text.starts_with("Memory worker") => {
             "好的，已交给后台记忆工作者处理。".to_string()
         }

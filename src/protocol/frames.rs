@@ -156,6 +156,12 @@ pub enum Call {
     /// answer with its findings once it has finished.
     #[serde(rename = "recall.delegate")]
     RecallDelegate { query: String },
+    /// From an agent child running a reflection's integration (the
+    /// explicit merge mode): merge that reflection's branch into `main`.
+    /// Only the branch the supervisor is integrating, only from the
+    /// conversation it started for it.
+    #[serde(rename = "memory.merge")]
+    MemoryMerge { branch: String },
 }
 
 /// Parameters of `reflect.run`.
@@ -210,6 +216,7 @@ impl Call {
             Call::ReflectStatus { .. } => "reflect.status",
             Call::WorkerStart { .. } => "worker.start",
             Call::RecallDelegate { .. } => "recall.delegate",
+            Call::MemoryMerge { .. } => "memory.merge",
         }
     }
 }
@@ -417,6 +424,7 @@ pub const METHODS: &[&str] = &[
     "reflect.status",
     "worker.start",
     "recall.delegate",
+    "memory.merge",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -369,6 +369,28 @@ pub fn worker(worktree: &Path, instruction: &str) -> Result<ReflectionPrompt, Re
     })
 }
 
+/// The user message of the agent's integration turn in the explicit merge
+/// mode (spec §5.5): the branch, what it changes, and the operator's merge
+/// instructions. The mock model keys on `<reflection-integration`.
+pub fn integration(branch: &str, diff: &str, instructions: &str) -> String {
+    let mut out = format!(
+        "<reflection-integration branch=\"{branch}\">\n\
+A background reflection proposes changes to your memory on the branch above. \
+Review them. If they are right, merge the branch with the memory tool \
+(command merge, branch {branch}); never merge a proposal you disagree with, \
+and change nothing if your memory has uncommitted edits. Reply with what \
+you decided and why.\n\nThe proposed changes:\n{diff}\n"
+    );
+    let instructions = instructions.trim();
+    if !instructions.is_empty() {
+        out.push_str(&format!(
+            "<reflection-merge-instructions>\n{instructions}\n</reflection-merge-instructions>\n"
+        ));
+    }
+    out.push_str("</reflection-integration>");
+    out
+}
+
 /// What a recall sub-agent (chapter 13) is told: the parent's question.
 /// It starts from the parent conversation's context (the supervisor forks
 /// it), so it knows what the search is for.

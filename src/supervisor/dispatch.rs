@@ -50,6 +50,7 @@ pub async fn handle(
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
         Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
         Call::RecallDelegate { query } => reflect::recall_delegate(state, peer, query).await,
+        Call::MemoryMerge { branch } => reflect::memory_merge(state, peer, branch).await,
     }
 }
 

@@ -115,6 +115,10 @@ struct Prepared {
     manifest: payload::Manifest,
     worktree: MemoryWorktree,
     task: SubagentTask,
+    /// `explicit`: the agent's own integration turn reviews and merges.
+    mode: settings::MergeMode,
+    merge_instructions: String,
+    isolation: Option<String>,
 }
 
 /// Launch a reflection: the checks of spec §5.4 in order, then the
@@ -252,17 +256,13 @@ fn prepare(
     agent: AgentPaths,
 ) -> Result<Prepared, Value> {
     let err = |e: &dyn std::fmt::Display| failed(e.to_string());
+    let configured = settings::load(&agent).map_err(|e| err(&e))?;
     let mode = match req.mode.as_deref() {
-        None => settings::load(&agent).map_err(|e| err(&e))?.merge,
+        None => configured.merge,
         Some(m) => m
             .parse()
             .map_err(|e: crate::reflection::ReflectionError| err(&e))?,
     };
-    if mode == settings::MergeMode::Explicit {
-        return Err(failed(
-            "explicit merge mode is not implemented yet: use --mode auto",
-        ));
-    }
     // One reflection per agent, across processes (a crashed supervisor's
     // lock is reclaimed by the next acquire).
     let token = match lock::try_acquire_labeled(&agent, std::process::id(), Some("reflection"))
@@ -330,6 +330,9 @@ fn prepare(
             manifest,
             worktree,
             task,
+            mode,
+            merge_instructions: configured.merge_instructions,
+            isolation: req.isolation.clone(),
         }),
         Err(v) => {
             let _ = wt::discard(&agent, &worktree);
@@ -408,13 +411,29 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
         .and_then(|mut t| t.remove(&child))
         .and_then(|e| e.report);
     let completed = matches!(end, ChildEnd::Exited { code: 0 });
+    // Explicit mode: the agent reviews and merges in a turn of its own;
+    // what counts afterwards is git's ancestry, not what the turn says.
+    let integration = if completed && p.mode == settings::MergeMode::Explicit {
+        integrate(state, &p).await
+    } else {
+        None
+    };
     // Merging writes the checkout: no turn edits it meanwhile. Without the
     // lease nothing is merged (the transcript is retried later).
     let lease = state.leases.hold(&agent_id, LEASE_WAIT).await;
     let should_merge = completed && lease.is_ok();
     let agent = p.agent.clone();
-    let result =
-        off_thread(move || Ok(finish_reflection(p, child, should_merge, end, report))).await;
+    let result = off_thread(move || {
+        Ok(finish_reflection(
+            p,
+            child,
+            should_merge,
+            end,
+            report,
+            integration,
+        ))
+    })
+    .await;
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
     let result = result.unwrap_or_else(|v| v);
@@ -438,16 +457,28 @@ fn finish_reflection(
     should_merge: bool,
     end: ChildEnd,
     report: Option<String>,
+    integration: Option<Integrated>,
 ) -> Value {
     let summary = format!(
         "reflection {} over {} conversation(s)",
         p.worktree.id,
         p.manifest.transcripts.len()
     );
-    let opts = FinalizeOptions {
-        should_merge,
-        summary,
-        ..FinalizeOptions::default()
+    let opts = match &integration {
+        // The integration turn ran: merged only if the branch is now an
+        // ancestor of main (checked by finalize), whatever it reported.
+        Some(i) => FinalizeOptions {
+            should_merge,
+            require_already_merged: true,
+            failure_summary: i.failure.clone(),
+            summary,
+            ..FinalizeOptions::default()
+        },
+        None => FinalizeOptions {
+            should_merge,
+            summary,
+            ..FinalizeOptions::default()
+        },
     };
     let finalized = wt::finalize_reflection(&p.agent, &p.worktree, &opts);
     let mut value = match finalized {
@@ -471,7 +502,12 @@ fn finish_reflection(
             }
             let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
             let status = v["status"].as_str().unwrap_or("failed").to_string();
-            let line = CompletionStatus::from_finalize(&status, None)
+            // A failed integration's line is its own summary.
+            let integration_summary = integration
+                .as_ref()
+                .filter(|_| f.status == FinalizeStatus::Failed)
+                .map(|_| f.summary.clone());
+            let line = CompletionStatus::from_finalize(&status, integration_summary.as_deref())
                 .map(|c| crate::reflection::launch::completion_line(&c))
                 .unwrap_or_else(|| format!("{} Will retry later.", f.summary));
             if let Some(o) = v.as_object_mut() {
@@ -486,6 +522,12 @@ fn finish_reflection(
         }),
     };
     if let Some(o) = value.as_object_mut() {
+        if let Some(i) = &integration {
+            o.insert(
+                "integration".into(),
+                json!({ "conversation": i.conversation, "exit": i.exit, "merge": i.merge }),
+            );
+        }
         o.insert("child".into(), json!(child));
         o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
         o.insert("report".into(), json!(report));
@@ -975,5 +1017,256 @@ pub async fn recall_delegate(
                 report.unwrap_or_else(|| "no report".into())
             ),
         ),
+    }
+}
+
+/// The agent's integration turn in the explicit mode, as it ended.
+#[derive(Debug, Clone)]
+struct Integrated {
+    conversation: String,
+    exit: Value,
+    /// What its `memory.merge` answered, if it merged.
+    merge: Option<Value>,
+    /// Why the integration did not complete (spec §5.5), when it did not.
+    failure: Option<String>,
+}
+
+/// A reflection branch the agent is reviewing (explicit mode): only that
+/// branch, only from that conversation, may be merged by `memory.merge`.
+#[derive(Debug, Clone)]
+pub struct PendingIntegration {
+    pub conversation: String,
+    pub worktree: String,
+    pub branch: String,
+    pub summary: String,
+    pub merge: Option<Value>,
+}
+
+/// Longest an integration turn may run.
+const INTEGRATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Run the agent's integration turn for reflection `p` (a turn of the
+/// agent's own child, in conversation `reflection-integration-<id>`, its
+/// input from us and its output logged). `None` when there is nothing to
+/// integrate (no commits, a dirty worktree: finalize decides those).
+async fn integrate(state: &Arc<State>, p: &Prepared) -> Option<Integrated> {
+    let (agent, worktree) = (p.agent.clone(), p.worktree.clone());
+    let proposal = off_thread(move || Ok(proposal_of(&agent, &worktree)))
+        .await
+        .ok()
+        .flatten()?;
+    let conversation = format!("reflection-integration-{}", p.worktree.id);
+    let summary = format!("integrated reflection {}", p.worktree.id);
+    state.subagents.with(&p.record.id, |a| {
+        a.integration = Some(PendingIntegration {
+            conversation: conversation.clone(),
+            worktree: p.worktree.name.clone(),
+            branch: p.worktree.branch.clone(),
+            summary,
+            merge: None,
+        })
+    });
+    let text = crate::reflection::prompt::integration(
+        &p.worktree.branch,
+        &proposal,
+        &p.merge_instructions,
+    );
+    let ran = run_internal_turn(state, p, &conversation, text).await;
+    let merge = state
+        .subagents
+        .with(&p.record.id, |a| a.integration.take())
+        .and_then(|i| i.merge);
+    let (exit, failure) = match ran {
+        Ok(ChildEnd::Exited { code: 0 }) => (json!({"state": "exited", "code": 0}), None),
+        Ok(end) => {
+            let exit = serde_json::to_value(end).unwrap_or_default();
+            let why = format!("the integration turn ended with {exit}");
+            (exit, Some(integration_failure(&why)))
+        }
+        Err(e) => (Value::Null, Some(integration_failure(&e))),
+    };
+    Some(Integrated {
+        conversation,
+        exit,
+        merge,
+        failure,
+    })
+}
+
+fn integration_failure(why: &str) -> String {
+    format!(
+        "Reflection integration did not complete ({why}); the worktree was cleaned up so the transcript can be retried."
+    )
+}
+
+/// What the reflection proposes: the patch of its branch against where it
+/// started (capped), for the integration turn to review. `None` when the
+/// branch has no commits or the worktree holds uncommitted edits.
+fn proposal_of(agent: &AgentPaths, worktree: &MemoryWorktree) -> Option<String> {
+    let (_, repo) = wt::open(agent, &worktree.name).ok()?;
+    let status = crate::memfs::worktree_status::worktree_status(&repo).ok()?;
+    if !status.dirty.is_empty() {
+        return None;
+    }
+    let tip = repo.head().ok()?.peel_to_commit().ok()?;
+    if tip.id() == worktree.base {
+        return None;
+    }
+    let base = repo.find_commit(worktree.base).ok()?.tree().ok()?;
+    let diff = repo
+        .diff_tree_to_tree(Some(&base), Some(&tip.tree().ok()?), None)
+        .ok()?;
+    let mut out = String::new();
+    let _ = diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if out.len() < 20_000 {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                out.push(line.origin());
+            }
+            out.push_str(&String::from_utf8_lossy(line.content()));
+        }
+        true
+    });
+    Some(out)
+}
+
+/// Start a turn of the agent's own child in `conversation` with `text` as
+/// the user's message (the integration of the explicit mode), and wait for
+/// its exit. Its events are logged, not shown.
+async fn run_internal_turn(
+    state: &Arc<State>,
+    p: &Prepared,
+    conversation: &str,
+    text: String,
+) -> Result<ChildEnd, String> {
+    use std::io::{BufRead, Write};
+    let programs = crate::paths::Programs::installed().map_err(|e| e.to_string())?;
+    let (in_r, mut in_w) = std::io::pipe().map_err(|e| e.to_string())?;
+    let (out_r, out_w) = std::io::pipe().map_err(|e| e.to_string())?;
+    let (err_r, err_w) = std::io::pipe().map_err(|e| e.to_string())?;
+    let fds: Vec<std::os::fd::OwnedFd> = vec![in_r.into(), out_w.into(), err_w.into()];
+    let spawn = SpawnParams {
+        agent: p.record.id.clone(),
+        role: "agent".into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "turn".into(),
+            "--agent-dir".into(),
+            p.agent.dir().display().to_string(),
+            "--conversation".into(),
+            conversation.to_string(),
+        ],
+        stdio: StdioMode::Passed,
+        workspace: None,
+        isolation: p.isolation.clone(),
+        model: Some(p.record.model.clone()),
+    };
+    let events = state.events.subscribe();
+    let sub = SubagentLaunch {
+        conversation: Some(conversation.to_string()),
+        ..SubagentLaunch::default()
+    };
+    let child = match spawn_with(state, spawn, fds, sub).await {
+        Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),
+        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => return Err(e.message),
+        Err(Outcome::Result(v)) => return Err(v.to_string()),
+    };
+    let input = crate::protocol::turn::TurnInput {
+        text,
+        conversation: conversation.to_string(),
+        model: None,
+        max_steps: Some(8),
+        workspace: None,
+        recompile: false,
+        new_session: true,
+        context_window: None,
+        context_window_override: p.task.context_window,
+        reflection_context_window: None,
+        compact: None,
+    };
+    let bytes = serde_json::to_vec(&input).map_err(|e| e.to_string())?;
+    // The child reads its input and writes its events on threads of their
+    // own, so neither pipe can fill and stall the other.
+    std::thread::spawn(move || {
+        let _ = in_w.write_all(&bytes);
+    });
+    for (stream, name) in [(out_r, "stdout"), (err_r, "stderr")] {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines().take(10_000) {
+                let Ok(line) = line else { break };
+                tracing::debug!(child, stream = name, text = ?super::untrusted::clip(&line), "integration turn");
+            }
+        });
+    }
+    match tokio::time::timeout(INTEGRATION_DEADLINE, wait_exit(state, events, child)).await {
+        Ok(end) => Ok(end),
+        Err(_) => {
+            let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
+            if let Some(info) = info {
+                let _ = super::children::kill_child_tree(info.pid);
+            }
+            Err(format!("it did not finish within {INTEGRATION_DEADLINE:?}"))
+        }
+    }
+}
+
+/// `memory.merge`, from the agent's integration turn: merge the reflection
+/// branch being integrated — that one, from that conversation, nothing
+/// else — into main, under the memory lease.
+pub async fn memory_merge(
+    state: &Arc<State>,
+    peer: &super::state::Peer,
+    branch: String,
+) -> Outcome {
+    let super::state::Peer::Child {
+        agent,
+        conversation,
+        ..
+    } = peer
+    else {
+        return error(
+            ErrorCode::Forbidden,
+            "memory.merge comes from agent children only",
+        );
+    };
+    let pending = state.subagents.with(agent, |a| a.integration.clone());
+    let Some(pending) = pending.filter(|p| Some(&p.conversation) == conversation.as_ref()) else {
+        return error(
+            ErrorCode::Forbidden,
+            "no reflection is being integrated in this conversation: there is nothing to merge",
+        );
+    };
+    if !branch.is_empty() && pending.branch != branch {
+        return error(
+            ErrorCode::Forbidden,
+            format!("only {} may be merged here", pending.branch),
+        );
+    }
+    let lease = match state.leases.hold(agent, LEASE_WAIT).await {
+        Ok(l) => l,
+        Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+    };
+    let (home, id, p2) = (state.home.clone(), agent.clone(), pending.clone());
+    let merged = blocking(move || {
+        let paths = home
+            .agent(&id)
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        let (worktree, _) = wt::open(&paths, &p2.worktree)
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        let f = wt::merge_for_integration(&paths, &worktree, &p2.summary)
+            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+        serde_json::to_value(&f).map_err(|e| error(ErrorCode::Internal, e.to_string()))
+    })
+    .await;
+    drop(lease);
+    match merged {
+        Ok(v) => {
+            state.subagents.with(agent, |a| {
+                if let Some(i) = a.integration.as_mut() {
+                    i.merge = Some(v.clone());
+                }
+            });
+            Outcome::Result(v)
+        }
+        Err(o) => o,
     }
 }

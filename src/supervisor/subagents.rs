@@ -19,6 +19,8 @@ pub struct AgentSubagents {
     pub reflection: Option<u64>,
     pub worker: Option<u64>,
     pub queued_workers: VecDeque<(String, Option<String>)>,
+    /// A reflection branch the agent is reviewing (explicit mode).
+    pub integration: Option<super::reflect::PendingIntegration>,
 }
 
 /// Sub-agents in flight, by agent id.

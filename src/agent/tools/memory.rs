@@ -31,7 +31,7 @@ fn spec() -> ToolSpec {
         parameters: json!({
             "type": "object",
             "properties": {
-                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description", "delegate"]},
+                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description", "delegate", "merge"]},
                 "reason": {"type": "string", "description": "Why: becomes part of the commit record."},
                 "file_path": {"type": "string"},
                 "old_path": {"type": "string"},
@@ -108,6 +108,9 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
     if command == "delegate" {
         return delegate(ctx, args);
     }
+    if command == "merge" {
+        return merge(ctx, args);
+    }
     // A worktree is the sub-agent's alone.
     if ctx.worktree.is_some() {
         return edit(ctx, args, command);
@@ -148,6 +151,33 @@ fn delegate(ctx: &ToolContext, args: &Args) -> ToolOutput {
             ToolOutput::err(format!("memory delegate: {}", body.message))
         }
         Err(e) => ToolOutput::err(format!("memory delegate: cannot reach the supervisor: {e}")),
+    }
+}
+
+/// `merge`: in a reflection's integration turn (the explicit merge mode),
+/// merge the reflection branch under review into main. The supervisor knows
+/// which branch that is; a `branch` given must be that one.
+fn merge(ctx: &ToolContext, args: &Args) -> ToolOutput {
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    let branch = string(args, "branch").unwrap_or_default().to_string();
+    match client.call(Call::MemoryMerge { branch }) {
+        Ok(v) if v["status"] == json!("merged") => ToolOutput::ok(format!(
+            "Merged the reflection branch {} into main ({}).",
+            v["branch"].as_str().unwrap_or("?"),
+            v["merge_commit"]
+                .as_str()
+                .map(|c| &c[..c.len().min(7)])
+                .unwrap_or("?")
+        )),
+        Ok(v) => ToolOutput::err(format!(
+            "memory merge: not merged ({}): {}",
+            v["status"].as_str().unwrap_or("?"),
+            v["summary"].as_str().unwrap_or("")
+        )),
+        Err(ClientError::Remote(body)) => {
+            ToolOutput::err(format!("memory merge: {}", body.message))
+        }
+        Err(e) => ToolOutput::err(format!("memory merge: cannot reach the supervisor: {e}")),
     }
 }
 

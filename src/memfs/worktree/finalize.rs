@@ -109,6 +109,62 @@ fn clean_cleanup(
     }
 }
 
+/// The primary agent's own merge of a reflection branch in the explicit
+/// mode (spec §5.5), made for it by the supervisor (`memory.merge`): a real
+/// merge commit `merge(reflection): <summary>` on `main`, the merged tree
+/// validated first. A checkout with uncommitted changes is left alone
+/// (`parent_dirty`); a conflict or an invalid tree changes nothing. The
+/// worktree and branch stay: the finalize that follows checks, by git
+/// ancestry alone, whether the branch was merged.
+pub fn merge_for_integration(
+    agent: &AgentPaths,
+    wt: &MemoryWorktree,
+    summary: &str,
+) -> Result<Finalized, WorktreeError> {
+    let repo = repo::open_agent(agent)?;
+    let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
+    let tip = branch_tip(&repo, &wt.branch_ref())?;
+    let head = main_head(&repo)?;
+    let commit_count = match tip {
+        Some(t) => commits_between(&repo, head, t)?,
+        None => 0,
+    };
+    let out = Outcome {
+        wt,
+        commit_count,
+        changed_paths: Vec::new(),
+    };
+    let Some(tip) = tip.filter(|_| commit_count > 0) else {
+        return Ok(out.done(
+            FinalizeStatus::NoChanges,
+            "The reflection branch has nothing main does not already have.",
+        ));
+    };
+    match parent_dirty_paths(&repo) {
+        Some(dirty) if dirty.is_empty() => {}
+        _ => return Ok(out.done(FinalizeStatus::ParentDirty, PARENT_DIRTY)),
+    }
+    let message = format!("merge(reflection): {summary}");
+    match merge_into_main(&repo, agent, tip, &message, &[])? {
+        MergeOutcome::Merged { commit, changed } => {
+            let mut f = out.done(FinalizeStatus::Merged, integrated_by_agent(commit_count));
+            f.merge_commit = Some(commit.to_string());
+            f.changed_paths = changed;
+            Ok(f)
+        }
+        MergeOutcome::Conflict { paths } => {
+            let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
+            f.changed_paths = paths;
+            Ok(f)
+        }
+        MergeOutcome::Invalid { message } => {
+            let mut f = out.done(FinalizeStatus::Invalid, INVALID);
+            f.error = Some(message);
+            Ok(f)
+        }
+    }
+}
+
 /// Builder of results for one worktree.
 struct Outcome<'a> {
     wt: &'a MemoryWorktree,

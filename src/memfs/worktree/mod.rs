@@ -44,6 +44,7 @@ pub use create::create;
 pub use finalize::{
     DIRTY_UNCOMMITTED, FAILED, INVALID, MERGE_CONFLICT, NO_COMMITS, NOT_MERGED_BY_AGENT,
     PARENT_DIRTY, REFRESH_FAILED, cleanup_orphans, discard, finalize_reflection, integrate_worker,
+    merge_for_integration,
 };
 
 /// Prefix of every branch this module makes (`mini-letta/<label>/<id>`).
