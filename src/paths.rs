@@ -235,6 +235,9 @@ pub const REFLECTION_SETTINGS_FILE_NAME: &str = "settings.json";
 pub const REFLECTION_BACKOFF_FILE_NAME: &str = "backoff.json";
 /// The last finished reflection's result, inside `reflections/`.
 pub const REFLECTION_LAST_RESULT_FILE_NAME: &str = "last-result.json";
+/// Memory-worker instructions acknowledged and not yet finished, inside
+/// `reflections/` (a stopped supervisor's successor runs them).
+pub const WORKER_QUEUE_FILE_NAME: &str = "worker-queue.json";
 /// The last finished memory worker's result, inside `reflections/`.
 pub const WORKER_LAST_RESULT_FILE_NAME: &str = "last-worker.json";
 /// The payload launches directory, inside `reflections/`.

@@ -683,3 +683,74 @@ fn explicit_mode_merges_only_what_the_agents_review_merged_by_ancestry() {
     assert!(mini_branches(&git_dir).trim().is_empty());
     assert!(worktree_entries(h, &id).is_empty());
 }
+
+#[test]
+fn memory_workers_acknowledged_before_a_stop_are_run_by_the_next_supervisor() {
+    if !confinement_or_skip("worker queue across a stop") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    // Several workers acknowledged at once: one runs, the rest wait.
+    let chats: Vec<_> = (0..6)
+        .map(|i| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                run(
+                    &h,
+                    &[
+                        "chat",
+                        "-a",
+                        "owl",
+                        "--conversation",
+                        &format!("c{i}"),
+                        "-p",
+                        &format!("后台记住: qfact{i}z"),
+                    ],
+                )
+            })
+        })
+        .collect();
+    for c in chats {
+        let o = c.join().unwrap();
+        assert!(
+            stdout(&o).contains("已交给后台记忆工作者处理"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    // Stopped with workers running or waiting.
+    ok(&h, &["supervisor", "stop", "--timeout", "5"]);
+    // The next supervisor (this command's) runs what was left before it
+    // lets the command end.
+    ok(&h, &["reflect", "status", "-a", "owl"]);
+    assert!(
+        !agent_dir(&h, &id)
+            .join("reflections/worker-queue.json")
+            .exists(),
+        "instructions left unrun"
+    );
+    let git_dir = agent_dir(&h, &id).join("memory.git");
+    let main = git(&git_dir, &["show", "main:human.md"]);
+    let kept: Vec<String> = git(
+        &git_dir,
+        &[
+            "branch",
+            "--list",
+            "mini-letta/memory-worker/*",
+            "--format=%(refname:short)",
+        ],
+    )
+    .lines()
+    .map(|b| git(&git_dir, &["show", &format!("{b}:human.md")]))
+    .collect();
+    for i in 0..6 {
+        let fact = format!("qfact{i}z");
+        assert!(
+            main.contains(&fact) || kept.iter().any(|k| k.contains(&fact)),
+            "{fact} was acknowledged and lost: main {main:?}, kept {kept:?}"
+        );
+    }
+    assert_main_valid(&h, &id);
+    drop(d);
+}

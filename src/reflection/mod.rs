@@ -27,6 +27,7 @@ pub mod launch;
 pub mod lock;
 pub mod payload;
 pub mod prompt;
+pub mod queue;
 pub mod settings;
 pub mod state;
 pub mod trigger;

@@ -126,6 +126,7 @@ impl Bound {
         // worktrees) is cleaned before any launch can start.
         let home = state.home.clone();
         let _ = tokio::task::spawn_blocking(move || super::reflect::recover(&home)).await;
+        super::reflect::resume_workers(&state);
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
             tokio::select! {

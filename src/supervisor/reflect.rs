@@ -27,6 +27,7 @@ use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
 use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
+use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
 
 /// Model responses a reflection or worker may use.
@@ -598,6 +599,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
     let running = state
         .subagents
         .with(&record.id, |a| (a.reflection, a.worker));
+    let waiting = state.subagents.with(&record.id, |a| a.queued_workers.len());
     let id = record.id.clone();
     let status = blocking(move || {
         let settings = settings::load(&agent).unwrap_or_default();
@@ -628,20 +630,15 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
     match status {
         Ok(mut v) => {
             if let Some(o) = v.as_object_mut() {
-                o.insert(
-                    "running".into(),
-                    match running.0.filter(|c| *c != 0) {
-                        Some(child) => json!({ "child": child }),
-                        None => Value::Null,
-                    },
-                );
-                o.insert(
-                    "worker".into(),
-                    match running.1.filter(|c| *c != 0) {
-                        Some(child) => json!({ "child": child }),
-                        None => Value::Null,
-                    },
-                );
+                // `child: null` while one is being prepared.
+                let slot = |c: Option<u64>| match c {
+                    Some(0) => json!({ "child": null, "preparing": true }),
+                    Some(child) => json!({ "child": child }),
+                    None => Value::Null,
+                };
+                o.insert("running".into(), slot(running.0));
+                o.insert("worker".into(), slot(running.1));
+                o.insert("workers_waiting".into(), json!(waiting));
             }
             Outcome::Result(v)
         }
@@ -729,10 +726,24 @@ pub async fn worker_start(
             ),
         );
     }
+    // Kept on disk before it is acknowledged: a supervisor that stops or
+    // crashes leaves it to the next one, never drops it.
+    let (home, id, iso) = (state.home.clone(), agent.clone(), isolation.clone());
+    let kept = blocking(move || {
+        let paths = home
+            .agent(&id)
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        queue::push(&paths, &instruction, iso.as_deref(), now())
+            .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))
+    })
+    .await;
+    let item = match kept {
+        Ok(item) => item,
+        Err(o) => return o,
+    };
     let queued = state.subagents.with(agent, |a| {
         if a.worker.is_some() {
-            a.queued_workers
-                .push_back((instruction.clone(), isolation.clone()));
+            a.queued_workers.push_back(item.clone());
             Some(a.queued_workers.len())
         } else {
             a.worker = Some(0);
@@ -742,20 +753,76 @@ pub async fn worker_start(
     if let Some(position) = queued {
         return Outcome::Result(json!({ "launched": false, "queued": true, "position": position }));
     }
-    Outcome::Result(
-        run_worker_chain(state.clone(), agent.clone(), instruction, isolation.clone()).await,
-    )
+    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), item).await)
+}
+
+/// At start: run the memory workers a stopped supervisor acknowledged but
+/// did not finish (`reflections/worker-queue.json`), one agent's at a time.
+pub fn resume_workers(state: &Arc<State>) {
+    let Ok(entries) = std::fs::read_dir(state.home.agents_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(agent) = state.home.agent(&id) else {
+            continue;
+        };
+        if !agent
+            .reflections_dir()
+            .join(crate::paths::WORKER_QUEUE_FILE_NAME)
+            .exists()
+        {
+            continue;
+        }
+        let items = match queue::list(&agent) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(agent = %id, "cannot read the memory workers left to run: {e}");
+                continue;
+            }
+        };
+        let mut items = std::collections::VecDeque::from(items);
+        let Some(first) = items.pop_front() else {
+            continue;
+        };
+        tracing::info!(agent = %id, waiting = items.len() + 1, "resuming memory workers a stopped supervisor left");
+        state.subagents.with(&id, |a| {
+            a.worker = Some(0);
+            a.queued_workers = items;
+        });
+        let st = state.clone();
+        state.requests.spawn(async move {
+            let _ = Box::pin(run_worker_chain(st, id, first)).await;
+        });
+    }
+}
+
+/// Forget a finished instruction.
+async fn forget_instruction(state: &Arc<State>, agent_id: &str, id: &str) {
+    let (home, agent_id, id) = (state.home.clone(), agent_id.to_string(), id.to_string());
+    let _ = off_thread(move || {
+        if let Ok(paths) = home.agent(&agent_id)
+            && let Err(e) = queue::remove(&paths, &id)
+        {
+            tracing::warn!(agent = %agent_id, "cannot update the memory-worker queue: {e}");
+        }
+        Ok(())
+    })
+    .await;
 }
 
 /// Launch a worker; when it is finalized, launch the next queued one.
-async fn run_worker_chain(
-    state: Arc<State>,
-    agent_id: String,
-    instruction: String,
-    isolation: Option<String>,
-) -> Value {
-    let first = launch_worker(&state, &agent_id, instruction, isolation).await;
+async fn run_worker_chain(state: Arc<State>, agent_id: String, item: QueuedWorker) -> Value {
+    let first = launch_worker(&state, &agent_id, &item).await;
     if first["launched"] != json!(true) {
+        // A stopping supervisor keeps it for the next one; any other
+        // failure to launch is final (and said in the log).
+        if !state.is_stopping() {
+            tracing::warn!(agent = %agent_id, result = %first, "a memory worker could not start");
+            forget_instruction(&state, &agent_id, &item.id).await;
+        }
         next_worker(state, agent_id);
     }
     first
@@ -768,20 +835,16 @@ fn next_worker(state: Arc<State>, agent_id: String) {
         a.worker = next.as_ref().map(|_| 0);
         next
     });
-    if let Some((instruction, isolation)) = next {
+    if let Some(item) = next {
         let st = state.clone();
         state.requests.spawn(async move {
-            let _ = Box::pin(run_worker_chain(st, agent_id, instruction, isolation)).await;
+            let _ = Box::pin(run_worker_chain(st, agent_id, item)).await;
         });
     }
 }
 
-async fn launch_worker(
-    state: &Arc<State>,
-    agent_id: &str,
-    instruction: String,
-    isolation: Option<String>,
-) -> Value {
+async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) -> Value {
+    let (instruction, isolation) = (item.instruction.clone(), item.isolation.clone());
     let (st, id) = (state.clone(), agent_id.to_string());
     let prepared = off_thread(move || {
         let err = |e: &dyn std::fmt::Display| failed(e.to_string());
@@ -861,6 +924,7 @@ async fn launch_worker(
     });
     let st = state.clone();
     let id = record.id.clone();
+    let item_id = item.id.clone();
     state.requests.spawn(async move {
         let end = wait_exit(&st, events, child).await;
         let report = st
@@ -870,9 +934,9 @@ async fn launch_worker(
             .and_then(|mut t| t.remove(&child))
             .and_then(|e| e.report);
         let lease = st.leases.hold(&id, LEASE_WAIT).await;
-        // Committed work is merged even when the worker crashed; only a
-        // supervisor that is stopping discards it.
-        let cancelled = st.is_stopping() || lease.is_err();
+        // Committed work is merged even when the worker crashed or was
+        // stopped with its supervisor; without the lease nothing is.
+        let cancelled = lease.is_err();
         let (a, w) = (agent.clone(), worktree.clone());
         let result = off_thread(move || {
             let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| failed(e.to_string()))?;
@@ -893,6 +957,12 @@ async fn launch_worker(
         .unwrap_or_else(|v| v);
         drop(lease);
         tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
+        // Stopped with its supervisor before it finished: the next one runs
+        // the instruction again (what it committed is merged already).
+        let interrupted = st.is_stopping() && !matches!(end, ChildEnd::Exited { code: 0 });
+        if !interrupted {
+            forget_instruction(&st, &id, &item_id).await;
+        }
         next_worker(st, id);
     });
     info

@@ -12,13 +12,13 @@ use crate::protocol::task::MAX_REPORT_BYTES;
 use crate::protocol::{ErrorCode, Outcome};
 
 /// Per agent: the running reflection and memory worker (child ids; `0`
-/// while one is being prepared), and the worker instructions (with the
-/// isolation of the agent that asked) waiting for their turn.
+/// while one is being prepared), and the worker instructions waiting for
+/// their turn (each also kept on disk until its worker is finalized).
 #[derive(Debug, Default)]
 pub struct AgentSubagents {
     pub reflection: Option<u64>,
     pub worker: Option<u64>,
-    pub queued_workers: VecDeque<(String, Option<String>)>,
+    pub queued_workers: VecDeque<crate::reflection::queue::QueuedWorker>,
     /// A reflection branch the agent is reviewing (explicit mode).
     pub integration: Option<super::reflect::PendingIntegration>,
 }

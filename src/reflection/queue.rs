@@ -1,0 +1,151 @@
+//! Memory-worker instructions the agent was told were taken
+//! (`reflections/worker-queue.json`): an instruction stays here from its
+//! acknowledgement until its worker is finalized, so a supervisor that
+//! stops (or crashes) with workers running or waiting loses none — the
+//! next one runs them at its start.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError};
+use crate::paths::{AgentPaths, WORKER_QUEUE_FILE_NAME};
+
+/// Instructions kept at most per agent; more are refused, not dropped.
+pub const MAX_QUEUED: usize = 64;
+
+/// Serialises read-modify-write of queue files in this process.
+static QUEUE_LOCK: Mutex<()> = Mutex::new(());
+
+/// One acknowledged instruction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedWorker {
+    pub id: String,
+    pub instruction: String,
+    #[serde(default)]
+    pub isolation: Option<String>,
+    pub queued_at: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct QueueFile {
+    #[serde(default)]
+    items: Vec<QueuedWorker>,
+}
+
+fn read(agent: &AgentPaths) -> Result<QueueFile, ReflectionError> {
+    let Some(dir) = super::open_reflections_dir(agent, false)? else {
+        return Ok(QueueFile::default());
+    };
+    // A queue file that does not parse would lose what it holds if it
+    // were silently replaced: it is an error, and nothing is written.
+    Ok(
+        super::read_json(&dir, WORKER_QUEUE_FILE_NAME, MAX_SMALL_JSON_BYTES * 16)?
+            .unwrap_or_default(),
+    )
+}
+
+fn write(agent: &AgentPaths, q: &QueueFile) -> Result<(), ReflectionError> {
+    let dir = super::open_reflections_dir(agent, true)?.ok_or_else(|| ReflectionError::Io {
+        path: agent.reflections_dir(),
+        source: std::io::ErrorKind::NotFound.into(),
+    })?;
+    if q.items.is_empty() {
+        return match dir.remove_file(WORKER_QUEUE_FILE_NAME) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let bytes = super::to_pretty_json(q, dir.path().join(WORKER_QUEUE_FILE_NAME))?;
+    dir.replace_file(WORKER_QUEUE_FILE_NAME, &bytes, PUBLIC_FILE_MODE)?;
+    Ok(())
+}
+
+/// Keep `instruction` (durably, before it is acknowledged); its id.
+pub fn push(
+    agent: &AgentPaths,
+    instruction: &str,
+    isolation: Option<&str>,
+    now: time::OffsetDateTime,
+) -> Result<QueuedWorker, ReflectionError> {
+    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = read(agent)?;
+    if q.items.len() >= MAX_QUEUED {
+        return Err(ReflectionError::InvalidSettings(format!(
+            "{MAX_QUEUED} memory workers are already waiting for this agent; try again later"
+        )));
+    }
+    let item = QueuedWorker {
+        id: format!("{:016x}", rand::random::<u64>()),
+        instruction: instruction.to_string(),
+        isolation: isolation.map(str::to_string),
+        queued_at: super::format_time(now),
+    };
+    q.items.push(item.clone());
+    write(agent, &q)?;
+    Ok(item)
+}
+
+/// Forget instruction `id` (its worker was finalized).
+pub fn remove(agent: &AgentPaths, id: &str) -> Result<(), ReflectionError> {
+    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = read(agent)?;
+    let before = q.items.len();
+    q.items.retain(|i| i.id != id);
+    if q.items.len() != before {
+        write(agent, &q)?;
+    }
+    Ok(())
+}
+
+/// Every kept instruction, oldest first.
+pub fn list(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError> {
+    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(read(agent)?.items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reflection::testutil;
+
+    #[test]
+    fn instructions_stay_until_removed_in_order() {
+        let (_t, agent) = testutil::agent();
+        let now = time::OffsetDateTime::now_utc();
+        assert!(list(&agent).unwrap().is_empty());
+        let a = push(&agent, "记住: a", Some("strict"), now).unwrap();
+        let b = push(&agent, "记住: b", None, now).unwrap();
+        let got = list(&agent).unwrap();
+        assert_eq!(got, vec![a.clone(), b.clone()]);
+        remove(&agent, &a.id).unwrap();
+        assert_eq!(list(&agent).unwrap(), vec![b.clone()]);
+        remove(&agent, &b.id).unwrap();
+        assert!(list(&agent).unwrap().is_empty());
+        assert!(
+            !agent
+                .reflections_dir()
+                .join(WORKER_QUEUE_FILE_NAME)
+                .exists()
+        );
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_an_unreadable_one_is_an_error() {
+        let (_t, agent) = testutil::agent();
+        let now = time::OffsetDateTime::now_utc();
+        for i in 0..MAX_QUEUED {
+            push(&agent, &format!("x{i}"), None, now).unwrap();
+        }
+        assert!(push(&agent, "one more", None, now).is_err());
+        assert_eq!(list(&agent).unwrap().len(), MAX_QUEUED);
+        std::fs::write(
+            agent.reflections_dir().join(WORKER_QUEUE_FILE_NAME),
+            "{not json",
+        )
+        .unwrap();
+        assert!(list(&agent).is_err());
+        assert!(push(&agent, "y", None, now).is_err());
+    }
+}
