@@ -21,6 +21,15 @@
 //! cursor only advances on `merged` / `no_changes`, so a fact behind it that
 //! is not in `main` was lost by a reflection).
 //!
+//! Before the end checks the soak waits until every acknowledged worker has
+//! finished (a `merge(memory-worker)` on main or a branch kept after a
+//! conflict), not only until `reflect status` and `ps` are quiet: a queued
+//! worker shows as `worker: null`, and `supervisor stop` drops the queue.
+//! An intermediate `git fsck` runs against a live writer; its errors that
+//! only say an object was written after fsck listed the objects are counted
+//! apart ("fsck races"), the end check admits none. A failed run keeps its
+//! home and prints where.
+//!
 //! Bounded: `--ops N` (default 500) and `--seconds S` (default 300),
 //! whichever comes first; `--agents K` (default 2), `--clients C` (default
 //! 4), `--seed X`. Needs root and full confinement (children run confined,
@@ -185,27 +194,51 @@ fn human_lines(git_dir: &Path, rev: &str) -> BTreeSet<String> {
 
 /// `git fsck --strict` and the validator at `main`: what is wrong, and
 /// the fsck errors that were races with a live writer. `git fsck --full`
-/// lists the objects first and walks the reflogs after, so a commit made in
-/// between shows as `invalid reflog entry <id>` although it is whole; such an
-/// error is a race only while the load runs (`live`), and only when every
-/// error is one and each named commit exists once fsck is done.
+/// lists the objects first and reads the refs, reflogs and worktree HEADs
+/// after, so a commit made in between shows as `invalid reflog entry <id>`
+/// or `missing <type> <id>`, and a worktree being created as `detached HEAD
+/// points at nothing`, although nothing is wrong. While the load runs
+/// (`live`) a failure is a race only when every error line is one of those
+/// and every object it names exists once fsck is done; the end check, on a
+/// quiet repository, admits none.
 fn repo_whole(home: &Path, name: &str, git_dir: &Path, live: bool) -> (Vec<String>, Vec<String>) {
     let (mut bad, mut races) = (Vec::new(), Vec::new());
     let fsck = git(git_dir, &["fsck", "--full", "--strict"]);
     if !fsck.status.success() {
-        let err = String::from_utf8_lossy(&fsck.stderr).trim().to_string();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&fsck.stderr),
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+        // Dangling objects are normal (a discarded branch) and not errors.
+        let errors: Vec<&str> = all
+            .lines()
+            .filter(|l| !l.starts_with("dangling ") && !l.trim().is_empty())
+            .collect();
+        let exists = |id: &str| {
+            git(git_dir, &["cat-file", "-e", id.trim()])
+                .status
+                .success()
+        };
         let race = live
-            && !err.is_empty()
-            && err.lines().all(|l| {
-                l.split_once(": invalid reflog entry ")
-                    .is_some_and(|(_, id)| {
-                        text(&git(git_dir, &["cat-file", "-t", id.trim()])).trim() == "commit"
-                    })
+            && !errors.is_empty()
+            && errors.iter().all(|l| {
+                if let Some((_, id)) = l.split_once(": invalid reflog entry ") {
+                    exists(id)
+                } else if let Some(rest) = l.strip_prefix("missing ") {
+                    // `missing <type> <id>`: an object of a commit made
+                    // after fsck listed the objects.
+                    rest.split_whitespace().nth(1).is_some_and(exists)
+                } else {
+                    l.starts_with("error: worktrees/")
+                        && l.ends_with("/HEAD: detached HEAD points at nothing")
+                }
             });
+        let shown = errors.join("\n");
         if race {
-            races.push(format!("{name}: git fsck during the load: {err}"));
+            races.push(format!("{name}: git fsck during the load: {shown}"));
         } else {
-            bad.push(format!("{name}: git fsck: {err}"));
+            bad.push(format!("{name}: git fsck: {shown}"));
         }
     }
     if let Some(e) = validate(home, name, "main") {
@@ -250,6 +283,29 @@ fn reported_facts(r: &Value) -> Vec<String> {
         .take_while(|l| l.starts_with("- "))
         .map(str::to_string)
         .collect()
+}
+
+/// Memory workers that finished with their commit: `merge(memory-worker)`
+/// commits on main plus memory-worker branches kept after a conflict.
+fn workers_finished(git_dir: &Path) -> usize {
+    let merges = text(&git(git_dir, &["log", "--format=%s", "main"]))
+        .lines()
+        .filter(|s| s.starts_with("merge(memory-worker)"))
+        .count();
+    // A running worker has a branch too, and its worktree.
+    let worktrees = git_dir.with_file_name("memory-worktrees");
+    let kept = text(&git(
+        git_dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname:lstrip=3)",
+            "refs/heads/mini-letta/memory-worker/",
+        ],
+    ))
+    .lines()
+    .filter(|suffix| !worktrees.join(format!("memory-worker-{suffix}")).exists())
+    .count();
+    merges + kept
 }
 
 /// Whether a sub-agent of `name` runs or waits: the reflection status's
@@ -703,12 +759,34 @@ fn main() -> ExitCode {
     }
     let load_time = start.elapsed();
 
-    // Let every started or queued worker and reflection finish: quiet
-    // several polls in a row (a queued worker starts as the last exits).
+    // Let every started or queued worker and reflection finish. `reflect
+    // status` and `ps` alone cannot tell: a queued worker, or one being
+    // prepared, shows as `worker: null` with no child, and `supervisor stop`
+    // drops the queue. So the end waits until every acknowledged worker has
+    // finished (each one commits its fact: a merge on main or a branch kept
+    // after a conflict) and then for status and `ps` to stay quiet; it gives
+    // up when no worker finished for `STALL`.
+    const STALL: Duration = Duration::from_secs(20);
+    let delegated: Vec<usize> = tally
+        .lock()
+        .unwrap()
+        .delegated
+        .iter()
+        .map(Vec::len)
+        .collect();
     let drain_start = Instant::now();
-    let mut quiet = 0;
-    while quiet < 3 && drain_start.elapsed() < DRAIN {
-        if sub_agents_busy(&home, &names) {
+    let (mut quiet, mut finished_before, mut progress_at) = (0, 0, Instant::now());
+    while quiet < 3 && drain_start.elapsed() < DRAIN && progress_at.elapsed() < STALL {
+        let finished: Vec<usize> = ids
+            .iter()
+            .map(|id| workers_finished(&home.join("agents").join(id).join("memory.git")))
+            .collect();
+        let total: usize = finished.iter().sum();
+        if total != finished_before {
+            (finished_before, progress_at) = (total, Instant::now());
+        }
+        let all_done = finished.iter().zip(&delegated).all(|(f, d)| f >= d);
+        if !all_done || sub_agents_busy(&home, &names) {
             quiet = 0;
         } else {
             quiet += 1;
@@ -725,8 +803,8 @@ fn main() -> ExitCode {
     let mut t = tally.lock().unwrap();
     if !drained {
         t.corrupt.push(format!(
-            "sub-agents still running {}s after the load",
-            DRAIN.as_secs()
+            "sub-agents not drained {:.0}s after the load (acknowledged workers unfinished or still running)",
+            drain_time.as_secs_f64()
         ));
     }
     let mut f = Final::default();
@@ -826,7 +904,7 @@ fn main() -> ExitCode {
     println!("lost              {}", t.lost.len());
     println!("corrupt           {}", t.corrupt.len());
     println!(
-        "fsck races        {} (intermediate `invalid reflog entry` of a commit that exists)",
+        "fsck races        {} (intermediate fsck errors of a live writer: a commit made or a worktree created while fsck ran)",
         t.fsck_races.len()
     );
     println!(
