@@ -159,21 +159,8 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
         prepared.worktree.name.clone(),
         prepared.worktree.dir.clone(),
     );
-    let programs = crate::paths::Programs::installed().map_err(|e| failed(e.to_string()));
-    let spawn = programs.map(|programs| SpawnParams {
-        agent: record.id.clone(),
-        role: "reflection".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "subagent".into(),
-            "--agent-dir".into(),
-            agent.dir().display().to_string(),
-        ],
-        stdio: StdioMode::Null,
-        workspace: None,
-        isolation: req.isolation.clone(),
-        model: Some(record.model.clone()),
-    });
+    let spawn =
+        subagent_spawn(&record, &agent, "reflection", req.isolation.clone()).map_err(failed);
     // Subscribed before the launch, so the exit cannot pass unseen.
     let events = state.events.subscribe();
     let started = match spawn {
@@ -375,6 +362,39 @@ fn abandon(p: &Prepared) {
     }
     let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
     let _ = lock::release(&p.agent, &p.token);
+}
+
+/// How a sub-agent child of `role` is started: the agent-side program's
+/// `subagent` entry for the agent's directory, no stdio, the agent's model.
+fn subagent_spawn(
+    record: &AgentRecord,
+    agent: &AgentPaths,
+    role: &str,
+    isolation: Option<String>,
+) -> Result<SpawnParams, String> {
+    let programs = crate::paths::Programs::installed().map_err(|e| e.to_string())?;
+    Ok(SpawnParams {
+        agent: record.id.clone(),
+        role: role.into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "subagent".into(),
+            "--agent-dir".into(),
+            agent.dir().display().to_string(),
+        ],
+        stdio: StdioMode::Null,
+        workspace: None,
+        isolation,
+        model: Some(record.model.clone()),
+    })
+}
+
+/// SIGKILL child `id` and what it started (a sub-agent past its deadline).
+fn stop_child(state: &State, id: u64) {
+    let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
+    if let Some(info) = info {
+        let _ = super::children::kill_child_tree(info.pid);
+    }
 }
 
 /// How child `id` ended (its `child.exit`, or the table after a lag).
@@ -881,23 +901,9 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         Ok(p) => p,
         Err(v) => return v,
     };
-    let programs = match crate::paths::Programs::installed() {
-        Ok(p) => p,
-        Err(e) => return failed(e.to_string()),
-    };
-    let spawn = SpawnParams {
-        agent: record.id.clone(),
-        role: "memory-worker".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "subagent".into(),
-            "--agent-dir".into(),
-            agent.dir().display().to_string(),
-        ],
-        stdio: StdioMode::Null,
-        workspace: None,
-        isolation,
-        model: Some(record.model.clone()),
+    let spawn = match subagent_spawn(&record, &agent, "memory-worker", isolation) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
     };
     let events = state.events.subscribe();
     let sub = SubagentLaunch {
@@ -1016,10 +1022,6 @@ pub async fn recall_delegate(
         Ok(f) => f,
         Err(o) => return o,
     };
-    let programs = match crate::paths::Programs::installed() {
-        Ok(p) => p,
-        Err(e) => return error(ErrorCode::Internal, e.to_string()),
-    };
     let built = prompt::recall(&query);
     let task = SubagentTask {
         kind: crate::protocol::task::KIND_RECALL.into(),
@@ -1031,19 +1033,9 @@ pub async fn recall_delegate(
         max_steps: RECALL_MAX_STEPS,
         tools: vec!["recall_search".into()],
     };
-    let spawn = SpawnParams {
-        agent: record.id.clone(),
-        role: "recall".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "subagent".into(),
-            "--agent-dir".into(),
-            paths.dir().display().to_string(),
-        ],
-        stdio: StdioMode::Null,
-        workspace: None,
-        isolation: isolation.clone(),
-        model: Some(record.model.clone()),
+    let spawn = match subagent_spawn(&record, &paths, "recall", isolation.clone()) {
+        Ok(s) => s,
+        Err(e) => return error(ErrorCode::Internal, e),
     };
     let events = state.events.subscribe();
     let sub = SubagentLaunch {
@@ -1058,10 +1050,7 @@ pub async fn recall_delegate(
     let end = match tokio::time::timeout(RECALL_DEADLINE, wait_exit(state, events, child)).await {
         Ok(end) => end,
         Err(_) => {
-            let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
-            if let Some(info) = info {
-                let _ = super::children::kill_child_tree(info.pid);
-            }
+            stop_child(state, child);
             state.tasks.lock().ok().map(|mut t| t.remove(&child));
             return error(
                 ErrorCode::Unavailable,
@@ -1270,10 +1259,7 @@ async fn run_internal_turn(
     match tokio::time::timeout(INTEGRATION_DEADLINE, wait_exit(state, events, child)).await {
         Ok(end) => Ok(end),
         Err(_) => {
-            let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
-            if let Some(info) = info {
-                let _ = super::children::kill_child_tree(info.pid);
-            }
+            stop_child(state, child);
             Err(format!("it did not finish within {INTEGRATION_DEADLINE:?}"))
         }
     }
