@@ -261,6 +261,9 @@ pub struct Index {
     term_ids: HashMap<String, u32>,
     /// Per term id; a snapshot term's are decoded when first used.
     postings: Vec<OnceCell<Box<Postings>>>,
+    /// Entries appended to snapshot terms not decoded yet, merged in when
+    /// they are (an append then costs no decoding of common terms).
+    pending: HashMap<u32, Postings>,
     pub(crate) docs: Vec<DocMeta>,
     convs: Vec<ConvState>,
     conv_ids: HashMap<String, u32>,
@@ -354,6 +357,7 @@ impl Index {
             snap: Snapshot::default(),
             term_ids: HashMap::new(),
             postings: Vec::new(),
+            pending: HashMap::new(),
             docs: Vec::new(),
             convs: Vec::new(),
             conv_ids: HashMap::new(),
@@ -374,6 +378,7 @@ impl Index {
         self.snap = Snapshot::default();
         self.term_ids.clear();
         self.postings.clear();
+        self.pending.clear();
         self.docs.clear();
         self.convs.clear();
         self.conv_ids.clear();
@@ -429,17 +434,16 @@ impl Index {
 
     fn postings_at(&self, id: u32) -> Option<&Postings> {
         let cell = self.postings.get(id as usize)?;
-        Some(cell.get_or_init(|| Box::new(self.snap.postings(id, self.docs.len()))))
-    }
-
-    fn postings_mut(&mut self, id: u32) -> Option<&mut Postings> {
-        let n_docs = self.docs.len();
-        let snap = &self.snap;
-        let cell = self.postings.get_mut(id as usize)?;
-        if cell.get().is_none() {
-            let _ = cell.set(Box::new(snap.postings(id, n_docs)));
-        }
-        cell.get_mut().map(|b| &mut **b)
+        Some(cell.get_or_init(|| {
+            let mut p = self.snap.postings(id, self.docs.len());
+            if let Some(tail) = self.pending.get(&id) {
+                // Appended after the snapshot: their doc ids are larger.
+                for (j, &d) in tail.docs.iter().enumerate() {
+                    p.push(d, tail.positions(j));
+                }
+            }
+            Box::new(p)
+        }))
     }
 
     /// The bytes of recall file `name` (empty when missing).
@@ -599,10 +603,19 @@ impl Index {
                 let end = at + usize::from(tf);
                 let positions = d.pos.get(at..end).unwrap_or(&[]);
                 at = end;
-                if let Some(p) = self.postings_mut(t) {
-                    p.push(id, positions);
-                    dl = dl.saturating_add(u32::from(tf));
+                let Some(cell) = self.postings.get_mut(t as usize) else {
+                    continue;
+                };
+                match cell.get_mut() {
+                    Some(p) => {
+                        p.push(id, positions);
+                        if !self.pending.is_empty() {
+                            self.pending.remove(&t);
+                        }
+                    }
+                    None => self.pending.entry(t).or_default().push(id, positions),
                 }
+                dl = dl.saturating_add(u32::from(tf));
             }
             self.docs.push(DocMeta {
                 conv,
