@@ -257,7 +257,8 @@ pub struct Index {
     /// The recall directory of a read-only index, when there is one.
     ro_dir: Option<Dir>,
     snap: Snapshot,
-    /// Terms past the snapshot's.
+    /// Terms past the snapshot's, and snapshot terms already looked up
+    /// while indexing (a hash probe is cheaper than a binary search).
     term_ids: HashMap<String, u32>,
     /// Per term id; a snapshot term's are decoded when first used.
     postings: Vec<OnceCell<Box<Postings>>>,
@@ -772,15 +773,21 @@ impl Index {
             occ.clear();
             let mut n = 0u32;
             tokens_normalized(&text, |t| {
-                let id = match self.term_id(t) {
-                    Some(id) => id,
-                    None => {
-                        let id = self.postings.len() as u32;
-                        self.term_ids.insert(t.to_string(), id);
-                        self.postings.push(OnceCell::from(Box::default()));
-                        new_terms.push(t.to_string());
-                        id
-                    }
+                let id = match self.term_ids.get(t) {
+                    Some(&id) => id,
+                    None => match self.snap.find(t) {
+                        Some(id) => {
+                            self.term_ids.insert(t.to_string(), id);
+                            id
+                        }
+                        None => {
+                            let id = self.postings.len() as u32;
+                            self.term_ids.insert(t.to_string(), id);
+                            self.postings.push(OnceCell::from(Box::default()));
+                            new_terms.push(t.to_string());
+                            id
+                        }
+                    },
                 };
                 occ.push(u64::from(id) << 32 | u64::from(n));
                 n = n.saturating_add(1);
@@ -913,7 +920,9 @@ impl Index {
             names.push((self.snap.term(i).unwrap_or(b""), i));
         }
         for (t, &id) in &self.term_ids {
-            names.push((t.as_bytes(), id));
+            if id >= self.snap.n_terms {
+                names.push((t.as_bytes(), id));
+            }
         }
         names.sort_unstable();
         let mut out = Vec::with_capacity(self.snap.bytes.len() + (1 << 20));
