@@ -266,6 +266,9 @@ pub struct Index {
     /// they are (an append then costs no decoding of common terms).
     pending: HashMap<u32, Postings>,
     pub(crate) docs: Vec<DocMeta>,
+    /// Each doc's `dl` again, packed: ranking a common term reads one per
+    /// posting, and a quarter of the bytes keeps that pass in cache.
+    pub(crate) dls: Vec<u32>,
     convs: Vec<ConvState>,
     conv_ids: HashMap<String, u32>,
     /// Whether appends reach the disk (a failed write stops them; the
@@ -360,6 +363,7 @@ impl Index {
             postings: Vec::new(),
             pending: HashMap::new(),
             docs: Vec::new(),
+            dls: Vec::new(),
             convs: Vec::new(),
             conv_ids: HashMap::new(),
             persist: false,
@@ -381,6 +385,7 @@ impl Index {
         self.postings.clear();
         self.pending.clear();
         self.docs.clear();
+        self.dls.clear();
         self.convs.clear();
         self.conv_ids.clear();
         self.logs.borrow_mut().clear();
@@ -560,6 +565,7 @@ impl Index {
                         c.covered = covered;
                     }
                 }
+                self.dls = docs.iter().map(|d| d.dl).collect();
                 self.docs = docs;
                 true
             }
@@ -618,6 +624,7 @@ impl Index {
                 }
                 dl = dl.saturating_add(u32::from(tf));
             }
+            self.dls.push(dl);
             self.docs.push(DocMeta {
                 conv,
                 offset: d.offset,
