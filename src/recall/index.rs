@@ -1146,7 +1146,13 @@ fn decode_postings(b: &[u8], n_docs: usize) -> Option<Postings> {
     let mut docs = Vec::with_capacity(n);
     let mut d = 0u64;
     for i in 0..n {
-        let delta = varint(b, &mut at)?;
+        let delta = match b.get(at) {
+            Some(&v) if v < 0x80 => {
+                at += 1;
+                u64::from(v)
+            }
+            _ => varint(b, &mut at)?,
+        };
         if i > 0 && delta == 0 {
             return None;
         }
@@ -1156,22 +1162,43 @@ fn decode_postings(b: &[u8], n_docs: usize) -> Option<Postings> {
         }
         docs.push(d as u32);
     }
-    let mut p = Postings::default();
     let mut tfs = Vec::with_capacity(n);
+    let mut total = 0usize;
     for _ in 0..n {
-        tfs.push(u16::try_from(varint(b, &mut at)?).ok()?);
+        let tf = u16::try_from(varint(b, &mut at)?).ok()?;
+        total += usize::from(tf);
+        tfs.push(tf);
     }
-    let mut positions = Vec::new();
-    for (&doc, &tf) in docs.iter().zip(&tfs) {
-        positions.clear();
+    // Each position takes at least a byte: no allocation past the input.
+    if total > b.len().saturating_sub(at) {
+        return None;
+    }
+    // Filled in place (this runs the first time a query meets a term).
+    let mut pos = Vec::with_capacity(total);
+    let mut skip = Vec::with_capacity(n / SKIP + 1);
+    for (j, &tf) in tfs.iter().enumerate() {
+        if j % SKIP == 0 {
+            skip.push(pos.len() as u32);
+        }
         let mut x = 0u32;
         for _ in 0..tf {
-            x = x.checked_add(u32::try_from(varint(b, &mut at)?).ok()?)?;
-            positions.push(x);
+            let v = match b.get(at) {
+                Some(&v) if v < 0x80 => {
+                    at += 1;
+                    u32::from(v)
+                }
+                _ => u32::try_from(varint(b, &mut at)?).ok()?,
+            };
+            x = x.checked_add(v)?;
+            pos.push(x);
         }
-        p.push(doc, &positions);
     }
-    (at == b.len()).then_some(p)
+    (at == b.len()).then_some(Postings {
+        docs,
+        tfs,
+        pos,
+        skip,
+    })
 }
 
 /// The text of a message that recall searches: its text, tool calls' names
