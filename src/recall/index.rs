@@ -257,11 +257,18 @@ pub struct Index {
     /// The recall directory of a read-only index, when there is one.
     ro_dir: Option<Dir>,
     snap: Snapshot,
-    /// Terms past the snapshot's.
+    /// Terms past the snapshot's, and snapshot terms already looked up
+    /// while indexing (a hash probe is cheaper than a binary search).
     term_ids: HashMap<String, u32>,
     /// Per term id; a snapshot term's are decoded when first used.
     postings: Vec<OnceCell<Box<Postings>>>,
+    /// Entries appended to snapshot terms not decoded yet, merged in when
+    /// they are (an append then costs no decoding of common terms).
+    pending: HashMap<u32, Postings>,
     pub(crate) docs: Vec<DocMeta>,
+    /// Each doc's `dl` again, packed: ranking a common term reads one per
+    /// posting, and a quarter of the bytes keeps that pass in cache.
+    pub(crate) dls: Vec<u32>,
     convs: Vec<ConvState>,
     conv_ids: HashMap<String, u32>,
     /// Whether appends reach the disk (a failed write stops them; the
@@ -354,7 +361,9 @@ impl Index {
             snap: Snapshot::default(),
             term_ids: HashMap::new(),
             postings: Vec::new(),
+            pending: HashMap::new(),
             docs: Vec::new(),
+            dls: Vec::new(),
             convs: Vec::new(),
             conv_ids: HashMap::new(),
             persist: false,
@@ -374,7 +383,9 @@ impl Index {
         self.snap = Snapshot::default();
         self.term_ids.clear();
         self.postings.clear();
+        self.pending.clear();
         self.docs.clear();
+        self.dls.clear();
         self.convs.clear();
         self.conv_ids.clear();
         self.logs.borrow_mut().clear();
@@ -429,17 +440,16 @@ impl Index {
 
     fn postings_at(&self, id: u32) -> Option<&Postings> {
         let cell = self.postings.get(id as usize)?;
-        Some(cell.get_or_init(|| Box::new(self.snap.postings(id, self.docs.len()))))
-    }
-
-    fn postings_mut(&mut self, id: u32) -> Option<&mut Postings> {
-        let n_docs = self.docs.len();
-        let snap = &self.snap;
-        let cell = self.postings.get_mut(id as usize)?;
-        if cell.get().is_none() {
-            let _ = cell.set(Box::new(snap.postings(id, n_docs)));
-        }
-        cell.get_mut().map(|b| &mut **b)
+        Some(cell.get_or_init(|| {
+            let mut p = self.snap.postings(id, self.docs.len());
+            if let Some(tail) = self.pending.get(&id) {
+                // Appended after the snapshot: their doc ids are larger.
+                for (j, &d) in tail.docs.iter().enumerate() {
+                    p.push(d, tail.positions(j));
+                }
+            }
+            Box::new(p)
+        }))
     }
 
     /// The bytes of recall file `name` (empty when missing).
@@ -555,6 +565,7 @@ impl Index {
                         c.covered = covered;
                     }
                 }
+                self.dls = docs.iter().map(|d| d.dl).collect();
                 self.docs = docs;
                 true
             }
@@ -599,11 +610,21 @@ impl Index {
                 let end = at + usize::from(tf);
                 let positions = d.pos.get(at..end).unwrap_or(&[]);
                 at = end;
-                if let Some(p) = self.postings_mut(t) {
-                    p.push(id, positions);
-                    dl = dl.saturating_add(u32::from(tf));
+                let Some(cell) = self.postings.get_mut(t as usize) else {
+                    continue;
+                };
+                match cell.get_mut() {
+                    Some(p) => {
+                        p.push(id, positions);
+                        if !self.pending.is_empty() {
+                            self.pending.remove(&t);
+                        }
+                    }
+                    None => self.pending.entry(t).or_default().push(id, positions),
                 }
+                dl = dl.saturating_add(u32::from(tf));
             }
+            self.dls.push(dl);
             self.docs.push(DocMeta {
                 conv,
                 offset: d.offset,
@@ -759,15 +780,21 @@ impl Index {
             occ.clear();
             let mut n = 0u32;
             tokens_normalized(&text, |t| {
-                let id = match self.term_id(t) {
-                    Some(id) => id,
-                    None => {
-                        let id = self.postings.len() as u32;
-                        self.term_ids.insert(t.to_string(), id);
-                        self.postings.push(OnceCell::from(Box::default()));
-                        new_terms.push(t.to_string());
-                        id
-                    }
+                let id = match self.term_ids.get(t) {
+                    Some(&id) => id,
+                    None => match self.snap.find(t) {
+                        Some(id) => {
+                            self.term_ids.insert(t.to_string(), id);
+                            id
+                        }
+                        None => {
+                            let id = self.postings.len() as u32;
+                            self.term_ids.insert(t.to_string(), id);
+                            self.postings.push(OnceCell::from(Box::default()));
+                            new_terms.push(t.to_string());
+                            id
+                        }
+                    },
                 };
                 occ.push(u64::from(id) << 32 | u64::from(n));
                 n = n.saturating_add(1);
@@ -900,7 +927,9 @@ impl Index {
             names.push((self.snap.term(i).unwrap_or(b""), i));
         }
         for (t, &id) in &self.term_ids {
-            names.push((t.as_bytes(), id));
+            if id >= self.snap.n_terms {
+                names.push((t.as_bytes(), id));
+            }
         }
         names.sort_unstable();
         let mut out = Vec::with_capacity(self.snap.bytes.len() + (1 << 20));
@@ -1117,7 +1146,13 @@ fn decode_postings(b: &[u8], n_docs: usize) -> Option<Postings> {
     let mut docs = Vec::with_capacity(n);
     let mut d = 0u64;
     for i in 0..n {
-        let delta = varint(b, &mut at)?;
+        let delta = match b.get(at) {
+            Some(&v) if v < 0x80 => {
+                at += 1;
+                u64::from(v)
+            }
+            _ => varint(b, &mut at)?,
+        };
         if i > 0 && delta == 0 {
             return None;
         }
@@ -1127,22 +1162,43 @@ fn decode_postings(b: &[u8], n_docs: usize) -> Option<Postings> {
         }
         docs.push(d as u32);
     }
-    let mut p = Postings::default();
     let mut tfs = Vec::with_capacity(n);
+    let mut total = 0usize;
     for _ in 0..n {
-        tfs.push(u16::try_from(varint(b, &mut at)?).ok()?);
+        let tf = u16::try_from(varint(b, &mut at)?).ok()?;
+        total += usize::from(tf);
+        tfs.push(tf);
     }
-    let mut positions = Vec::new();
-    for (&doc, &tf) in docs.iter().zip(&tfs) {
-        positions.clear();
+    // Each position takes at least a byte: no allocation past the input.
+    if total > b.len().saturating_sub(at) {
+        return None;
+    }
+    // Filled in place (this runs the first time a query meets a term).
+    let mut pos = Vec::with_capacity(total);
+    let mut skip = Vec::with_capacity(n / SKIP + 1);
+    for (j, &tf) in tfs.iter().enumerate() {
+        if j % SKIP == 0 {
+            skip.push(pos.len() as u32);
+        }
         let mut x = 0u32;
         for _ in 0..tf {
-            x = x.checked_add(u32::try_from(varint(b, &mut at)?).ok()?)?;
-            positions.push(x);
+            let v = match b.get(at) {
+                Some(&v) if v < 0x80 => {
+                    at += 1;
+                    u32::from(v)
+                }
+                _ => u32::try_from(varint(b, &mut at)?).ok()?,
+            };
+            x = x.checked_add(v)?;
+            pos.push(x);
         }
-        p.push(doc, &positions);
     }
-    (at == b.len()).then_some(p)
+    (at == b.len()).then_some(Postings {
+        docs,
+        tfs,
+        pos,
+        skip,
+    })
 }
 
 /// The text of a message that recall searches: its text, tool calls' names

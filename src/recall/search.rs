@@ -292,6 +292,11 @@ impl Index {
             need = Some(counts);
         }
         let want = req.len().min(255) as u8;
+        // Without filters no message's metadata needs reading here.
+        let unfiltered = conv.is_none()
+            && filters.role.is_none()
+            && filters.since.is_none()
+            && filters.until.is_none();
         // Pass 1: the candidate set and its average length.
         const UNSEEN: f32 = -1.0;
         const REJECTED: f32 = -2.0;
@@ -304,15 +309,15 @@ impl Index {
                 if score.get(i) != Some(&UNSEEN) {
                     continue;
                 }
-                let Some(meta) = self.docs.get(i) else {
+                let Some(&dl) = self.dls.get(i) else {
                     continue;
                 };
-                let ok = filters.pass(meta, conv)
-                    && need.as_ref().is_none_or(|c| c.get(i) == Some(&want));
+                let ok = need.as_ref().is_none_or(|c| c.get(i) == Some(&want))
+                    && (unfiltered || self.docs.get(i).is_some_and(|m| filters.pass(m, conv)));
                 if ok {
                     score[i] = 0.0;
                     touched.push(d);
-                    sum_dl += u64::from(meta.dl);
+                    sum_dl += u64::from(dl);
                 } else {
                     score[i] = REJECTED;
                 }
@@ -327,7 +332,7 @@ impl Index {
             for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
                 let i = d as usize;
                 if score.get(i).is_some_and(|s| *s >= 0.0) {
-                    let dl = self.docs.get(i).map_or(0.0, |m| f64::from(m.dl));
+                    let dl = self.dls.get(i).map_or(0.0, |&x| f64::from(x));
                     score[i] += term_score(*idf, f64::from(tf), dl, avgdl) as f32;
                 }
             }
