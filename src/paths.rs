@@ -238,6 +238,9 @@ pub const REFLECTION_LAST_RESULT_FILE_NAME: &str = "last-result.json";
 /// Memory-worker instructions acknowledged and not yet finished, inside
 /// `reflections/` (a stopped supervisor's successor runs them).
 pub const WORKER_QUEUE_FILE_NAME: &str = "worker-queue.json";
+/// Repairs of conflicted memory-worker merges attempted, inside
+/// `reflections/` (one per conflict).
+pub const REPAIR_ATTEMPTS_FILE_NAME: &str = "repair-attempts.json";
 /// The last finished memory worker's result, inside `reflections/`.
 pub const WORKER_LAST_RESULT_FILE_NAME: &str = "last-worker.json";
 /// The payload launches directory, inside `reflections/`.

@@ -754,3 +754,89 @@ fn memory_workers_acknowledged_before_a_stop_are_run_by_the_next_supervisor() {
     assert_main_valid(&h, &id);
     drop(d);
 }
+
+#[test]
+fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch() {
+    if !confinement_or_skip("memory-worker repair") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    let attempts_file = agent_dir(&h, &id).join("reflections/repair-attempts.json");
+    // A worker appending to human.md while the main agent appends there too
+    // conflicts most of the time; rounds go on until one has.
+    let mut facts = Vec::new();
+    for round in 0..12 {
+        let (w, k) = (format!("w{round}z"), format!("k{round}z"));
+        let h2 = h.clone();
+        let wf = w.clone();
+        let worker = std::thread::spawn(move || {
+            run(
+                &h2,
+                &[
+                    "chat",
+                    "-a",
+                    "owl",
+                    "--conversation",
+                    "w",
+                    "-p",
+                    &format!("后台记住: {wf}"),
+                ],
+            )
+        });
+        ok(
+            &h,
+            &[
+                "chat",
+                "-a",
+                "owl",
+                "--conversation",
+                "k",
+                "-p",
+                &format!("记住: {k}"),
+            ],
+        );
+        assert!(worker.join().unwrap().status.success());
+        facts.push(w);
+        facts.push(k);
+        if attempts_file.exists() {
+            break;
+        }
+    }
+    assert!(
+        attempts_file.exists(),
+        "no worker merge conflicted in 12 rounds"
+    );
+    // Everything settles: no worker running or waiting.
+    assert!(wait_until(60, || {
+        let s = json_of(&h, &["reflect", "status", "-a", "owl", "--json"]);
+        s["worker"].is_null() && s["workers_waiting"] == 0
+    }));
+    let git_dir = agent_dir(&h, &id).join("memory.git");
+    let main = git(&git_dir, &["show", "main:human.md"]);
+    for f in &facts {
+        assert!(
+            main.contains(&format!("- {f}")),
+            "{f} missing from main: {main}"
+        );
+    }
+    // The repaired change is in main, so its kept branch is gone.
+    assert_eq!(mini_branches(&git_dir).trim(), "", "a kept branch is left");
+    let attempts: Value = serde_json::from_slice(&std::fs::read(&attempts_file).unwrap()).unwrap();
+    let attempts = attempts.as_object().unwrap();
+    assert!(!attempts.is_empty());
+    assert!(
+        attempts.values().all(|a| a["state"] == "done"),
+        "{attempts:?}"
+    );
+    // No fact twice (a repair does not repeat what is there).
+    for f in &facts {
+        assert_eq!(
+            main.matches(&format!("- {f}\n")).count(),
+            1,
+            "{f} twice: {main}"
+        );
+    }
+    assert_main_valid(&h, &id);
+    drop(d);
+}

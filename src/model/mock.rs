@@ -698,7 +698,13 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
     // A memory worker's assignment is said to it directly; a reflection
     // reads what the user said in the transcripts.
     let request: Vec<String> = between(prompt, "<memory_request>", "</memory_request>")
-        .map(|r| r.lines().map(|l| format!("[user] {}", l.trim())).collect())
+        // Indented lines (a quoted patch's context) are not asked for.
+        .map(|r| {
+            r.lines()
+                .filter(|l| !l.starts_with(char::is_whitespace))
+                .map(|l| format!("[user] {}", l.trim()))
+                .collect()
+        })
         .unwrap_or_default();
     let said_lines: Vec<&str> = if request.is_empty() {
         lines.clone()

@@ -28,6 +28,7 @@ pub mod lock;
 pub mod payload;
 pub mod prompt;
 pub mod queue;
+pub mod repair;
 pub mod settings;
 pub mod state;
 pub mod trigger;

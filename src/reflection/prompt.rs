@@ -391,6 +391,25 @@ you decided and why.\n\nThe proposed changes:\n{diff}\n"
     out
 }
 
+/// The assignment of a repair worker (chapter 17, exercise 3): a memory
+/// worker's change could not be merged (the memory changed meanwhile); its
+/// branch was kept. The worker re-applies what the change meant to the
+/// memory as it is now. The added lines are also listed plainly, one `- `
+/// line each when they are list items (the mock model reads those).
+pub fn repair(branch: &str, patch: &str, added: &[String]) -> String {
+    let mut out = format!(
+        "A memory change made in the background could not be merged: the memory \
+changed meanwhile, and the change was kept on the branch {branch}. Re-apply \
+what it meant to the memory as it is now: edit in place, keep what both sides \
+say, and do not repeat what is already there.\n\nThe change:\n{patch}\nThe lines it added:\n"
+    );
+    for line in added.iter().filter(|l| !l.trim().is_empty()) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// What a recall sub-agent (chapter 13) is told: the parent's question.
 /// It starts from the parent conversation's context (the supervisor forks
 /// it), so it knows what the search is for.

@@ -25,6 +25,18 @@ pub struct QueuedWorker {
     #[serde(default)]
     pub isolation: Option<String>,
     pub queued_at: String,
+    /// A repair worker: the kept branch whose change it re-applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<RepairOf>,
+}
+
+/// What a repair worker repairs (see [`super::repair`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairOf {
+    pub branch: String,
+    pub tip: String,
+    pub signature: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -69,6 +81,27 @@ pub fn push(
     isolation: Option<&str>,
     now: time::OffsetDateTime,
 ) -> Result<QueuedWorker, ReflectionError> {
+    push_item(agent, instruction, isolation, None, now)
+}
+
+/// [`push`], for a repair worker of `repair`.
+pub fn push_repair(
+    agent: &AgentPaths,
+    instruction: &str,
+    isolation: Option<&str>,
+    repair: RepairOf,
+    now: time::OffsetDateTime,
+) -> Result<QueuedWorker, ReflectionError> {
+    push_item(agent, instruction, isolation, Some(repair), now)
+}
+
+fn push_item(
+    agent: &AgentPaths,
+    instruction: &str,
+    isolation: Option<&str>,
+    repair: Option<RepairOf>,
+    now: time::OffsetDateTime,
+) -> Result<QueuedWorker, ReflectionError> {
     let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let mut q = read(agent)?;
     if q.items.len() >= MAX_QUEUED {
@@ -81,6 +114,7 @@ pub fn push(
         instruction: instruction.to_string(),
         isolation: isolation.map(str::to_string),
         queued_at: super::format_time(now),
+        repair,
     };
     q.items.push(item.clone());
     write(agent, &q)?;

@@ -931,6 +931,8 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
     let st = state.clone();
     let id = record.id.clone();
     let item_id = item.id.clone();
+    let repair = item.repair.clone();
+    let isolation = item.isolation.clone();
     state.requests.spawn(async move {
         let end = wait_exit(&st, events, child).await;
         let report = st
@@ -956,13 +958,31 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
                     json!(crate::reflection::format_time(now())),
                 );
             }
+            if let Some(r) = &repair {
+                // The repair's own commits carry the kept change now: the
+                // kept branch goes (only if nobody moved it meanwhile).
+                if f.status == wt::FinalizeStatus::Merged {
+                    let _ = wt::drop_kept_branch(&a, &r.branch, &r.tip);
+                }
+                let _ = crate::reflection::repair::complete(&a, &r.signature);
+            }
             let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
-            Ok(v)
+            Ok((
+                v,
+                f.status == wt::FinalizeStatus::MergeConflict && repair.is_none(),
+                f.branch,
+            ))
         })
-        .await
-        .unwrap_or_else(|v| v);
+        .await;
+        let (result, conflicted, kept) = match result {
+            Ok(r) => r,
+            Err(v) => (v, false, String::new()),
+        };
         drop(lease);
         tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
+        if conflicted && !st.is_stopping() {
+            queue_repair(&st, &id, &kept, isolation).await;
+        }
         // Stopped with its supervisor before it finished: the next one runs
         // the instruction again (what it committed is merged already).
         let interrupted = st.is_stopping() && !matches!(end, ChildEnd::Exited { code: 0 });
@@ -972,6 +992,46 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         next_worker(st, id);
     });
     info
+}
+
+/// A worker's merge conflicted and its branch was kept: queue a repair
+/// worker (chapter 17, exercise 3) that re-applies the kept change to the
+/// memory as it is now — once per conflict (`reflection::repair`).
+async fn queue_repair(state: &Arc<State>, agent_id: &str, branch: &str, isolation: Option<String>) {
+    let (home, id, branch) = (state.home.clone(), agent_id.to_string(), branch.to_string());
+    let queued = off_thread(move || {
+        let paths = home.agent(&id).map_err(failed)?;
+        let Some(change) = wt::kept_change(&paths, &branch).map_err(failed)? else {
+            return Ok(None);
+        };
+        let signature = format!("{}:{}", change.tip, change.main);
+        match crate::reflection::repair::claim(&paths, &signature, &branch, now())
+            .map_err(failed)?
+        {
+            crate::reflection::repair::Claim::Attempted => return Ok(None),
+            crate::reflection::repair::Claim::Claimed => {}
+        }
+        let instruction = prompt::repair(&change.branch, &change.patch, &change.added);
+        let repair = queue::RepairOf {
+            branch: change.branch,
+            tip: change.tip,
+            signature,
+        };
+        queue::push_repair(&paths, &instruction, isolation.as_deref(), repair, now())
+            .map(Some)
+            .map_err(failed)
+    })
+    .await;
+    match queued {
+        Ok(Some(item)) => {
+            tracing::info!(agent = %agent_id, branch = ?item.repair.as_ref().map(|r| &r.branch), "queued a repair of a conflicted memory worker");
+            state
+                .subagents
+                .with(agent_id, |a| a.queued_workers.push_back(item));
+        }
+        Ok(None) => {}
+        Err(v) => tracing::warn!(agent = %agent_id, result = %v, "cannot queue a repair"),
+    }
 }
 
 /// Longest a recall sub-agent may run before it is stopped.
