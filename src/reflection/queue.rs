@@ -37,7 +37,18 @@ pub struct RepairOf {
     pub branch: String,
     pub tip: String,
     pub signature: String,
+    /// Earlier kept branches (and their tips) this repair also stands for:
+    /// a repair that conflicted in turn is repaired again, and the last one
+    /// to merge removes them all.
+    #[serde(default)]
+    pub also: Vec<(String, String)>,
+    /// How many repairs led here (a chain stops at [`MAX_REPAIR_DEPTH`]).
+    #[serde(default)]
+    pub depth: u8,
 }
+
+/// Repairs of repairs at most; past it the branches stay for an operator.
+pub const MAX_REPAIR_DEPTH: u8 = 3;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct QueueFile {

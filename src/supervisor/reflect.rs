@@ -932,6 +932,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
     let id = record.id.clone();
     let item_id = item.id.clone();
     let repair = item.repair.clone();
+    let previous = item.repair.clone();
     let isolation = item.isolation.clone();
     state.requests.spawn(async move {
         let end = wait_exit(&st, events, child).await;
@@ -963,15 +964,14 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
                 // kept branch goes (only if nobody moved it meanwhile).
                 if f.status == wt::FinalizeStatus::Merged {
                     let _ = wt::drop_kept_branch(&a, &r.branch, &r.tip);
+                    for (branch, tip) in &r.also {
+                        let _ = wt::drop_kept_branch(&a, branch, tip);
+                    }
                 }
                 let _ = crate::reflection::repair::complete(&a, &r.signature);
             }
             let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
-            Ok((
-                v,
-                f.status == wt::FinalizeStatus::MergeConflict && repair.is_none(),
-                f.branch,
-            ))
+            Ok((v, f.status == wt::FinalizeStatus::MergeConflict, f.branch))
         })
         .await;
         let (result, conflicted, kept) = match result {
@@ -981,7 +981,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         drop(lease);
         tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
         if conflicted && !st.is_stopping() {
-            queue_repair(&st, &id, &kept, isolation).await;
+            queue_repair(&st, &id, &kept, isolation, previous).await;
         }
         // Stopped with its supervisor before it finished: the next one runs
         // the instruction again (what it committed is merged already).
@@ -997,7 +997,27 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
 /// A worker's merge conflicted and its branch was kept: queue a repair
 /// worker (chapter 17, exercise 3) that re-applies the kept change to the
 /// memory as it is now — once per conflict (`reflection::repair`).
-async fn queue_repair(state: &Arc<State>, agent_id: &str, branch: &str, isolation: Option<String>) {
+async fn queue_repair(
+    state: &Arc<State>,
+    agent_id: &str,
+    branch: &str,
+    isolation: Option<String>,
+    previous: Option<queue::RepairOf>,
+) {
+    // A repair that conflicted in turn is repaired again (the memory moved
+    // on), a few times at most.
+    let depth = previous.as_ref().map_or(0, |p| p.depth + 1);
+    if depth >= queue::MAX_REPAIR_DEPTH {
+        tracing::warn!(agent = %agent_id, branch, "repairs keep conflicting: the branch stays for an operator");
+        return;
+    }
+    let mut also = previous
+        .map(|p| {
+            let mut v = p.also;
+            v.push((p.branch, p.tip));
+            v
+        })
+        .unwrap_or_default();
     let (home, id, branch) = (state.home.clone(), agent_id.to_string(), branch.to_string());
     let queued = off_thread(move || {
         let paths = home.agent(&id).map_err(failed)?;
@@ -1016,6 +1036,8 @@ async fn queue_repair(state: &Arc<State>, agent_id: &str, branch: &str, isolatio
             branch: change.branch,
             tip: change.tip,
             signature,
+            also: std::mem::take(&mut also),
+            depth,
         };
         queue::push_repair(&paths, &instruction, isolation.as_deref(), repair, now())
             .map(Some)
