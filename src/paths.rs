@@ -192,6 +192,18 @@ pub fn is_valid_agent_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// The bare repository holding agent `id`'s memory in a directory of
+/// remote repositories (`MINI_LETTA_REMOTE_ROOT` naming a local directory).
+pub fn remote_agent_repo(remote_root: &Path, id: &str) -> Result<PathBuf, PathsError> {
+    if !is_valid_agent_id(id) {
+        return Err(PathsError::InvalidAgentId(id.to_string()));
+    }
+    Ok(remote_root.join(format!("{id}{REMOTE_REPO_SUFFIX}")))
+}
+
+/// Suffix of the bare repositories in a directory of remote repositories.
+pub const REMOTE_REPO_SUFFIX: &str = ".git";
+
 /// Paths inside one agent's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPaths {

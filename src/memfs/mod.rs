@@ -17,6 +17,7 @@ pub mod pathrules;
 pub mod repo;
 pub mod revision;
 pub mod snapshot;
+pub mod sync;
 pub mod template;
 pub mod text;
 pub mod validate;

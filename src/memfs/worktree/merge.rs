@@ -30,7 +30,7 @@ pub(super) enum MergeOutcome {
 }
 
 /// Paths whose entry differs between two snapshots, in byte order.
-pub(super) fn diff_paths(old: &TreeSnapshot, new: &TreeSnapshot) -> Vec<String> {
+pub(crate) fn diff_paths(old: &TreeSnapshot, new: &TreeSnapshot) -> Vec<String> {
     let mut out: Vec<String> = new
         .iter()
         .filter(|(p, e)| old.get(p) != Some(e))
@@ -63,7 +63,7 @@ fn overlaps(a: &str, b: &str) -> bool {
 
 /// The identity merge commits are made with: the agent's, as for its other
 /// memory commits, else a generic supervisor one.
-pub(super) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
+pub(crate) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
     if let Ok(record) = crate::agent::store::load(agent)
         && let Ok(sig) = crate::agent::store::agent_signature(&record)
     {
@@ -159,7 +159,7 @@ pub(super) fn merge_into_main(
 /// Bring the working tree `work_tree` and the on-disk index of `repo` to
 /// `new` for exactly `changed` (deletions first, then writes), through
 /// descriptors: no symlink in the child-writable tree is followed.
-pub(super) fn update_checkout(
+pub(crate) fn update_checkout(
     repo: &Repository,
     work_tree: &Path,
     new: &TreeSnapshot,

@@ -26,7 +26,7 @@
 mod create;
 mod finalize;
 mod kept;
-mod merge;
+pub(crate) mod merge;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,968 @@
+//! Remote sync of an agent's memory (`mini-letta sync`): fetch the remote
+//! `main`, fast-forward or rebase onto it, validate what would be pushed,
+//! push without ever forcing.
+//!
+//! Network git goes through the `git` CLI (run by the supervisor), so the
+//! operator's credential helpers and ssh configuration apply. Every command
+//! names the git directory `memory.git/` explicitly: the child-writable
+//! `memory/.git` pointer is never read. No named remote is configured in
+//! `memory.git`; the URL is passed on each command line (it comes from
+//! `MINI_LETTA_REMOTE_ROOT`, which may change between runs), and the fetched
+//! tip is kept in `refs/remotes/origin/main`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use git2::{Oid, Repository, Sort};
+
+use crate::memfs::commit::CommitOptions;
+use crate::memfs::lock::{LockError, RepoLock};
+use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
+use crate::memfs::validate::{TreeSnapshot, ValidateError, validate};
+use crate::memfs::worktree::WorktreeError;
+use crate::memfs::worktree::merge::{diff_paths, signature, update_checkout};
+use crate::memfs::worktree_status::{StatusError, worktree_status};
+use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
+
+/// Environment variable naming the remote root.
+pub const REMOTE_ROOT_ENV: &str = "MINI_LETTA_REMOTE_ROOT";
+
+/// Where the fetched remote `main` is kept in `memory.git`.
+pub const REMOTE_TRACKING_REF: &str = "refs/remotes/origin/main";
+
+/// Prefix of the refs saved before local history is rewritten.
+pub const BACKUP_REF_PREFIX: &str = "refs/mini-letta/backup/";
+
+/// Bound on each git command (network operations included).
+const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+const LOCAL_MAIN: &str = "refs/heads/main";
+
+/// How a sync ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncStatus {
+    /// No remote configured.
+    Skipped,
+    /// Nothing to push (possibly after fast-forwarding to the remote).
+    Clean,
+    /// Local commits were pushed.
+    Pushed,
+    /// The checkout has uncommitted changes; nothing was touched.
+    Dirty,
+    /// Local commits do not apply on the remote; `main` is unchanged.
+    Conflict,
+    /// The tree that would be pushed fails validation; `main` is unchanged.
+    Invalid,
+    /// The remote refused the push (also after one fetch + rebase retry).
+    PushFailed,
+}
+
+/// The result of [`sync`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SyncOutcome {
+    pub status: SyncStatus,
+    pub message: String,
+    /// Local `main` afterwards.
+    pub local: Option<String>,
+    /// The remote `main` as last seen (after a successful push: what was pushed).
+    pub remote: Option<String>,
+    /// The backup ref written before local history was rewritten.
+    pub backup_ref: Option<String>,
+    pub pushed_commits: usize,
+}
+
+impl SyncOutcome {
+    fn new(status: SyncStatus, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            local: None,
+            remote: None,
+            backup_ref: None,
+            pushed_commits: 0,
+        }
+    }
+}
+
+/// Failures that stop a sync before it can report a status.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Paths(#[from] PathsError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Status(#[from] StatusError),
+    #[error("{}", .0.render().trim_end())]
+    Validate(#[from] ValidateError),
+    #[error(transparent)]
+    Worktree(#[from] WorktreeError),
+    #[error("cannot {what}: {source}")]
+    Git {
+        what: &'static str,
+        source: git2::Error,
+    },
+    #[error("git {command} failed: {message}")]
+    Command { command: String, message: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
+    move |source| SyncError::Git { what, source }
+}
+
+/// Whether `root` is a git URL (`scheme://…` or scp-like `[user@]host:path`)
+/// rather than a local directory.
+fn is_url(root: &str) -> bool {
+    if root.contains("://") {
+        return true;
+    }
+    // Git's own rule: a colon before the first slash; one letter before it
+    // would be a drive letter, not a host.
+    match root.split_once(':') {
+        Some((host, _)) => !host.contains('/') && host.len() > 1,
+        None => false,
+    }
+}
+
+/// The remote repository of agent `agent_id` under `remote_root`.
+pub fn remote_url(remote_root: &str, agent_id: &str) -> String {
+    if is_url(remote_root) {
+        format!(
+            "{}/{agent_id}{REMOTE_REPO_SUFFIX}",
+            remote_root.trim_end_matches('/')
+        )
+    } else {
+        Path::new(remote_root)
+            .join(format!("{agent_id}{REMOTE_REPO_SUFFIX}"))
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Agent ids with a `<id>.git` directory in a directory remote root
+/// (sorted; empty for a URL root or an unreadable directory).
+pub fn remote_agents(remote_root: &str) -> Vec<String> {
+    if is_url(remote_root) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(remote_root) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(REMOTE_REPO_SUFFIX)?;
+            crate::paths::is_valid_agent_id(id).then(|| id.to_string())
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Output of one git command.
+struct GitRun {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `git` non-interactively with a bounded wait. `git_dir` is passed as
+/// `--git-dir` (never discovered); hooks and fsmonitor are off so nothing
+/// from the repository's configuration runs as the supervisor.
+fn run_git(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, SyncError> {
+    let command = args.first().copied().unwrap_or("").to_string();
+    let mut cmd = Command::new("git");
+    if let Some(dir) = git_dir {
+        cmd.arg("--git-dir").arg(dir);
+    }
+    cmd.args([
+        "-c",
+        "commit.gpgsign=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+    ])
+    .args(args)
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .env_remove("GIT_DIR")
+    .env_remove("GIT_WORK_TREE")
+    .env_remove("GIT_INDEX_FILE")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let fail = |message: String| SyncError::Command {
+        command: command.clone(),
+        message,
+    };
+    let mut child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
+    // Drain both pipes on threads so a chatty git cannot block on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + GIT_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!("timed out after {GIT_TIMEOUT:?}")));
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    };
+    Ok(GitRun {
+        ok: status.success(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+fn checked(run: GitRun, command: &str) -> Result<GitRun, SyncError> {
+    if run.ok {
+        Ok(run)
+    } else {
+        Err(SyncError::Command {
+            command: command.to_string(),
+            message: run.stderr.trim().to_string(),
+        })
+    }
+}
+
+/// Fetch the remote `main` into [`REMOTE_TRACKING_REF`]; `None` when the
+/// remote has no `main` yet.
+fn fetch(repo: &Repository, git_dir: &Path, url: &str) -> Result<Option<Oid>, SyncError> {
+    let refspec = format!("refs/heads/{MAIN_BRANCH}");
+    let listed = checked(
+        run_git(Some(git_dir), &["ls-remote", "--", url, &refspec])?,
+        "ls-remote",
+    )?;
+    if listed.stdout.trim().is_empty() {
+        return Ok(None);
+    }
+    // `+` only on our own tracking ref: it mirrors whatever the remote has.
+    let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
+    checked(
+        run_git(
+            Some(git_dir),
+            &[
+                "fetch",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--",
+                url,
+                &spec,
+            ],
+        )?,
+        "fetch",
+    )?;
+    let id = repo
+        .refname_to_id(REMOTE_TRACKING_REF)
+        .map_err(git("read the fetched remote main"))?;
+    Ok(Some(id))
+}
+
+enum Push {
+    Done,
+    Rejected(String),
+    Failed(String),
+}
+
+/// Push local `main` to the remote `main`, never forced.
+fn push(git_dir: &Path, url: &str) -> Result<Push, SyncError> {
+    let spec = format!("{LOCAL_MAIN}:refs/heads/{MAIN_BRANCH}");
+    let run = run_git(Some(git_dir), &["push", "--porcelain", "--", url, &spec])?;
+    if run.ok {
+        return Ok(Push::Done);
+    }
+    let text = format!("{}{}", run.stdout, run.stderr);
+    let message = run.stderr.trim().to_string();
+    // A remote that moved meanwhile is worth one fetch + rebase; anything
+    // else (auth, hooks, network) is not.
+    if ["[rejected]", "non-fast-forward", "fetch first"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
+        Ok(Push::Rejected(message))
+    } else {
+        Ok(Push::Failed(message))
+    }
+}
+
+fn main_tip(repo: &Repository) -> Result<Oid, SyncError> {
+    repo.refname_to_id(LOCAL_MAIN)
+        .map_err(git("read the local main"))
+}
+
+/// Commits reachable from `tip` but not from `base`.
+fn count_between(repo: &Repository, tip: Oid, base: Option<Oid>) -> Result<usize, SyncError> {
+    let mut walk = repo.revwalk().map_err(git("walk history"))?;
+    walk.push(tip).map_err(git("walk history"))?;
+    if let Some(b) = base {
+        walk.hide(b).map_err(git("walk history"))?;
+    }
+    Ok(walk.count())
+}
+
+fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, SyncError> {
+    let tree = repo
+        .find_commit(id)
+        .and_then(|c| c.tree())
+        .map_err(git("read a commit tree"))?;
+    Ok(TreeSnapshot::from_tree(repo, &tree)?)
+}
+
+/// Validate the tree of `candidate` (what would be pushed) against the
+/// remote tree it lands on. Config changes were approved when each side
+/// committed them, so the approval rule is not re-asked here; everything
+/// else (frontmatter, structure, budgets) is judged on the combined tree.
+fn check(
+    repo: &Repository,
+    candidate: Oid,
+    remote: Option<Oid>,
+) -> Result<Option<String>, SyncError> {
+    let new = snapshot(repo, candidate)?;
+    let accepted = match remote {
+        Some(r) => Some(snapshot(repo, r)?),
+        None => None,
+    };
+    let opts = CommitOptions::for_repo(repo, true);
+    let report = validate(repo, &new, accepted.as_ref(), &opts.validate)?;
+    // The violations alone: the commit-hook wording ("staged changes")
+    // would be wrong for committed history.
+    Ok((!report.is_ok()).then(|| {
+        report
+            .messages()
+            .iter()
+            .map(|m| format!("  {m}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }))
+}
+
+/// Write `refs/mini-letta/backup/<UTC YYYYMMDDHHMMSS>` (suffixed `-<n>` if
+/// taken this second) at `at`.
+fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
+    let format = time::macros::format_description!("[year][month][day][hour][minute][second]");
+    let stamp = time::OffsetDateTime::now_utc()
+        .format(&format)
+        .unwrap_or_else(|_| "unknown".to_string());
+    for n in 0..100 {
+        let name = if n == 0 {
+            format!("{BACKUP_REF_PREFIX}{stamp}")
+        } else {
+            format!("{BACKUP_REF_PREFIX}{stamp}-{n}")
+        };
+        match repo.reference(&name, at, false, "mini-letta sync: backup before rebase") {
+            Ok(_) => return Ok(name),
+            Err(e) if e.code() == git2::ErrorCode::Exists => continue,
+            Err(e) => return Err(git("write the backup ref")(e)),
+        }
+    }
+    Err(SyncError::Git {
+        what: "write the backup ref",
+        source: git2::Error::from_str("too many backups this second"),
+    })
+}
+
+enum Rebased {
+    Tip(Oid),
+    Conflict(Vec<String>),
+}
+
+/// Replay local's non-merge commits since the merge base onto `onto`, in
+/// memory (objects only; no ref moves). Merge commits are dropped, as
+/// `git rebase` does: their changes arrive through the replayed commits.
+fn rebase(
+    repo: &Repository,
+    agent: &AgentPaths,
+    local: Oid,
+    onto: Oid,
+) -> Result<Rebased, SyncError> {
+    let mut walk = repo.revwalk().map_err(git("walk history"))?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)
+        .map_err(git("walk history"))?;
+    walk.push(local).map_err(git("walk history"))?;
+    walk.hide(onto).map_err(git("walk history"))?;
+    let committer = signature(agent)?;
+    let mut base = repo
+        .find_commit(onto)
+        .map_err(git("read the remote main"))?;
+    for id in walk {
+        let commit = repo
+            .find_commit(id.map_err(git("walk history"))?)
+            .map_err(git("read a local commit"))?;
+        if commit.parent_count() != 1 {
+            continue;
+        }
+        let mut index = repo
+            .cherrypick_commit(&commit, &base, 0, None)
+            .map_err(git("replay a local commit"))?;
+        if index.has_conflicts() {
+            let mut paths: Vec<String> = index
+                .conflicts()
+                .map_err(git("list conflicts"))?
+                .flatten()
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            return Ok(Rebased::Conflict(paths));
+        }
+        let tree_id = index
+            .write_tree_to(repo)
+            .map_err(git("write a replayed tree"))?;
+        // Already on the remote (same change made there): drop it.
+        if tree_id == base.tree_id() {
+            continue;
+        }
+        let tree = repo.find_tree(tree_id).map_err(git("read a tree"))?;
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        let new = repo
+            .commit(
+                None,
+                &commit.author(),
+                &committer,
+                &message,
+                &tree,
+                &[&base],
+            )
+            .map_err(git("write a replayed commit"))?;
+        base = repo
+            .find_commit(new)
+            .map_err(git("read a replayed commit"))?;
+    }
+    Ok(Rebased::Tip(base.id()))
+}
+
+/// Move local `main` from `old` to `new` and bring `memory/` and its index
+/// up to date for the paths that changed. `None` when the checkout could not
+/// be updated (the ref moved anyway; the paths then show as dirty).
+fn move_main(
+    repo: &Repository,
+    agent: &AgentPaths,
+    old: Oid,
+    new: Oid,
+    why: &str,
+) -> Result<Option<String>, SyncError> {
+    let before = snapshot(repo, old)?;
+    let after = snapshot(repo, new)?;
+    let changed = diff_paths(&before, &after);
+    repo.reference_matching(LOCAL_MAIN, new, true, old, why)
+        .map_err(git("move the local main"))?;
+    Ok(update_checkout(repo, &agent.memory_dir(), &after, &changed)
+        .err()
+        .map(|e| format!(" (the memory checkout could not be updated: {e})")))
+}
+
+/// Sync agent `agent_id`'s memory with `remote_root` (see the module docs).
+pub fn sync(
+    agent: &AgentPaths,
+    agent_id: &str,
+    remote_root: Option<&str>,
+) -> Result<SyncOutcome, SyncError> {
+    let Some(root) = remote_root.filter(|r| !r.is_empty()) else {
+        return Ok(SyncOutcome::new(
+            SyncStatus::Skipped,
+            format!("no remote configured: set {REMOTE_ROOT_ENV}"),
+        ));
+    };
+    if !crate::paths::is_valid_agent_id(agent_id) {
+        return Err(PathsError::InvalidAgentId(agent_id.to_string()).into());
+    }
+    let git_dir = agent.memory_git_dir();
+    let _lock = RepoLock::acquire(&git_dir)?;
+    let repo = open_agent(agent)?;
+
+    let status = worktree_status(&repo)?;
+    if !status.dirty.is_empty() {
+        let mut out = SyncOutcome::new(
+            SyncStatus::Dirty,
+            format!(
+                "{} uncommitted memory change(s): commit them first ({})",
+                status.dirty.len(),
+                status.dirty.join(", ")
+            ),
+        );
+        out.local = status.head;
+        return Ok(out);
+    }
+
+    let url = if is_url(root) {
+        remote_url(root, agent_id)
+    } else {
+        let root_dir = std::path::absolute(root).unwrap_or_else(|_| PathBuf::from(root));
+        let bare = remote_agent_repo(&root_dir, agent_id)?;
+        if !bare.exists() {
+            // Created on first use, so a directory root needs no setup.
+            std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
+                path: root_dir.clone(),
+                source,
+            })?;
+            let path = bare.to_string_lossy().into_owned();
+            checked(
+                run_git(
+                    None,
+                    &[
+                        "init",
+                        "--quiet",
+                        "--bare",
+                        "--initial-branch",
+                        MAIN_BRANCH,
+                        "--",
+                        &path,
+                    ],
+                )?,
+                "init",
+            )?;
+        }
+        bare.to_string_lossy().into_owned()
+    };
+
+    let mut backup_ref = None;
+    let mut last_rejection = String::new();
+    for attempt in 0..2 {
+        let remote = fetch(&repo, &git_dir, &url)?;
+        let local = main_tip(&repo)?;
+        let finish = |status, message: String, remote: Option<Oid>, backup: &Option<String>| {
+            let mut out = SyncOutcome::new(status, message);
+            out.local = main_tip(&repo).ok().map(|o| o.to_string());
+            out.remote = remote.map(|o| o.to_string());
+            out.backup_ref = backup.clone();
+            out
+        };
+        let mut rebased = false;
+        let to_push = match remote {
+            None => local,
+            Some(r) if r == local => {
+                return Ok(finish(
+                    SyncStatus::Clean,
+                    "memory is up to date with the remote".into(),
+                    remote,
+                    &backup_ref,
+                ));
+            }
+            Some(r)
+                if repo
+                    .graph_descendant_of(local, r)
+                    .map_err(git("compare histories"))? =>
+            {
+                local
+            }
+            Some(r)
+                if repo
+                    .graph_descendant_of(r, local)
+                    .map_err(git("compare histories"))? =>
+            {
+                let n = count_between(&repo, r, Some(local))?;
+                let note = move_main(&repo, agent, local, r, "mini-letta sync: fast-forward")?;
+                return Ok(finish(
+                    SyncStatus::Clean,
+                    format!(
+                        "fast-forwarded {n} commit(s) from the remote; nothing to push{}",
+                        note.unwrap_or_default()
+                    ),
+                    remote,
+                    &backup_ref,
+                ));
+            }
+            Some(r) => {
+                if repo.merge_base(local, r).is_err() {
+                    return Ok(finish(
+                        SyncStatus::Conflict,
+                        format!("local memory and the remote {url} have unrelated histories"),
+                        remote,
+                        &backup_ref,
+                    ));
+                }
+                // Before anything is rewritten, keep the local history.
+                backup_ref = Some(write_backup(&repo, local)?);
+                let tip = match rebase(&repo, agent, local, r)? {
+                    Rebased::Tip(t) => t,
+                    Rebased::Conflict(paths) => {
+                        return Ok(finish(
+                            SyncStatus::Conflict,
+                            format!(
+                                "local commits conflict with the remote in: {}; local main is unchanged",
+                                paths.join(", ")
+                            ),
+                            remote,
+                            &backup_ref,
+                        ));
+                    }
+                };
+                if let Some(message) = check(&repo, tip, remote)? {
+                    return Ok(finish(
+                        SyncStatus::Invalid,
+                        format!(
+                            "the rebased memory fails validation; local main is unchanged:\n{message}"
+                        ),
+                        remote,
+                        &backup_ref,
+                    ));
+                }
+                rebased = true;
+                tip
+            }
+        };
+        if !rebased && let Some(message) = check(&repo, to_push, remote)? {
+            return Ok(finish(
+                SyncStatus::Invalid,
+                format!("the memory to push fails validation:\n{message}"),
+                remote,
+                &backup_ref,
+            ));
+        }
+        let mut note = None;
+        if to_push != local {
+            note = move_main(&repo, agent, local, to_push, "mini-letta sync: rebase")?;
+        }
+        let n = count_between(&repo, to_push, remote)?;
+        match push(&git_dir, &url)? {
+            Push::Done => {
+                let what = if rebased {
+                    "rebased and pushed"
+                } else {
+                    "pushed"
+                };
+                return Ok(finish(
+                    SyncStatus::Pushed,
+                    format!(
+                        "{what} {n} memory commit(s) to {url}{}",
+                        note.unwrap_or_default()
+                    ),
+                    Some(to_push),
+                    &backup_ref,
+                ))
+                .map(|mut o| {
+                    o.pushed_commits = n;
+                    o
+                });
+            }
+            Push::Rejected(message) if attempt == 0 => last_rejection = message,
+            Push::Rejected(message) | Push::Failed(message) => {
+                return Ok(finish(
+                    SyncStatus::PushFailed,
+                    format!("push to {url} failed: {message}"),
+                    remote,
+                    &backup_ref,
+                ));
+            }
+        }
+    }
+    let mut out = SyncOutcome::new(
+        SyncStatus::PushFailed,
+        format!("push to {url} was rejected again after a retry: {last_rejection}"),
+    );
+    out.local = main_tip(&repo).ok().map(|o| o.to_string());
+    out.backup_ref = backup_ref;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::memfs::commit::commit_paths;
+    use crate::paths::Home;
+    use git2::Signature;
+
+    struct Agent {
+        _tmp: tempfile::TempDir,
+        paths: AgentPaths,
+        id: String,
+    }
+
+    fn agent() -> Agent {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path());
+        let record = crate::agent::store::create(&home, "syncer", None).unwrap();
+        let paths = home.agent(&record.id).unwrap();
+        Agent {
+            _tmp: tmp,
+            paths,
+            id: record.id,
+        }
+    }
+
+    fn cli(args: &[&str]) {
+        let out = Command::new("git").args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// A second home's agent whose memory is a copy of the remote's `main`
+    /// (what a clone on another machine would hold), synced as `id`.
+    fn second_home(remote: &str) -> Agent {
+        let b = agent();
+        let gd = b.paths.memory_git_dir();
+        let gd = gd.to_str().unwrap();
+        let wt = b.paths.memory_dir();
+        let wt = wt.to_str().unwrap();
+        cli(&[
+            "--git-dir",
+            gd,
+            "fetch",
+            "--update-head-ok",
+            remote,
+            "+refs/heads/main:refs/heads/main",
+        ]);
+        cli(&["--git-dir", gd, "--work-tree", wt, "reset", "--hard", "-q"]);
+        cli(&["--git-dir", gd, "--work-tree", wt, "clean", "-fdq"]);
+        b
+    }
+
+    fn md(name: &str, body: &str) -> String {
+        format!("---\nname: {name}\ndescription: {name} notes\n---\n\n{body}\n")
+    }
+
+    fn commit_file(a: &Agent, rel: &str, contents: &str) -> Oid {
+        let p = a.paths.memory_dir().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, contents).unwrap();
+        let repo = open_agent(&a.paths).unwrap();
+        let sig = Signature::now("t", "t@example.com").unwrap();
+        commit_paths(
+            &repo,
+            &[rel.to_string()],
+            &format!("add {rel}"),
+            &sig,
+            &CommitOptions::for_repo(&repo, false),
+        )
+        .unwrap()
+        .commit
+        .unwrap()
+    }
+
+    fn tip(a: &Agent) -> Oid {
+        main_tip(&open_agent(&a.paths).unwrap()).unwrap()
+    }
+
+    fn remote_tip(url: &str) -> Oid {
+        Repository::open_bare(url)
+            .unwrap()
+            .refname_to_id("refs/heads/main")
+            .unwrap()
+    }
+
+    fn is_clean(a: &Agent) -> bool {
+        worktree_status(&open_agent(&a.paths).unwrap())
+            .unwrap()
+            .dirty
+            .is_empty()
+    }
+
+    /// Agent A synced to a fresh directory root, and B a copy of it.
+    fn pair() -> (tempfile::TempDir, String, Agent, Agent, String) {
+        let root = tempfile::tempdir().unwrap();
+        let root_s = root.path().to_str().unwrap().to_string();
+        let a = agent();
+        let out = sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
+        let url = remote_url(&root_s, &a.id);
+        let b = second_home(&url);
+        (root, root_s, a, b, url)
+    }
+
+    #[test]
+    fn remote_urls() {
+        assert_eq!(remote_url("/srv/mem", "ag-1"), "/srv/mem/ag-1.git");
+        assert_eq!(remote_url("/srv/mem/", "ag-1"), "/srv/mem/ag-1.git");
+        assert_eq!(
+            remote_url("https://git.example.com/mem/", "ag-1"),
+            "https://git.example.com/mem/ag-1.git"
+        );
+        assert_eq!(
+            remote_url("git@example.com:mem", "ag-1"),
+            "git@example.com:mem/ag-1.git"
+        );
+        assert!(!is_url("relative/dir"));
+        assert!(!is_url("./a:b"));
+    }
+
+    #[test]
+    fn no_root_is_skipped() {
+        let a = agent();
+        let out = sync(&a.paths, &a.id, None).unwrap();
+        assert_eq!(out.status, SyncStatus::Skipped);
+        assert!(out.message.contains(REMOTE_ROOT_ENV));
+        let json = serde_json::to_value(&out).unwrap();
+        assert_eq!(json["status"], "skipped");
+    }
+
+    #[test]
+    fn first_sync_creates_the_remote_and_pushes() {
+        let root = tempfile::tempdir().unwrap();
+        let root_s = root.path().join("remotes");
+        let root_s = root_s.to_str().unwrap();
+        let a = agent();
+        let out = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
+        assert!(out.pushed_commits >= 1);
+        let url = remote_url(root_s, &a.id);
+        assert_eq!(remote_tip(&url), tip(&a));
+        assert_eq!(out.remote, Some(tip(&a).to_string()));
+        assert_eq!(remote_agents(root_s), vec![a.id.clone()]);
+
+        let again = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        assert_eq!(again.status, SyncStatus::Clean, "{again:?}");
+        assert_eq!(serde_json::to_value(&again).unwrap()["status"], "clean");
+
+        commit_file(&a, "notes/MEMORY.md", "# notes\n");
+        let pushed = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        assert_eq!(pushed.status, SyncStatus::Pushed, "{pushed:?}");
+        assert_eq!(pushed.pushed_commits, 1);
+        assert_eq!(remote_tip(&url), tip(&a));
+    }
+
+    #[test]
+    fn a_second_home_fast_forwards() {
+        let (_root, root_s, a, b, url) = pair();
+        commit_file(&a, "fact.md", &md("fact", "the sky is blue"));
+        assert_eq!(
+            sync(&a.paths, &a.id, Some(&root_s)).unwrap().status,
+            SyncStatus::Pushed
+        );
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(out.message.contains("fast-forwarded 1"), "{}", out.message);
+        assert_eq!(tip(&b), remote_tip(&url));
+        let text = std::fs::read_to_string(b.paths.memory_dir().join("fact.md")).unwrap();
+        assert!(text.contains("the sky is blue"));
+        assert!(is_clean(&b));
+    }
+
+    #[test]
+    fn diverged_histories_are_rebased_and_pushed() {
+        let (_root, root_s, a, b, url) = pair();
+        commit_file(&a, "a.md", &md("a", "fact from A"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let old_remote = remote_tip(&url);
+        let old_local = commit_file(&b, "b.md", &md("b", "fact from B"));
+
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
+        assert_eq!(out.pushed_commits, 1);
+        assert!(out.message.contains("rebased"));
+        let backup = out.backup_ref.clone().unwrap();
+        assert!(backup.starts_with(BACKUP_REF_PREFIX));
+        let repo = open_agent(&b.paths).unwrap();
+        assert_eq!(repo.refname_to_id(&backup).unwrap(), old_local);
+
+        let new_remote = remote_tip(&url);
+        assert_eq!(new_remote, tip(&b));
+        // Never forced: the remote's old tip is kept in its history.
+        assert!(repo.graph_descendant_of(new_remote, old_remote).unwrap());
+        let tree = repo.find_commit(new_remote).unwrap().tree().unwrap();
+        assert!(tree.get_path(Path::new("a.md")).is_ok());
+        assert!(tree.get_path(Path::new("b.md")).is_ok());
+        assert!(check(&repo, new_remote, None).unwrap().is_none());
+        assert!(b.paths.memory_dir().join("a.md").is_file());
+        assert!(is_clean(&b));
+
+        // A then picks up B's fact by fast-forward.
+        let back = sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(back.status, SyncStatus::Clean, "{back:?}");
+        assert!(a.paths.memory_dir().join("b.md").is_file());
+        assert!(is_clean(&a));
+    }
+
+    #[test]
+    fn conflicting_edits_are_a_conflict() {
+        let (_root, root_s, a, b, _url) = pair();
+        commit_file(&a, "same.md", &md("same", "A's version"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let before = commit_file(&b, "same.md", &md("same", "B's version"));
+
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Conflict, "{out:?}");
+        assert!(out.message.contains("same.md"), "{}", out.message);
+        assert_eq!(tip(&b), before);
+        let backup = out.backup_ref.unwrap();
+        let repo = open_agent(&b.paths).unwrap();
+        assert_eq!(repo.refname_to_id(&backup).unwrap(), before);
+        let text = std::fs::read_to_string(b.paths.memory_dir().join("same.md")).unwrap();
+        assert!(text.contains("B's version"));
+        assert!(is_clean(&b));
+    }
+
+    #[test]
+    fn a_rebased_tree_failing_validation_is_invalid() {
+        let (_root, root_s, a, b, url) = pair();
+        // Each side stays within the core-memory budget; together they do not.
+        let big = "x".repeat(12_000);
+        for n in ["a1", "a2", "a3"] {
+            commit_file(&a, &format!("{n}.md"), &md(n, &big));
+        }
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let remote_before = remote_tip(&url);
+        let mut before = tip(&b);
+        for n in ["b1", "b2", "b3"] {
+            before = commit_file(&b, &format!("{n}.md"), &md(n, &big));
+        }
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Invalid, "{out:?}");
+        assert!(out.message.contains("fails validation"), "{}", out.message);
+        assert!(
+            out.message.contains("maxCoreMemoryCharacters"),
+            "{}",
+            out.message
+        );
+        assert_eq!(tip(&b), before);
+        assert_eq!(remote_tip(&url), remote_before);
+        assert!(!b.paths.memory_dir().join("a1.md").exists());
+        assert!(is_clean(&b));
+    }
+
+    #[test]
+    fn a_remote_that_moved_is_a_rejection_not_a_failure() {
+        let (_root, root_s, a, b, url) = pair();
+        commit_file(&a, "a.md", &md("a", "fact from A"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let before = remote_tip(&url);
+        commit_file(&b, "b.md", &md("b", "fact from B"));
+        // B's push without fetching is what a sync racing A would attempt.
+        let pushed = push(&b.paths.memory_git_dir(), &url).unwrap();
+        assert!(matches!(pushed, Push::Rejected(_)));
+        assert_eq!(remote_tip(&url), before);
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
+    }
+
+    #[test]
+    fn a_dirty_checkout_is_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let root_s = root.path().to_str().unwrap();
+        let a = agent();
+        std::fs::write(a.paths.memory_dir().join("loose.md"), "x").unwrap();
+        let out = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
+        assert!(out.message.contains("loose.md"));
+        assert!(!Path::new(&remote_url(root_s, &a.id)).exists());
+    }
+}
