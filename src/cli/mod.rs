@@ -16,6 +16,7 @@ mod sandbox;
 mod spinner;
 mod style;
 mod supervisor;
+mod sync;
 mod terminal;
 
 use std::path::PathBuf;
@@ -90,6 +91,9 @@ enum Command {
     /// memory (a confined child in a worktree, merged when it exits); or
     /// show the reflection state.
     Reflect(reflect::ReflectArgs),
+    /// Sync an agent's memory with its remote ($MINI_LETTA_REMOTE_ROOT):
+    /// fetch, fast-forward or rebase, validate, push (never forced).
+    Sync(sync::SyncArgs),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -255,6 +259,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Compact(args) => context::compact(cli, args),
         Command::Recall(cmd) => recall::run(cli, cmd),
         Command::Reflect(args) => reflect::run(cli, args),
+        Command::Sync(args) => sync::run(cli, args),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),

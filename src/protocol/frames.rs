@@ -162,6 +162,18 @@ pub enum Call {
     /// conversation it started for it.
     #[serde(rename = "memory.merge")]
     MemoryMerge { branch: String },
+    /// Sync an agent's memory with its remote (`MINI_LETTA_REMOTE_ROOT`):
+    /// fetch, fast-forward or rebase (backup ref first), validate, push;
+    /// never force. Under the agent's memory lease.
+    #[serde(rename = "memory.sync")]
+    MemorySync {
+        #[serde(default)]
+        agent: Option<String>,
+        /// The remote root as the caller sees it (`MINI_LETTA_REMOTE_ROOT`);
+        /// the supervisor's own setting when absent.
+        #[serde(default)]
+        remote_root: Option<String>,
+    },
 }
 
 /// Parameters of `reflect.run`.
@@ -217,6 +229,7 @@ impl Call {
             Call::WorkerStart { .. } => "worker.start",
             Call::RecallDelegate { .. } => "recall.delegate",
             Call::MemoryMerge { .. } => "memory.merge",
+            Call::MemorySync { .. } => "memory.sync",
         }
     }
 }
@@ -425,6 +438,7 @@ pub const METHODS: &[&str] = &[
     "worker.start",
     "recall.delegate",
     "memory.merge",
+    "memory.sync",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -55,6 +55,7 @@ pub const TABLE: &[(&str, [bool; 6])] = &[
     ("worker.start", [false, true, false, false, false, false]),
     ("recall.delegate", [false, true, false, false, false, false]),
     ("memory.merge", [false, true, false, false, false, false]),
+    ("memory.sync", [true, false, false, false, false, false]),
 ];
 
 /// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown

@@ -414,3 +414,48 @@ pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {
     }
     Outcome::Result(json!({}))
 }
+
+/// `memory.sync`: sync an agent's memory with its remote, under the
+/// agent's memory lease (no turn or merge edits the checkout meanwhile).
+pub async fn memory_sync(
+    state: &Arc<State>,
+    agent: Option<String>,
+    remote_root: Option<String>,
+) -> Outcome {
+    let home = state.home.clone();
+    let found = super::state::blocking(move || {
+        store::find(&home, agent.as_deref()).map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+    })
+    .await;
+    let (record, paths) = match found {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let root = remote_root.filter(|r| !r.trim().is_empty()).or_else(|| {
+        std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV)
+            .ok()
+            .filter(|r| !r.trim().is_empty())
+    });
+    let _lease = match state.leases.hold(&record.id, LEASE_WAIT).await {
+        Ok(l) => l,
+        Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+    };
+    let id = record.id.clone();
+    let result = on_agent_thread(state, &record.id, move || {
+        crate::memfs::sync::sync(&paths, &id, root.as_deref())
+    })
+    .await;
+    match result {
+        Ok(Ok(outcome)) => match serde_json::to_value(&outcome) {
+            Ok(mut v) => {
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("agent".into(), json!(record.id));
+                }
+                Outcome::Result(v)
+            }
+            Err(e) => error(ErrorCode::Internal, e.to_string()),
+        },
+        Ok(Err(e)) => error(ErrorCode::Internal, e.to_string()),
+        Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
+    }
+}

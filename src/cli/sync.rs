@@ -1,0 +1,61 @@
+//! `mini-letta sync`: sync an agent's memory with its remote.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::Cli;
+use crate::protocol::Call;
+use crate::supervisor::Session;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The remote is <MINI_LETTA_REMOTE_ROOT>/<agent-id>.git: a directory of bare
+repositories (made on first use) or a git URL (the git CLI runs it, so your
+credential helpers and ssh configuration apply). A sync fetches, fast-forwards
+or rebases (after writing refs/mini-letta/backup/<time>), validates the tree it
+would push, and pushes; it never force-pushes.
+
+Statuses: skipped (no remote), clean, pushed, dirty (uncommitted memory edits),
+conflict (a rebase conflict; nothing changed), invalid (the rebased memory
+fails validation; nothing changed), push_failed.
+
+Examples:
+  mini-letta sync -a owl
+  mini-letta sync -a owl --json")]
+pub struct SyncArgs {
+    /// Agent id or name (default: the only agent).
+    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    agent: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV).ok();
+    let mut session = Session::open(&home)?;
+    let result = session.client.call(Call::MemorySync {
+        agent: args.agent.clone(),
+        remote_root: root,
+    });
+    session.close();
+    let v = result.context("the sync could not run")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{}: {}",
+            v["status"].as_str().unwrap_or("?"),
+            v["message"].as_str().unwrap_or("")
+        );
+    }
+    let ok = matches!(v["status"].as_str(), Some("skipped" | "clean" | "pushed"));
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
