@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -265,27 +265,8 @@ pub fn run_turn(
         };
         usage.input_tokens += response.usage.input_tokens;
         usage.output_tokens += response.usage.output_tokens;
-        let calls: Vec<(String, String, Value)> = response
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => Some((id.clone(), name.clone(), arguments.clone())),
-                _ => None,
-            })
-            .collect();
-        let text: String = response
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("");
+        let calls = response.tool_calls();
+        let text = response.text();
         if !text.is_empty() {
             last_text = text;
         }

@@ -8,8 +8,6 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
-
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
 use crate::protocol::Call;
@@ -108,30 +106,11 @@ pub fn run_task(
             client.model_complete(&request, |_| {})
         }
         .map_err(SubagentError::Model)?;
-        let text: String = response
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("");
+        let text = response.text();
         if !text.is_empty() {
             last_text = text;
         }
-        let calls: Vec<(String, String, Value)> = response
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => Some((id.clone(), name.clone(), arguments.clone())),
-                _ => None,
-            })
-            .collect();
+        let calls = response.tool_calls();
         messages.push(Message {
             role: Role::Assistant,
             parts: response.parts.clone(),

@@ -118,6 +118,35 @@ pub struct ModelResponse {
     pub model: String,
 }
 
+impl ModelResponse {
+    /// Its text parts, joined.
+    pub fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("")
+    }
+
+    /// Its tool calls, as `(id, name, arguments)`, in order.
+    pub fn tool_calls(&self) -> Vec<(String, String, serde_json::Value)> {
+        self.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => Some((id.clone(), name.clone(), arguments.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 impl Part {
     /// A text part.
     pub fn text(text: impl Into<String>) -> Self {

@@ -89,13 +89,19 @@ pub fn search(
     filters: &Filters,
     limit: usize,
 ) -> Result<Vec<Hit>, RecallError> {
+    let q = parse_query(query)?;
+    Index::open(agent)?.search(&q, filters, limit)
+}
+
+/// `query` parsed; one with no words is an error (before the index opens).
+fn parse_query(query: &str) -> Result<Query, RecallError> {
     let q = Query::parse(query);
     if q.is_empty() {
         return Err(RecallError::Invalid(format!(
             "the query {query:?} has no words to search for"
         )));
     }
-    Index::open(agent)?.search(&q, filters, limit)
+    Ok(q)
 }
 
 /// [`search`] for a view that cannot be written: the index is loaded as
@@ -106,12 +112,7 @@ pub fn search_read_only(
     filters: &Filters,
     limit: usize,
 ) -> Result<Vec<Hit>, RecallError> {
-    let q = Query::parse(query);
-    if q.is_empty() {
-        return Err(RecallError::Invalid(format!(
-            "the query {query:?} has no words to search for"
-        )));
-    }
+    let q = parse_query(query)?;
     Index::open_read_only(agent)?.search(&q, filters, limit)
 }
 
