@@ -130,3 +130,71 @@ fn sync_makes_the_remote_pulls_another_hosts_commit_and_refuses_a_dirty_checkout
     assert!(!ok);
     assert_eq!(v["status"], "dirty", "{v}");
 }
+
+fn chat_with_remote(home: &Path, root: &Path, text: &str) {
+    let o = Command::new(bin())
+        .args(["chat", "-a", "owl", "-p", text])
+        .env("MINI_LETTA_HOME", home)
+        .env("MINI_LETTA_REMOTE_ROOT", root)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_turn_that_commits_is_synced_and_a_conflict_leaves_a_reminder() {
+    if !confinement_or_skip("sync after a turn") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let remote = tempfile::tempdir().unwrap();
+    let id = create_agent(h, &["owl"]);
+    chat_with_remote(h, remote.path(), "记住: 我住在杭州");
+    // The turn's commit reached the remote without a `sync`.
+    let bare = remote.path().join(format!("{id}.git"));
+    let remote_human = git(
+        &["--git-dir", bare.to_str().unwrap(), "show", "main:human.md"],
+        h,
+    );
+    assert!(remote_human.contains("- 我住在杭州"), "{remote_human}");
+
+    // Another host appends where this one is about to: a real conflict.
+    let other = tempfile::tempdir().unwrap();
+    git(&["clone", "-q", bare.to_str().unwrap(), "w"], other.path());
+    let w = other.path().join("w");
+    let human = std::fs::read_to_string(w.join("human.md")).unwrap();
+    std::fs::write(w.join("human.md"), format!("{human}- 来自另一台主机\n")).unwrap();
+    git(
+        &[
+            "-c",
+            "user.name=B",
+            "-c",
+            "user.email=b@x",
+            "commit",
+            "-qam",
+            "from host B",
+        ],
+        &w,
+    );
+    git(&["push", "-q", "origin", "HEAD:main"], &w);
+    chat_with_remote(h, remote.path(), "记住: 我喜欢绿茶");
+    let pending = std::fs::read_to_string(h.join(format!(
+        "agents/{id}/conversations/default/pending-reminders.json"
+    )))
+    .unwrap();
+    assert!(pending.contains("MEMORY GIT CONFLICT"), "{pending}");
+    assert!(
+        pending.contains("GIT_EDITOR=true git rebase --continue"),
+        "{pending}"
+    );
+    // Nothing was lost on either side.
+    let local = std::fs::read_to_string(h.join(format!("agents/{id}/memory/human.md"))).unwrap();
+    assert!(local.contains("我喜欢绿茶"), "{local}");
+    let remote_human = git(
+        &["--git-dir", bare.to_str().unwrap(), "show", "main:human.md"],
+        h,
+    );
+    assert!(remote_human.contains("来自另一台主机"), "{remote_human}");
+}

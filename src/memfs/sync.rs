@@ -480,6 +480,24 @@ fn move_main(
         .map(|e| format!(" (the memory checkout could not be updated: {e})")))
 }
 
+/// Whether `main` has commits the remote was not last seen to have (or
+/// the remote was never synced): what a sync after a turn would push. Reads
+/// two refs of the git directory; nothing is fetched.
+pub fn has_pending(agent: &AgentPaths) -> bool {
+    let Ok(repo) = crate::memfs::repo::open_agent(agent) else {
+        return false;
+    };
+    let main = repo
+        .find_reference("refs/heads/main")
+        .ok()
+        .and_then(|r| r.target());
+    let seen = repo
+        .find_reference(REMOTE_TRACKING_REF)
+        .ok()
+        .and_then(|r| r.target());
+    main.is_some() && main != seen
+}
+
 /// Sync agent `agent_id`'s memory with `remote_root` (see the module docs).
 pub fn sync(
     agent: &AgentPaths,

@@ -326,6 +326,12 @@ async fn try_run_turn(
     }
     // The slot is held until the conversation is settled.
     drop(slot);
+    // A turn that committed is synced with the remote, when one is set.
+    let synced = if cancelled {
+        None
+    } else {
+        super::rpc::sync_after(state, &record.id, Some(conversation.clone())).await
+    };
     // A finished turn may trigger a reflection (spec §5.1); it runs on
     // under the supervisor while the caller gets its answer.
     let reflection = if cancelled {
@@ -349,6 +355,9 @@ async fn try_run_turn(
         obj.insert("cancelled".into(), json!(cancelled));
         if let Some(r) = reflection {
             obj.insert("reflection".into(), r);
+        }
+        if let Some(s) = synced {
+            obj.insert("sync".into(), s);
         }
     }
     Ok(Outcome::Result(result))

@@ -469,6 +469,9 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     })
     .await;
     tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
+    if result["status"] == json!("merged") {
+        super::rpc::sync_after(state, &agent_id, None).await;
+    }
     result
 }
 
@@ -980,6 +983,9 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         };
         drop(lease);
         tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
+        if result["status"] == json!("merged") {
+            super::rpc::sync_after(&st, &id, None).await;
+        }
         if conflicted && !st.is_stopping() {
             queue_repair(&st, &id, &kept, isolation, previous).await;
         }

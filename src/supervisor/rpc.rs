@@ -459,3 +459,86 @@ pub async fn memory_sync(
         Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
     }
 }
+
+/// After a turn's commits or a merge: when a remote is configured (the
+/// supervisor's `MINI_LETTA_REMOTE_ROOT`) and `main` has commits the remote
+/// lacks, sync under the memory lease. A sync that needs the agent's or an
+/// operator's attention leaves a reminder in `conversation` for its next
+/// turn. `None` when nothing was to be synced.
+pub async fn sync_after(
+    state: &Arc<State>,
+    agent_id: &str,
+    conversation: Option<String>,
+) -> Option<Value> {
+    let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV)
+        .ok()
+        .filter(|r| !r.trim().is_empty())?;
+    let paths = state.home.agent(agent_id).ok()?;
+    let probe = paths.clone();
+    let pending = super::state::blocking(move || Ok(crate::memfs::sync::has_pending(&probe)))
+        .await
+        .unwrap_or(false);
+    if !pending {
+        return None;
+    }
+    let _lease = state.leases.hold(agent_id, LEASE_WAIT).await.ok()?;
+    let id = agent_id.to_string();
+    let outcome = on_agent_thread(state, agent_id, move || {
+        let outcome = crate::memfs::sync::sync(&paths, &id, Some(&root));
+        if let (Ok(o), Some(conv)) = (&outcome, &conversation)
+            && let Some((rid, text)) = sync_reminder(o)
+            && let Ok(Some(c)) =
+                crate::agent::conversation::Conversation::open_existing(&paths, conv)
+            && let Err(e) = c.queue_reminder(rid, &text)
+        {
+            tracing::warn!(agent = %id, "cannot leave the sync reminder: {e}");
+        }
+        outcome
+    })
+    .await;
+    match outcome {
+        Ok(Ok(o)) => {
+            tracing::info!(agent = %agent_id, status = ?o.status, "memory synced after a change");
+            serde_json::to_value(&o).ok()
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(agent = %agent_id, "memory sync failed: {e}");
+            Some(json!({ "status": "push_failed", "message": e.to_string() }))
+        }
+        Err(e) => {
+            tracing::warn!(agent = %agent_id, "memory sync task failed: {e}");
+            None
+        }
+    }
+}
+
+/// The reminder a sync outcome leaves for the agent, if it needs one:
+/// `MEMORY GIT CONFLICT` with the recipe, or `MEMORY SYNC FAILED`.
+fn sync_reminder(o: &crate::memfs::sync::SyncOutcome) -> Option<(&'static str, String)> {
+    use crate::memfs::sync::SyncStatus;
+    match o.status {
+        SyncStatus::Conflict => Some((
+            "memory-git-conflict",
+            format!(
+                "MEMORY GIT CONFLICT\nYour memory could not be synced with its remote: {}\n\
+Your local memory is unchanged{}. To resolve it in a checkout of the memory \
+repository: `git pull --rebase origin main`, edit the conflicting files, \
+`git add` them, then `GIT_EDITOR=true git rebase --continue`. Or delegate a \
+memory worker to re-apply your change to the memory as it is.",
+                o.message,
+                o.backup_ref
+                    .as_deref()
+                    .map(|r| format!(" (backup ref {r})"))
+                    .unwrap_or_default()
+            ),
+        )),
+        SyncStatus::Invalid | SyncStatus::PushFailed | SyncStatus::Dirty => Some((
+            "memory-sync-failed",
+            format!(
+                "MEMORY SYNC FAILED\nYour memory was not synced with its remote: {}",
+                o.message
+            ),
+        )),
+        _ => None,
+    }
+}
