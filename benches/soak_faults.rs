@@ -29,21 +29,7 @@ mod common;
 
 use common::run;
 
-/// A small deterministic generator (no dependency, reproducible by seed).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::rng::Rng;
 
 /// How long a client waits for its turn before it gives up (and goes
 /// away, which cancels the turn).

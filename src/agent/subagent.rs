@@ -13,7 +13,7 @@ use crate::paths::AgentPaths;
 use crate::protocol::Call;
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::messages::{Message, ModelFailure, ModelRequest, Part, Purpose, Role};
-use crate::protocol::task::{MAX_REPORT_BYTES, SubagentTask};
+use crate::protocol::task::{SubagentTask, clip_report};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubagentError {
@@ -44,7 +44,7 @@ pub fn run(agent: &AgentPaths, channel: Arc<Mutex<Client>>) -> Result<Finished, 
     };
     let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
     let _ = client.call(Call::TaskFinish {
-        report: clip(&report, MAX_REPORT_BYTES),
+        report: clip_report(&report),
     });
     result
 }
@@ -191,28 +191,4 @@ fn forked_context(agent: &AgentPaths, id: &str) -> Result<Vec<Message>, Subagent
         }
     }
     Ok(messages)
-}
-
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clip_cuts_at_a_character_boundary() {
-        assert_eq!(clip("abc", 5), "abc");
-        assert_eq!(clip("日本語", 4), "日");
-        assert_eq!(clip("日本語", 6), "日本");
-    }
 }

@@ -423,15 +423,8 @@ fn rebase(
             .cherrypick_commit(&commit, &base, 0, None)
             .map_err(git("replay a local commit"))?;
         if index.has_conflicts() {
-            let mut paths: Vec<String> = index
-                .conflicts()
-                .map_err(git("list conflicts"))?
-                .flatten()
-                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-                .collect();
-            paths.sort();
-            paths.dedup();
+            let paths = crate::memfs::worktree::merge::conflict_paths(&index)
+                .map_err(git("list conflicts"))?;
             return Ok(Rebased::Conflict(paths));
         }
         let tree_id = index

@@ -36,3 +36,30 @@ pub struct SubagentTask {
     /// The tools it is offered, by name.
     pub tools: Vec<String>,
 }
+
+/// A report cut to at most [`MAX_REPORT_BYTES`], at a character boundary:
+/// what a child may leave, whatever it sends.
+pub fn clip_report(report: &str) -> String {
+    if report.len() <= MAX_REPORT_BYTES {
+        return report.to_string();
+    }
+    let mut end = MAX_REPORT_BYTES;
+    while !report.is_char_boundary(end) {
+        end -= 1;
+    }
+    report[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_cut_at_the_cap_and_a_character_boundary() {
+        assert_eq!(clip_report("short"), "short");
+        let long = "日".repeat(MAX_REPORT_BYTES);
+        let cut = clip_report(&long);
+        assert!(cut.len() <= MAX_REPORT_BYTES && cut.len() > MAX_REPORT_BYTES - 3);
+        assert!(cut.chars().all(|c| c == '日'));
+    }
+}

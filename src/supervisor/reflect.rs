@@ -170,11 +170,9 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
                 task: Some(prepared.task.clone()),
                 conversation: None,
             };
-            match spawn_with(state, spawn, Vec::new(), sub).await {
-                Ok(Outcome::Result(v)) => Ok(v["child"].as_u64().unwrap_or_default()),
-                Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => Err(failed(e.message)),
-                Err(Outcome::Result(v)) => Err(failed(v.to_string())),
-            }
+            start_child(state, spawn, Vec::new(), sub)
+                .await
+                .map_err(failed)
         }
         Err(v) => Err(v),
     };
@@ -387,6 +385,20 @@ fn subagent_spawn(
         isolation,
         model: Some(record.model.clone()),
     })
+}
+
+/// Start a sub-agent's child; its id, or why it did not start.
+async fn start_child(
+    state: &Arc<State>,
+    spawn: SpawnParams,
+    fds: super::conn::PassedFds,
+    sub: SubagentLaunch,
+) -> Result<u64, String> {
+    match spawn_with(state, spawn, fds, sub).await {
+        Ok(Outcome::Result(v)) => Ok(v["child"].as_u64().unwrap_or_default()),
+        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => Err(e.message),
+        Err(Outcome::Result(v)) => Err(v.to_string()),
+    }
 }
 
 /// SIGKILL child `id` and what it started (a sub-agent past its deadline).
@@ -914,14 +926,13 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         task: Some(task),
         conversation: None,
     };
-    let child = match spawn_with(state, spawn, Vec::new(), sub).await {
-        Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),
-        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => {
+    let child = match start_child(state, spawn, Vec::new(), sub).await {
+        Ok(child) => child,
+        Err(e) => {
             let (a, w) = (agent.clone(), worktree.clone());
             let _ = off_thread(move || Ok(wt::discard(&a, &w).map_err(|e| e.to_string()))).await;
-            return failed(e.message);
+            return failed(e);
         }
-        Err(Outcome::Result(v)) => return failed(v.to_string()),
     };
     state.subagents.with(&record.id, |a| a.worker = Some(child));
     let info = json!({
@@ -1312,11 +1323,7 @@ async fn run_internal_turn(
         conversation: Some(conversation.to_string()),
         ..SubagentLaunch::default()
     };
-    let child = match spawn_with(state, spawn, fds, sub).await {
-        Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),
-        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => return Err(e.message),
-        Err(Outcome::Result(v)) => return Err(v.to_string()),
-    };
+    let child = start_child(state, spawn, fds, sub).await?;
     let input = crate::protocol::turn::TurnInput {
         text,
         conversation: conversation.to_string(),

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::state::{Peer, State, error};
-use crate::protocol::task::MAX_REPORT_BYTES;
+use crate::protocol::task::clip_report;
 use crate::protocol::{ErrorCode, Outcome};
 
 /// Per agent: the running reflection and memory worker (child ids; `0`
@@ -67,15 +67,8 @@ pub fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
     let mut tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
     match tasks.get_mut(id) {
         Some(entry) => {
-            let mut report = report;
-            if report.len() > MAX_REPORT_BYTES {
-                let mut end = MAX_REPORT_BYTES;
-                while !report.is_char_boundary(end) {
-                    end -= 1;
-                }
-                report.truncate(end);
-            }
-            entry.report = Some(report);
+            // Whatever the child sends, at most the cap is kept.
+            entry.report = Some(clip_report(&report));
             Outcome::Result(json!({ "kept": true }))
         }
         None => error(ErrorCode::NotFound, "no task was recorded for this child"),

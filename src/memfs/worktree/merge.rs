@@ -29,6 +29,19 @@ pub(super) enum MergeOutcome {
     Invalid { message: String },
 }
 
+/// The paths an in-memory merge or cherry-pick left conflicted, sorted.
+pub(crate) fn conflict_paths(index: &Index) -> Result<Vec<String>, git2::Error> {
+    let mut paths: Vec<String> = index
+        .conflicts()?
+        .flatten()
+        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
 /// Paths whose entry differs between two snapshots, in byte order.
 pub(crate) fn diff_paths(old: &TreeSnapshot, new: &TreeSnapshot) -> Vec<String> {
     let mut out: Vec<String> = new
@@ -97,15 +110,7 @@ pub(super) fn merge_into_main(
         .merge_commits(&head, &theirs, None)
         .map_err(git("merge the branch"))?;
     if index.has_conflicts() {
-        let mut paths: Vec<String> = index
-            .conflicts()
-            .map_err(git("list merge conflicts"))?
-            .flatten()
-            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        paths.sort();
-        paths.dedup();
+        let paths = conflict_paths(&index).map_err(git("list merge conflicts"))?;
         return Ok(MergeOutcome::Conflict { paths });
     }
     let tree_id = index
