@@ -183,6 +183,9 @@ impl Home {
 /// from mistaking one for an agent.
 pub const IMPORT_STAGING_PREFIX: &str = ".importing-";
 
+/// Prefix of the directory an agent cloned from a remote is built in.
+pub const CLONE_STAGING_PREFIX: &str = ".cloning-";
+
 /// Agent ids name directories, so they are restricted to a safe alphabet.
 pub fn is_valid_agent_id(id: &str) -> bool {
     !id.is_empty()
@@ -536,6 +539,15 @@ impl MemoryGitDir {
 
     pub fn pre_commit_hook(&self) -> PathBuf {
         self.hooks_dir().join("pre-commit")
+    }
+
+    pub fn post_commit_hook(&self) -> PathBuf {
+        self.hooks_dir().join("post-commit")
+    }
+
+    /// The post-commit mirror's log (`mini-letta.memoryRepository.url`).
+    pub fn mirror_log(&self) -> PathBuf {
+        self.dir.join("mirror.log")
     }
 
     /// One line: `root-marker`, `legacy-only` or `shared-memory`.

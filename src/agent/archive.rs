@@ -940,7 +940,10 @@ fn unpack(file: &Path, limits: Limits, paths: &AgentPaths) -> Result<(), Archive
 /// The unpacked repository: `HEAD` resolves, its history and tree read,
 /// its tree passes the validator; then the layout policy, the hook and an
 /// index matching `HEAD` are written.
-fn finish_repository(paths: &AgentPaths, policy: Option<Policy>) -> Result<(), ArchiveError> {
+pub(crate) fn finish_repository(
+    paths: &AgentPaths,
+    policy: Option<Policy>,
+) -> Result<(), ArchiveError> {
     let git_dir = paths.memory_git_dir();
     let repo = repo::open_agent(paths)?;
     let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(|e| {

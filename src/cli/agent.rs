@@ -135,12 +135,22 @@ pub enum AgentCommand {
     /// List agents, oldest first.
     ///
     /// Agents whose record cannot be read are listed last, with the reason.
-    #[command(after_help = "Examples:\n  mini-letta agent list\n  mini-letta agent list --json")]
+    #[command(after_help = "Examples:
+  mini-letta agent list
+  mini-letta agent list --json
+  MINI_LETTA_REMOTE_ROOT=/srv/memories mini-letta agent list --remote")]
     List {
         /// Print {"agents": [...]} instead of a table (an unreadable agent
         /// is an entry with `id`, `name` and `error`).
         #[arg(long)]
         json: bool,
+        /// List the agents on the remote ($MINI_LETTA_REMOTE_ROOT, a
+        /// directory of bare repositories) instead, and whether each is on
+        /// this host; `chat -a NAME` clones one that is not. With --json:
+        /// {"remote", "agents": [{"id", "name", "model", "created_at",
+        /// "local"}]}.
+        #[arg(long)]
+        remote: bool,
     },
     /// Show one agent's record and where its files are, and the context
     /// figures of its default conversation.
@@ -186,6 +196,9 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let model = model.as_deref().map(model_handle).transpose()?;
+            if store::find(&home, Some(name)).is_err() {
+                check_remote_name(name)?;
+            }
             let mut model_settings = serde_json::Map::new();
             if let Some(w) = context_window {
                 model_settings.insert(
@@ -308,7 +321,13 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 println!("imported agent {} ({})", record.name, record.id);
             }
         }
-        AgentCommand::List { json } => list(&home, *json)?,
+        AgentCommand::List { json, remote } => {
+            if *remote {
+                list_remote(&home, *json)?
+            } else {
+                list(&home, *json)?
+            }
+        }
         AgentCommand::Show {
             agent,
             agent_flag,
@@ -429,6 +448,73 @@ fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
         table.row(row);
     }
     table.print()?;
+    Ok(())
+}
+
+/// `agent list --remote`: the agents on the remote and which are here.
+fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
+    let root =
+        crate::agent::remote::root_from_env().ok_or(crate::agent::remote::RemoteError::NoRemote)?;
+    let remote = crate::agent::remote::list(&root)?;
+    let local = store::list_all(home)?;
+    let here = |id: &str| local.has_id(id);
+    if json {
+        let agents: Vec<serde_json::Value> = remote
+            .iter()
+            .map(|a| {
+                let mut v = serde_json::to_value(a).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("local".into(), json!(here(&a.id)));
+                }
+                v
+            })
+            .collect();
+        return output::json(&json!({ "remote": root, "agents": agents }));
+    }
+    if remote.is_empty() {
+        println!("no agents on the remote {root}");
+        return Ok(());
+    }
+    let mut table = output::Table::new(&["ID", "NAME", "MODEL", "CREATED", "HERE"]);
+    for a in &remote {
+        table.row(vec![
+            a.id.clone(),
+            a.name.clone().unwrap_or_else(|| "-".into()),
+            match &a.error {
+                Some(e) => format!("unreadable record: {e}"),
+                None => a.model.clone().unwrap_or_default(),
+            },
+            a.created_at
+                .as_deref()
+                .map(output::display_stored_time)
+                .unwrap_or_default(),
+            if here(&a.id) { "yes" } else { "no" }.into(),
+        ]);
+    }
+    table.print()?;
+    Ok(())
+}
+
+/// Refuse to create an agent whose name an agent on the remote already
+/// has (a directory root; a URL root cannot be searched): the user most
+/// likely wants that agent, which `chat -a NAME` clones.
+fn check_remote_name(name: &str) -> anyhow::Result<()> {
+    let Some(root) = crate::agent::remote::root_from_env() else {
+        return Ok(());
+    };
+    if crate::memfs::sync::is_url(&root) {
+        return Ok(());
+    }
+    if let Some(a) = crate::agent::remote::list(&root)?
+        .into_iter()
+        .find(|a| a.name.as_deref() == Some(name))
+    {
+        anyhow::bail!(
+            "an agent named {name:?} already exists on the remote {root} ({}); \
+`mini-letta chat -a {name}` clones it to this host",
+            a.id
+        );
+    }
     Ok(())
 }
 

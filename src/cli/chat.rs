@@ -169,7 +169,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let one_shot = one_shot_text(args)?;
     let (env_window, reflection_window) = env_windows()?;
     interrupt::install();
-    let (record, agent) = store::find(&home, args.agent.as_deref())?;
+    let (record, agent) = super::sync::find_or_clone(&home, args.agent.as_deref())?;
     let model = args.model.clone().unwrap_or_else(|| record.model.clone());
     precheck(&home, &agent, &model, &args.conversation)?;
     let mut runner = TurnRunner::new(

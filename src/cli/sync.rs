@@ -6,6 +6,9 @@ use anyhow::Context;
 use clap::Args;
 
 use super::Cli;
+use crate::agent::record::AgentRecord;
+use crate::agent::store::{self, StoreError};
+use crate::paths::{AgentPaths, Home};
 use crate::protocol::Call;
 use crate::supervisor::Session;
 
@@ -13,7 +16,9 @@ use crate::supervisor::Session;
 #[command(after_help = "\
 The remote is <MINI_LETTA_REMOTE_ROOT>/<agent-id>.git: a directory of bare
 repositories (made on first use) or a git URL (the git CLI runs it, so your
-credential helpers and ssh configuration apply). A sync fetches, fast-forwards
+credential helpers and ssh configuration apply). An agent that is only on the
+remote is cloned first (by name on a directory root, by id on a URL); its
+record (name, system prompt, model) travels in refs/mini-letta/agent. A sync fetches, fast-forwards
 or rebases (after writing refs/mini-letta/backup/<time>), validates the tree it
 would push, and pushes; it never force-pushes.
 
@@ -31,6 +36,33 @@ pub struct SyncArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// [`store::find`], and an agent this host has never seen, named while a
+/// remote is configured, cloned from the remote first (through the
+/// supervisor, which runs every network git).
+pub fn find_or_clone(
+    home: &Home,
+    selector: Option<&str>,
+) -> anyhow::Result<(AgentRecord, AgentPaths)> {
+    match store::find(home, selector) {
+        Err(StoreError::NotFound(sel)) => {
+            let Some(root) = crate::agent::remote::root_from_env() else {
+                return Err(StoreError::NotFound(sel).into());
+            };
+            eprintln!("· agent {sel} is not on this host; cloning it from {root}");
+            let mut session = Session::open(home)?;
+            let result = session.client.call(Call::MemorySync {
+                agent: Some(sel.clone()),
+                remote_root: Some(root),
+            });
+            session.close();
+            let v = result.with_context(|| format!("cannot clone agent {sel:?}"))?;
+            let id = v["agent"].as_str().unwrap_or(&sel).to_string();
+            Ok(store::find(home, Some(&id))?)
+        }
+        other => Ok(other?),
+    }
 }
 
 pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {

@@ -455,6 +455,7 @@ pub fn commit_paths(
             specs
         );
     }
+    crate::memfs::mirror::head_committed(repo);
     Ok(CommitOutcome {
         commit: Some(id),
         changed,

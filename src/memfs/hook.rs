@@ -126,12 +126,41 @@ pub fn install(git_dir: &Path, binary: &Path) -> Result<(), HookError> {
     // Written 0755 under a unique temporary name and renamed, so git never
     // sees a half-written or non-executable hook (it would skip it
     // silently), and concurrent installers never share a temporary file.
-    crate::fsutil::atomic_write_mode(&target, &script(binary), 0o755).map_err(err)
+    crate::fsutil::atomic_write_mode(&target, &script(binary), 0o755).map_err(err)?;
+    ensure_post_commit(git_dir, EnsureMode::InstallOrRefresh)
+}
+
+/// The `post-commit` mirror hook (see [`crate::memfs::mirror`]): written
+/// when absent (install mode) or when ours is out of date; a foreign hook
+/// is left alone.
+fn ensure_post_commit(git_dir: &Path, mode: EnsureMode) -> Result<(), HookError> {
+    let target = MemoryGitDir::new(git_dir).post_commit_hook();
+    let wanted = crate::memfs::mirror::hook_script();
+    match fs::read(&target) {
+        Ok(current) if current == wanted.as_bytes() => return Ok(()),
+        Ok(current)
+            if !String::from_utf8_lossy(&current).contains(crate::memfs::mirror::HOOK_MARKER) =>
+        {
+            return Ok(());
+        }
+        Ok(_) => {}
+        Err(_) if mode == EnsureMode::RefreshOnly => return Ok(()),
+        Err(_) => {}
+    }
+    crate::fsutil::atomic_write_mode(&target, wanted.as_bytes(), 0o755).map_err(|source| {
+        HookError::Write {
+            path: target.clone(),
+            source,
+        }
+    })
 }
 
 /// Make sure the hook calls `binary`, writing only when needed.
 pub fn ensure(git_dir: &Path, binary: &Path, mode: EnsureMode) -> Result<HookStatus, HookError> {
     let target = MemoryGitDir::new(git_dir).pre_commit_hook();
+    if git_dir.join("hooks").is_dir() {
+        ensure_post_commit(git_dir, mode)?;
+    }
     let status = match fs::read(&target) {
         Ok(current) if current == script(binary) => return Ok(HookStatus::Current),
         Ok(_) if installed_binary(git_dir).is_some() => HookStatus::Refreshed,

@@ -5,19 +5,17 @@
 //! Network git goes through the `git` CLI (run by the supervisor), so the
 //! operator's credential helpers and ssh configuration apply. Every command
 //! names the git directory `memory.git/` explicitly: the child-writable
-//! `memory/.git` pointer is never read. No named remote is configured in
-//! `memory.git`; the URL is passed on each command line (it comes from
-//! `MINI_LETTA_REMOTE_ROOT`, which may change between runs), and the fetched
-//! tip is kept in `refs/remotes/origin/main`.
+//! `memory/.git` pointer is never read. The URL is passed on each command
+//! line (it comes from `MINI_LETTA_REMOTE_ROOT`, which may change between
+//! runs); `origin` is configured to the same URL only for an operator's git
+//! in the checkout, and the fetched tip is kept in `refs/remotes/origin/main`.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use git2::{Oid, Repository, Sort};
 
 use crate::memfs::commit::CommitOptions;
+use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
 use crate::memfs::validate::{TreeSnapshot, ValidateError, validate};
@@ -34,9 +32,6 @@ pub const REMOTE_TRACKING_REF: &str = "refs/remotes/origin/main";
 
 /// Prefix of the refs saved before local history is rewritten.
 pub const BACKUP_REF_PREFIX: &str = "refs/mini-letta/backup/";
-
-/// Bound on each git command (network operations included).
-const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 const LOCAL_MAIN: &str = "refs/heads/main";
 
@@ -107,8 +102,8 @@ pub enum SyncError {
         what: &'static str,
         source: git2::Error,
     },
-    #[error("git {command} failed: {message}")]
-    Command { command: String, message: String },
+    #[error(transparent)]
+    Command(#[from] GitCliError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -122,7 +117,7 @@ fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
 
 /// Whether `root` is a git URL (`scheme://…` or scp-like `[user@]host:path`)
 /// rather than a local directory.
-fn is_url(root: &str) -> bool {
+pub fn is_url(root: &str) -> bool {
     if root.contains("://") {
         return true;
     }
@@ -149,6 +144,38 @@ pub fn remote_url(remote_root: &str, agent_id: &str) -> String {
     }
 }
 
+/// Where agent `agent_id`'s memory lives under `remote_root`: a URL, or an
+/// absolute path for a directory root.
+pub fn agent_url(remote_root: &str, agent_id: &str) -> Result<String, PathsError> {
+    if !crate::paths::is_valid_agent_id(agent_id) {
+        return Err(PathsError::InvalidAgentId(agent_id.to_string()));
+    }
+    if is_url(remote_root) {
+        return Ok(remote_url(remote_root, agent_id));
+    }
+    let root_dir = std::path::absolute(remote_root).unwrap_or_else(|_| PathBuf::from(remote_root));
+    Ok(remote_agent_repo(&root_dir, agent_id)?
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// Name the remote `origin` in `memory.git`'s own configuration (kept in
+/// step with the root each sync uses), so an operator's `git pull --rebase
+/// origin main` in the checkout, the conflict recipe, reaches the same
+/// remote. Children cannot write `memory.git`, so they cannot redirect it.
+fn set_origin(repo: &Repository, url: &str) -> Result<(), SyncError> {
+    match repo.find_remote("origin") {
+        Ok(r) if r.url().ok() == Some(url) => Ok(()),
+        Ok(_) => repo
+            .remote_set_url("origin", url)
+            .map_err(git("configure the origin remote")),
+        Err(_) => repo
+            .remote("origin", url)
+            .map(|_| ())
+            .map_err(git("configure the origin remote")),
+    }
+}
+
 /// Agent ids with a `<id>.git` directory in a directory remote root
 /// (sorted; empty for a URL root or an unreadable directory).
 pub fn remote_agents(remote_root: &str) -> Vec<String> {
@@ -171,115 +198,29 @@ pub fn remote_agents(remote_root: &str) -> Vec<String> {
     ids
 }
 
-/// Output of one git command.
-struct GitRun {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run `git` non-interactively with a bounded wait. `git_dir` is passed as
-/// `--git-dir` (never discovered); hooks and fsmonitor are off so nothing
-/// from the repository's configuration runs as the supervisor.
-fn run_git(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, SyncError> {
-    let command = args.first().copied().unwrap_or("").to_string();
-    let mut cmd = Command::new("git");
-    if let Some(dir) = git_dir {
-        cmd.arg("--git-dir").arg(dir);
-    }
-    cmd.args([
-        "-c",
-        "commit.gpgsign=false",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-    ])
-    .args(args)
-    .env("GIT_TERMINAL_PROMPT", "0")
-    .env_remove("GIT_DIR")
-    .env_remove("GIT_WORK_TREE")
-    .env_remove("GIT_INDEX_FILE")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let fail = |message: String| SyncError::Command {
-        command: command.clone(),
-        message,
-    };
-    let mut child = cmd.spawn().map_err(|e| fail(e.to_string()))?;
-    // Drain both pipes on threads so a chatty git cannot block on a full pipe.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + GIT_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(fail(format!("timed out after {GIT_TIMEOUT:?}")));
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
-    };
-    Ok(GitRun {
-        ok: status.success(),
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
-}
-
-fn checked(run: GitRun, command: &str) -> Result<GitRun, SyncError> {
-    if run.ok {
-        Ok(run)
-    } else {
-        Err(SyncError::Command {
-            command: command.to_string(),
-            message: run.stderr.trim().to_string(),
-        })
-    }
-}
-
 /// Fetch the remote `main` into [`REMOTE_TRACKING_REF`]; `None` when the
 /// remote has no `main` yet.
 fn fetch(repo: &Repository, git_dir: &Path, url: &str) -> Result<Option<Oid>, SyncError> {
     let refspec = format!("refs/heads/{MAIN_BRANCH}");
-    let listed = checked(
-        run_git(Some(git_dir), &["ls-remote", "--", url, &refspec])?,
-        "ls-remote",
-    )?;
+    let listed =
+        gitcli::run(Some(git_dir), &["ls-remote", "--", url, &refspec])?.checked("ls-remote")?;
     if listed.stdout.trim().is_empty() {
         return Ok(None);
     }
     // `+` only on our own tracking ref: it mirrors whatever the remote has.
     let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
-    checked(
-        run_git(
-            Some(git_dir),
-            &[
-                "fetch",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--",
-                url,
-                &spec,
-            ],
-        )?,
-        "fetch",
-    )?;
+    gitcli::run(
+        Some(git_dir),
+        &[
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--",
+            url,
+            &spec,
+        ],
+    )?
+    .checked("fetch")?;
     let id = repo
         .refname_to_id(REMOTE_TRACKING_REF)
         .map_err(git("read the fetched remote main"))?;
@@ -295,7 +236,7 @@ enum Push {
 /// Push local `main` to the remote `main`, never forced.
 fn push(git_dir: &Path, url: &str) -> Result<Push, SyncError> {
     let spec = format!("{LOCAL_MAIN}:refs/heads/{MAIN_BRANCH}");
-    let run = run_git(Some(git_dir), &["push", "--porcelain", "--", url, &spec])?;
+    let run = gitcli::run(Some(git_dir), &["push", "--porcelain", "--", url, &spec])?;
     if run.ok {
         return Ok(Push::Done);
     }
@@ -468,6 +409,7 @@ fn move_main(
     let changed = diff_paths(&before, &after);
     repo.reference_matching(LOCAL_MAIN, new, true, old, why)
         .map_err(git("move the local main"))?;
+    crate::memfs::mirror::main_moved(repo.commondir());
     Ok(update_checkout(repo, &agent.memory_dir(), &after, &changed)
         .err()
         .map(|e| format!(" (the memory checkout could not be updated: {e})")))
@@ -524,36 +466,29 @@ pub fn sync(
         return Ok(out);
     }
 
-    let url = if is_url(root) {
-        remote_url(root, agent_id)
-    } else {
+    let url = agent_url(root, agent_id)?;
+    if !is_url(root) && !Path::new(&url).exists() {
+        // Created on first use, so a directory root needs no setup.
         let root_dir = std::path::absolute(root).unwrap_or_else(|_| PathBuf::from(root));
-        let bare = remote_agent_repo(&root_dir, agent_id)?;
-        if !bare.exists() {
-            // Created on first use, so a directory root needs no setup.
-            std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
-                path: root_dir.clone(),
-                source,
-            })?;
-            let path = bare.to_string_lossy().into_owned();
-            checked(
-                run_git(
-                    None,
-                    &[
-                        "init",
-                        "--quiet",
-                        "--bare",
-                        "--initial-branch",
-                        MAIN_BRANCH,
-                        "--",
-                        &path,
-                    ],
-                )?,
+        std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
+            path: root_dir.clone(),
+            source,
+        })?;
+        gitcli::run(
+            None,
+            &[
                 "init",
-            )?;
-        }
-        bare.to_string_lossy().into_owned()
-    };
+                "--quiet",
+                "--bare",
+                "--initial-branch",
+                MAIN_BRANCH,
+                "--",
+                &url,
+            ],
+        )?
+        .checked("init")?;
+    }
+    set_origin(&repo, &url)?;
 
     let mut backup_ref = None;
     let mut last_rejection = String::new();
@@ -703,6 +638,7 @@ mod tests {
     use crate::memfs::commit::commit_paths;
     use crate::paths::Home;
     use git2::Signature;
+    use std::process::Command;
 
     struct Agent {
         _tmp: tempfile::TempDir,

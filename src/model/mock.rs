@@ -18,6 +18,7 @@
 //! | `回忆: X` / `recall: X` | `recall_search {"query": X, "subagent": true}` (a recall sub-agent) |
 //! | `<reflection-integration branch="B">…` (an explicit-mode integration turn) | `memory merge branch B`, or, when its `<reflection-merge-instructions>` say `do not merge` / `不要合并`, the text `不合并：…` |
 //! | `别再叫我 X 了，叫我 Y` / `don't call me X, call me Y` | `memory str_replace human.md X → Y` |
+//! | `你知道我什么` / `what do you know about me` | text `我记得：A；B。`, the `- ` lines of the newest `<human>` block in view (`我还不知道关于你的事。` when none) |
 //! | anything else | text `mock: <user text>` |
 //!
 //! When the last message (reminder-only user messages skipped) holds tool
@@ -139,7 +140,7 @@ impl Model for MockModel {
                 recall_with_tools(&request.messages)
             }
             Purpose::Reflection => vec![Part::text(reflect(&request.messages))],
-            Purpose::Turn => answer_turn(&request.messages),
+            Purpose::Turn => answer_turn(&request.system, &request.messages),
         };
         Ok(finish(parts, input_tokens, None, "mock", on_event))
     }
@@ -237,7 +238,7 @@ fn clean_capture(s: &str) -> String {
         .to_string()
 }
 
-fn answer_turn(messages: &[Message]) -> Vec<Part> {
+fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
     let last = messages.iter().rev().find(|m| !is_reminder_only(m));
     if let Some(last) = last
         && last
@@ -315,7 +316,40 @@ fn answer_turn(messages: &[Message]) -> Vec<Part> {
             arguments: args,
         }];
     }
+    if ASK_ABOUT_ME.is_match(&text) {
+        return vec![Part::text(what_i_know(system, messages))];
+    }
     vec![Part::text(format!("mock: {text}"))]
+}
+
+static ASK_ABOUT_ME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"你(知道|记得)我(什么|些什么)|(?i)what do you (know|remember) about me")
+        .unwrap_or_else(|e| unreachable!("constant pattern: {e}"))
+});
+
+/// The `- ` lines of the newest `<human>` block the model can see (the
+/// system prompt's, or a later `<memory_update>`'s), as an answer.
+fn what_i_know(system: &str, messages: &[Message]) -> String {
+    let texts = std::iter::once(system.to_string()).chain(messages.iter().flat_map(|m| {
+        m.parts.iter().filter_map(|p| match p {
+            Part::Text { text } => Some(text.clone()),
+            _ => None,
+        })
+    }));
+    let block = texts
+        .filter_map(|t| between(&t, "<human>", "</human>").map(str::to_string))
+        .next_back();
+    let facts: Vec<String> = block
+        .iter()
+        .flat_map(|b| b.lines())
+        .filter_map(|l| l.trim().strip_prefix("- ").map(|f| f.trim().to_string()))
+        .filter(|f| !f.is_empty())
+        .collect();
+    if facts.is_empty() {
+        "我还不知道关于你的事。".to_string()
+    } else {
+        format!("我记得：{}。", facts.join("；"))
+    }
 }
 
 /// An integration turn (the explicit merge mode): merge the reflection's
@@ -1034,6 +1068,24 @@ mod tests {
         assert_eq!(call["command"], "str_replace");
         assert_eq!(call["old_string"], "小明");
         assert_eq!(call["new_string"], "阿明");
+    }
+
+    #[test]
+    fn asked_what_it_knows_it_answers_from_the_newest_human_block() {
+        let user = |t: &str| Message {
+            role: Role::User,
+            parts: vec![Part::text(t)],
+        };
+        let system = "SYS\n<human>\n<description>d</description>\n- 我住在杭州\n</human>\n";
+        let answer = what_i_know(system, &[user("你知道我什么？")]);
+        assert_eq!(answer, "我记得：我住在杭州。");
+        // A later memory update replaces what the system prompt showed.
+        let update = "<system-reminder><memory_update><human>\n- 我住在杭州\n- 我喜欢绿茶\n</human></memory_update></system-reminder>";
+        let answer = what_i_know(system, &[user(update), user("what do you know about me?")]);
+        assert_eq!(answer, "我记得：我住在杭州；我喜欢绿茶。");
+        assert_eq!(what_i_know("SYS", &[]), "我还不知道关于你的事。");
+        assert!(ASK_ABOUT_ME.is_match("What do you know about me?"));
+        assert!(!ASK_ABOUT_ME.is_match("hello"));
     }
 
     #[test]

@@ -422,27 +422,45 @@ pub async fn memory_sync(
     agent: Option<String>,
     remote_root: Option<String>,
 ) -> Outcome {
+    let root = remote_root
+        .filter(|r| !r.trim().is_empty())
+        .or_else(crate::agent::remote::root_from_env);
     let home = state.home.clone();
+    let wanted = agent.clone();
+    let clone_root = root.clone();
+    // An agent this host has never seen, named with a remote configured, is
+    // cloned from the remote first (lab 6): the sync after it is then clean.
     let found = super::state::blocking(move || {
-        store::find(&home, agent.as_deref()).map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+        let not_found = |e: store::StoreError| error(ErrorCode::NotFound, e.to_string());
+        match store::find(&home, wanted.as_deref()) {
+            Ok(f) => Ok((f, false)),
+            Err(store::StoreError::NotFound(sel)) => {
+                let Some(root) = clone_root else {
+                    return Err(not_found(store::StoreError::NotFound(sel)));
+                };
+                let record = crate::agent::remote::clone(&home, &root, &sel)
+                    .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+                tracing::info!(agent = %record.id, name = %record.name, "cloned from the remote");
+                let paths = home
+                    .agent(&record.id)
+                    .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+                Ok(((record, paths), true))
+            }
+            Err(e) => Err(not_found(e)),
+        }
     })
     .await;
-    let (record, paths) = match found {
+    let ((record, paths), cloned) = match found {
         Ok(f) => f,
         Err(o) => return o,
     };
-    let root = remote_root.filter(|r| !r.trim().is_empty()).or_else(|| {
-        std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV)
-            .ok()
-            .filter(|r| !r.trim().is_empty())
-    });
     let _lease = match state.leases.hold(&record.id, LEASE_WAIT).await {
         Ok(l) => l,
         Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
     };
-    let id = record.id.clone();
+    let synced = record.clone();
     let result = on_agent_thread(state, &record.id, move || {
-        crate::memfs::sync::sync(&paths, &id, root.as_deref())
+        crate::agent::remote::sync_agent(&paths, &synced, root.as_deref())
     })
     .await;
     match result {
@@ -450,6 +468,15 @@ pub async fn memory_sync(
             Ok(mut v) => {
                 if let Some(o) = v.as_object_mut() {
                     o.insert("agent".into(), json!(record.id));
+                    o.insert("name".into(), json!(record.name));
+                    o.insert("cloned".into(), json!(cloned));
+                    if cloned && let Some(m) = o.get("message").and_then(Value::as_str) {
+                        let m = format!(
+                            "cloned agent {} ({}) from the remote; {m}",
+                            record.name, record.id
+                        );
+                        o.insert("message".into(), json!(m));
+                    }
                 }
                 Outcome::Result(v)
             }
@@ -470,9 +497,7 @@ pub async fn sync_after(
     agent_id: &str,
     conversation: Option<String>,
 ) -> Option<Value> {
-    let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV)
-        .ok()
-        .filter(|r| !r.trim().is_empty())?;
+    let root = crate::agent::remote::root_from_env()?;
     let paths = state.home.agent(agent_id).ok()?;
     let probe = paths.clone();
     let pending = super::state::blocking(move || Ok(crate::memfs::sync::has_pending(&probe)))
@@ -484,9 +509,14 @@ pub async fn sync_after(
     let _lease = state.leases.hold(agent_id, LEASE_WAIT).await.ok()?;
     let id = agent_id.to_string();
     let outcome = on_agent_thread(state, agent_id, move || {
-        let outcome = crate::memfs::sync::sync(&paths, &id, Some(&root));
+        let outcome = store::load(&paths)
+            .map_err(|e| crate::memfs::sync::SyncError::Io {
+                path: paths.agent_json(),
+                source: std::io::Error::other(e.to_string()),
+            })
+            .and_then(|record| crate::agent::remote::sync_agent(&paths, &record, Some(&root)));
         if let (Ok(o), Some(conv)) = (&outcome, &conversation)
-            && let Some((rid, text)) = sync_reminder(o)
+            && let Some((rid, text)) = sync_reminder(o, &paths.memory_dir())
             && let Ok(Some(c)) =
                 crate::agent::conversation::Conversation::open_existing(&paths, conv)
             && let Err(e) = c.queue_reminder(rid, &text)
@@ -513,30 +543,51 @@ pub async fn sync_after(
 }
 
 /// The reminder a sync outcome leaves for the agent, if it needs one:
-/// `MEMORY GIT CONFLICT` with the recipe, or `MEMORY SYNC FAILED`.
-fn sync_reminder(o: &crate::memfs::sync::SyncOutcome) -> Option<(&'static str, String)> {
+/// `MEMORY GIT CONFLICT` with the book's recipe, `MEMORY COMMIT NEEDED`, or
+/// `MEMORY SYNC FAILED`. `memory_dir` is the checkout on the host, where an
+/// operator would run the recipe.
+fn sync_reminder(
+    o: &crate::memfs::sync::SyncOutcome,
+    memory_dir: &std::path::Path,
+) -> Option<(&'static str, String)> {
     use crate::memfs::sync::SyncStatus;
+    let dir = memory_dir.display();
+    let status = &o.message;
     match o.status {
         SyncStatus::Conflict => Some((
             "memory-git-conflict",
             format!(
-                "MEMORY GIT CONFLICT\nYour memory could not be synced with its remote: {}\n\
-Your local memory is unchanged{}. To resolve it in a checkout of the memory \
-repository: `git pull --rebase origin main`, edit the conflicting files, \
-`git add` them, then `GIT_EDITOR=true git rebase --continue`. Or delegate a \
-memory worker to re-apply your change to the memory as it is.",
-                o.message,
+                "MEMORY GIT CONFLICT: Your memory changes could not be synced: they conflict with \
+changes another host pushed to the remote.\n\
+Memory directory: {dir}\n\
+Status: {status}\n\
+Your local memory is unchanged{}. To resolve it in the memory directory: \
+`git pull --rebase origin main`, edit the conflicting files, `git add` them, then \
+`GIT_EDITOR=true git rebase --continue`; the next sync pushes the result. Or delegate a \
+memory worker to re-apply your change to the memory as it now is.",
                 o.backup_ref
                     .as_deref()
                     .map(|r| format!(" (backup ref {r})"))
                     .unwrap_or_default()
             ),
         )),
-        SyncStatus::Invalid | SyncStatus::PushFailed | SyncStatus::Dirty => Some((
+        SyncStatus::Dirty => Some((
+            "memory-commit-needed",
+            format!(
+                "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\
+Memory directory: {dir}\n\
+Status: {status}\n\
+Commit these memory changes with your memory tool; the next sync pushes them."
+            ),
+        )),
+        SyncStatus::Invalid | SyncStatus::PushFailed => Some((
             "memory-sync-failed",
             format!(
-                "MEMORY SYNC FAILED\nYour memory was not synced with its remote: {}",
-                o.message
+                "MEMORY SYNC FAILED: Your memory changes could not be pushed to the remote.\n\
+Memory directory: {dir}\n\
+Status: {status}\n\
+Nothing was lost: the commits stay in local memory, and the next sync after a \
+change tries again."
             ),
         )),
         _ => None,

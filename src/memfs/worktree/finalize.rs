@@ -352,22 +352,45 @@ pub fn finalize_reflection(
 
 /// Row 5: bring `main` up to date with `origin`'s `main` before merging.
 ///
-/// Without a remote named `origin` this does nothing (the usual case: sync
-/// is not set up). With one: fetch its `main`; nothing to do when it is
+/// Without a remote named `origin` (sync configures it) this does nothing.
+/// With one: fetch its `main`; nothing to do when it is
 /// already contained in `HEAD`; a fast-forward when `HEAD` is contained in
 /// it; otherwise `main`'s own commits are rebased onto it *in memory*
 /// (merge commits are dropped, as `git rebase` does), so a conflict — the
 /// "abort" — leaves everything as it was. The checkout, known clean at this
 /// point, is then updated path by path.
 fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), WorktreeError> {
-    let mut remote = match repo.find_remote("origin") {
+    let remote = match repo.find_remote("origin") {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
         Err(e) => return Err(git("read the origin remote")(e)),
     };
-    remote
-        .fetch(&["+refs/heads/main:refs/remotes/origin/main"], None, None)
-        .map_err(git("fetch origin main"))?;
+    let Ok(url) = remote.url() else {
+        return Ok(());
+    };
+    // Through the git CLI, as every network git of the supervisor's is (the
+    // operator's credential helpers and ssh configuration apply).
+    let fetched = crate::memfs::gitcli::run(
+        Some(repo.commondir()),
+        &[
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--",
+            url,
+            "+refs/heads/main:refs/remotes/origin/main",
+        ],
+    )
+    .map_err(|e| git("fetch origin main")(git2::Error::from_str(&e.to_string())))?;
+    if !fetched.ok {
+        // A remote made but never pushed to has no main: nothing to refresh.
+        if fetched.stderr.contains("couldn't find remote ref") {
+            return Ok(());
+        }
+        return Err(git("fetch origin main")(git2::Error::from_str(
+            fetched.stderr.trim(),
+        )));
+    }
     let theirs = repo
         .find_reference("refs/remotes/origin/main")
         .and_then(|r| r.peel_to_commit())
@@ -395,6 +418,7 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
         "refresh from origin/main",
     )
     .map_err(git("move main to the refreshed history"))?;
+    crate::memfs::mirror::main_moved(repo.commondir());
     update_checkout(repo, &agent.memory_dir(), &new, &changed)
 }
 

@@ -158,6 +158,7 @@ pub(super) fn merge_into_main(
     if let Err(e) = update_checkout(repo, &agent.memory_dir(), &new, &changed) {
         tracing::warn!("merged {commit}, but could not update the memory checkout: {e}");
     }
+    crate::memfs::mirror::head_committed(repo);
     Ok(MergeOutcome::Merged { commit, changed })
 }
 

@@ -1,0 +1,154 @@
+//! The `git` command line, run by the supervisor for everything that reaches
+//! a remote (fetch, push, ls-remote, clone's fetch, the mirror's push), so
+//! the operator's credential helpers and ssh configuration apply.
+//!
+//! Every command names its git directory with `--git-dir` (never discovered
+//! from a working directory a child can write), never prompts, and runs with
+//! hooks, fsmonitor and the `ext::` transport off, so nothing a repository's
+//! configuration or a remote URL says can make git run a program as the
+//! supervisor.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound on each git command (network operations included).
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A git command that could not run or failed.
+#[derive(Debug, thiserror::Error)]
+#[error("git {command} failed: {message}")]
+pub struct GitCliError {
+    pub command: String,
+    pub message: String,
+}
+
+/// Output of one git command.
+#[derive(Debug)]
+pub struct GitRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl GitRun {
+    /// `Ok(self)` when git succeeded, else its stderr as the error.
+    pub fn checked(self, command: &str) -> Result<Self, GitCliError> {
+        if self.ok {
+            Ok(self)
+        } else {
+            Err(GitCliError {
+                command: command.to_string(),
+                message: self.stderr.trim().to_string(),
+            })
+        }
+    }
+}
+
+/// A `git` command with the supervisor's safe defaults, not yet started.
+pub fn command(git_dir: Option<&Path>, args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    if let Some(dir) = git_dir {
+        cmd.arg("--git-dir").arg(dir);
+    }
+    cmd.args([
+        "-c",
+        "commit.gpgsign=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "protocol.ext.allow=never",
+    ])
+    .args(args)
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .env_remove("GIT_DIR")
+    .env_remove("GIT_WORK_TREE")
+    .env_remove("GIT_INDEX_FILE")
+    .stdin(Stdio::null());
+    cmd
+}
+
+/// Run `git` with a bounded wait ([`GIT_TIMEOUT`]) and collect its output.
+pub fn run(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, GitCliError> {
+    let name = args.first().copied().unwrap_or("").to_string();
+    let fail = |message: String| GitCliError {
+        command: name.clone(),
+        message,
+    };
+    let mut child = command(git_dir, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(e.to_string()))?;
+    let (out, err) = drain(&mut child);
+    let deadline = Instant::now() + GIT_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!("timed out after {GIT_TIMEOUT:?}")));
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    };
+    Ok(GitRun {
+        ok: status.success(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+type Drained = std::thread::JoinHandle<String>;
+
+/// Read both pipes on threads, so a chatty git never blocks on a full pipe.
+fn drain(child: &mut Child) -> (Drained, Drained) {
+    fn reader(pipe: Option<Box<dyn Read + Send>>) -> Drained {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    }
+    (
+        reader(child.stdout.take().map(|p| Box::new(p) as _)),
+        reader(child.stderr.take().map(|p| Box::new(p) as _)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn ext_transport_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let url = format!("ext::sh -c touch% {}", marker.display());
+        let run = run(None, &["ls-remote", "--", &url]).unwrap();
+        assert!(!run.ok);
+        assert!(!marker.exists(), "the ext:: transport ran a command");
+    }
+
+    #[test]
+    fn failures_carry_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.git");
+        let e = run(None, &["ls-remote", "--", missing.to_str().unwrap()])
+            .unwrap()
+            .checked("ls-remote")
+            .unwrap_err();
+        assert_eq!(e.command, "ls-remote");
+        assert!(!e.message.is_empty());
+    }
+}
