@@ -5,6 +5,7 @@ mod agent;
 pub(crate) mod channel;
 mod chat;
 mod context;
+mod doctor;
 mod interrupt;
 mod logging;
 mod memory;
@@ -94,6 +95,9 @@ enum Command {
     /// Sync an agent's memory with its remote ($MINI_LETTA_REMOTE_ROOT):
     /// fetch, fast-forward or rebase, validate, push (never forced).
     Sync(sync::SyncArgs),
+    /// Find what is wrong with agents (git state, validation, sizes, links,
+    /// reflection, locks, worktrees, sync, sandbox, recall) and how to fix it.
+    Doctor(doctor::DoctorArgs),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -260,6 +264,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Recall(cmd) => recall::run(cli, cmd),
         Command::Reflect(args) => reflect::run(cli, args),
         Command::Sync(args) => sync::run(cli, args),
+        Command::Doctor(args) => doctor::run(cli, args),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),

@@ -591,6 +591,16 @@ pub fn sync(
         let n = count_between(&repo, to_push, remote)?;
         match push(&git_dir, &url)? {
             Push::Done => {
+                // A push by URL moves no tracking ref: record what the
+                // remote now has, so "pending" means new commits only.
+                if let Err(e) = repo.reference(
+                    REMOTE_TRACKING_REF,
+                    to_push,
+                    true,
+                    "mini-letta sync: pushed",
+                ) {
+                    tracing::warn!("pushed, but cannot record the remote main: {e}");
+                }
                 let what = if rebased {
                     "rebased and pushed"
                 } else {

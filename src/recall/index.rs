@@ -158,6 +158,16 @@ pub(crate) fn may_be_consecutive(d: u32, seq: &[&Postings]) -> bool {
     })
 }
 
+/// How an index on disk stands against the logs ([`Index::lag`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Log bytes not indexed yet (the next search catches up).
+    pub behind_bytes: u64,
+    /// Conversations whose log is shorter than the index says it covered
+    /// (truncated or replaced): their entries no longer match the log.
+    pub stale: Vec<String>,
+}
+
 /// What the index keeps of one message.
 #[derive(Debug, Clone, Copy)]
 pub struct DocMeta {
@@ -351,6 +361,44 @@ impl Index {
         }
         index.catch_up()?;
         Ok(index)
+    }
+
+    /// How the index on disk stands against `agent`'s conversation logs,
+    /// read without writing or catching up anything (for `doctor`): `None`
+    /// when there is no index.
+    pub fn lag(agent: &AgentPaths) -> Result<Option<Lag>, RecallError> {
+        let convs_dir = match Dir::open(&agent.conversations_dir()) {
+            Ok(d) => d,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(fs(e)),
+        };
+        let Ok(ro) = convs_dir.open_dir(RECALL_DIR_NAME) else {
+            return Ok(None);
+        };
+        let mut index = Self::empty(None);
+        index.ro_dir = Some(ro);
+        index.load()?;
+        let mut lag = Lag::default();
+        for id in crate::agent::conversation::list_ids(agent)? {
+            let covered = index
+                .conv_ids
+                .get(&id)
+                .and_then(|&n| index.convs.get(n as usize))
+                .map_or(0, |c| c.covered);
+            let size = match convs_dir.open_dir(&id) {
+                Ok(dir) => match dir.stat_at(MESSAGES_FILE_NAME).map_err(fs)? {
+                    Some(s) if s.kind == crate::agentfs::Kind::File => s.size,
+                    _ => 0,
+                },
+                Err(_) => 0,
+            };
+            if size < covered {
+                lag.stale.push(id);
+            } else {
+                lag.behind_bytes += size - covered;
+            }
+        }
+        Ok(Some(lag))
     }
 
     fn empty(convs_dir: Option<Dir>) -> Self {
