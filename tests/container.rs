@@ -1,0 +1,444 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Many hosts, one memory, in containers: the compose scenario of
+//! `container/compose.yaml` (run when a container engine answers, skipped
+//! loudly otherwise), the shape of that file, and what `sandbox status`
+//! reports where user namespaces are refused, as in a default container.
+
+mod common;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use mini_letta::sandbox::report::{Isolation, Level};
+use serde_json::Value;
+
+/// Set to `1` where a container engine must be there: a skip then fails.
+const REQUIRE_CONTAINER_ENV: &str = "MINI_LETTA_REQUIRE_CONTAINER";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn compose_file() -> PathBuf {
+    repo().join("container/compose.yaml")
+}
+
+/// Say loudly that the container scenario did not run; under
+/// `MINI_LETTA_REQUIRE_CONTAINER=1` fail instead.
+fn skip_container(reason: &str) {
+    eprintln!(
+        "SKIPPED container scenario: {reason}; the two-homes test in tests/sync.rs stands in"
+    );
+    if std::env::var(REQUIRE_CONTAINER_ENV).as_deref() == Ok("1") {
+        panic!("{REQUIRE_CONTAINER_ENV}=1 but the container scenario was skipped: {reason}");
+    }
+}
+
+/// What a command printed, and whether it succeeded before `limit`.
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `program args` with stdin closed, killing it after `limit`. A
+/// program that cannot be started is a failure whose stderr says why.
+fn run_for(program: &str, args: &[&str], limit: Duration) -> Ran {
+    let mut child = match Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran {
+                ok: false,
+                stdout: String::new(),
+                stderr: format!("{program}: {e}"),
+            };
+        }
+    };
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + limit;
+    let (ok, timed_out) = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break (status.success(), false),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break (false, true);
+            }
+        }
+    };
+    let mut stderr = err.join().unwrap_or_default();
+    if timed_out {
+        stderr.push_str(&format!("\n(killed after {} s)", limit.as_secs()));
+    }
+    Ran {
+        ok,
+        stdout: out.join().unwrap_or_default(),
+        stderr,
+    }
+}
+
+/// The first engine whose daemon answers and which has `compose`, or why
+/// there is none. Quick when a client exists but no daemon runs.
+fn container_engine() -> Result<&'static str, String> {
+    let mut why = Vec::new();
+    for engine in ["docker", "podman"] {
+        let info = run_for(engine, &["info"], Duration::from_secs(20));
+        if !info.ok {
+            let first = info.stderr.lines().find(|l| !l.trim().is_empty());
+            why.push(format!(
+                "`{engine} info` failed ({})",
+                first.unwrap_or("no output").trim()
+            ));
+            continue;
+        }
+        let compose = run_for(engine, &["compose", "version"], Duration::from_secs(20));
+        if !compose.ok {
+            why.push(format!("`{engine} compose` is not available"));
+            continue;
+        }
+        return Ok(engine);
+    }
+    Err(why.join("; "))
+}
+
+/// `engine compose -p PROJECT -f container/compose.yaml ARGS…`.
+fn compose(engine: &str, project: &str, args: &[&str], limit: Duration) -> Ran {
+    let file = compose_file();
+    let mut all = vec!["compose", "-p", project, "-f", file.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_for(engine, &all, limit)
+}
+
+/// Removes the project's containers and volumes, however the test ends.
+struct Project<'a> {
+    engine: &'a str,
+    name: String,
+}
+
+impl Drop for Project<'_> {
+    fn drop(&mut self) {
+        let r = compose(
+            self.engine,
+            &self.name,
+            &["down", "-v", "--remove-orphans"],
+            Duration::from_secs(120),
+        );
+        if !r.ok {
+            eprintln!("compose down of {} failed: {}", self.name, r.stderr);
+        }
+    }
+}
+
+#[test]
+fn the_second_container_answers_from_the_memory_the_first_one_synced() {
+    let engine = match container_engine() {
+        Ok(e) => e,
+        Err(why) => return skip_container(&why),
+    };
+    let project = Project {
+        engine,
+        name: format!("mini-letta-test-{}", std::process::id()),
+    };
+    let build = compose(
+        engine,
+        &project.name,
+        &["build"],
+        Duration::from_secs(45 * 60),
+    );
+    assert!(build.ok, "image build failed:\n{}", build.stderr);
+    // `up` returns once both one-shot services have exited; `second`
+    // starts only after `seed` completed successfully.
+    let up = compose(engine, &project.name, &["up"], Duration::from_secs(15 * 60));
+    assert!(up.ok, "compose up failed:\n{}{}", up.stdout, up.stderr);
+    let states = compose(
+        engine,
+        &project.name,
+        &["ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
+        Duration::from_secs(60),
+    );
+    for service in ["seed", "second"] {
+        assert!(
+            states
+                .stdout
+                .lines()
+                .any(|l| l.trim() == format!("{service} 0")),
+            "{service} did not exit 0:\n{}\n{}",
+            states.stdout,
+            up.stdout
+        );
+    }
+    let second = compose(
+        engine,
+        &project.name,
+        &["logs", "--no-color", "--no-log-prefix", "second"],
+        Duration::from_secs(60),
+    );
+    assert!(second.ok, "{}", second.stderr);
+    // What the second home holds now: cloned from the remote, never taught.
+    let memory = compose(
+        engine,
+        &project.name,
+        &[
+            "run",
+            "--rm",
+            "--no-deps",
+            "second",
+            "memory",
+            "show",
+            "-a",
+            "agent-demo",
+            "human.md",
+        ],
+        Duration::from_secs(5 * 60),
+    );
+    assert!(memory.ok, "{}", memory.stderr);
+    let output = format!("{}\n{}", second.stdout, memory.stdout);
+    assert!(
+        output.contains("杭州"),
+        "the second service's output does not mention 杭州:\n{output}"
+    );
+    assert!(
+        memory.stdout.contains("我住在杭州"),
+        "the second home's memory lacks the fact taught on the first:\n{}",
+        memory.stdout
+    );
+}
+
+/// The lines of service `name` in a compose file (two-space indented
+/// services, as `container/compose.yaml` writes them).
+fn service_block<'a>(text: &'a str, name: &str) -> &'a str {
+    let header = format!("\n  {name}:\n");
+    let start = text
+        .find(&header)
+        .unwrap_or_else(|| panic!("no service {name}"))
+        + header.len();
+    let rest = &text[start..];
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        let top_level = !line.starts_with(' ') && !line.trim().is_empty();
+        let sibling =
+            line.starts_with("  ") && !line.starts_with("   ") && !line[2..].starts_with('#');
+        if top_level || sibling {
+            return &rest[..offset];
+        }
+        offset += line.len();
+    }
+    rest
+}
+
+#[test]
+fn compose_file_has_two_hosts_sharing_one_remote() {
+    let text = std::fs::read_to_string(compose_file()).unwrap();
+    // The services, each with a home of its own and the shared remote.
+    let service = |name: &str| service_block(&text, name).to_string();
+    let seed = service("seed");
+    let second = service("second");
+    assert!(seed.contains("- data1:/data"), "{seed}");
+    assert!(second.contains("- data2:/data"), "{second}");
+    for s in [&seed, &second] {
+        assert!(s.contains("- remote:/remote"), "{s}");
+    }
+    assert!(
+        text.contains("MINI_LETTA_REMOTE_ROOT: /remote"),
+        "the remote root must be the shared volume"
+    );
+    assert!(
+        seed.contains("mini-letta agent create agent-demo"),
+        "{seed}"
+    );
+    assert!(seed.contains(r#"-p "记住: 我住在杭州""#), "{seed}");
+    assert!(seed.contains("mini-letta sync -a agent-demo"), "{seed}");
+    assert!(
+        second.contains(r#"command: ["chat", "-a", "agent-demo", "-p", "你知道我什么？"]"#),
+        "{second}"
+    );
+    assert!(
+        second.contains("condition: service_completed_successfully"),
+        "{second}"
+    );
+    // Named volumes, and default container security.
+    let volumes = &text[text.find("\nvolumes:\n").expect("top-level volumes")..];
+    for v in ["data1:", "data2:", "remote:"] {
+        assert!(volumes.contains(&format!("\n  {v}")), "volume {v}");
+    }
+    for loosening in ["privileged", "seccomp", "cap_add", "security_opt"] {
+        assert!(
+            !text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .any(|l| l.contains(loosening)),
+            "compose.yaml loosens the container ({loosening})"
+        );
+    }
+}
+
+fn level_of(v: &Value) -> Level {
+    match v["level"].as_str() {
+        Some("L0") => Level::L0,
+        Some("L2") => Level::L2,
+        Some("L3") => Level::L3,
+        Some("L4") => Level::L4,
+        Some("None") => Level::None,
+        other => panic!("unknown level {other:?} in {v}"),
+    }
+}
+
+#[test]
+fn sandbox_status_is_honest_where_user_namespaces_are_refused() {
+    // The real denial a default container gives: run `sandbox status` in a
+    // user namespace that may not create further ones.
+    let bwrap = "/usr/bin/bwrap";
+    let probe = Command::new(bwrap)
+        .args([
+            "--unshare-user",
+            "--disable-userns",
+            "--dev-bind",
+            "/",
+            "/",
+            "--",
+            "/bin/true",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            skip(&format!(
+                "container-like status: `bwrap --unshare-user --disable-userns` fails here: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+            return;
+        }
+        Err(e) => {
+            skip(&format!("container-like status: {bwrap}: {e}"));
+            return;
+        }
+    }
+    let bin = bin();
+    let o = Command::new(bwrap)
+        .args([
+            "--unshare-user",
+            "--disable-userns",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--dev-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--",
+        ])
+        .arg(&bin)
+        .args(["sandbox", "status", "--json"])
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .env_remove("MINI_LETTA_NAMESPACES")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    assert_eq!(v["namespaces"]["available"], false, "{v}");
+    assert!(v["ns_backend"].is_null(), "{v}");
+    assert!(
+        v["missing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.as_str().unwrap_or("").starts_with("namespaces:")),
+        "the missing layer is not named: {v}"
+    );
+    assert!(
+        !v["backend"].as_str().unwrap().contains("bwrap")
+            && !v["backend"].as_str().unwrap().contains("namespaces"),
+        "{v}"
+    );
+    // Without namespaces the level follows landlock and seccomp alone.
+    let landlock = v["landlock"]["available"] == true;
+    let abi = v["landlock_abi"].as_i64().unwrap();
+    let seccomp = v["seccomp"]["available"] == true;
+    let level = level_of(&v);
+    let expected = match (landlock, seccomp) {
+        (true, true) if abi >= 6 => Level::L2,
+        (true, true) => Level::L3,
+        (false, false) => Level::None,
+        _ => Level::L4,
+    };
+    assert_eq!(level, expected, "{v}");
+    if landlock && seccomp && abi >= 6 {
+        // The case of a default container on a current kernel.
+        assert_eq!(level, Level::L2, "{v}");
+    }
+    // Strict accepts L0 and L2 only; degraded anything but no layer at all.
+    assert_eq!(
+        Isolation::Strict.accepts(level),
+        matches!(level, Level::L0 | Level::L2),
+        "{v}"
+    );
+    assert_eq!(Isolation::Degraded.accepts(level), level != Level::None);
+
+    // The human-readable report says the same, including the verdict.
+    let o = Command::new(bwrap)
+        .args([
+            "--unshare-user",
+            "--disable-userns",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--dev-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--",
+        ])
+        .arg(&bin)
+        .args(["sandbox", "status"])
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .env_remove("MINI_LETTA_NAMESPACES")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(&format!("level: {}", v["level"].as_str().unwrap())),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("namespaces") && l.to_lowercase().contains(" no ")),
+        "{text}"
+    );
+    let verdict = if Isolation::Strict.accepts(level) {
+        "strict mode accepts this host"
+    } else {
+        "strict mode REFUSES children on this host"
+    };
+    assert!(text.lines().any(|l| l.trim() == verdict), "{text}");
+}
