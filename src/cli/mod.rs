@@ -4,12 +4,13 @@
 mod agent;
 pub(crate) mod channel;
 mod chat;
-mod context;
+pub(crate) mod context;
 mod doctor;
 mod interrupt;
 mod logging;
 mod memory;
 mod output;
+mod palace;
 mod prompt;
 mod recall;
 mod reflect;
@@ -98,6 +99,10 @@ enum Command {
     /// Find what is wrong with agents (git state, validation, sizes, links,
     /// reflection, locks, worktrees, sync, sandbox, recall) and how to fix it.
     Doctor(doctor::DoctorArgs),
+    /// A read-only web view of agents' memory, history and conversations:
+    /// served on loopback, or exported as static pages.
+    #[command(subcommand)]
+    Palace(palace::PalaceCommand),
     /// Start, stop and inspect the home's supervisor.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
@@ -265,6 +270,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Reflect(args) => reflect::run(cli, args),
         Command::Sync(args) => sync::run(cli, args),
         Command::Doctor(args) => doctor::run(cli, args),
+        Command::Palace(cmd) => palace::run(cli, cmd),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),
