@@ -483,3 +483,66 @@ fn an_unreachable_mirror_never_blocks_a_commit() {
         std::fs::read_to_string(git_dir.join("mirror.log"))
     );
 }
+
+#[test]
+fn a_sync_conflict_can_be_handed_to_a_repair_worker() {
+    if !confinement_or_skip("sync --repair") {
+        return;
+    }
+    let h = Hosts::taught_and_cloned();
+    let (a, b) = (h.a.path(), h.b.path());
+    ok(on(
+        a,
+        h.root.path(),
+        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"],
+    ));
+    ok(on(
+        b,
+        h.root.path(),
+        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢咖啡"],
+    ));
+    let b_commit = h.main_at(b);
+    let o = on(
+        b,
+        h.root.path(),
+        &["sync", "-a", "agent-demo", "--repair", "--json"],
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["status"], "conflict", "{v}");
+    let branch = v["repair_branch"].as_str().unwrap().to_string();
+    assert!(branch.starts_with("mini-letta/memory-worker/"), "{v}");
+    // The repair ran (an embedded supervisor waits for its workers), was
+    // merged and pushed: both facts are on the remote and on A after a sync.
+    let bare = h.bare();
+    assert!(
+        wait_until(60, || {
+            let o = git(
+                Path::new("/"),
+                &["--git-dir", bare.to_str().unwrap(), "show", "main:human.md"],
+            );
+            let t = stdout(&o);
+            t.contains("我喜欢绿茶") && t.contains("我喜欢咖啡")
+        }),
+        "the repair did not reach the remote"
+    );
+    let v = h.sync(a);
+    assert_eq!(v["status"], "clean", "{v}");
+    let human = h.human(a);
+    assert_eq!(human.matches("我喜欢咖啡").count(), 1, "{human}");
+    assert_eq!(human.matches("我喜欢绿茶").count(), 1, "{human}");
+    // Nothing lost: B's original commit is still reachable (backup ref).
+    let b_git = h.agent_dir(b).join("memory.git");
+    let refs = git_ok(
+        Path::new("/"),
+        &[
+            "--git-dir",
+            b_git.to_str().unwrap(),
+            "for-each-ref",
+            "--contains",
+            &b_commit,
+            "--format=%(refname)",
+        ],
+    );
+    assert!(refs.contains("refs/mini-letta/backup/"), "{refs}");
+    h.fsck(b);
+}

@@ -26,9 +26,14 @@ Statuses: skipped (no remote), clean, pushed, dirty (uncommitted memory edits),
 conflict (a rebase conflict; nothing changed), invalid (the rebased memory
 fails validation; nothing changed), push_failed.
 
+With --repair, a conflict is handed to a repair worker instead of waiting for
+the manual recipe (`git pull --rebase origin main`, edit, `git add`,
+`GIT_EDITOR=true git rebase --continue`).
+
 Examples:
   mini-letta sync -a owl
-  mini-letta sync -a owl --json")]
+  mini-letta sync -a owl --json
+  mini-letta sync -a owl --repair")]
 pub struct SyncArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
@@ -36,6 +41,11 @@ pub struct SyncArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// On a conflict, set the local commits aside (on a memory-worker
+    /// branch, besides the backup ref), move main to the remote's, and let
+    /// a repair worker re-apply the local change; it is pushed when merged.
+    #[arg(long)]
+    repair: bool,
 }
 
 /// [`store::find`], and an agent this host has never seen, named while a
@@ -55,6 +65,7 @@ pub fn find_or_clone(
             let result = session.client.call(Call::MemorySync {
                 agent: Some(sel.clone()),
                 remote_root: Some(root),
+                repair: false,
             });
             session.close();
             let v = result.with_context(|| format!("cannot clone agent {sel:?}"))?;
@@ -72,6 +83,7 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let result = session.client.call(Call::MemorySync {
         agent: args.agent.clone(),
         remote_root: root,
+        repair: args.repair,
     });
     session.close();
     let v = result.context("the sync could not run")?;

@@ -433,6 +433,44 @@ pub fn has_pending(agent: &AgentPaths) -> bool {
     main.is_some() && main != seen
 }
 
+/// After a `conflict`: set the local commits aside for a repair worker.
+/// Local `main` (already kept under a backup ref by the sync) is kept on a
+/// new memory-worker branch, and `main` moves to the remote's `main` as last
+/// fetched, so the repair re-applies the local change onto the memory every
+/// other host has and the next sync is a fast-forward. `None` when there is
+/// nothing to set aside (a dirty checkout, no fetched remote, or local
+/// `main` already contains it). Nothing is lost: the branch and the backup
+/// ref both hold the local history.
+pub fn set_aside_for_repair(agent: &AgentPaths) -> Result<Option<String>, SyncError> {
+    let git_dir = agent.memory_git_dir();
+    let _lock = RepoLock::acquire(&git_dir)?;
+    let repo = open_agent(agent)?;
+    if !worktree_status(&repo)?.dirty.is_empty() {
+        return Ok(None);
+    }
+    let local = main_tip(&repo)?;
+    let Ok(remote) = repo.refname_to_id(REMOTE_TRACKING_REF) else {
+        return Ok(None);
+    };
+    if local == remote
+        || repo
+            .graph_descendant_of(local, remote)
+            .map_err(git("compare histories"))?
+    {
+        return Ok(None);
+    }
+    write_backup(&repo, local)?;
+    let branch = crate::memfs::worktree::keep_as_worker_branch(&repo, local)?;
+    move_main(
+        &repo,
+        agent,
+        local,
+        remote,
+        "mini-letta sync: local commits set aside for a repair",
+    )?;
+    Ok(Some(branch))
+}
+
 /// Sync agent `agent_id`'s memory with `remote_root` (see the module docs).
 pub fn sync(
     agent: &AgentPaths,

@@ -173,6 +173,10 @@ pub enum Call {
         /// the supervisor's own setting when absent.
         #[serde(default)]
         remote_root: Option<String>,
+        /// After a `conflict`, set the local commits aside and queue a
+        /// repair worker that re-applies them onto the remote's memory.
+        #[serde(default)]
+        repair: bool,
     },
 }
 

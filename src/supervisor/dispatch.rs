@@ -51,9 +51,11 @@ pub async fn handle(
         Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
         Call::RecallDelegate { query } => reflect::recall_delegate(state, peer, query).await,
         Call::MemoryMerge { branch } => reflect::memory_merge(state, peer, branch).await,
-        Call::MemorySync { agent, remote_root } => {
-            rpc::memory_sync(state, agent, remote_root).await
-        }
+        Call::MemorySync {
+            agent,
+            remote_root,
+            repair,
+        } => rpc::memory_sync(state, agent, remote_root, repair).await,
     }
 }
 

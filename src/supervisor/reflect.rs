@@ -1011,6 +1011,19 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
     info
 }
 
+/// `sync --repair`: local commits were set aside on `branch` after a sync
+/// conflict; queue the repair worker that re-applies them onto the memory
+/// as it now is (the remote's), and start it when no worker runs.
+pub async fn repair_set_aside(state: &Arc<State>, agent_id: &str, branch: &str) {
+    queue_repair(state, agent_id, branch, None, None).await;
+    let idle = state.subagents.with(agent_id, |a| {
+        a.worker.is_none() && !a.queued_workers.is_empty()
+    });
+    if idle {
+        next_worker(state.clone(), agent_id.to_string());
+    }
+}
+
 /// A worker's merge conflicted and its branch was kept: queue a repair
 /// worker (chapter 17, exercise 3) that re-applies the kept change to the
 /// memory as it is now — once per conflict (`reflection::repair`).

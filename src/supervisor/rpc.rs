@@ -421,6 +421,7 @@ pub async fn memory_sync(
     state: &Arc<State>,
     agent: Option<String>,
     remote_root: Option<String>,
+    repair: bool,
 ) -> Outcome {
     let root = remote_root
         .filter(|r| !r.trim().is_empty())
@@ -460,13 +461,37 @@ pub async fn memory_sync(
     };
     let synced = record.clone();
     let result = on_agent_thread(state, &record.id, move || {
-        crate::agent::remote::sync_agent(&paths, &synced, root.as_deref())
+        let out = crate::agent::remote::sync_agent(&paths, &synced, root.as_deref())?;
+        let aside = if repair && out.status == crate::memfs::sync::SyncStatus::Conflict {
+            crate::memfs::sync::set_aside_for_repair(&paths)?
+        } else {
+            None
+        };
+        Ok::<_, crate::memfs::sync::SyncError>((out, aside))
     })
     .await;
+    let result = match result {
+        Ok(Ok((out, Some(branch)))) => {
+            drop(_lease);
+            super::reflect::repair_set_aside(state, &record.id, &branch).await;
+            Ok(Ok((out, Some(branch))))
+        }
+        other => other,
+    };
     match result {
-        Ok(Ok(outcome)) => match serde_json::to_value(&outcome) {
+        Ok(Ok((outcome, aside))) => match serde_json::to_value(&outcome) {
             Ok(mut v) => {
                 if let Some(o) = v.as_object_mut() {
+                    o.insert("repair_branch".into(), json!(aside));
+                    if let Some(b) = &aside
+                        && let Some(m) = o.get("message").and_then(Value::as_str)
+                    {
+                        let m = format!(
+                            "{m}; the local commits are set aside on {b} and a repair worker \
+re-applies them onto the remote's memory"
+                        );
+                        o.insert("message".into(), json!(m));
+                    }
                     o.insert("agent".into(), json!(record.id));
                     o.insert("name".into(), json!(record.name));
                     o.insert("cloned".into(), json!(cloned));
@@ -553,6 +578,11 @@ fn sync_reminder(
     use crate::memfs::sync::SyncStatus;
     let dir = memory_dir.display();
     let status = &o.message;
+    let agent = memory_dir
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match o.status {
         SyncStatus::Conflict => Some((
             "memory-git-conflict",
@@ -563,8 +593,9 @@ Memory directory: {dir}\n\
 Status: {status}\n\
 Your local memory is unchanged{}. To resolve it in the memory directory: \
 `git pull --rebase origin main`, edit the conflicting files, `git add` them, then \
-`GIT_EDITOR=true git rebase --continue`; the next sync pushes the result. Or delegate a \
-memory worker to re-apply your change to the memory as it now is.",
+`GIT_EDITOR=true git rebase --continue`; the next sync pushes the result. Or hand it to \
+a repair worker: `mini-letta sync -a {agent} --repair` re-applies your change onto the \
+remote's memory.",
                 o.backup_ref
                     .as_deref()
                     .map(|r| format!(" (backup ref {r})"))

@@ -9,7 +9,7 @@ use crate::memfs::repo;
 use crate::paths::{AgentPaths, MemoryGitDir, WORKTREES_DIR_NAME};
 
 /// A fresh id: UTC `YYYYMMDDHHMMSS`, `-`, 8 random hex digits.
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     let now = time::OffsetDateTime::now_utc();
     format!(
         "{:04}{:02}{:02}{:02}{:02}{:02}-{:08x}",

@@ -104,3 +104,29 @@ pub fn drop_kept_branch(
         _ => Ok(false),
     }
 }
+
+/// Keep commit `at` on a new memory-worker branch of its own (no worktree),
+/// as a conflicted worker's branch is kept, so that a repair worker can
+/// re-apply what it holds: how `sync --repair` sets local commits aside.
+/// The caller holds the repository lock. Returns the branch name.
+pub fn keep_as_worker_branch(repo: &git2::Repository, at: Oid) -> Result<String, WorktreeError> {
+    let commit = repo
+        .find_commit(at)
+        .map_err(git("read the commit to keep"))?;
+    for _ in 0..16 {
+        let branch = format!(
+            "{}{}/{}",
+            super::BRANCH_PREFIX,
+            Label::MemoryWorker.as_str(),
+            super::create::new_id()
+        );
+        match repo.branch(&branch, &commit, false) {
+            Ok(_) => return Ok(branch),
+            Err(e) if e.code() == git2::ErrorCode::Exists => continue,
+            Err(e) => return Err(git("keep the local commits on a branch")(e)),
+        }
+    }
+    Err(git("keep the local commits on a branch")(
+        git2::Error::from_str("no free branch name"),
+    ))
+}

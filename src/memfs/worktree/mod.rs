@@ -47,7 +47,7 @@ pub use finalize::{
     PARENT_DIRTY, REFRESH_FAILED, cleanup_orphans, discard, finalize_reflection, integrate_worker,
     merge_for_integration,
 };
-pub use kept::{KeptChange, drop_kept_branch, kept_change};
+pub use kept::{KeptChange, drop_kept_branch, keep_as_worker_branch, kept_change};
 
 /// Prefix of every branch this module makes (`mini-letta/<label>/<id>`).
 pub const BRANCH_PREFIX: &str = "mini-letta/";
