@@ -1,15 +1,20 @@
 //! Fault-injection soak (`scripts/soak-faults`): a supervisor with several
-//! agents under load (one client per agent, turns that commit a memory
-//! fact), and a fault every few hundred milliseconds chosen at random —
-//! `kill -9` of an agent child, `kill -9` of the supervisor (then a restart),
+//! agents under a mixed load (one client per agent: turns that commit a
+//! memory fact, turns that delegate one to a memory worker, manual
+//! reflections; every commit synced to a local bare remote by the
+//! supervisor), and a fault every few hundred milliseconds chosen at
+//! random — `kill -9` of an agent child or of a sub-agent (reflection,
+//! memory worker), `kill -9` of the supervisor (then a restart),
 //! a full disk (an agent's quota volume filled, then emptied), a `SIGSTOP`ped
 //! agent child past its client's deadline (the client gives up and goes
 //! away; the supervisor must kill the turn), and a read-only remount of an
 //! agent's volume under its turns. After each
 //! fault and at the end: every repository passes `git fsck` and the
-//! validator at `main`, every fact whose turn was acknowledged is in `main`,
-//! every `messages.jsonl` parses line by line, and at the end no process of
-//! an agent uid and no mount of ours is left.
+//! validator at `main`, every fact whose turn was acknowledged is in `main`
+//! (a delegated fact once the worker queue has drained: acknowledged
+//! instructions are durable), every `messages.jsonl` parses line by line; at
+//! the end a sync of each agent is clean, the remote holds `main` and passes
+//! `git fsck`, and no process of an agent uid and no mount of ours is left.
 //!
 //! Bounded: `--faults N` (default 50) and `--seconds S` (default 120),
 //! whichever comes first; `--agents K` (default 3). Needs root (quota
@@ -81,15 +86,64 @@ fn supervisor_pid(home: &Path) -> Option<i32> {
 
 /// Pids of live agent-role children, from `ps`.
 fn agent_children(home: &Path) -> Vec<i32> {
+    children_of(home, &["agent"])
+}
+
+/// Pids of live children with one of `roles`, from `ps`.
+fn children_of(home: &Path, roles: &[&str]) -> Vec<i32> {
     let o = run(home, &["ps", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["children"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|r| r["role"] == "agent" && r["state"] == "running")
+        .filter(|r| roles.iter().any(|role| r["role"] == *role) && r["state"] == "running")
         .filter_map(|r| r["pid"].as_i64().map(|p| p as i32))
         .collect()
+}
+
+/// Wait until agent `name` has no memory worker running or waiting (the
+/// queue is durable: a restarted supervisor resumes it). Whether it drained.
+fn workers_drained(home: &Path, name: &str, secs: u64) -> bool {
+    common::wait_until(secs, || {
+        let o = run(home, &["reflect", "status", "-a", name, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        o.status.success() && v["worker"].is_null() && v["workers_waiting"] == 0
+    })
+}
+
+/// The final sync of agent `name` is clean and the remote holds its `main`
+/// and passes `git fsck`; what is wrong otherwise.
+fn check_remote(home: &Path, remote: &Path, name: &str, id: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let o = run(home, &["sync", "-a", name, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    if !matches!(v["status"].as_str(), Some("clean" | "pushed")) {
+        wrong.push(format!("{name}: final sync: {v}"));
+    }
+    let rev = |git_dir: &Path| {
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(["rev-parse", "main"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let bare = remote.join(format!("{id}.git"));
+    let local = rev(&home.join("agents").join(id).join("memory.git"));
+    if rev(&bare) != local {
+        wrong.push(format!("{name}: the remote main is not the local main after a sync"));
+    }
+    let fsck = Command::new("git")
+        .arg("--git-dir")
+        .arg(&bare)
+        .args(["fsck", "--strict"])
+        .output();
+    if !fsck.is_ok_and(|o| o.status.success()) {
+        wrong.push(format!("{name}: the remote repository fails git fsck"));
+    }
+    wrong
 }
 
 /// Every check on one agent; returns what is wrong.
@@ -165,6 +219,11 @@ fn main() -> ExitCode {
     }
     let work = common::open_home();
     let home = work.path().to_path_buf();
+    // Every commit is synced to this directory of bare repositories by the
+    // supervisor (it inherits the variable), so syncs run under the faults.
+    let remote = tempfile::tempdir().unwrap();
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("MINI_LETTA_REMOTE_ROOT", remote.path()) };
     let mut ids = Vec::new();
     for i in 0..agents {
         let o = run(
@@ -194,23 +253,38 @@ fn main() -> ExitCode {
                 (home.clone(), tally.clone(), acked.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut n = 0;
+                let mut mix = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9));
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
-                    let fact = format!("fact-{i}-{n}");
+                    let name = format!("a{i}");
+                    let pick = mix.below(100);
+                    if pick >= 92 {
+                        // A manual reflection now and then (not waited for).
+                        let _ = run_with_deadline(&home, &["reflect", "-a", &name], TURN_DEADLINE);
+                        continue;
+                    }
+                    let delegated = pick >= 78;
+                    let fact = if delegated {
+                        format!("wfact-{i}-{n}")
+                    } else {
+                        format!("fact-{i}-{n}")
+                    };
+                    let text = if delegated {
+                        format!("后台记住: {fact}")
+                    } else {
+                        format!("记住: {fact}")
+                    };
                     let o = run_with_deadline(
                         &home,
-                        &[
-                            "chat",
-                            "-a",
-                            &format!("a{i}"),
-                            "-p",
-                            &format!("记住: {fact}"),
-                        ],
+                        &["chat", "-a", &name, "-p", &text],
                         TURN_DEADLINE,
                     );
-                    // The mock names the commit that landed.
+                    // The mock names the commit that landed, or says the
+                    // worker has the instruction (then it is durable).
+                    let said = String::from_utf8_lossy(&o.stdout);
                     let ok = o.status.success()
-                        && String::from_utf8_lossy(&o.stdout).contains("好的，已更新记忆（提交 ");
+                        && (said.contains("好的，已更新记忆（提交 ")
+                            || (delegated && said.contains("已交给后台记忆工作者")));
                     let mut t = tally.lock().unwrap();
                     if ok {
                         t.acknowledged += 1;
@@ -244,17 +318,28 @@ fn main() -> ExitCode {
     let mut injected = 0;
     while injected < faults && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200 + rng.below(400)));
-        let kind = match rng.below(12) {
+        let kind = match rng.below(14) {
             0..=4 => "kill-agent-child",
             5..=6 => "kill-supervisor",
             7..=8 => "disk-full",
             9 => "stop-agent-child",
+            10..=11 => "kill-subagent",
             _ => "read-only-remount",
         };
         let t0 = Instant::now();
         match kind {
             "kill-agent-child" => {
                 let kids = agent_children(&home);
+                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                    continue;
+                };
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            "kill-subagent" => {
+                let kids = children_of(&home, &["reflection", "memory-worker"]);
                 let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
@@ -360,9 +445,15 @@ fn main() -> ExitCode {
     let acked = acked.lock().unwrap().clone();
     let mut t = tally.lock().unwrap();
     for (i, id) in ids.iter().enumerate() {
-        let (lost, corrupt) = check_agent(&home, &format!("a{i}"), id, &acked[i]);
+        let name = format!("a{i}");
+        if !workers_drained(&home, &name, 180) {
+            t.corrupt
+                .push(format!("{name}: the memory-worker queue did not drain"));
+        }
+        let (lost, corrupt) = check_agent(&home, &name, id, &acked[i]);
         t.lost.extend(lost);
         t.corrupt.extend(corrupt);
+        t.corrupt.extend(check_remote(&home, remote.path(), &name, id));
     }
     let _ = run(&home, &["supervisor", "stop", "--timeout", "5"]);
     let uids: Vec<u32> = ids

@@ -163,3 +163,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod site_tests;

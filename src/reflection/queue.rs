@@ -28,7 +28,18 @@ pub struct QueuedWorker {
     /// A repair worker: the kept branch whose change it re-applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<RepairOf>,
+    /// Runs that ended without applying it (a launch that failed, a worker
+    /// killed or out of disk); it is run again until [`MAX_ATTEMPTS`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Runs of one instruction at most, the first included.
+pub const MAX_ATTEMPTS: u32 = 4;
 
 /// What a repair worker repairs (see [`super::repair`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +137,7 @@ fn push_item(
         isolation: isolation.map(str::to_string),
         queued_at: super::format_time(now),
         repair,
+        attempts: 0,
     };
     q.items.push(item.clone());
     write(agent, &q)?;
@@ -142,6 +154,20 @@ pub fn remove(agent: &AgentPaths, id: &str) -> Result<(), ReflectionError> {
         write(agent, &q)?;
     }
     Ok(())
+}
+
+/// Count one more failed run of instruction `id`; its new count (`None`
+/// when it is no longer kept).
+pub fn note_attempt(agent: &AgentPaths, id: &str) -> Result<Option<u32>, ReflectionError> {
+    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = read(agent)?;
+    let Some(item) = q.items.iter_mut().find(|i| i.id == id) else {
+        return Ok(None);
+    };
+    item.attempts += 1;
+    let n = item.attempts;
+    write(agent, &q)?;
+    Ok(Some(n))
 }
 
 /// Every kept instruction, oldest first.

@@ -853,14 +853,58 @@ async fn run_worker_chain(state: Arc<State>, agent_id: String, item: QueuedWorke
     let first = launch_worker(&state, &agent_id, &item).await;
     if first["launched"] != json!(true) {
         // A stopping supervisor keeps it for the next one; any other
-        // failure to launch is final (and said in the log).
+        // failure to launch (a full or read-only disk, say) is tried again
+        // a few times, later.
         if !state.is_stopping() {
             tracing::warn!(agent = %agent_id, result = %first, "a memory worker could not start");
-            forget_instruction(&state, &agent_id, &item.id).await;
+            retry_or_forget(&state, &agent_id, &item).await;
         }
         next_worker(state, agent_id);
     }
     first
+}
+
+/// Pause before running a failed instruction again, per attempt so far.
+const WORKER_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A run of `item` ended without applying it: queue it again after a pause
+/// (its attempts counted in the durable queue), or, past
+/// [`queue::MAX_ATTEMPTS`], forget it and say so.
+async fn retry_or_forget(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
+    let (home, id, item_id) = (state.home.clone(), agent_id.to_string(), item.id.clone());
+    let counted = off_thread(move || {
+        let paths = home.agent(&id).map_err(failed)?;
+        queue::note_attempt(&paths, &item_id).map_err(failed)
+    })
+    .await;
+    match counted {
+        Ok(Some(n)) if n < queue::MAX_ATTEMPTS => {
+            let (st, id) = (state.clone(), agent_id.to_string());
+            let mut again = item.clone();
+            again.attempts = n;
+            state.requests.spawn(async move {
+                tokio::time::sleep(WORKER_RETRY_DELAY * n).await;
+                if st.is_stopping() {
+                    return;
+                }
+                let idle = st.subagents.with(&id, |a| {
+                    a.queued_workers.push_back(again);
+                    a.worker.is_none()
+                });
+                if idle {
+                    next_worker(st, id);
+                }
+            });
+        }
+        Ok(Some(n)) => {
+            tracing::error!(agent = %agent_id, attempts = n, instruction = %item.instruction, "a memory worker failed every attempt; its instruction is dropped");
+            forget_instruction(state, agent_id, &item.id).await;
+        }
+        Ok(None) => {}
+        Err(v) => {
+            tracing::warn!(agent = %agent_id, result = %v, "cannot count a failed memory worker run");
+        }
+    }
 }
 
 /// The slot is free: start the next queued worker, if any.
@@ -945,6 +989,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
     let st = state.clone();
     let id = record.id.clone();
     let item_id = item.id.clone();
+    let retry_item = item.clone();
     let repair = item.repair.clone();
     let previous = item.repair.clone();
     let isolation = item.isolation.clone();
@@ -1003,8 +1048,20 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         // Stopped with its supervisor before it finished: the next one runs
         // the instruction again (what it committed is merged already).
         let interrupted = st.is_stopping() && !matches!(end, ChildEnd::Exited { code: 0 });
+        // Applied (or handed to a repair) — else run again, a few times: a
+        // worker killed, out of disk, or that left nothing mergeable.
+        let clean_exit = matches!(end, ChildEnd::Exited { code: 0 });
+        let applied = match result["status"].as_str() {
+            Some("merged" | "merge_conflict") => true,
+            Some("no_changes") => clean_exit,
+            _ => false,
+        };
         if !interrupted {
-            forget_instruction(&st, &id, &item_id).await;
+            if applied {
+                forget_instruction(&st, &id, &item_id).await;
+            } else {
+                retry_or_forget(&st, &id, &retry_item).await;
+            }
         }
         next_worker(st, id);
     });
