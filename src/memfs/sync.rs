@@ -231,11 +231,15 @@ fn run_git(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, SyncError> {
     let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let deadline = Instant::now() + GIT_TIMEOUT;
+    // Most local git steps take a few milliseconds: poll often at first,
+    // then back off, so the wait does not dwarf the work.
+    let mut nap = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(20));
             }
             Ok(None) => {
                 let _ = child.kill();
