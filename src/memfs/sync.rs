@@ -580,15 +580,45 @@ fn finish_move(repo: &Repository, agent: &AgentPaths, old: Oid, new: Oid) -> Res
                 Some(None) => false,
             }
         });
-        let only_those = worktree_status(repo)?
+        let others: Vec<String> = worktree_status(repo)?
             .dirty
-            .iter()
-            .all(|p| changed.contains(p));
-        if interrupted && only_those {
+            .into_iter()
+            .filter(|p| !changed.contains(p))
+            .collect();
+        // The temporary file of a write the kill cut short is that
+        // update's too.
+        let leftovers = others.iter().all(|p| is_temp_of(p, &changed));
+        if interrupted && leftovers {
+            let root = crate::agentfs::Dir::open(&agent.memory_dir())
+                .map_err(|e| SyncError::Worktree(e.into()))?;
+            for p in &others {
+                if let Ok((dir, leaf)) = root.open_parent(std::ffi::OsStr::new(p)) {
+                    let _ = dir.remove_file(leaf);
+                }
+            }
             update_checkout(repo, &agent.memory_dir(), &after, &changed)?;
         }
     }
     Ok(())
+}
+
+/// Whether `path` is the temporary file a checkout write of one of
+/// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
+fn is_temp_of(path: &str, changed: &[String]) -> bool {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((d, n)) => (format!("{d}/"), n),
+        None => (String::new(), path),
+    };
+    let Some((base, tag)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else {
+        return false;
+    };
+    let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
+        !pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && hex.len() == 16
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    well_formed && changed.contains(&format!("{dir}{base}"))
 }
 
 /// Whether `main` has commits the remote was not last seen to have (or
@@ -1157,5 +1187,21 @@ mod tests {
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!lock.exists());
         assert!(is_clean(&b));
+    }
+
+    #[test]
+    fn a_write_cut_short_leaves_a_temporary_file_that_is_cleared() {
+        let (_root, root_s, a, b) = killed_after_moving_main();
+        let tmp = b.paths.memory_dir().join(".a.md.tmp-123-0123456789abcdef");
+        std::fs::write(&tmp, "half").unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(!tmp.exists());
+        assert!(is_clean(&b));
+        let changed = vec!["x/a.md".to_string()];
+        assert!(is_temp_of("x/.a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.a.md.tmp-9-0f", &changed));
+        assert!(!is_temp_of(".a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.b.md.tmp-9-00000000000000ff", &changed));
     }
 }
