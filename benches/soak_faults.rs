@@ -133,7 +133,9 @@ fn check_remote(home: &Path, remote: &Path, name: &str, id: &str) -> Vec<String>
     let bare = remote.join(format!("{id}.git"));
     let local = rev(&home.join("agents").join(id).join("memory.git"));
     if rev(&bare) != local {
-        wrong.push(format!("{name}: the remote main is not the local main after a sync"));
+        wrong.push(format!(
+            "{name}: the remote main is not the local main after a sync"
+        ));
     }
     let fsck = Command::new("git")
         .arg("--git-dir")
@@ -453,7 +455,8 @@ fn main() -> ExitCode {
         let (lost, corrupt) = check_agent(&home, &name, id, &acked[i]);
         t.lost.extend(lost);
         t.corrupt.extend(corrupt);
-        t.corrupt.extend(check_remote(&home, remote.path(), &name, id));
+        t.corrupt
+            .extend(check_remote(&home, remote.path(), &name, id));
     }
     let _ = run(&home, &["supervisor", "stop", "--timeout", "5"]);
     let uids: Vec<u32> = ids

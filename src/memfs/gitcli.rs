@@ -47,8 +47,18 @@ impl GitRun {
 }
 
 /// A `git` command with the supervisor's safe defaults, not yet started.
+///
+/// git runs in a process group of its own: a SIGKILL sent to the caller's
+/// group (a CLI killed with its group) must not land inside git while it
+/// holds a ref or index lock, which would leave a `*.lock` behind that stops
+/// every later fetch or push (for a directory remote, `git receive-pack`
+/// runs here too and would leave it in the remote). A git left without its
+/// parent finishes its step, or stops at its next write to the closed pipes,
+/// and git removes its locks on SIGPIPE.
 pub fn command(git_dir: Option<&Path>, args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("git");
+    cmd.process_group(0);
     if let Some(dir) = git_dir {
         cmd.arg("--git-dir").arg(dir);
     }
@@ -85,11 +95,15 @@ pub fn run(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, GitCliError>
         .map_err(|e| fail(e.to_string()))?;
     let (out, err) = drain(&mut child);
     let deadline = Instant::now() + GIT_TIMEOUT;
+    // Most local git steps take a few milliseconds: poll often at first,
+    // then back off, so the wait does not dwarf the work.
+    let mut nap = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(20));
             }
             Ok(None) => {
                 let _ = child.kill();

@@ -21,7 +21,7 @@ use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
 use crate::memfs::validate::{TreeSnapshot, ValidateError, validate};
 use crate::memfs::worktree::WorktreeError;
 use crate::memfs::worktree::merge::{diff_paths, signature, update_checkout};
-use crate::memfs::worktree_status::{StatusError, worktree_status};
+use crate::memfs::worktree_status::{StatusError, checkout_blobs, worktree_status};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
 
 /// Environment variable naming the remote root.
@@ -330,6 +330,23 @@ fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
     })
 }
 
+/// Remove `refs/mini-letta/backup/*.lock` left by a sync killed while
+/// writing its backup ref: only a sync writes there, always under the
+/// repository lock this one now holds, so any such file is a dead one's.
+fn drop_stale_backup_locks(repo: &Repository) {
+    let dir = repo.path().join(BACKUP_REF_PREFIX);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "lock") && e.file_type().is_ok_and(|t| t.is_file())
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 enum Rebased {
     Tip(Oid),
     Conflict(Vec<String>),
@@ -394,6 +411,13 @@ fn rebase(
     Ok(Rebased::Tip(base.id()))
 }
 
+/// A note in `memory.git` naming the move of `main` whose checkout update
+/// is under way (`<old> <new>`): written before `main` moves, removed once
+/// `memory/` and its index follow. A sync killed in between leaves it, and
+/// the next sync finishes that update ([`finish_interrupted_checkout`])
+/// instead of finding the checkout behind `main` and refusing as dirty.
+pub const CHECKOUT_JOURNAL: &str = "mini-letta-sync-checkout";
+
 /// Move local `main` from `old` to `new` and bring `memory/` and its index
 /// up to date for the paths that changed. `None` when the checkout could not
 /// be updated (the ref moved anyway; the paths then show as dirty).
@@ -407,12 +431,122 @@ fn move_main(
     let before = snapshot(repo, old)?;
     let after = snapshot(repo, new)?;
     let changed = diff_paths(&before, &after);
-    repo.reference_matching(LOCAL_MAIN, new, true, old, why)
-        .map_err(git("move the local main"))?;
+    let journal = repo.path().join(CHECKOUT_JOURNAL);
+    write_journal(&journal, old, new)?;
+    if let Err(e) = repo.reference_matching(LOCAL_MAIN, new, true, old, why) {
+        let _ = std::fs::remove_file(&journal);
+        return Err(git("move the local main")(e));
+    }
     crate::memfs::mirror::main_moved(repo.commondir());
-    Ok(update_checkout(repo, &agent.memory_dir(), &after, &changed)
+    let updated = update_checkout(repo, &agent.memory_dir(), &after, &changed);
+    let _ = std::fs::remove_file(&journal);
+    Ok(updated
         .err()
         .map(|e| format!(" (the memory checkout could not be updated: {e})")))
+}
+
+/// Write the journal whole or not at all (a temporary file renamed over).
+fn write_journal(path: &Path, old: Oid, new: Oid) -> Result<(), SyncError> {
+    let tmp = path.with_extension("tmp");
+    let io = |source| SyncError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&tmp, format!("{old} {new}\n")).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// After a sync was killed between moving `main` and updating the
+/// checkout (the journal is still there): finish that update, but only
+/// when `main` is still where that sync put it and every path it changes
+/// holds either its old or its new content in `memory/` (and nothing else
+/// is dirty), so no edit made since is overwritten. Otherwise the journal
+/// is dropped and the checkout is left for its owner (it reports dirty).
+fn finish_interrupted_checkout(repo: &Repository, agent: &AgentPaths) -> Result<(), SyncError> {
+    let journal = repo.path().join(CHECKOUT_JOURNAL);
+    let Ok(text) = std::fs::read_to_string(&journal) else {
+        return Ok(());
+    };
+    let mut ids = text.split_whitespace().map(Oid::from_str);
+    let (Some(Ok(old)), Some(Ok(new))) = (ids.next(), ids.next()) else {
+        let _ = std::fs::remove_file(&journal);
+        return Ok(());
+    };
+    // The sync that left the journal died inside `move_main`: a lock on
+    // `main` or on the index taken after the journal was written is that
+    // sync's (a live git would have had to take it in that same instant)
+    // and would otherwise stop every later commit and sync.
+    let written = std::fs::metadata(&journal).and_then(|m| m.modified()).ok();
+    for name in [format!("{LOCAL_MAIN}.lock"), "index.lock".to_string()] {
+        let lock = repo.path().join(name);
+        let taken = std::fs::metadata(&lock).and_then(|m| m.modified()).ok();
+        if let (Some(w), Some(t)) = (written, taken)
+            && t >= w
+        {
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
+    let result = finish_move(repo, agent, old, new);
+    let _ = std::fs::remove_file(&journal);
+    result
+}
+
+fn finish_move(repo: &Repository, agent: &AgentPaths, old: Oid, new: Oid) -> Result<(), SyncError> {
+    if main_tip(repo)? == new && repo.find_commit(old).is_ok() {
+        let before = snapshot(repo, old)?;
+        let after = snapshot(repo, new)?;
+        let changed = diff_paths(&before, &after);
+        let found = checkout_blobs(repo)?;
+        let side = |snap: &TreeSnapshot, p: &str| snap.get(p).map(|e| (e.mode, e.oid));
+        let interrupted = changed.iter().all(|p| {
+            let has = found.get(p.as_bytes()).copied();
+            let old_side = side(&before, p);
+            let new_side = side(&after, p);
+            match has {
+                None => old_side.is_none() || new_side.is_none(),
+                Some(Some(blob)) => old_side == Some(blob) || new_side == Some(blob),
+                Some(None) => false,
+            }
+        });
+        let others: Vec<String> = worktree_status(repo)?
+            .dirty
+            .into_iter()
+            .filter(|p| !changed.contains(p))
+            .collect();
+        // The temporary file of a write the kill cut short is that
+        // update's too.
+        let leftovers = others.iter().all(|p| is_temp_of(p, &changed));
+        if interrupted && leftovers {
+            let root = crate::agentfs::Dir::open(&agent.memory_dir())
+                .map_err(|e| SyncError::Worktree(e.into()))?;
+            for p in &others {
+                if let Ok((dir, leaf)) = root.open_parent(std::ffi::OsStr::new(p)) {
+                    let _ = dir.remove_file(leaf);
+                }
+            }
+            update_checkout(repo, &agent.memory_dir(), &after, &changed)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is the temporary file a checkout write of one of
+/// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
+fn is_temp_of(path: &str, changed: &[String]) -> bool {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((d, n)) => (format!("{d}/"), n),
+        None => (String::new(), path),
+    };
+    let Some((base, tag)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else {
+        return false;
+    };
+    let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
+        !pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && hex.len() == 16
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    well_formed && changed.contains(&format!("{dir}{base}"))
 }
 
 /// Whether `main` has commits the remote was not last seen to have (or
@@ -489,6 +623,8 @@ pub fn sync(
     let git_dir = agent.memory_git_dir();
     let _lock = RepoLock::acquire(&git_dir)?;
     let repo = open_agent(agent)?;
+    drop_stale_backup_locks(&repo);
+    finish_interrupted_checkout(&repo, agent)?;
 
     let status = worktree_status(&repo)?;
     if !status.dirty.is_empty() {
@@ -959,5 +1095,83 @@ mod tests {
         assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
         assert!(out.message.contains("loose.md"));
         assert!(!Path::new(&remote_url(root_s, &a.id)).exists());
+    }
+
+    /// B's state after a sync that moved `main` to the remote's and was
+    /// killed before the checkout followed (the journal left behind).
+    fn killed_after_moving_main() -> (tempfile::TempDir, String, Agent, Agent) {
+        let (root, root_s, a, b, url) = pair();
+        commit_file(&a, "a.md", &md("a", "fact from A"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let repo = open_agent(&b.paths).unwrap();
+        let old = tip(&b);
+        let new = fetch(&repo, &b.paths.memory_git_dir(), &url)
+            .unwrap()
+            .unwrap();
+        write_journal(&repo.path().join(CHECKOUT_JOURNAL), old, new).unwrap();
+        repo.reference(LOCAL_MAIN, new, true, "test: killed")
+            .unwrap();
+        assert!(!is_clean(&b));
+        (root, root_s, a, b)
+    }
+
+    #[test]
+    fn a_checkout_left_behind_by_a_killed_sync_is_brought_up_to_date() {
+        let (_root, root_s, a, b) = killed_after_moving_main();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(is_clean(&b));
+        assert!(b.paths.memory_dir().join("a.md").is_file());
+        assert!(!b.paths.memory_git_dir().join(CHECKOUT_JOURNAL).exists());
+    }
+
+    #[test]
+    fn an_edit_made_after_the_kill_is_not_overwritten() {
+        let (_root, root_s, a, b) = killed_after_moving_main();
+        let edited = b.paths.memory_dir().join("a.md");
+        std::fs::write(&edited, md("a", "B's own words")).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
+        let text = std::fs::read_to_string(&edited).unwrap();
+        assert!(text.contains("B's own words"));
+        assert!(!b.paths.memory_git_dir().join(CHECKOUT_JOURNAL).exists());
+    }
+
+    #[test]
+    fn a_dead_syncs_backup_lock_is_removed() {
+        let (_root, root_s, a, b, _url) = pair();
+        let dir = b.paths.memory_git_dir().join(BACKUP_REF_PREFIX);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("20000101000000.lock"), "").unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(!dir.join("20000101000000.lock").exists());
+    }
+
+    #[test]
+    fn a_lock_on_main_left_by_a_killed_sync_is_removed() {
+        let (_root, root_s, a, b) = killed_after_moving_main();
+        let lock = b.paths.memory_git_dir().join("refs/heads/main.lock");
+        std::fs::write(&lock, "0000000000000000000000000000000000000000\n").unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(!lock.exists());
+        assert!(is_clean(&b));
+    }
+
+    #[test]
+    fn a_write_cut_short_leaves_a_temporary_file_that_is_cleared() {
+        let (_root, root_s, a, b) = killed_after_moving_main();
+        let tmp = b.paths.memory_dir().join(".a.md.tmp-123-0123456789abcdef");
+        std::fs::write(&tmp, "half").unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(!tmp.exists());
+        assert!(is_clean(&b));
+        let changed = vec!["x/a.md".to_string()];
+        assert!(is_temp_of("x/.a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.a.md.tmp-9-0f", &changed));
+        assert!(!is_temp_of(".a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.b.md.tmp-9-00000000000000ff", &changed));
     }
 }

@@ -84,6 +84,56 @@ enum Found {
 
 /// `memory.status` of `repo` (a repository with a working tree).
 pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError> {
+    let Scan {
+        head_commit,
+        head,
+        index,
+        mut dirty,
+        found,
+    } = scan(repo)?;
+
+    // Staged: index against HEAD.
+    for p in head.keys().chain(index.keys()) {
+        if head.get(p) != index.get(p) {
+            dirty.insert(p.clone());
+        }
+    }
+    // Working tree against the index, and untracked paths.
+    for (p, (mode, id)) in &index {
+        match found.get(p) {
+            Some(Found::Blob(m, i)) if m == mode && i == id => {}
+            Some(Found::Gitlink) if *mode == MODE_GITLINK => {}
+            _ => {
+                dirty.insert(p.clone());
+            }
+        }
+    }
+    for p in found.keys() {
+        if !index.contains_key(p) {
+            dirty.insert(p.clone());
+        }
+    }
+
+    Ok(WorktreeStatus {
+        head: head_commit.map(|c| c.to_string()),
+        dirty: dirty
+            .into_iter()
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .collect(),
+    })
+}
+
+/// HEAD's entries, the index's, and what the working tree holds.
+struct Scan {
+    head_commit: Option<Oid>,
+    head: BTreeMap<Vec<u8>, (u32, Oid)>,
+    index: BTreeMap<Vec<u8>, (u32, Oid)>,
+    /// Paths with conflict stages in the index.
+    dirty: BTreeSet<Vec<u8>>,
+    found: BTreeMap<Vec<u8>, Found>,
+}
+
+fn scan(repo: &Repository) -> Result<Scan, StatusError> {
     let work_tree = repo
         .workdir()
         .ok_or_else(|| StatusError::Bare(repo.path().to_path_buf()))?
@@ -142,37 +192,33 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
     };
     let root = Dir::open(&work_tree)?;
     walk.dir(&root, &[], 0)?;
-    let found = walk.found;
-
-    // Staged: index against HEAD.
-    for p in head.keys().chain(index.keys()) {
-        if head.get(p) != index.get(p) {
-            dirty.insert(p.clone());
-        }
-    }
-    // Working tree against the index, and untracked paths.
-    for (p, (mode, id)) in &index {
-        match found.get(p) {
-            Some(Found::Blob(m, i)) if m == mode && i == id => {}
-            Some(Found::Gitlink) if *mode == MODE_GITLINK => {}
-            _ => {
-                dirty.insert(p.clone());
-            }
-        }
-    }
-    for p in found.keys() {
-        if !index.contains_key(p) {
-            dirty.insert(p.clone());
-        }
-    }
-
-    Ok(WorktreeStatus {
-        head: head_commit.map(|c| c.id().to_string()),
-        dirty: dirty
-            .into_iter()
-            .map(|p| String::from_utf8_lossy(&p).into_owned())
-            .collect(),
+    Ok(Scan {
+        head_commit: head_commit.map(|c| c.id()),
+        head,
+        index,
+        dirty,
+        found: walk.found,
     })
+}
+
+/// A working-tree path (bytes) and the blob found there, `None` when not read.
+pub(crate) type CheckoutBlobs = BTreeMap<Vec<u8>, Option<(u32, Oid)>>;
+
+/// What the working tree of `repo` holds, path by path (walked as
+/// [`worktree_status`] does): a blob's mode and id, or `None` for an entry
+/// that was not read (FIFO, device, over the cap, a gitlink directory).
+pub(crate) fn checkout_blobs(repo: &Repository) -> Result<CheckoutBlobs, StatusError> {
+    Ok(scan(repo)?
+        .found
+        .into_iter()
+        .map(|(p, f)| {
+            let blob = match f {
+                Found::Blob(mode, id) => Some((mode, id)),
+                Found::Unread | Found::Gitlink => None,
+            };
+            (p, blob)
+        })
+        .collect())
 }
 
 /// The stat data the index keeps for an entry (git's 32-bit fields).

@@ -57,7 +57,12 @@ fn parameters_never_reach_outside_the_memory() {
     assert_eq!(status(site.file(&id, "missing.md", None)), 404);
     let other = git2::Oid::from_str(&"1".repeat(40)).unwrap();
     assert_eq!(status(site.file(&id, "human.md", Some(other))), 404);
-    assert!(site.file(&id, "human.md", None).unwrap().text.contains("name:"));
+    assert!(
+        site.file(&id, "human.md", None)
+            .unwrap()
+            .text
+            .contains("name:")
+    );
     assert_eq!(site.memory("../etc").unwrap_err().status(), 400);
     assert_eq!(site.memory("agent-nobody").unwrap_err().status(), 404);
     assert_eq!(site.conversation(&id, "../x").unwrap_err().status(), 400);
@@ -85,7 +90,11 @@ fn rendering_every_page_writes_nothing() {
     let all = pages::agent_site(&site, &id).unwrap();
     assert!(all.iter().any(|(p, _)| p.ends_with("c/default.html")));
     assert!(all.iter().any(|(p, _)| p.ends_with("history.html")));
-    let conv_page = &all.iter().find(|(p, _)| p.ends_with("c/default.html")).unwrap().1;
+    let conv_page = &all
+        .iter()
+        .find(|(p, _)| p.ends_with("c/default.html"))
+        .unwrap()
+        .1;
     assert!(conv_page.contains("&lt;b&gt;hello&lt;/b&gt;"), "escaped");
     assert!(!conv_page.contains("<b>hello"));
     let _ = site.search(&id, "hello").unwrap();
