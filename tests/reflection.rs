@@ -840,3 +840,42 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
     assert_main_valid(&h, &id);
     drop(d);
 }
+
+#[test]
+fn a_memory_worker_that_cannot_start_runs_again_and_its_fact_lands() {
+    if !confinement_or_skip("memory-worker retry") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    // No worktree can be made while a file stands where their directory
+    // goes (as with a full or read-only disk, the launch fails).
+    let worktrees = agent_dir(&h, &id).join("memory-worktrees");
+    let _ = std::fs::remove_dir_all(&worktrees);
+    std::fs::write(&worktrees, "in the way\n").unwrap();
+    let o = run(&h, &["chat", "-a", "owl", "-p", "后台记住: rfact9z"]);
+    assert!(
+        stdout(&o).contains("已交给后台记忆工作者处理"),
+        "{}",
+        stderr(&o)
+    );
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    assert!(
+        wait_until(20, || std::fs::read_to_string(&queue)
+            .is_ok_and(|q| q.contains("\"attempts\": 1"))),
+        "the failed launch was not counted: {:?}",
+        std::fs::read_to_string(&queue)
+    );
+    assert!(!human(&h, &id).contains("rfact9z"));
+    std::fs::remove_file(&worktrees).unwrap();
+    assert!(
+        wait_until(30, || human(&h, &id).contains("rfact9z")),
+        "the instruction was not run again"
+    );
+    assert!(
+        wait_until(10, || !queue.exists()),
+        "the instruction stayed queued"
+    );
+    assert_main_valid(&h, &id);
+    drop(d);
+}
