@@ -438,6 +438,12 @@ fn palace_refuses_bad_requests_over_raw_http() {
     assert_eq!(get(&format!("/a/{id}/files/notes.md.html")).0, 200);
     let (st, body) = get(&format!("/a/{id}/commits/{head}.html"));
     assert_eq!(st, 200, "{body}");
+    // The history page is the same from the summary cache as computed.
+    let history = format!("/a/{id}/history.html");
+    let (st, first) = get(&history);
+    assert_eq!(st, 200);
+    assert!(first.contains("plant a symlink") && first.contains("add hostile notes"));
+    assert_eq!(get(&history), (200, first));
 
     // Bad shas: 400.
     for bad in [
