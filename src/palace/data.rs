@@ -19,6 +19,48 @@ pub struct Site {
     pub sandbox_level: String,
     /// Whether the recall search box works (served, not exported).
     pub served: bool,
+    /// Commit summaries already computed (shared by clones).
+    pub summaries: std::sync::Arc<SummaryCache>,
+}
+
+/// Commit summaries (subject, author, diff stats) by commit id. A commit id
+/// names its content, its parents and so its diff, so an entry never goes
+/// stale; the history page then costs a walk instead of 500 diffs. Bounded:
+/// at [`SummaryCache::CAPACITY`] entries it starts over.
+#[derive(Debug, Default)]
+pub struct SummaryCache {
+    map: std::sync::Mutex<std::collections::HashMap<Oid, CommitSummary>>,
+}
+
+impl SummaryCache {
+    pub const CAPACITY: usize = 20_000;
+
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Oid, CommitSummary>> {
+        // A panic elsewhere cannot leave an entry half written.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The summary of `oid` in `repo`, computed once.
+    pub fn get(&self, repo: &Repository, oid: Oid) -> Result<CommitSummary, PalaceError> {
+        if let Some(s) = self.map().get(&oid) {
+            return Ok(s.clone());
+        }
+        let s = summary(repo, oid)?;
+        let mut map = self.map();
+        if map.len() >= Self::CAPACITY {
+            map.clear();
+        }
+        map.insert(oid, s.clone());
+        Ok(s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +180,7 @@ impl Site {
             only,
             sandbox_level: format!("{level:?}"),
             served,
+            summaries: Default::default(),
         }
     }
 
@@ -279,7 +322,7 @@ impl Site {
                     more = true;
                     break;
                 }
-                commits.push(summary(&repo, oid?)?);
+                commits.push(self.summaries.get(&repo, oid?)?);
             }
         }
         Ok(HistoryView {
@@ -295,7 +338,7 @@ impl Site {
         let commit = repo
             .find_commit(sha)
             .map_err(|_| PalaceError::NotFound(format!("no commit {sha}")))?;
-        let summary = summary(&repo, sha)?;
+        let summary = self.summaries.get(&repo, sha)?;
         let diff = diff_of(&repo, &commit)?;
         let mut changed = Vec::new();
         for d in diff.deltas() {
