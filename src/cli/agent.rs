@@ -138,7 +138,7 @@ pub enum AgentCommand {
     #[command(after_help = "Examples:
   mini-letta agent list
   mini-letta agent list --json
-  MINI_LETTA_REMOTE_ROOT=/srv/memories mini-letta agent list --remote")]
+  mini-letta agent list --remote --json")]
     List {
         /// Print {"agents": [...]} instead of a table (an unreadable agent
         /// is an entry with `id`, `name` and `error`).

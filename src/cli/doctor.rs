@@ -25,7 +25,8 @@ Examples:
   mini-letta doctor
   mini-letta doctor -a owl --json")]
 pub struct DoctorArgs {
-    /// Agent id or name (default: every agent).
+    /// Agent id or name (default: the only agent, or every agent when
+    /// there are several).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     agent: Option<String>,
     /// Print the findings as JSON: with -a, {"agent", "name", "healthy",

@@ -25,7 +25,8 @@ Examples:
   mini-letta palace serve
   mini-letta palace serve -a owl --port 0")]
     Serve {
-        /// Only this agent (id or name).
+        /// Agent id or name to show alone (default: the only agent, or every
+        /// agent when there are several).
         #[arg(short = 'a', long = "agent", value_name = "AGENT")]
         agent: Option<String>,
         /// Port to listen on (0: any free port, printed at start).
@@ -43,11 +44,12 @@ reader never sees half an export. Search needs `palace serve`.
 
 Examples:
   mini-letta palace export /tmp/palace
-  mini-letta palace export site -a owl && xdg-open site/index.html")]
+  mini-letta palace export site -a owl --json")]
     Export {
         /// The directory to write (replaced if it exists).
         dir: PathBuf,
-        /// Only this agent (id or name).
+        /// Agent id or name to show alone (default: the only agent, or every
+        /// agent when there are several).
         #[arg(short = 'a', long = "agent", value_name = "AGENT")]
         agent: Option<String>,
         /// Print {"dir", "agents", "pages"} as JSON.

@@ -21,6 +21,44 @@ pub struct Site {
     pub served: bool,
     /// Commit summaries already computed (shared by clones).
     pub summaries: std::sync::Arc<SummaryCache>,
+    /// Rendered history pages, by agent, with the version they show.
+    pub pages: std::sync::Arc<PageCache>,
+}
+
+/// Rendered pages that depend only on what a version key names (the
+/// history page: `main`'s commit and the agent's record). A request whose
+/// key matches gets the same bytes without a walk; bounded by
+/// [`PageCache::CAPACITY`] pages.
+#[derive(Debug, Default)]
+pub struct PageCache {
+    map: std::sync::Mutex<std::collections::HashMap<String, (String, std::sync::Arc<String>)>>,
+}
+
+impl PageCache {
+    pub const CAPACITY: usize = 256;
+
+    /// The page `name` at version `key`, rendered by `render` when absent
+    /// or stale.
+    pub fn get_or_render(
+        &self,
+        name: &str,
+        key: &str,
+        render: impl FnOnce() -> Result<String, PalaceError>,
+    ) -> Result<std::sync::Arc<String>, PalaceError> {
+        let lock = || self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, page)) = lock().get(name)
+            && k == key
+        {
+            return Ok(page.clone());
+        }
+        let page = std::sync::Arc::new(render()?);
+        let mut map = lock();
+        if map.len() >= Self::CAPACITY {
+            map.clear();
+        }
+        map.insert(name.to_string(), (key.to_string(), page.clone()));
+        Ok(page)
+    }
 }
 
 /// Commit summaries (subject, author, diff stats) by commit id. A commit id
@@ -181,7 +219,18 @@ impl Site {
             sandbox_level: format!("{level:?}"),
             served,
             summaries: Default::default(),
+            pages: Default::default(),
         }
+    }
+
+    /// What the history page of agent `id` shows depends on: `main`'s
+    /// commit and the record (its name and model are on the page).
+    pub fn history_version(&self, id: &str) -> Result<String, PalaceError> {
+        let (agent, paths) = self.agent(id)?;
+        let head = head(&open(&paths)?)
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        Ok(format!("{head}\0{}\0{}", agent.name, agent.model))
     }
 
     /// The agents shown (all, or the one `-a` named).

@@ -78,8 +78,13 @@ async fn memory(State(site): State<Shared>, Path(id): Path<String>) -> Response 
 }
 
 async fn history(State(site): State<Shared>, Path(id): Path<String>) -> Response {
+    // Up to 500 commits: rendered once per version of `main`.
     render(site, move |s| {
-        Ok(pages::history(&Page::at_depth(2, true), &s.history(&id)?))
+        let version = s.history_version(&id)?;
+        let page = s.pages.get_or_render(&id, &version, || {
+            Ok(pages::history(&Page::at_depth(2, true), &s.history(&id)?))
+        })?;
+        Ok(page.as_str().to_owned())
     })
     .await
 }
