@@ -15,6 +15,7 @@ pub mod paths;
 pub mod protocol;
 pub mod recall;
 pub mod reflection;
+pub mod remote;
 pub mod sandbox;
 pub mod supervisor;
 pub mod verify;

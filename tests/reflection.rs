@@ -842,24 +842,41 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
 }
 
 #[test]
-fn a_memory_worker_that_cannot_start_runs_again_and_its_fact_lands() {
+fn a_memory_worker_that_cannot_start_is_answered_or_run_again() {
     if !confinement_or_skip("memory-worker retry") {
         return;
     }
-    let d = Daemon::start(&["owl"]);
-    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
-    // No worktree can be made while a file stands where their directory
-    // goes (as with a full or read-only disk, the launch fails).
-    let worktrees = agent_dir(&h, &id).join("memory-worktrees");
+    let home = open_home();
+    let h = home.path().to_path_buf();
+    let id = create_agent(&h, &["owl"]);
+    // No worktree can be made while a file stands where git keeps their
+    // administrative directories (as with a full or read-only disk, the
+    // launch fails); turns do not need it.
+    let worktrees = agent_dir(&h, &id).join("memory.git/worktrees");
     let _ = std::fs::remove_dir_all(&worktrees);
     std::fs::write(&worktrees, "in the way\n").unwrap();
-    let o = run(&h, &["chat", "-a", "owl", "-p", "后台记住: rfact9z"]);
-    assert!(
-        stdout(&o).contains("已交给后台记忆工作者处理"),
-        "{}",
-        stderr(&o)
-    );
     let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+
+    // Started now: the agent is told it failed, and nothing is kept.
+    let o = run(&h, &["chat", "-a", "owl", "-p", "后台记住: nfact1z"]);
+    assert!(
+        stdout(&o).contains("the worker was not started"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!queue.exists(), "a refused instruction was kept");
+
+    // Acknowledged earlier (a previous supervisor queued it): nobody hears
+    // the failure, so it is run again until it lands.
+    let paths = mini_letta::paths::Home::at(&h).agent(&id).unwrap();
+    mini_letta::reflection::queue::push(
+        &paths,
+        "记住: rfact9z",
+        None,
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    ok(&h, &["supervisor", "start"]);
     assert!(
         wait_until(20, || std::fs::read_to_string(&queue)
             .is_ok_and(|q| q.contains("\"attempts\": 1"))),
@@ -876,6 +893,6 @@ fn a_memory_worker_that_cannot_start_runs_again_and_its_fact_lands() {
         wait_until(10, || !queue.exists()),
         "the instruction stayed queued"
     );
+    ok(&h, &["supervisor", "stop", "--timeout", "5"]);
     assert_main_valid(&h, &id);
-    drop(d);
 }

@@ -8,7 +8,6 @@ pub mod conversation;
 pub mod index;
 pub mod prompt_cache;
 pub mod record;
-pub mod remote;
 pub mod runtime;
 pub mod skills;
 pub mod store;

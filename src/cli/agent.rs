@@ -196,7 +196,10 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let model = model.as_deref().map(model_handle).transpose()?;
-            if store::find(&home, Some(name)).is_err() {
+            // Read-only: a refused create leaves nothing behind.
+            if crate::remote::root_from_env().is_some()
+                && !store::list_all(&home)?.name_taken(name, None)
+            {
                 check_remote_name(name)?;
             }
             let mut model_settings = serde_json::Map::new();
@@ -453,9 +456,8 @@ fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
 
 /// `agent list --remote`: the agents on the remote and which are here.
 fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
-    let root =
-        crate::agent::remote::root_from_env().ok_or(crate::agent::remote::RemoteError::NoRemote)?;
-    let remote = crate::agent::remote::list(&root)?;
+    let root = crate::remote::root_from_env().ok_or(crate::remote::RemoteError::NoRemote)?;
+    let remote = crate::remote::list(&root)?;
     let local = store::list_all(home)?;
     let here = |id: &str| local.has_id(id);
     if json {
@@ -499,13 +501,13 @@ fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
 /// has (a directory root; a URL root cannot be searched): the user most
 /// likely wants that agent, which `chat -a NAME` clones.
 fn check_remote_name(name: &str) -> anyhow::Result<()> {
-    let Some(root) = crate::agent::remote::root_from_env() else {
+    let Some(root) = crate::remote::root_from_env() else {
         return Ok(());
     };
     if crate::memfs::sync::is_url(&root) {
         return Ok(());
     }
-    if let Some(a) = crate::agent::remote::list(&root)?
+    if let Some(a) = crate::remote::list(&root)?
         .into_iter()
         .find(|a| a.name.as_deref() == Some(name))
     {

@@ -39,7 +39,7 @@ pub struct DoctorArgs {
 pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let ctx = Context {
-        remote_root: crate::agent::remote::root_from_env(),
+        remote_root: crate::remote::root_from_env(),
         sandbox: Some(crate::sandbox::report::SandboxReport::probe()),
         supervisor_running: doctor::supervisor_running(&home),
     };

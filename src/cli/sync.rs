@@ -57,7 +57,7 @@ pub fn find_or_clone(
 ) -> anyhow::Result<(AgentRecord, AgentPaths)> {
     match store::find(home, selector) {
         Err(StoreError::NotFound(sel)) => {
-            let Some(root) = crate::agent::remote::root_from_env() else {
+            let Some(root) = crate::remote::root_from_env() else {
                 return Err(StoreError::NotFound(sel).into());
             };
             eprintln!("· agent {sel} is not on this host; cloning it from {root}");

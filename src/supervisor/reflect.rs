@@ -788,7 +788,9 @@ pub async fn worker_start(
     if let Some(position) = queued {
         return Outcome::Result(json!({ "launched": false, "queued": true, "position": position }));
     }
-    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), item).await)
+    // The caller hears how this launch went: a failure is its answer, not
+    // something to try again behind its back.
+    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), item, false).await)
 }
 
 /// At start: run the memory workers a stopped supervisor acknowledged but
@@ -829,7 +831,7 @@ pub fn resume_workers(state: &Arc<State>) {
         });
         let st = state.clone();
         state.requests.spawn(async move {
-            let _ = Box::pin(run_worker_chain(st, id, first)).await;
+            let _ = Box::pin(run_worker_chain(st, id, first, true)).await;
         });
     }
 }
@@ -849,15 +851,28 @@ async fn forget_instruction(state: &Arc<State>, agent_id: &str, id: &str) {
 }
 
 /// Launch a worker; when it is finalized, launch the next queued one.
-async fn run_worker_chain(state: Arc<State>, agent_id: String, item: QueuedWorker) -> Value {
+/// `acknowledged`: the instruction was acknowledged as queued (or by a
+/// previous supervisor) before this launch, so nobody hears its failure:
+/// it is tried again. Otherwise the caller is answered with the failure and
+/// the instruction is forgotten.
+async fn run_worker_chain(
+    state: Arc<State>,
+    agent_id: String,
+    item: QueuedWorker,
+    acknowledged: bool,
+) -> Value {
     let first = launch_worker(&state, &agent_id, &item).await;
     if first["launched"] != json!(true) {
-        // A stopping supervisor keeps it for the next one; any other
-        // failure to launch (a full or read-only disk, say) is tried again
-        // a few times, later.
+        // A stopping supervisor keeps it for the next one; an acknowledged
+        // instruction whose launch failed (a full or read-only disk, say)
+        // is tried again a few times, later.
         if !state.is_stopping() {
             tracing::warn!(agent = %agent_id, result = %first, "a memory worker could not start");
-            retry_or_forget(&state, &agent_id, &item).await;
+            if acknowledged {
+                retry_or_forget(&state, &agent_id, &item).await;
+            } else {
+                forget_instruction(&state, &agent_id, &item.id).await;
+            }
         }
         next_worker(state, agent_id);
     }
@@ -917,7 +932,7 @@ fn next_worker(state: Arc<State>, agent_id: String) {
     if let Some(item) = next {
         let st = state.clone();
         state.requests.spawn(async move {
-            let _ = Box::pin(run_worker_chain(st, agent_id, item)).await;
+            let _ = Box::pin(run_worker_chain(st, agent_id, item, true)).await;
         });
     }
 }

@@ -425,7 +425,7 @@ pub async fn memory_sync(
 ) -> Outcome {
     let root = remote_root
         .filter(|r| !r.trim().is_empty())
-        .or_else(crate::agent::remote::root_from_env);
+        .or_else(crate::remote::root_from_env);
     let home = state.home.clone();
     let wanted = agent.clone();
     let clone_root = root.clone();
@@ -439,7 +439,7 @@ pub async fn memory_sync(
                 let Some(root) = clone_root else {
                     return Err(not_found(store::StoreError::NotFound(sel)));
                 };
-                let record = crate::agent::remote::clone(&home, &root, &sel)
+                let record = crate::remote::clone(&home, &root, &sel)
                     .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
                 tracing::info!(agent = %record.id, name = %record.name, "cloned from the remote");
                 let paths = home
@@ -461,7 +461,7 @@ pub async fn memory_sync(
     };
     let synced = record.clone();
     let result = on_agent_thread(state, &record.id, move || {
-        let out = crate::agent::remote::sync_agent(&paths, &synced, root.as_deref())?;
+        let out = crate::remote::sync_agent(&paths, &synced, root.as_deref())?;
         let aside = if repair && out.status == crate::memfs::sync::SyncStatus::Conflict {
             crate::memfs::sync::set_aside_for_repair(&paths)?
         } else {
@@ -522,7 +522,7 @@ pub async fn sync_after(
     agent_id: &str,
     conversation: Option<String>,
 ) -> Option<Value> {
-    let root = crate::agent::remote::root_from_env()?;
+    let root = crate::remote::root_from_env()?;
     let paths = state.home.agent(agent_id).ok()?;
     let probe = paths.clone();
     let pending = super::state::blocking(move || Ok(crate::memfs::sync::has_pending(&probe)))
@@ -539,7 +539,7 @@ pub async fn sync_after(
                 path: paths.agent_json(),
                 source: std::io::Error::other(e.to_string()),
             })
-            .and_then(|record| crate::agent::remote::sync_agent(&paths, &record, Some(&root)));
+            .and_then(|record| crate::remote::sync_agent(&paths, &record, Some(&root)));
         if let (Ok(o), Some(conv)) = (&outcome, &conversation)
             && let Some((rid, text)) = sync_reminder(o, &paths.memory_dir())
             && let Ok(Some(c)) =

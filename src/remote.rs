@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository};
 use serde::Serialize;
 
-use super::record::AgentRecord;
-use super::store::{self, StoreError};
+use crate::agent::record::AgentRecord;
+use crate::agent::store::{self, StoreError};
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::repo::{self, MAIN_BRANCH, RepoError};
 use crate::memfs::sync::{self, REMOTE_ROOT_ENV, REMOTE_TRACKING_REF, SyncError, SyncOutcome};
@@ -366,9 +366,9 @@ fn synthesized_record(id: &str) -> AgentRecord {
         id: id.to_string(),
         name: id.to_string(),
         description: None,
-        system: super::record::DEFAULT_SYSTEM_PROMPT.to_string(),
+        system: crate::agent::record::DEFAULT_SYSTEM_PROMPT.to_string(),
         tags: Vec::new(),
-        model: super::record::DEFAULT_MODEL.to_string(),
+        model: crate::agent::record::DEFAULT_MODEL.to_string(),
         model_settings: serde_json::Map::new(),
         created_at: crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc()),
         sandbox_uid: None,
