@@ -108,7 +108,10 @@ fn workers_drained(home: &Path, name: &str, secs: u64) -> bool {
     common::wait_until(secs, || {
         let o = run(home, &["reflect", "status", "-a", name, "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        o.status.success() && v["worker"].is_null() && v["workers_waiting"] == 0
+        o.status.success()
+            && v["worker"].is_null()
+            && v["workers_waiting"] == 0
+            && v["workers_kept"] == 0
     })
 }
 
@@ -119,7 +122,10 @@ fn check_remote(home: &Path, remote: &Path, name: &str, id: &str) -> Vec<String>
     let o = run(home, &["sync", "-a", name, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     if !matches!(v["status"].as_str(), Some("clean" | "pushed")) {
-        wrong.push(format!("{name}: final sync: {v}"));
+        wrong.push(format!(
+            "{name}: final sync: {v} {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
     }
     let rev = |git_dir: &Path| {
         Command::new("git")
@@ -431,6 +437,17 @@ fn main() -> ExitCode {
                     &home,
                     &["sandbox", "run", "-a", &name, "--", "sh", "-c", fill],
                 );
+                // Space returns even when the run was cut short (its
+                // supervisor killed): the operator frees it.
+                if let Ok(entries) =
+                    std::fs::read_dir(home.join("agents").join(&ids[i]).join("tmp"))
+                {
+                    for e in entries.flatten() {
+                        if e.file_name().to_string_lossy().starts_with("fill-") {
+                            let _ = std::fs::remove_file(e.path());
+                        }
+                    }
+                }
             }
         }
         injected += 1;

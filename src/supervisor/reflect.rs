@@ -652,6 +652,9 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             }
             conversations.push(v);
         }
+        // Instructions kept until applied: queued, running, or waiting to
+        // be tried again after a failed run.
+        let kept = queue::list(&agent).map(|q| q.len()).unwrap_or(0);
         Ok(json!({
             "agent": id,
             "settings": settings,
@@ -659,6 +662,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             "backoff": backoff,
             "last": last,
             "conversations": conversations,
+            "workers_kept": kept,
         }))
     })
     .await;
