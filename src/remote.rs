@@ -299,9 +299,8 @@ pub fn clone(home: &Home, root: &str, selector: &str) -> Result<AgentRecord, Rem
     if has[1] {
         specs.push(format!("+{RECORD_REF}:{RECORD_REF}"));
     }
-    let mut args = vec!["fetch", "--no-tags", "--no-write-fetch-head", "--", &url];
-    args.extend(specs.iter().map(String::as_str));
-    gitcli::run(Some(&git_dir), &args)?.checked("fetch")?;
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    gitcli::fetch(&git_dir, &url, &specs)?.checked("fetch")?;
 
     let tip = repo
         .refname_to_id(REMOTE_TRACKING_REF)
@@ -399,18 +398,7 @@ pub fn publish(agent: &AgentPaths, record: &AgentRecord, url: &str) -> Result<bo
     for attempt in 0..2 {
         let parent = if remote_has(&git_dir, url, &[RECORD_REF])?[0] {
             let spec = format!("+{RECORD_REF}:{tracking}");
-            gitcli::run(
-                Some(&git_dir),
-                &[
-                    "fetch",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--",
-                    url,
-                    &spec,
-                ],
-            )?
-            .checked("fetch")?;
+            gitcli::fetch(&git_dir, url, &[&spec])?.checked("fetch")?;
             Some(
                 repo.refname_to_id(tracking)
                     .map_err(git("read the remote record"))?,

@@ -105,6 +105,15 @@ impl Hosts {
         h
     }
 
+    /// A one-shot chat with `agent-demo` on `home`, which must succeed.
+    fn chat(&self, home: &Path, text: &str) -> String {
+        ok(on(
+            home,
+            self.root.path(),
+            &["chat", "-a", "agent-demo", "-p", text],
+        ))
+    }
+
     fn bare(&self) -> std::path::PathBuf {
         self.root.path().join(format!("{}.git", self.id))
     }
@@ -237,11 +246,7 @@ fn edits_to_different_files_on_two_hosts_both_land() {
     let h = Hosts::taught_and_cloned();
     let (a, b) = (h.a.path(), h.b.path());
     // A's agent learns something (human.md); B's operator adds a file.
-    ok(on(
-        a,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"],
-    ));
+    h.chat(a, "记住: 我喜欢绿茶");
     std::fs::write(
         h.memory(b).join("project.md"),
         "---\nname: project\ndescription: What we are building\n---\n\nA tea shop.\n",
@@ -270,17 +275,9 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
     let h = Hosts::taught_and_cloned();
     let (a, b) = (h.a.path(), h.b.path());
     // Both append a line at the same place of human.md.
-    ok(on(
-        a,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"],
-    ));
+    h.chat(a, "记住: 我喜欢绿茶");
     let remote_before = h.remote_main();
-    ok(on(
-        b,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢咖啡"],
-    ));
+    h.chat(b, "记住: 我喜欢咖啡");
     let b_commit = h.main_at(b);
 
     // B's sync after the turn met the conflict: the remote is A's, B's
@@ -343,11 +340,7 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
     let v = h.sync(a);
     assert_eq!(v["status"], "clean", "{v}");
     // The operator's git wrote files as root; B's agent still edits them.
-    ok(on(
-        b,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我养了一只猫"],
-    ));
+    h.chat(b, "记住: 我养了一只猫");
     let v = h.sync(a);
     assert_eq!(v["status"], "clean", "{v}");
     assert!(h.human(a).contains("我养了一只猫"));
@@ -491,16 +484,8 @@ fn a_sync_conflict_can_be_handed_to_a_repair_worker() {
     }
     let h = Hosts::taught_and_cloned();
     let (a, b) = (h.a.path(), h.b.path());
-    ok(on(
-        a,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"],
-    ));
-    ok(on(
-        b,
-        h.root.path(),
-        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢咖啡"],
-    ));
+    h.chat(a, "记住: 我喜欢绿茶");
+    h.chat(b, "记住: 我喜欢咖啡");
     let b_commit = h.main_at(b);
     let o = on(
         b,

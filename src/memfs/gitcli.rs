@@ -120,6 +120,14 @@ pub fn run(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, GitCliError>
     })
 }
 
+/// `git fetch` of `specs` from `url` into `git_dir`: no tags, no
+/// `FETCH_HEAD` (the refs named are the only writes).
+pub fn fetch(git_dir: &Path, url: &str, specs: &[&str]) -> Result<GitRun, GitCliError> {
+    let mut args = vec!["fetch", "--no-tags", "--no-write-fetch-head", "--", url];
+    args.extend_from_slice(specs);
+    run(Some(git_dir), &args)
+}
+
 type Drained = std::thread::JoinHandle<String>;
 
 /// Read both pipes on threads, so a chatty git never blocks on a full pipe.

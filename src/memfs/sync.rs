@@ -209,18 +209,7 @@ fn fetch(repo: &Repository, git_dir: &Path, url: &str) -> Result<Option<Oid>, Sy
     }
     // `+` only on our own tracking ref: it mirrors whatever the remote has.
     let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
-    gitcli::run(
-        Some(git_dir),
-        &[
-            "fetch",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--",
-            url,
-            &spec,
-        ],
-    )?
-    .checked("fetch")?;
+    gitcli::fetch(git_dir, url, &[&spec])?.checked("fetch")?;
     let id = repo
         .refname_to_id(REMOTE_TRACKING_REF)
         .map_err(git("read the fetched remote main"))?;

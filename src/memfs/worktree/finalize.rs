@@ -370,16 +370,10 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
     };
     // Through the git CLI, as every network git of the supervisor's is (the
     // operator's credential helpers and ssh configuration apply).
-    let fetched = crate::memfs::gitcli::run(
-        Some(repo.commondir()),
-        &[
-            "fetch",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--",
-            url,
-            "+refs/heads/main:refs/remotes/origin/main",
-        ],
+    let fetched = crate::memfs::gitcli::fetch(
+        repo.commondir(),
+        url,
+        &["+refs/heads/main:refs/remotes/origin/main"],
     )
     .map_err(|e| git("fetch origin main")(git2::Error::from_str(&e.to_string())))?;
     if !fetched.ok {
