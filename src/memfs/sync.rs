@@ -202,14 +202,15 @@ pub fn remote_agents(remote_root: &str) -> Vec<String> {
 /// remote has no `main` yet.
 fn fetch(repo: &Repository, git_dir: &Path, url: &str) -> Result<Option<Oid>, SyncError> {
     let refspec = format!("refs/heads/{MAIN_BRANCH}");
-    let listed =
-        gitcli::run(Some(git_dir), &["ls-remote", "--", url, &refspec])?.checked("ls-remote")?;
-    if listed.stdout.trim().is_empty() {
+    // `+` only on our own tracking ref: it mirrors whatever the remote has.
+    // One git process: a remote without `main` (made, never pushed to) is
+    // told apart by git's own message rather than by a separate ls-remote.
+    let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
+    let fetched = gitcli::fetch(git_dir, url, &[&spec])?;
+    if !fetched.ok && fetched.stderr.contains("couldn't find remote ref") {
         return Ok(None);
     }
-    // `+` only on our own tracking ref: it mirrors whatever the remote has.
-    let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
-    gitcli::fetch(git_dir, url, &[&spec])?.checked("fetch")?;
+    fetched.checked("fetch")?;
     let id = repo
         .refname_to_id(REMOTE_TRACKING_REF)
         .map_err(git("read the fetched remote main"))?;
