@@ -523,20 +523,53 @@ fn finish_move(repo: &Repository, agent: &AgentPaths, old: Oid, new: Oid) -> Res
 /// Whether `path` is the temporary file a checkout write of one of
 /// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
 fn is_temp_of(path: &str, changed: &[String]) -> bool {
+    write_temp_target(path).is_some_and(|target| changed.contains(&target))
+}
+
+/// The path a write's temporary file (`<dir>/.<name>.tmp-<pid>-<16 hex
+/// digits>`, the shape every writer of ours uses) was to replace.
+fn write_temp_target(path: &str) -> Option<String> {
     let (dir, name) = match path.rsplit_once('/') {
         Some((d, n)) => (format!("{d}/"), n),
         None => (String::new(), path),
     };
-    let Some((base, tag)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else {
-        return false;
-    };
+    let (base, tag) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
     let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
         !pid.is_empty()
             && pid.bytes().all(|b| b.is_ascii_digit())
             && hex.len() == 16
             && hex.bytes().all(|b| b.is_ascii_hexdigit())
     });
-    well_formed && changed.contains(&format!("{dir}{base}"))
+    (well_formed && !base.is_empty()).then(|| format!("{dir}{base}"))
+}
+
+/// Remove the temporary files of writes a kill cut short (a child's memory
+/// tool, a checkout update): untracked, of our writers' exact shape, and
+/// never renamed into place. Called under the memory lease and the
+/// repository lock, when no writer of ours is running, so they are dead
+/// ones'; left alone they would keep the checkout dirty forever.
+fn drop_dead_write_temps(repo: &Repository, agent: &AgentPaths) -> Result<(), SyncError> {
+    let dirty = worktree_status(repo)?.dirty;
+    let index = repo.index().map_err(git("read the index"))?;
+    let dead: Vec<&String> = dirty
+        .iter()
+        .filter(|p| write_temp_target(p).is_some())
+        .filter(|p| index.get_path(Path::new(p.as_str()), 0).is_none())
+        .collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let root = crate::agentfs::Dir::open(&agent.memory_dir())
+        .map_err(|e| SyncError::Worktree(e.into()))?;
+    for p in dead {
+        if let Ok((dir, leaf)) = root.open_parent(std::ffi::OsStr::new(p.as_str())) {
+            match dir.remove_file(leaf) {
+                Ok(()) => tracing::info!("removed {p}, left by a write that was cut short"),
+                Err(e) => tracing::warn!("cannot remove {p}: {e}"),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether `main` has commits the remote was not last seen to have (or
@@ -616,6 +649,7 @@ pub fn sync(
     drop_stale_backup_locks(&repo);
     finish_interrupted_checkout(&repo, agent)?;
 
+    drop_dead_write_temps(&repo, agent)?;
     let status = worktree_status(&repo)?;
     if !status.dirty.is_empty() {
         let mut out = SyncOutcome::new(
@@ -1125,6 +1159,32 @@ mod tests {
         let text = std::fs::read_to_string(&edited).unwrap();
         assert!(text.contains("B's own words"));
         assert!(!b.paths.memory_git_dir().join(CHECKOUT_JOURNAL).exists());
+    }
+
+    #[test]
+    fn a_dead_writers_temporary_file_does_not_keep_the_checkout_dirty() {
+        let (_root, root_s, a, b, _url) = pair();
+        let dead = b
+            .paths
+            .memory_dir()
+            .join(".human.md.tmp-2-80dca957d336785f");
+        std::fs::write(&dead, "half a write").unwrap();
+        // Not of our shape: a person's file stays, and the sync says dirty.
+        let theirs = b.paths.memory_dir().join(".human.md.tmp-notes");
+        std::fs::write(&theirs, "mine").unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
+        assert!(!dead.exists());
+        assert!(theirs.exists());
+        std::fs::remove_file(&theirs).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert_eq!(
+            write_temp_target("d/.x.md.tmp-12-00000000000000ff"),
+            Some("d/x.md".into())
+        );
+        assert_eq!(write_temp_target(".tmp-12-00000000000000ff"), None);
+        assert_eq!(write_temp_target("x.md"), None);
     }
 
     #[test]
