@@ -30,7 +30,7 @@ fn compose_file() -> PathBuf {
 /// `MINI_LETTA_REQUIRE_CONTAINER=1` fail instead.
 fn skip_container(reason: &str) {
     eprintln!(
-        "SKIPPED container scenario: {reason}; the two-homes test in tests/sync.rs stands in"
+        "SKIPPED container scenario: {reason}; the two-homes tests in tests/hosts.rs stand in"
     );
     if std::env::var(REQUIRE_CONTAINER_ENV).as_deref() == Ok("1") {
         panic!("{REQUIRE_CONTAINER_ENV}=1 but the container scenario was skipped: {reason}");
@@ -364,6 +364,16 @@ fn sandbox_status_is_honest_where_user_namespaces_are_refused() {
 
     assert_eq!(v["namespaces"]["available"], false, "{v}");
     assert!(v["ns_backend"].is_null(), "{v}");
+    // Root of a user namespace that maps only itself cannot become an
+    // agent uid, and says so instead of claiming the layer.
+    assert_eq!(v["uid_switch"]["available"], false, "{v}");
+    assert!(
+        v["uid_switch"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot switch to agent uid"),
+        "{v}"
+    );
     assert!(
         v["missing"]
             .as_array()

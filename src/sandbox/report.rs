@@ -155,7 +155,7 @@ impl SandboxReport {
         };
         let is_root = nix::unistd::geteuid().is_root();
         let uid_switch = if is_root {
-            Layer::yes("supervisor is root: each agent runs as its own uid")
+            probe_uid_switch()
         } else {
             Layer::no("supervisor is not root: children keep its uid")
         };
@@ -242,6 +242,42 @@ impl SandboxReport {
             disabled,
             missing,
         }
+    }
+}
+
+/// Whether root here can really become an agent uid: a user namespace
+/// (a rootless container engine, say) may map uid 0 and nothing of the
+/// agent range, and then every switch fails. One short-lived `true` run as
+/// [`super::identity::PROBE_UID`] tells.
+fn probe_uid_switch() -> Layer {
+    use std::os::unix::process::CommandExt;
+    let uid = super::identity::PROBE_UID;
+    let Some(program) = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        return Layer::yes(
+            "supervisor is root: each agent runs as its own uid (not probed: no true)",
+        );
+    };
+    match Command::new(program)
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Layer::yes("supervisor is root: each agent runs as its own uid"),
+        Ok(s) => Layer::no(format!(
+            "a process switched to agent uid {uid} did not run ({s})"
+        )),
+        Err(e) => Layer::no(format!(
+            "root cannot switch to agent uid {uid} ({e}): a user namespace that does not map \
+the agent uid range {}..{}?",
+            super::identity::UID_BASE,
+            super::identity::UID_BASE + super::identity::UID_COUNT
+        )),
     }
 }
 
