@@ -505,7 +505,10 @@ fn recall_index(out: &mut Out, agent: &AgentPaths, sel: &str) {
             ids.iter().any(|id| {
                 agent
                     .conversation(id)
-                    .map(|c| std::fs::metadata(c.messages_jsonl()).is_ok_and(|m| m.len() > 0))
+                    .map(|c| {
+                        // Never followed: the log is in a directory the agent writes.
+                        std::fs::symlink_metadata(c.messages_jsonl()).is_ok_and(|m| m.len() > 0)
+                    })
                     .unwrap_or(false)
             })
         })

@@ -545,6 +545,17 @@ impl MemoryGitDir {
         self.hooks_dir().join("post-commit")
     }
 
+    /// The repository's own (local) git configuration.
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.join("config")
+    }
+
+    /// The note a sync leaves while the checkout follows a move of `main`
+    /// (`memfs::sync`), so a kill in between can be finished later.
+    pub fn sync_checkout_journal(&self) -> PathBuf {
+        self.dir.join("mini-letta-sync-checkout")
+    }
+
     /// The post-commit mirror's log (`mini-letta.memoryRepository.url`).
     pub fn mirror_log(&self) -> PathBuf {
         self.dir.join("mirror.log")

@@ -312,8 +312,22 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
     assert!(h.human(b).contains("我喜欢咖啡"));
 
     // The recipe, by B's operator, in the memory directory.
+    // As README says: the git directory named, never the checkout's `.git`
+    // pointer (the agent's to write).
     let mem = h.memory(b);
-    let pulled = git(&mem, &["pull", "--rebase", "origin", "main"]);
+    let b_git_dir = h.agent_dir(b).join("memory.git");
+    let named = |args: &[&str]| {
+        Command::new("git")
+            .args(OPERATOR)
+            .args(args)
+            .env("GIT_DIR", &b_git_dir)
+            .env("GIT_WORK_TREE", &mem)
+            .env("GIT_EDITOR", "true")
+            .current_dir(&mem)
+            .output()
+            .unwrap()
+    };
+    let pulled = named(&["pull", "--rebase", "origin", "main"]);
     assert!(!pulled.status.success(), "expected a conflict");
     let text = std::fs::read_to_string(mem.join("human.md")).unwrap();
     assert!(text.contains("<<<<<<<"), "{text}");
@@ -325,14 +339,9 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(mem.join("human.md"), resolved).unwrap();
-    git_ok(&mem, &["add", "human.md"]);
-    let o = Command::new("git")
-        .args(OPERATOR)
-        .args(["rebase", "--continue"])
-        .env("GIT_EDITOR", "true")
-        .current_dir(&mem)
-        .output()
-        .unwrap();
+    let added = named(&["add", "human.md"]);
+    assert!(added.status.success(), "{}", stderr(&added));
+    let o = named(&["rebase", "--continue"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 
     let v = h.sync(b);
@@ -378,10 +387,11 @@ fn the_mirror_pushes_main_and_only_main_in_the_background() {
 
     let memory = h.join(format!("agents/{id}/memory"));
     git_ok(
-        &memory,
+        Path::new("/"),
         &[
+            "--git-dir",
+            git_dir.to_str().unwrap(),
             "config",
-            "--local",
             "mini-letta.memoryRepository.url",
             mirror_git.to_str().unwrap(),
         ],
@@ -455,10 +465,11 @@ fn an_unreachable_mirror_never_blocks_a_commit() {
     let git_dir = h.join(format!("agents/{id}/memory.git"));
     let memory = h.join(format!("agents/{id}/memory"));
     git_ok(
-        &memory,
+        Path::new("/"),
         &[
+            "--git-dir",
+            git_dir.to_str().unwrap(),
             "config",
-            "--local",
             "mini-letta.memoryRepository.url",
             "/nonexistent/mirror.git",
         ],

@@ -29,7 +29,7 @@ pub const HOOK_MARKER: &str = "# mini-letta post-commit hook";
 /// The mirror URL configured in `git_dir/config` (that file only: a global
 /// or system setting does not make every agent mirror to one place).
 pub fn configured_url(git_dir: &Path) -> Option<String> {
-    let cfg = git2::Config::open(&git_dir.join("config")).ok()?;
+    let cfg = git2::Config::open(&MemoryGitDir::new(git_dir).config_file()).ok()?;
     let url = cfg.get_string(URL_KEY).ok()?;
     let url = url.trim().trim_end_matches('/').to_string();
     (!url.is_empty()).then_some(url)

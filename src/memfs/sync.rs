@@ -406,7 +406,9 @@ fn rebase(
 /// `memory/` and its index follow. A sync killed in between leaves it, and
 /// the next sync finishes that update ([`finish_interrupted_checkout`])
 /// instead of finding the checkout behind `main` and refusing as dirty.
-pub const CHECKOUT_JOURNAL: &str = "mini-letta-sync-checkout";
+fn journal_path(repo: &Repository) -> PathBuf {
+    crate::paths::MemoryGitDir::new(repo.path()).sync_checkout_journal()
+}
 
 /// Move local `main` from `old` to `new` and bring `memory/` and its index
 /// up to date for the paths that changed. `None` when the checkout could not
@@ -421,7 +423,7 @@ fn move_main(
     let before = snapshot(repo, old)?;
     let after = snapshot(repo, new)?;
     let changed = diff_paths(&before, &after);
-    let journal = repo.path().join(CHECKOUT_JOURNAL);
+    let journal = journal_path(repo);
     write_journal(&journal, old, new)?;
     if let Err(e) = repo.reference_matching(LOCAL_MAIN, new, true, old, why) {
         let _ = std::fs::remove_file(&journal);
@@ -453,7 +455,7 @@ fn write_journal(path: &Path, old: Oid, new: Oid) -> Result<(), SyncError> {
 /// is dirty), so no edit made since is overwritten. Otherwise the journal
 /// is dropped and the checkout is left for its owner (it reports dirty).
 fn finish_interrupted_checkout(repo: &Repository, agent: &AgentPaths) -> Result<(), SyncError> {
-    let journal = repo.path().join(CHECKOUT_JOURNAL);
+    let journal = journal_path(repo);
     let Ok(text) = std::fs::read_to_string(&journal) else {
         return Ok(());
     };
@@ -1132,7 +1134,7 @@ mod tests {
         let new = fetch(&repo, &b.paths.memory_git_dir(), &url)
             .unwrap()
             .unwrap();
-        write_journal(&repo.path().join(CHECKOUT_JOURNAL), old, new).unwrap();
+        write_journal(&journal_path(&repo), old, new).unwrap();
         repo.reference(LOCAL_MAIN, new, true, "test: killed")
             .unwrap();
         assert!(!is_clean(&b));
@@ -1146,7 +1148,7 @@ mod tests {
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(is_clean(&b));
         assert!(b.paths.memory_dir().join("a.md").is_file());
-        assert!(!b.paths.memory_git_dir().join(CHECKOUT_JOURNAL).exists());
+        assert!(!journal_path(&open_agent(&b.paths).unwrap()).exists());
     }
 
     #[test]
@@ -1158,7 +1160,7 @@ mod tests {
         assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
         let text = std::fs::read_to_string(&edited).unwrap();
         assert!(text.contains("B's own words"));
-        assert!(!b.paths.memory_git_dir().join(CHECKOUT_JOURNAL).exists());
+        assert!(!journal_path(&open_agent(&b.paths).unwrap()).exists());
     }
 
     #[test]

@@ -593,7 +593,8 @@ Memory directory: {dir}\n\
 Status: {status}\n\
 Your local memory is unchanged{}. To resolve it in the memory directory: \
 `git pull --rebase origin main`, edit the conflicting files, `git add` them, then \
-`GIT_EDITOR=true git rebase --continue`; the next sync pushes the result. Or hand it to \
+`GIT_EDITOR=true git rebase --continue` (with GIT_DIR naming the memory.git beside it, \
+never the checkout's `.git` pointer); the next sync pushes the result. Or hand it to \
 a repair worker: `mini-letta sync -a {agent} --repair` re-applies your change onto the \
 remote's memory.",
                 o.backup_ref
