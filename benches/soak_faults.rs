@@ -68,7 +68,8 @@ struct Tally {
     acknowledged: u64,
     failed_turns: u64,
     faults: BTreeMap<&'static str, u64>,
-    lost: Vec<String>,
+    /// Each lost fact, with what the log and the repository say of it.
+    lost: Vec<(String, Vec<String>)>,
     corrupt: Vec<String>,
     recovery_ms: Vec<u64>,
     /// Why turns failed: the last line of their error, counted.
@@ -154,8 +155,47 @@ fn check_remote(home: &Path, remote: &Path, name: &str, id: &str) -> Vec<String>
     wrong
 }
 
+/// Start (or find) the supervisor of `home`, logging at info level so a
+/// loss can be traced afterwards in `run/supervisor.log`.
+fn start_supervisor(home: &Path) -> bool {
+    Command::new(common::bin())
+        .args(["supervisor", "start"])
+        .env("MINI_LETTA_HOME", home)
+        .env("RUST_LOG", "mini_letta=info")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// What the supervisor's log and the repository say about a lost `fact`:
+/// the log lines naming it and the refs whose history holds it.
+fn trace_lost(home: &Path, id: &str, fact: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let log = std::fs::read_to_string(home.join("run/supervisor.log")).unwrap_or_default();
+    out.extend(
+        log.lines()
+            .filter(|l| l.contains(fact))
+            .map(|l| format!("    log: {}", l.chars().take(400).collect::<String>())),
+    );
+    let refs = Command::new("git")
+        .arg("--git-dir")
+        .arg(home.join("agents").join(id).join("memory.git"))
+        .args(["log", "--all", "--format=%h %D %s", "-S"])
+        .arg(format!("- {fact}"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.extend(refs.lines().map(|l| format!("    git: {l}")));
+    out
+}
+
 /// Every check on one agent; returns what is wrong.
-fn check_agent(home: &Path, name: &str, id: &str, facts: &[String]) -> (Vec<String>, Vec<String>) {
+/// Lost facts come with their traces (see [`trace_lost`]).
+fn check_agent(
+    home: &Path,
+    name: &str,
+    id: &str,
+    facts: &[String],
+) -> (Vec<(String, Vec<String>)>, Vec<String>) {
     let (mut lost, mut corrupt) = (Vec::new(), Vec::new());
     let agent = home.join("agents").join(id);
     let fsck = Command::new("git")
@@ -181,7 +221,10 @@ fn check_agent(home: &Path, name: &str, id: &str, facts: &[String]) -> (Vec<Stri
     let human = String::from_utf8_lossy(&show.stdout);
     for f in facts {
         if !human.contains(&format!("- {f}")) {
-            lost.push(format!("{name}: acknowledged fact {f:?} is not in main"));
+            lost.push((
+                format!("{name}: acknowledged fact {f:?} is not in main"),
+                trace_lost(home, id, f),
+            ));
         }
     }
     let log = agent.join("conversations/default/messages.jsonl");
@@ -204,6 +247,8 @@ fn check_agent(home: &Path, name: &str, id: &str, facts: &[String]) -> (Vec<Stri
 
 fn main() -> ExitCode {
     let (mut faults, mut seconds, mut agents, mut seed) = (50u64, 120u64, 3usize, 0x5eed_u64);
+    // `--keep`: leave the home (logs, repositories) for a post-mortem.
+    let mut keep = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|s| s.parse::<u64>().ok());
@@ -213,9 +258,10 @@ fn main() -> ExitCode {
             "--agents" => agents = val().map(|v| v as usize).unwrap_or(agents),
             "--seed" => seed = val().unwrap_or(seed),
             "--bench" => {}
+            "--keep" => keep = true,
             other => {
                 eprintln!(
-                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X)"
+                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X --keep)"
                 );
                 return ExitCode::from(2);
             }
@@ -249,7 +295,7 @@ fn main() -> ExitCode {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         ids.push(v["id"].as_str().unwrap().to_string());
     }
-    assert!(run(&home, &["supervisor", "start"]).status.success());
+    assert!(start_supervisor(&home));
 
     let tally = Arc::new(Mutex::new(Tally::default()));
     let acked: Arc<Mutex<Vec<Vec<String>>>> = Arc::new(Mutex::new(vec![Vec::new(); agents]));
@@ -366,7 +412,7 @@ fn main() -> ExitCode {
                 // Recovery: a new supervisor answers.
                 let mut up = false;
                 for _ in 0..100 {
-                    if run(&home, &["supervisor", "start"]).status.success() {
+                    if start_supervisor(&home) {
                         up = true;
                         break;
                     }
@@ -460,12 +506,12 @@ fn main() -> ExitCode {
         let _ = w.join();
     }
     // Final checks, with a live supervisor, then its stop leaves nothing.
-    let _ = run(&home, &["supervisor", "start"]);
+    let _ = start_supervisor(&home);
     let acked = acked.lock().unwrap().clone();
     let mut t = tally.lock().unwrap();
     for (i, id) in ids.iter().enumerate() {
         let name = format!("a{i}");
-        if !workers_drained(&home, &name, 180) {
+        if !workers_drained(&home, &name, 300) {
             t.corrupt
                 .push(format!("{name}: the memory-worker queue did not drain"));
         }
@@ -516,13 +562,22 @@ fn main() -> ExitCode {
     println!("corrupt           {}", t.corrupt.len());
     println!("recovery ms       p50 {} p99 {}", pct(0.5), pct(0.99));
     println!("leftover processes {} mounts {}", leftovers.len(), mounted);
-    for l in t.lost.iter().chain(&t.corrupt) {
+    for (l, trace) in &t.lost {
+        println!("  {l}");
+        for line in trace {
+            println!("  {line}");
+        }
+    }
+    for l in &t.corrupt {
         println!("  {l}");
     }
     let mut errors: Vec<_> = t.errors.iter().collect();
     errors.sort_by(|a, b| b.1.cmp(a.1));
     for (why, n) in errors.iter().take(6) {
         println!("  failed turns: {n:>5}  {why}");
+    }
+    if keep {
+        println!("home kept at {}", work.keep().display());
     }
     if t.lost.is_empty() && t.corrupt.is_empty() && leftovers.is_empty() && mounted == 0 {
         ExitCode::SUCCESS

@@ -120,6 +120,7 @@ pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diag
             file_size(&mut out, &repo);
             index_links(&mut out, &repo);
             worktrees(&mut out, &repo, agent, ctx, sel);
+            failing_workers(&mut out, agent, sel);
             sync_state(&mut out, &repo, ctx, sel);
         }
         Err(e) => out.push(
@@ -411,6 +412,33 @@ with `git log main..{}` and delete it when done (`mini-letta reflect status -a {
                 ),
             );
         }
+    }
+}
+
+/// Memory-worker instructions whose runs keep failing: never dropped, so
+/// reported until whatever stops them is fixed.
+fn failing_workers(out: &mut Out, agent: &AgentPaths, sel: &str) {
+    use crate::reflection::queue;
+    for item in queue::list(agent).unwrap_or_default() {
+        if item.attempts < queue::FAILING_AFTER {
+            continue;
+        }
+        let mut said: String = item.instruction.chars().take(80).collect();
+        if item.instruction.chars().nth(80).is_some() {
+            said.push('…');
+        }
+        out.push(
+            "worktrees",
+            Severity::Warning,
+            format!(
+                "memory-worker instruction {} has failed {} times: {said:?}",
+                item.id, item.attempts
+            ),
+            format!(
+                "it is tried again every two minutes while the supervisor runs; fix what stops \
+it (disk space, the model provider) — `mini-letta reflect status -a {sel}` shows the last run"
+            ),
+        );
     }
 }
 

@@ -550,10 +550,10 @@ impl MemoryGitDir {
         self.dir.join("config")
     }
 
-    /// The note a sync leaves while the checkout follows a move of `main`
-    /// (`memfs::sync`), so a kill in between can be finished later.
-    pub fn sync_checkout_journal(&self) -> PathBuf {
-        self.dir.join("mini-letta-sync-checkout")
+    /// The note left while `main` and the checkout move together
+    /// (`memfs::worktree::advance`), so a kill in between can be finished.
+    pub fn main_move_journal(&self) -> PathBuf {
+        self.dir.join("mini-letta-main-move")
     }
 
     /// The post-commit mirror's log (`mini-letta.memoryRepository.url`).

@@ -253,6 +253,35 @@ fn orphan_worktrees_and_kept_branches() {
 }
 
 #[test]
+fn a_memory_worker_instruction_that_keeps_failing() {
+    use mini_letta::reflection::queue;
+    let a = Agent::new();
+    let item = queue::push(
+        &a.paths(),
+        "记住: a fact the disk had no room for",
+        None,
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    for _ in 1..queue::FAILING_AFTER {
+        queue::note_attempt(&a.paths(), &item.id).unwrap();
+    }
+    // One failure short: kept, nothing to report yet.
+    let (v, _) = a.doctor(&[]);
+    assert!(problems(&v, "worktrees").is_empty(), "{v:#}");
+    queue::note_attempt(&a.paths(), &item.id).unwrap();
+    let (v, code) = a.doctor(&[]);
+    found(&v, code, "worktrees", "warning", &item.id);
+    found(
+        &v,
+        code,
+        "worktrees",
+        "warning",
+        "a fact the disk had no room for",
+    );
+}
+
+#[test]
 fn commits_the_remote_lacks() {
     let a = Agent::new();
     let remote = tempfile::tempdir().unwrap();

@@ -20,8 +20,9 @@ use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
 use crate::memfs::validate::{TreeSnapshot, ValidateError, validate};
 use crate::memfs::worktree::WorktreeError;
-use crate::memfs::worktree::merge::{diff_paths, signature, update_checkout};
-use crate::memfs::worktree_status::{StatusError, checkout_blobs, worktree_status};
+use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
+use crate::memfs::worktree::merge::signature;
+use crate::memfs::worktree_status::{StatusError, worktree_status};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
 
 /// Environment variable naming the remote root.
@@ -401,148 +402,18 @@ fn rebase(
     Ok(Rebased::Tip(base.id()))
 }
 
-/// A note in `memory.git` naming the move of `main` whose checkout update
-/// is under way (`<old> <new>`): written before `main` moves, removed once
-/// `memory/` and its index follow. A sync killed in between leaves it, and
-/// the next sync finishes that update ([`finish_interrupted_checkout`])
-/// instead of finding the checkout behind `main` and refusing as dirty.
-fn journal_path(repo: &Repository) -> PathBuf {
-    crate::paths::MemoryGitDir::new(repo.path()).sync_checkout_journal()
-}
-
-/// Move local `main` from `old` to `new` and bring `memory/` and its index
-/// up to date for the paths that changed. `None` when the checkout could not
-/// be updated (the ref moved anyway; the paths then show as dirty).
+/// Move local `main` from `old` to `new` together with `memory/` and its
+/// index ([`advance_main`]): on failure neither moved, and the next sync
+/// tries again.
 fn move_main(
     repo: &Repository,
     agent: &AgentPaths,
     old: Oid,
     new: Oid,
     why: &str,
-) -> Result<Option<String>, SyncError> {
-    let before = snapshot(repo, old)?;
-    let after = snapshot(repo, new)?;
-    let changed = diff_paths(&before, &after);
-    let journal = journal_path(repo);
-    write_journal(&journal, old, new)?;
-    if let Err(e) = repo.reference_matching(LOCAL_MAIN, new, true, old, why) {
-        let _ = std::fs::remove_file(&journal);
-        return Err(git("move the local main")(e));
-    }
-    crate::memfs::mirror::main_moved(repo.commondir());
-    let updated = update_checkout(repo, &agent.memory_dir(), &after, &changed);
-    let _ = std::fs::remove_file(&journal);
-    Ok(updated
-        .err()
-        .map(|e| format!(" (the memory checkout could not be updated: {e})")))
-}
-
-/// Write the journal whole or not at all (a temporary file renamed over).
-fn write_journal(path: &Path, old: Oid, new: Oid) -> Result<(), SyncError> {
-    let tmp = path.with_extension("tmp");
-    let io = |source| SyncError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::write(&tmp, format!("{old} {new}\n")).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
-}
-
-/// After a sync was killed between moving `main` and updating the
-/// checkout (the journal is still there): finish that update, but only
-/// when `main` is still where that sync put it and every path it changes
-/// holds either its old or its new content in `memory/` (and nothing else
-/// is dirty), so no edit made since is overwritten. Otherwise the journal
-/// is dropped and the checkout is left for its owner (it reports dirty).
-fn finish_interrupted_checkout(repo: &Repository, agent: &AgentPaths) -> Result<(), SyncError> {
-    let journal = journal_path(repo);
-    let Ok(text) = std::fs::read_to_string(&journal) else {
-        return Ok(());
-    };
-    let mut ids = text.split_whitespace().map(Oid::from_str);
-    let (Some(Ok(old)), Some(Ok(new))) = (ids.next(), ids.next()) else {
-        let _ = std::fs::remove_file(&journal);
-        return Ok(());
-    };
-    // The sync that left the journal died inside `move_main`: a lock on
-    // `main` or on the index taken after the journal was written is that
-    // sync's (a live git would have had to take it in that same instant)
-    // and would otherwise stop every later commit and sync.
-    let written = std::fs::metadata(&journal).and_then(|m| m.modified()).ok();
-    for name in [format!("{LOCAL_MAIN}.lock"), "index.lock".to_string()] {
-        let lock = repo.path().join(name);
-        let taken = std::fs::metadata(&lock).and_then(|m| m.modified()).ok();
-        if let (Some(w), Some(t)) = (written, taken)
-            && t >= w
-        {
-            let _ = std::fs::remove_file(&lock);
-        }
-    }
-    let result = finish_move(repo, agent, old, new);
-    let _ = std::fs::remove_file(&journal);
-    result
-}
-
-fn finish_move(repo: &Repository, agent: &AgentPaths, old: Oid, new: Oid) -> Result<(), SyncError> {
-    if main_tip(repo)? == new && repo.find_commit(old).is_ok() {
-        let before = snapshot(repo, old)?;
-        let after = snapshot(repo, new)?;
-        let changed = diff_paths(&before, &after);
-        let found = checkout_blobs(repo)?;
-        let side = |snap: &TreeSnapshot, p: &str| snap.get(p).map(|e| (e.mode, e.oid));
-        let interrupted = changed.iter().all(|p| {
-            let has = found.get(p.as_bytes()).copied();
-            let old_side = side(&before, p);
-            let new_side = side(&after, p);
-            match has {
-                None => old_side.is_none() || new_side.is_none(),
-                Some(Some(blob)) => old_side == Some(blob) || new_side == Some(blob),
-                Some(None) => false,
-            }
-        });
-        let others: Vec<String> = worktree_status(repo)?
-            .dirty
-            .into_iter()
-            .filter(|p| !changed.contains(p))
-            .collect();
-        // The temporary file of a write the kill cut short is that
-        // update's too.
-        let leftovers = others.iter().all(|p| is_temp_of(p, &changed));
-        if interrupted && leftovers {
-            let root = crate::agentfs::Dir::open(&agent.memory_dir())
-                .map_err(|e| SyncError::Worktree(e.into()))?;
-            for p in &others {
-                if let Ok((dir, leaf)) = root.open_parent(std::ffi::OsStr::new(p)) {
-                    let _ = dir.remove_file(leaf);
-                }
-            }
-            update_checkout(repo, &agent.memory_dir(), &after, &changed)?;
-        }
-    }
+) -> Result<(), SyncError> {
+    advance_main(repo, &agent.memory_dir(), old, new, why)?;
     Ok(())
-}
-
-/// Whether `path` is the temporary file a checkout write of one of
-/// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
-fn is_temp_of(path: &str, changed: &[String]) -> bool {
-    write_temp_target(path).is_some_and(|target| changed.contains(&target))
-}
-
-/// The path a write's temporary file (`<dir>/.<name>.tmp-<pid>-<16 hex
-/// digits>`, the shape every writer of ours uses) was to replace.
-fn write_temp_target(path: &str) -> Option<String> {
-    let (dir, name) = match path.rsplit_once('/') {
-        Some((d, n)) => (format!("{d}/"), n),
-        None => (String::new(), path),
-    };
-    let (base, tag) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
-    let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
-        !pid.is_empty()
-            && pid.bytes().all(|b| b.is_ascii_digit())
-            && hex.len() == 16
-            && hex.bytes().all(|b| b.is_ascii_hexdigit())
-    });
-    (well_formed && !base.is_empty()).then(|| format!("{dir}{base}"))
 }
 
 /// Remove the temporary files of writes a kill cut short (a child's memory
@@ -649,7 +520,7 @@ pub fn sync(
     let _lock = RepoLock::acquire(&git_dir)?;
     let repo = open_agent(agent)?;
     drop_stale_backup_locks(&repo);
-    finish_interrupted_checkout(&repo, agent)?;
+    advance::recover(&repo, &agent.memory_dir())?;
 
     drop_dead_write_temps(&repo, agent)?;
     let status = worktree_status(&repo)?;
@@ -726,13 +597,10 @@ pub fn sync(
                     .map_err(git("compare histories"))? =>
             {
                 let n = count_between(&repo, r, Some(local))?;
-                let note = move_main(&repo, agent, local, r, "mini-letta sync: fast-forward")?;
+                move_main(&repo, agent, local, r, "mini-letta sync: fast-forward")?;
                 return Ok(finish(
                     SyncStatus::Clean,
-                    format!(
-                        "fast-forwarded {n} commit(s) from the remote; nothing to push{}",
-                        note.unwrap_or_default()
-                    ),
+                    format!("fast-forwarded {n} commit(s) from the remote; nothing to push"),
                     remote,
                     &backup_ref,
                 ));
@@ -784,9 +652,8 @@ pub fn sync(
                 &backup_ref,
             ));
         }
-        let mut note = None;
         if to_push != local {
-            note = move_main(&repo, agent, local, to_push, "mini-letta sync: rebase")?;
+            move_main(&repo, agent, local, to_push, "mini-letta sync: rebase")?;
         }
         let n = count_between(&repo, to_push, remote)?;
         match push(&git_dir, &url)? {
@@ -808,10 +675,7 @@ pub fn sync(
                 };
                 return Ok(finish(
                     SyncStatus::Pushed,
-                    format!(
-                        "{what} {n} memory commit(s) to {url}{}",
-                        note.unwrap_or_default()
-                    ),
+                    format!("{what} {n} memory commit(s) to {url}"),
                     Some(to_push),
                     &backup_ref,
                 ))
@@ -849,6 +713,10 @@ mod tests {
     use crate::paths::Home;
     use git2::Signature;
     use std::process::Command;
+
+    fn journal_path(repo: &Repository) -> PathBuf {
+        crate::paths::MemoryGitDir::new(repo.path()).main_move_journal()
+    }
 
     struct Agent {
         _tmp: tempfile::TempDir,
@@ -1134,7 +1002,7 @@ mod tests {
         let new = fetch(&repo, &b.paths.memory_git_dir(), &url)
             .unwrap()
             .unwrap();
-        write_journal(&journal_path(&repo), old, new).unwrap();
+        std::fs::write(journal_path(&repo), format!("{old} {new}\n")).unwrap();
         repo.reference(LOCAL_MAIN, new, true, "test: killed")
             .unwrap();
         assert!(!is_clean(&b));
@@ -1181,12 +1049,6 @@ mod tests {
         std::fs::remove_file(&theirs).unwrap();
         let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
-        assert_eq!(
-            write_temp_target("d/.x.md.tmp-12-00000000000000ff"),
-            Some("d/x.md".into())
-        );
-        assert_eq!(write_temp_target(".tmp-12-00000000000000ff"), None);
-        assert_eq!(write_temp_target("x.md"), None);
     }
 
     #[test]
@@ -1220,10 +1082,5 @@ mod tests {
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!tmp.exists());
         assert!(is_clean(&b));
-        let changed = vec!["x/a.md".to_string()];
-        assert!(is_temp_of("x/.a.md.tmp-9-00000000000000ff", &changed));
-        assert!(!is_temp_of("x/.a.md.tmp-9-0f", &changed));
-        assert!(!is_temp_of(".a.md.tmp-9-00000000000000ff", &changed));
-        assert!(!is_temp_of("x/.b.md.tmp-9-00000000000000ff", &changed));
     }
 }

@@ -29,7 +29,8 @@ pub struct QueuedWorker {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<RepairOf>,
     /// Runs that ended without applying it (a launch that failed, a worker
-    /// killed or out of disk); it is run again until [`MAX_ATTEMPTS`].
+    /// killed or out of disk). It is run again, later each time, and never
+    /// dropped: past [`FAILING_AFTER`] it is reported as failing.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
 }
@@ -38,8 +39,9 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// Runs of one instruction at most, the first included.
-pub const MAX_ATTEMPTS: u32 = 4;
+/// Failed runs after which an instruction is reported as failing (by
+/// `reflect status` and `doctor`); it is still tried again.
+pub const FAILING_AFTER: u32 = 4;
 
 /// What a repair worker repairs (see [`super::repair`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -654,7 +654,12 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
         }
         // Instructions kept until applied: queued, running, or waiting to
         // be tried again after a failed run.
-        let kept = queue::list(&agent).map(|q| q.len()).unwrap_or(0);
+        let items = queue::list(&agent).unwrap_or_default();
+        let kept = items.len();
+        let failing = items
+            .iter()
+            .filter(|i| i.attempts >= queue::FAILING_AFTER)
+            .count();
         Ok(json!({
             "agent": id,
             "settings": settings,
@@ -663,6 +668,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             "last": last,
             "conversations": conversations,
             "workers_kept": kept,
+            "workers_failing": failing,
         }))
     })
     .await;
@@ -700,6 +706,19 @@ pub fn recover(home: &crate::paths::Home) {
             continue;
         };
         let Ok(agent) = home.agent(&id) else { continue };
+        // First a move of `main` the stopped supervisor left half done (a
+        // merge it was making), so the branch it merged reads as merged.
+        if wt::advance::interrupted(&agent.memory_git_dir()) {
+            let finished = crate::memfs::lock::RepoLock::acquire(&agent.memory_git_dir())
+                .map_err(|e| e.to_string())
+                .and_then(|_lock| {
+                    let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| e.to_string())?;
+                    wt::advance::recover(&repo, &agent.memory_dir()).map_err(|e| e.to_string())
+                });
+            if let Err(e) = finished {
+                tracing::warn!(agent = %id, "cannot finish an interrupted move of main: {e}");
+            }
+        }
         let stale_lock = lock::inspect(&agent)
             .ok()
             .flatten()
@@ -871,9 +890,9 @@ async fn run_worker_chain(
         // instruction whose launch failed (a full or read-only disk, say)
         // is tried again a few times, later.
         if !state.is_stopping() {
-            tracing::warn!(agent = %agent_id, result = %first, "a memory worker could not start");
+            tracing::warn!(agent = %agent_id, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %first, "a memory worker could not start");
             if acknowledged {
-                retry_or_forget(&state, &agent_id, &item).await;
+                retry_later(&state, &agent_id, &item).await;
             } else {
                 forget_instruction(&state, &agent_id, &item.id).await;
             }
@@ -883,47 +902,69 @@ async fn run_worker_chain(
     first
 }
 
-/// Pause before running a failed instruction again, per attempt so far.
+/// The start of an instruction, for a log line (a repair's carries a patch).
+fn log_excerpt(instruction: &str) -> String {
+    const MAX: usize = 300;
+    let mut s: String = instruction.chars().take(MAX).collect();
+    if instruction.chars().nth(MAX).is_some() {
+        s.push('…');
+    }
+    s
+}
+
+/// Pause before the first re-run of a failed instruction; it doubles with
+/// each failure, up to [`WORKER_RETRY_MAX_DELAY`].
 const WORKER_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+const WORKER_RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The pause before run `n + 1` of an instruction whose `n` runs failed.
+fn retry_delay(n: u32) -> std::time::Duration {
+    WORKER_RETRY_DELAY
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(WORKER_RETRY_MAX_DELAY)
+}
 
 /// A run of `item` ended without applying it: queue it again after a pause
-/// (its attempts counted in the durable queue), or, past
-/// [`queue::MAX_ATTEMPTS`], forget it and say so.
-async fn retry_or_forget(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
+/// that grows with its failures. An acknowledged instruction is never
+/// dropped (its turn told the user it would be done): past
+/// [`queue::FAILING_AFTER`] failures it is logged and reported as failing,
+/// and still tried. A failure that cannot be counted in the durable queue
+/// (the disk is full) is counted here and the run retried all the same.
+async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
     let (home, id, item_id) = (state.home.clone(), agent_id.to_string(), item.id.clone());
     let counted = off_thread(move || {
         let paths = home.agent(&id).map_err(failed)?;
         queue::note_attempt(&paths, &item_id).map_err(failed)
     })
     .await;
-    match counted {
-        Ok(Some(n)) if n < queue::MAX_ATTEMPTS => {
-            let (st, id) = (state.clone(), agent_id.to_string());
-            let mut again = item.clone();
-            again.attempts = n;
-            state.requests.spawn(async move {
-                tokio::time::sleep(WORKER_RETRY_DELAY * n).await;
-                if st.is_stopping() {
-                    return;
-                }
-                let idle = st.subagents.with(&id, |a| {
-                    a.queued_workers.push_back(again);
-                    a.worker.is_none()
-                });
-                if idle {
-                    next_worker(st, id);
-                }
-            });
-        }
-        Ok(Some(n)) => {
-            tracing::error!(agent = %agent_id, attempts = n, instruction = %item.instruction, "a memory worker failed every attempt; its instruction is dropped");
-            forget_instruction(state, agent_id, &item.id).await;
-        }
-        Ok(None) => {}
+    let n = match counted {
+        Ok(Some(n)) => n,
+        // Forgotten meanwhile (applied by a run that overlapped): done.
+        Ok(None) => return,
         Err(v) => {
-            tracing::warn!(agent = %agent_id, result = %v, "cannot count a failed memory worker run");
+            tracing::warn!(agent = %agent_id, item = %item.id, result = %v, "cannot count a failed memory worker run; it is tried again");
+            item.attempts.saturating_add(1)
         }
+    };
+    if n == queue::FAILING_AFTER {
+        tracing::error!(agent = %agent_id, item = %item.id, attempts = n, instruction = %log_excerpt(&item.instruction), "a memory worker keeps failing; its instruction stays queued and is tried again");
     }
+    let (st, id) = (state.clone(), agent_id.to_string());
+    let mut again = item.clone();
+    again.attempts = n;
+    state.requests.spawn(async move {
+        tokio::time::sleep(retry_delay(n)).await;
+        if st.is_stopping() {
+            return;
+        }
+        let idle = st.subagents.with(&id, |a| {
+            a.queued_workers.push_back(again);
+            a.worker.is_none()
+        });
+        if idle {
+            next_worker(st, id);
+        }
+    });
 }
 
 /// The slot is free: start the next queued worker, if any.
@@ -1057,7 +1098,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
             Err(v) => (v, false, String::new()),
         };
         drop(lease);
-        tracing::info!(agent = %id, child, result = %result, "memory worker finalized");
+        tracing::info!(agent = %id, child, item = %item_id, instruction = %log_excerpt(&retry_item.instruction), result = %result, "memory worker finalized");
         if result["status"] == json!("merged") {
             super::rpc::sync_after(&st, &id, None).await;
         }
@@ -1079,7 +1120,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
             if applied {
                 forget_instruction(&st, &id, &item_id).await;
             } else {
-                retry_or_forget(&st, &id, &retry_item).await;
+                retry_later(&st, &id, &retry_item).await;
             }
         }
         next_worker(st, id);
@@ -1508,5 +1549,21 @@ pub async fn memory_merge(
             Outcome::Result(v)
         }
         Err(o) => o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_instructions_wait_longer_each_time_but_are_never_given_up() {
+        let secs: Vec<u64> = (1..=9).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(secs, vec![2, 4, 8, 16, 32, 64, 120, 120, 120]);
+        // However many failures: still a finite pause, never a drop.
+        assert_eq!(retry_delay(u32::MAX), WORKER_RETRY_MAX_DELAY);
+        assert_eq!(retry_delay(0), WORKER_RETRY_DELAY);
+        assert_eq!(log_excerpt("短"), "短");
+        assert_eq!(log_excerpt(&"x".repeat(301)).chars().count(), 301);
     }
 }

@@ -3,7 +3,7 @@
 
 use git2::{Oid, Repository};
 
-use super::merge::{MergeOutcome, diff_paths, merge_into_main, snapshot_of, update_checkout};
+use super::merge::{MergeOutcome, diff_paths, merge_into_main, snapshot_of};
 use super::{
     FinalizeOptions, FinalizeStatus, Finalized, Label, MemoryWorktree, WorktreeError, admin_dir,
     branch_tip, git, io, list, main_head,
@@ -399,21 +399,16 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
     } else {
         rebase_in_memory(repo, agent, ours, theirs)?
     };
-    let old = snapshot_of(repo, ours)?;
-    let new = snapshot_of(repo, target)?;
-    let changed = diff_paths(&old, &new);
-    // Only from the commit we looked at: a writer that slipped in (none
-    // should, under the lock) makes this fail instead of being lost.
-    repo.reference_matching(
-        "refs/heads/main",
-        target,
-        true,
+    // Only from the commit we looked at (a writer that slipped in makes
+    // this fail instead of being lost), and never ahead of the checkout.
+    super::advance::advance_main(
+        repo,
+        &agent.memory_dir(),
         ours,
+        target,
         "refresh from origin/main",
     )
-    .map_err(git("move main to the refreshed history"))?;
-    crate::memfs::mirror::main_moved(repo.commondir());
-    update_checkout(repo, &agent.memory_dir(), &new, &changed)
+    .map(|_| ())
 }
 
 /// Replay the commits of `ours` missing from `theirs` on top of `theirs`,

@@ -149,16 +149,19 @@ pub(super) fn merge_into_main(
     } else {
         format!("{message}\n")
     };
+    // The commit object first, then the checkout, then `main`: a checkout
+    // that cannot follow (a full or read-only disk) leaves `main` unmoved.
     let commit = repo
-        .commit(Some("HEAD"), &sig, &sig, &message, &tree, &[&head, &theirs])
+        .commit(None, &sig, &sig, &message, &tree, &[&head, &theirs])
         .map_err(git("write the merge commit"))?;
-
-    // The commit is made and cannot be undone; a checkout that could not
-    // be updated (a child racing us) shows up as dirty paths later.
-    if let Err(e) = update_checkout(repo, &agent.memory_dir(), &new, &changed) {
-        tracing::warn!("merged {commit}, but could not update the memory checkout: {e}");
-    }
-    crate::memfs::mirror::head_committed(repo);
+    let first_line = message.lines().next().unwrap_or("merge");
+    super::advance::advance_main(
+        repo,
+        &agent.memory_dir(),
+        head.id(),
+        commit,
+        &format!("commit (merge): {first_line}"),
+    )?;
     Ok(MergeOutcome::Merged { commit, changed })
 }
 
@@ -185,6 +188,17 @@ pub(crate) fn update_checkout(
         let blob = repo
             .find_blob(entry.oid)
             .map_err(git("read a merged blob"))?;
+        #[cfg(test)]
+        if let Some(n) = super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.get()) {
+            if n == 0 {
+                super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(None));
+                return Err(WorktreeError::Io {
+                    path: work_tree.join(path),
+                    source: std::io::Error::from_raw_os_error(28),
+                });
+            }
+            super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(n - 1)));
+        }
         let (parent, leaf) = make_parents(&root, path)?;
         // A directory standing where a file now goes (its files all deleted
         // above) is removed if empty; anything else there is an error.

@@ -23,6 +23,7 @@
 //!   directory and only then moved into `memory-worktrees/`, so a child
 //!   cannot plant a symlink where libgit2 writes the checkout.
 
+pub mod advance;
 mod create;
 mod finalize;
 mod kept;

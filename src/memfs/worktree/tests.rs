@@ -829,3 +829,114 @@ fn merged_symlinks_and_new_directories_reach_the_checkout() {
     let (ok, st) = git_cli(&agent.memory_dir(), &["status", "--porcelain"]);
     assert!(ok && st.is_empty(), "{st}");
 }
+
+/// A worker branch changing `human.md` and adding `notes.md`, and what
+/// `human.md` holds on `main` before it.
+fn worker_with_two_files(agent: &AgentPaths) -> (MemoryWorktree, String) {
+    let wt = create(agent, Label::MemoryWorker).unwrap();
+    let (_, wrepo) = open(agent, &wt.name).unwrap();
+    let before = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[
+            ("human.md", &format!("{before}- from the worker\n")),
+            ("notes.md", &md("Notes", "n")),
+        ],
+        "w",
+    );
+    (wt, before)
+}
+
+#[test]
+fn a_checkout_that_cannot_follow_a_merge_leaves_main_unmoved() {
+    // The lost update this prevents: `main` moving while `memory/` kept
+    // the old `human.md`, so the agent's next edit of it committed the old
+    // text back and the worker's line was gone.
+    for fault in ["second file", "ref move"] {
+        let (_t, agent) = agent();
+        let (wt, before) = worker_with_two_files(&agent);
+        let head_before = head(&agent);
+        match fault {
+            "second file" => advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(1))),
+            _ => advance::FAIL_NEXT_REF_MOVE.with(|f| f.set(true)),
+        }
+        let done = integrate_worker(&agent, &wt, false).unwrap();
+        assert_eq!(done.status, FinalizeStatus::Failed, "{fault}: {done:?}");
+        assert!(done.branch_kept && branch_exists(&agent, &wt), "{fault}");
+        assert_eq!(head(&agent), head_before, "{fault}: main moved");
+        assert_eq!(
+            std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap(),
+            before,
+            "{fault}: the checkout was left changed"
+        );
+        assert!(!agent.memory_dir().join("notes.md").exists(), "{fault}");
+        assert!(
+            main_dirty(&agent).is_empty(),
+            "{fault}: {:?}",
+            main_dirty(&agent)
+        );
+        assert!(!advance::interrupted(&agent.memory_git_dir()), "{fault}");
+
+        // Space is back: the next worker's merge lands, checkout and all.
+        let (wt, _) = worker_with_two_files(&agent);
+        let done = integrate_worker(&agent, &wt, false).unwrap();
+        assert_eq!(done.status, FinalizeStatus::Merged, "{fault}: {done:?}");
+        let human = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+        assert!(human.ends_with("- from the worker\n"), "{fault}: {human}");
+        assert!(main_dirty(&agent).is_empty(), "{fault}");
+    }
+}
+
+/// The state a kill between the checkout update and the move of `main`
+/// leaves: the journal, `memory/` at the merge, `main` before it.
+fn killed_before_the_ref_moved(agent: &AgentPaths) -> (Oid, Oid) {
+    let main = repo::open_agent(agent).unwrap();
+    let old = head(agent);
+    let human = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    // Made on a side branch: only its objects matter.
+    let side = create(agent, Label::MemoryWorker).unwrap();
+    let (_, wrepo) = open(agent, &side.name).unwrap();
+    let new = commit_files(
+        &wrepo,
+        &side.dir,
+        &[("human.md", &format!("{human}- merged fact\n"))],
+        "w",
+    );
+    std::fs::write(
+        crate::paths::MemoryGitDir::new(main.path()).main_move_journal(),
+        format!("{old} {new}\n"),
+    )
+    .unwrap();
+    write(
+        &agent.memory_dir(),
+        "human.md",
+        &format!("{human}- merged fact\n"),
+    );
+    (old, new)
+}
+
+#[test]
+fn a_move_of_main_cut_short_is_finished_or_left_to_its_owner() {
+    let (_t, agent) = agent();
+    let (_, new) = killed_before_the_ref_moved(&agent);
+    let repo = repo::open_agent(&agent).unwrap();
+    advance::recover(&repo, &agent.memory_dir()).unwrap();
+    assert_eq!(head(&agent), new, "the interrupted merge is finished");
+    assert!(main_dirty(&agent).is_empty(), "{:?}", main_dirty(&agent));
+    assert!(!advance::interrupted(&agent.memory_git_dir()));
+
+    // An edit made since the kill is never overwritten: the journal goes,
+    // `main` stays, the edit stays (it shows as uncommitted).
+    let (_t2, agent) = self::agent();
+    let (old, _) = killed_before_the_ref_moved(&agent);
+    write(&agent.memory_dir(), "human.md", "a person's own words");
+    let repo = repo::open_agent(&agent).unwrap();
+    advance::recover(&repo, &agent.memory_dir()).unwrap();
+    assert_eq!(head(&agent), old);
+    assert_eq!(
+        std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap(),
+        "a person's own words"
+    );
+    assert!(!advance::interrupted(&agent.memory_git_dir()));
+}

@@ -1,0 +1,240 @@
+//! Moving `main` of an agent's memory together with its checkout
+//! (`memory/`), so the checkout is never *behind* `main`.
+//!
+//! Why: the agent's memory tools edit files in the checkout and the
+//! supervisor commits the paths they name. A checkout left with older
+//! contents than `main` (a full or read-only disk, a kill at the wrong
+//! moment) would make the next edit of such a file commit the old text
+//! back, silently undoing whatever moved `main` — a merged memory worker,
+//! a reflection, a sync. So every move of `main` here goes:
+//!
+//! 1. a journal `<old> <new>` is written in the git directory (children
+//!    cannot write there); if that fails, nothing has changed;
+//! 2. the checkout and its index are brought to `new` for the changed paths;
+//! 3. `main` moves from `old` to `new` (compare-and-swap);
+//! 4. the journal is removed.
+//!
+//! A failure in 2 or 3 puts the paths back as `old` (best effort: a path
+//! that cannot be put back holds the new content, i.e. it is *ahead* of
+//! `main` and shows as an uncommitted change, which loses nothing) and
+//! leaves `main` where it was. A kill between 1 and 4 leaves the journal;
+//! [`recover`] then finishes the move when the checkout holds only what
+//! the move itself wrote.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Oid, Repository};
+
+use super::merge::{diff_paths, update_checkout};
+use super::{WorktreeError, git};
+use crate::memfs::validate::TreeSnapshot;
+use crate::memfs::worktree_status::{checkout_blobs, worktree_status};
+use crate::paths::MemoryGitDir;
+
+const MAIN: &str = "refs/heads/main";
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only fault injection, as a full or read-only disk would fail:
+    /// the next move of the ref (step 3)...
+    pub(crate) static FAIL_NEXT_REF_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// ...or the next checkout update, after this many files were written.
+    pub(crate) static FAIL_CHECKOUT_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Move `main` from `old` to `new` with the checkout at `work_tree` (see
+/// the module docs). Returns the paths that changed.
+pub fn advance_main(
+    repo: &Repository,
+    work_tree: &Path,
+    old: Oid,
+    new: Oid,
+    why: &str,
+) -> Result<Vec<String>, WorktreeError> {
+    let before = snapshot(repo, old)?;
+    let after = snapshot(repo, new)?;
+    let changed = diff_paths(&before, &after);
+    let journal = journal_path(repo);
+    write_journal(&journal, old, new)?;
+    let moved = update_checkout(repo, work_tree, &after, &changed)
+        .and_then(|()| move_ref(repo, old, new, why));
+    if let Err(e) = moved {
+        if let Err(back) = update_checkout(repo, work_tree, &before, &changed) {
+            tracing::warn!(
+                "could not put the memory checkout back after a failed move of main ({e}): {back}; \
+                 its paths hold the newer content and show as uncommitted changes"
+            );
+        }
+        let _ = std::fs::remove_file(&journal);
+        return Err(e);
+    }
+    let _ = std::fs::remove_file(&journal);
+    crate::memfs::mirror::main_moved(repo.commondir());
+    Ok(changed)
+}
+
+fn move_ref(repo: &Repository, old: Oid, new: Oid, why: &str) -> Result<(), WorktreeError> {
+    #[cfg(test)]
+    if FAIL_NEXT_REF_MOVE.with(|f| f.replace(false)) {
+        return Err(git("move main")(git2::Error::from_str(
+            "injected fault: no space left on device",
+        )));
+    }
+    repo.reference_matching(MAIN, new, true, old, why)
+        .map(|_| ())
+        .map_err(git("move main"))
+}
+
+/// After a kill inside [`advance_main`] (its journal is still there):
+/// finish that move when `main` is at either end of it, every path it
+/// changes holds its old or its new content in the checkout, and nothing
+/// else is dirty but the temporary files of writes the kill cut short.
+/// Otherwise the journal is dropped and the checkout left to its owner (an
+/// edit made since is never overwritten). Callers hold the repository lock.
+pub fn recover(repo: &Repository, work_tree: &Path) -> Result<(), WorktreeError> {
+    let journal = journal_path(repo);
+    let Ok(text) = std::fs::read_to_string(&journal) else {
+        return Ok(());
+    };
+    let mut ids = text.split_whitespace().map(Oid::from_str);
+    let (Some(Ok(old)), Some(Ok(new))) = (ids.next(), ids.next()) else {
+        let _ = std::fs::remove_file(&journal);
+        return Ok(());
+    };
+    // The mover died holding them: a lock on `main` or on the index taken
+    // after the journal was written is its own (a live git would have had
+    // to take it in that same instant) and would stop every later commit.
+    let written = std::fs::metadata(&journal).and_then(|m| m.modified()).ok();
+    for name in [format!("{MAIN}.lock"), "index.lock".to_string()] {
+        let lock = repo.path().join(name);
+        let taken = std::fs::metadata(&lock).and_then(|m| m.modified()).ok();
+        if let (Some(w), Some(t)) = (written, taken)
+            && t >= w
+        {
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
+    let result = finish(repo, work_tree, old, new);
+    let _ = std::fs::remove_file(&journal);
+    result
+}
+
+fn finish(repo: &Repository, work_tree: &Path, old: Oid, new: Oid) -> Result<(), WorktreeError> {
+    let main = repo.refname_to_id(MAIN).map_err(git("read main"))?;
+    if main != old && main != new {
+        return Ok(());
+    }
+    let (Ok(before), Ok(after)) = (snapshot(repo, old), snapshot(repo, new)) else {
+        return Ok(());
+    };
+    let changed = diff_paths(&before, &after);
+    let found = checkout_blobs(repo)?;
+    let side = |snap: &TreeSnapshot, p: &str| snap.get(p).map(|e| (e.mode, e.oid));
+    let only_the_move = changed
+        .iter()
+        .all(|p| match found.get(p.as_bytes()).copied() {
+            None => side(&before, p).is_none() || side(&after, p).is_none(),
+            Some(Some(blob)) => side(&before, p) == Some(blob) || side(&after, p) == Some(blob),
+            Some(None) => false,
+        });
+    let others: Vec<String> = worktree_status(repo)?
+        .dirty
+        .into_iter()
+        .filter(|p| !changed.contains(p))
+        .collect();
+    if !only_the_move || !others.iter().all(|p| is_temp_of(p, &changed)) {
+        tracing::warn!(
+            "an interrupted move of main ({old} -> {new}) is left as it is: the checkout was edited since"
+        );
+        return Ok(());
+    }
+    let root = crate::agentfs::Dir::open(work_tree)?;
+    for p in &others {
+        if let Ok((dir, leaf)) = root.open_parent(std::ffi::OsStr::new(p)) {
+            let _ = dir.remove_file(leaf);
+        }
+    }
+    update_checkout(repo, work_tree, &after, &changed)?;
+    if main == old {
+        move_ref(
+            repo,
+            old,
+            new,
+            "mini-letta: finish an interrupted move of main",
+        )?;
+        crate::memfs::mirror::main_moved(repo.commondir());
+    }
+    tracing::info!("finished an interrupted move of main ({old} -> {new})");
+    Ok(())
+}
+
+fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, WorktreeError> {
+    let tree = repo
+        .find_commit(id)
+        .and_then(|c| c.tree())
+        .map_err(git("read a commit tree"))?;
+    Ok(TreeSnapshot::from_tree(repo, &tree)?)
+}
+
+fn journal_path(repo: &Repository) -> PathBuf {
+    MemoryGitDir::new(repo.commondir()).main_move_journal()
+}
+
+/// Whether a move of `main` was left unfinished (its journal is there).
+pub fn interrupted(git_dir: &Path) -> bool {
+    MemoryGitDir::new(git_dir).main_move_journal().exists()
+}
+
+/// Write the journal whole or not at all (a temporary file renamed over).
+fn write_journal(path: &Path, old: Oid, new: Oid) -> Result<(), WorktreeError> {
+    let tmp = path.with_extension("tmp");
+    let io = |source| WorktreeError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&tmp, format!("{old} {new}\n")).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Whether `path` is the temporary file a checkout write of one of
+/// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
+fn is_temp_of(path: &str, changed: &[String]) -> bool {
+    write_temp_target(path).is_some_and(|target| changed.contains(&target))
+}
+
+/// The path a write's temporary file (`<dir>/.<name>.tmp-<pid>-<16 hex
+/// digits>`, the shape every writer of ours uses) was to replace.
+pub(crate) fn write_temp_target(path: &str) -> Option<String> {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((d, n)) => (format!("{d}/"), n),
+        None => (String::new(), path),
+    };
+    let (base, tag) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
+        !pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && hex.len() == 16
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    (well_formed && !base.is_empty()).then(|| format!("{dir}{base}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_files_of_our_writers_are_recognised() {
+        assert_eq!(
+            write_temp_target("d/.x.md.tmp-12-00000000000000ff"),
+            Some("d/x.md".into())
+        );
+        assert_eq!(write_temp_target(".tmp-12-00000000000000ff"), None);
+        assert_eq!(write_temp_target("x.md"), None);
+        let changed = vec!["x/a.md".to_string()];
+        assert!(is_temp_of("x/.a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.a.md.tmp-9-0f", &changed));
+        assert!(!is_temp_of(".a.md.tmp-9-00000000000000ff", &changed));
+        assert!(!is_temp_of("x/.b.md.tmp-9-00000000000000ff", &changed));
+    }
+}
