@@ -32,6 +32,9 @@ struct Args {
     concurrency: usize,
     turns: usize,
     seconds: u64,
+    /// `--agent-cpu-percent N`: the agent role's CPU bandwidth for this run
+    /// (a profile override in the home), to weigh containment against speed.
+    agent_cpu_percent: Option<u64>,
 }
 
 fn args() -> Args {
@@ -40,6 +43,7 @@ fn args() -> Args {
         concurrency: 50,
         turns: 400,
         seconds: 600,
+        agent_cpu_percent: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -50,6 +54,7 @@ fn args() -> Args {
             ("--concurrency", Some(v)) => a.concurrency = v.max(1) as usize,
             ("--turns", Some(v)) => a.turns = v.max(1) as usize,
             ("--seconds", Some(v)) => a.seconds = v.max(10),
+            ("--agent-cpu-percent", Some(v)) => a.agent_cpu_percent = Some(v.max(1)),
             // cargo bench passes `--bench`; anything else is ignored too.
             _ => {
                 i += 1;
@@ -297,6 +302,23 @@ fn main() -> ExitCode {
         a.agents,
         started.elapsed().as_secs_f64()
     );
+    if let Some(pct) = a.agent_cpu_percent {
+        let builtin = include_str!("../sandbox-profiles/agent.toml");
+        let text: String = builtin
+            .lines()
+            .map(|l| {
+                if l.starts_with("cpu_percent") {
+                    format!("cpu_percent = {pct}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let dir = mini_letta::paths::Home::at(&h).sandbox_profiles_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("agent.toml"), text).unwrap();
+        println!("  agent role CPU bandwidth: {pct}% of a core");
+    }
     let o = run(&h, &["supervisor", "start"]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let t = Tenants {

@@ -456,11 +456,13 @@ fn main() -> ExitCode {
                 let i = rng.below(agents as u64) as usize;
                 let dir = home.join("agents").join(&ids[i]);
                 let remount = |opt: &str| {
+                    // Busy (a file open for writing) refuses `ro`: no
+                    // fault this time, and nothing to print.
                     Command::new("mount")
                         .args(["-o", &format!("remount,{opt}")])
                         .arg(&dir)
-                        .status()
-                        .is_ok_and(|s| s.success())
+                        .output()
+                        .is_ok_and(|o| o.status.success())
                 };
                 if remount("ro") {
                     std::thread::sleep(Duration::from_millis(300 + rng.below(400)));

@@ -180,3 +180,84 @@ fn a_write_cut_short_leaves_no_fragment() {
     let human = stdout(&run(home, &["memory", "show", "-a", "q", "human.md"]));
     assert!(human.contains("- whole"), "{human}");
 }
+
+/// An instruction a turn acknowledged ("the memory worker has it") waits out
+/// a full disk: its worker cannot start (no room for a worktree), it is
+/// kept and tried again, and once space returns it lands in `main`.
+#[test]
+fn an_acknowledged_worker_instruction_outlives_a_full_disk() {
+    if !confinement_or_skip("an_acknowledged_worker_instruction_outlives_a_full_disk") {
+        return;
+    }
+    let dir = common::open_home();
+    let home = dir.path();
+    let id = common::create_agent(home, &["q", "--disk-mb", "8"]);
+    struct Cleanup<'a>(&'a Path, String);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
+            let _ =
+                mini_letta::sandbox::volume::unmount(&mini_letta::paths::Home::at(self.0), &self.1);
+        }
+    }
+    let _cleanup = Cleanup(home, id.clone());
+    let agent = home.join("agents").join(&id);
+    let paths = mini_letta::paths::Home::at(home).agent(&id).unwrap();
+    // What `worker.start` keeps when it acknowledges an instruction (the
+    // turn that asked would have said so), then the disk fills to the last
+    // block, root's reserve included.
+    let item = mini_letta::reflection::queue::push(
+        &paths,
+        "记住: outlived the full disk",
+        None,
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(agent.join("tmp")).unwrap();
+    let fill = Command::new("sh")
+        .arg("-c")
+        .arg(FILL)
+        .current_dir(&agent)
+        .status()
+        .unwrap();
+    assert!(fill.success());
+    let free = nix::sys::statvfs::statvfs(&agent)
+        .unwrap()
+        .blocks_available();
+    assert_eq!(free, 0, "the volume was not filled");
+    assert!(run(home, &["supervisor", "start"]).status.success());
+    let status = || -> Value {
+        serde_json::from_slice(&run(home, &["reflect", "status", "-a", "q", "--json"]).stdout)
+            .unwrap_or_default()
+    };
+    // The resumed worker cannot start; the instruction stays.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let human = stdout(&run(home, &["memory", "show", "-a", "q", "human.md"]));
+    assert!(!human.contains("outlived"), "{human}");
+    assert_eq!(status()["workers_kept"], 1, "{}", status());
+    let log = std::fs::read_to_string(home.join("run/supervisor.log")).unwrap_or_default();
+    assert!(
+        log.contains("a memory worker could not start") && log.contains(&item.id),
+        "{log}"
+    );
+
+    // Space returns: a later run applies it, and nothing is left queued.
+    for e in std::fs::read_dir(agent.join("tmp")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("fill-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let landed = common::wait_until(90, || {
+        stdout(&run(home, &["memory", "show", "-a", "q", "human.md"]))
+            .contains("- outlived the full disk")
+    });
+    assert!(landed, "the instruction never landed: {}", status());
+    assert!(
+        common::wait_until(30, || status()["workers_kept"] == 0),
+        "{}",
+        status()
+    );
+    fsck(&agent.join("memory.git"));
+    let o = run(home, &["memory", "validate", "--rev", "main", "-a", "q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

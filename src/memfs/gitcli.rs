@@ -46,6 +46,36 @@ impl GitRun {
     }
 }
 
+/// Whether a git process started by [`command`] for `git_dir` is running
+/// (found by its `--git-dir` argument in `/proc`): one left running by a
+/// killed supervisor still owns the locks it took.
+pub fn running_on(git_dir: &Path) -> bool {
+    // libgit2 names a git directory with a trailing slash; we pass none.
+    let trim = |b: &[u8]| -> Vec<u8> {
+        let mut v = b.to_vec();
+        while v.len() > 1 && v.last() == Some(&b'/') {
+            v.pop();
+        }
+        v
+    };
+    let want = trim(git_dir.as_os_str().as_encoded_bytes());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs.flatten().any(|p| {
+        let is_pid = p
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        is_pid
+            && std::fs::read(p.path().join("cmdline")).is_ok_and(|cmd| {
+                let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+                args.windows(2)
+                    .any(|w| w[0] == b"--git-dir" && trim(w[1]) == want)
+            })
+    })
+}
+
 /// A `git` command with the supervisor's safe defaults, not yet started.
 ///
 /// git runs in a process group of its own: a SIGKILL sent to the caller's

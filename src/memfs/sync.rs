@@ -321,21 +321,48 @@ fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
     })
 }
 
-/// Remove `refs/mini-letta/backup/*.lock` left by a sync killed while
-/// writing its backup ref: only a sync writes there, always under the
-/// repository lock this one now holds, so any such file is a dead one's.
-fn drop_stale_backup_locks(repo: &Repository) {
-    let dir = repo.path().join(BACKUP_REF_PREFIX);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
+/// Remove lock files a sync killed mid-way left: `refs/mini-letta/backup/
+/// *.lock` (only a sync writes there, always under the repository lock this
+/// one now holds, so any such file is a dead one's), and those of a fetch
+/// (`refs/remotes/**.lock`, `packed-refs.lock`) once no git of ours runs on
+/// this repository — a fetch whose volume turned read-only under it cannot
+/// remove its own, and it would stop every later sync.
+fn drop_stale_locks(repo: &Repository) {
+    let remove = |path: &Path| match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!("removed {}, left by a dead sync", path.display()),
+        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
     };
-    for e in entries.flatten() {
-        let path = e.path();
-        if path.extension().is_some_and(|x| x == "lock") && e.file_type().is_ok_and(|t| t.is_file())
-        {
-            let _ = std::fs::remove_file(&path);
+    for lock in lock_files(&repo.path().join(BACKUP_REF_PREFIX), false) {
+        remove(&lock);
+    }
+    let mut fetch_locks = lock_files(&repo.path().join("refs/remotes"), true);
+    let packed = repo.path().join("packed-refs.lock");
+    if packed.is_file() {
+        fetch_locks.push(packed);
+    }
+    if !fetch_locks.is_empty() && !gitcli::running_on(repo.path()) {
+        for lock in fetch_locks {
+            remove(&lock);
         }
     }
+}
+
+/// The `*.lock` files in `dir` (and below it when `deep`).
+fn lock_files(dir: &Path, deep: bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            let path = e.path();
+            if kind.is_dir() && deep {
+                stack.push(path);
+            } else if kind.is_file() && path.extension().is_some_and(|x| x == "lock") {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
 
 enum Rebased {
@@ -519,7 +546,7 @@ pub fn sync(
     let git_dir = agent.memory_git_dir();
     let _lock = RepoLock::acquire(&git_dir)?;
     let repo = open_agent(agent)?;
-    drop_stale_backup_locks(&repo);
+    drop_stale_locks(&repo);
     advance::recover(&repo, &agent.memory_dir())?;
 
     drop_dead_write_temps(&repo, agent)?;
@@ -1060,6 +1087,39 @@ mod tests {
         let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!dir.join("20000101000000.lock").exists());
+    }
+
+    #[test]
+    fn a_dead_fetchs_lock_is_removed_but_a_live_gits_is_not() {
+        let (_root, root_s, a, b, _url) = pair();
+        commit_file(&a, "a.md", &md("a", "fact from A"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        // A fetch whose volume turned read-only could not remove its lock.
+        let git_dir = b.paths.memory_git_dir();
+        let lock = git_dir.join("refs/remotes/origin/main.lock");
+        std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+        std::fs::write(&lock, "").unwrap();
+        // While a git of ours still runs on the repository, it is its.
+        let mut live = gitcli::command(Some(&git_dir), &["cat-file", "--batch"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // (Seen once it has exec'd: until then /proc shows our own name.)
+        let seen = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            crate::memfs::gitcli::running_on(&git_dir)
+        });
+        assert!(seen, "the live git is not seen");
+        let out = sync(&b.paths, &a.id, Some(&root_s));
+        assert!(lock.exists(), "a live git's lock was removed: {out:?}");
+        drop(live.stdin.take());
+        live.wait().unwrap();
+        assert!(!crate::memfs::gitcli::running_on(&git_dir));
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
+        assert!(!lock.exists());
+        assert!(b.paths.memory_dir().join("a.md").is_file());
     }
 
     #[test]

@@ -67,15 +67,26 @@ impl Model for OpenAiModel {
         }
         let url = format!("{}/chat/completions", self.base_url);
         let reader = post_json_stream(&self.agent, &url, &headers, &body)?;
-        let mut sse = SseReader::new(reader);
-        let mut acc = Accumulator::new(&self.model);
-        while let Some(ev) = sse.next_event().map_err(|e| stream_read_error(&e))? {
-            if acc.feed(&ev.data, on_event)? {
-                break;
-            }
-        }
-        acc.finish(on_event)
+        read_stream(&self.model, reader, on_event)
     }
+}
+
+/// Read a Chat Completions event stream (the body of a streaming response)
+/// into the response it describes; deltas reach `on_event` as they arrive.
+/// Whatever the server sends, this answers or fails — it never panics.
+pub fn read_stream(
+    model: &str,
+    body: impl std::io::Read,
+    on_event: &mut dyn FnMut(ModelEvent),
+) -> Result<ModelResponse, ModelError> {
+    let mut sse = SseReader::new(body);
+    let mut acc = Accumulator::new(model);
+    while let Some(ev) = sse.next_event().map_err(|e| stream_read_error(&e))? {
+        if acc.feed(&ev.data, on_event)? {
+            break;
+        }
+    }
+    acc.finish(on_event)
 }
 
 /// The JSON body of a Chat Completions request.
