@@ -19,6 +19,17 @@ use serde_json::Value;
 const FILL: &str =
     "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; true";
 
+/// Stops the supervisor and unmounts the agent's quota volume, however the
+/// test ends.
+struct Cleanup<'a>(&'a Path, String);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
+        let _ = mini_letta::sandbox::volume::unmount(&mini_letta::paths::Home::at(self.0), &self.1);
+    }
+}
+
 fn fsck(git_dir: &Path) {
     let o = Command::new("git")
         .arg("--git-dir")
@@ -48,14 +59,6 @@ fn a_full_disk_loses_nothing_acknowledged() {
     let dir = common::open_home();
     let home = dir.path();
     let id = common::create_agent(home, &["q", "--disk-mb", "8"]);
-    struct Cleanup<'a>(&'a Path, String);
-    impl Drop for Cleanup<'_> {
-        fn drop(&mut self) {
-            let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
-            let _ =
-                mini_letta::sandbox::volume::unmount(&mini_letta::paths::Home::at(self.0), &self.1);
-        }
-    }
     let _cleanup = Cleanup(home, id.clone());
     let agent = home.join("agents").join(&id);
     let log = agent.join("conversations/default/messages.jsonl");
@@ -192,14 +195,6 @@ fn an_acknowledged_worker_instruction_outlives_a_full_disk() {
     let dir = common::open_home();
     let home = dir.path();
     let id = common::create_agent(home, &["q", "--disk-mb", "8"]);
-    struct Cleanup<'a>(&'a Path, String);
-    impl Drop for Cleanup<'_> {
-        fn drop(&mut self) {
-            let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
-            let _ =
-                mini_letta::sandbox::volume::unmount(&mini_letta::paths::Home::at(self.0), &self.1);
-        }
-    }
     let _cleanup = Cleanup(home, id.clone());
     let agent = home.join("agents").join(&id);
     let paths = mini_letta::paths::Home::at(home).agent(&id).unwrap();

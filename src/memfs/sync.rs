@@ -261,11 +261,7 @@ fn count_between(repo: &Repository, tip: Oid, base: Option<Oid>) -> Result<usize
 }
 
 fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, SyncError> {
-    let tree = repo
-        .find_commit(id)
-        .and_then(|c| c.tree())
-        .map_err(git("read a commit tree"))?;
-    Ok(TreeSnapshot::from_tree(repo, &tree)?)
+    Ok(crate::memfs::worktree::merge::snapshot_of(repo, id)?)
 }
 
 /// Validate the tree of `candidate` (what would be pushed) against the

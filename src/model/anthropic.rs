@@ -14,10 +14,8 @@
 use serde_json::{Value, json};
 
 use super::config::EndpointConfig;
-use super::http::{
-    agent_for, is_context_overflow, parse_arguments, post_json_stream, stream_read_error,
-};
-use super::sse::SseReader;
+use super::http::{agent_for, is_context_overflow, parse_arguments, post_json_stream};
+use super::sse::feed_events;
 use super::{
     Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Role, StopKind, Usage,
 };
@@ -82,13 +80,8 @@ pub fn read_stream(
     body: impl std::io::Read,
     on_event: &mut dyn FnMut(ModelEvent),
 ) -> Result<ModelResponse, ModelError> {
-    let mut sse = SseReader::new(body);
     let mut acc = Accumulator::new(model);
-    while let Some(ev) = sse.next_event().map_err(|e| stream_read_error(&e))? {
-        if acc.feed(&ev.data, on_event)? {
-            break;
-        }
-    }
+    feed_events(body, |data| acc.feed(data, on_event))?;
     acc.finish()
 }
 

@@ -17,6 +17,24 @@ pub(crate) struct SseEvent {
     pub data: String,
 }
 
+/// Give each event's data in `body` to `feed` until it says the answer is
+/// complete or the stream ends (the providers' stream readers).
+pub(crate) fn feed_events(
+    body: impl Read,
+    mut feed: impl FnMut(&str) -> Result<bool, super::ModelError>,
+) -> Result<(), super::ModelError> {
+    let mut sse = SseReader::new(body);
+    while let Some(ev) = sse
+        .next_event()
+        .map_err(|e| super::http::stream_read_error(&e))?
+    {
+        if feed(&ev.data)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Reads events from a byte stream.
 pub(crate) struct SseReader<R> {
     inner: BufReader<R>,

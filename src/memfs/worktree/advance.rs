@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
 
-use super::merge::{diff_paths, update_checkout};
+use super::merge::{diff_paths, snapshot_of as snapshot, update_checkout};
 use super::{WorktreeError, git};
 use crate::memfs::validate::TreeSnapshot;
 use crate::memfs::worktree_status::{checkout_blobs, worktree_status};
@@ -166,14 +166,6 @@ fn finish(repo: &Repository, work_tree: &Path, old: Oid, new: Oid) -> Result<(),
     }
     tracing::info!("finished an interrupted move of main ({old} -> {new})");
     Ok(())
-}
-
-fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, WorktreeError> {
-    let tree = repo
-        .find_commit(id)
-        .and_then(|c| c.tree())
-        .map_err(git("read a commit tree"))?;
-    Ok(TreeSnapshot::from_tree(repo, &tree)?)
 }
 
 fn journal_path(repo: &Repository) -> PathBuf {

@@ -60,7 +60,7 @@ pub(crate) fn diff_paths(old: &TreeSnapshot, new: &TreeSnapshot) -> Vec<String> 
 }
 
 /// The snapshot of commit `id`'s tree.
-pub(super) fn snapshot_of(repo: &Repository, id: Oid) -> Result<TreeSnapshot, WorktreeError> {
+pub(crate) fn snapshot_of(repo: &Repository, id: Oid) -> Result<TreeSnapshot, WorktreeError> {
     let tree = repo
         .find_commit(id)
         .and_then(|c| c.tree())
