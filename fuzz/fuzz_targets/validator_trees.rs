@@ -4,29 +4,20 @@
 //! or refuses, never panics, and judges the same tree the same way twice.
 #![no_main]
 
-use std::sync::OnceLock;
-
-use git2::{Index, IndexEntry, IndexTime, Repository};
+use git2::{Index, IndexEntry, IndexTime, Odb, Repository};
 use libfuzzer_sys::fuzz_target;
 use mini_letta::memfs::validate::{Policy, TreeSnapshot, ValidateOptions, validate};
 
-/// One repository for the whole run; its objects live in memory.
-fn repo() -> &'static (tempfile::TempDir, std::sync::Mutex<(Repository, git2::Mempack<'static>)>) {
-    static REPO: OnceLock<(tempfile::TempDir, std::sync::Mutex<(Repository, git2::Mempack<'static>)>)> =
-        OnceLock::new();
-    REPO.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let repo = Repository::init_bare(dir.path()).expect("init");
-        let odb: &'static git2::Odb<'static> =
-            Box::leak(Box::new(repo.odb().expect("odb")));
-        let pack = odb.add_new_mempack_backend(1000).expect("mempack");
-        (dir, std::sync::Mutex::new((repo, pack)))
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
-    let guard = repo().1.lock().unwrap_or_else(|p| p.into_inner());
-    let (repo, pack) = &*guard;
+    // A repository with no directory: its objects live in an in-memory
+    // pack, and go with it after this input.
+    let odb = Odb::new().expect("odb");
+    odb.add_new_mempack_backend(1).expect("mempack");
+    let repo = Repository::from_odb(odb).expect("repository");
+    check(&repo, data);
+});
+
+fn check(repo: &Repository, data: &[u8]) {
     let mut index = Index::new().expect("index");
     for record in data.split(|b| *b == 0xFF).take(64) {
         let (path, contents) = match record.iter().position(|b| *b == 0) {
@@ -63,5 +54,4 @@ fuzz_target!(|data: &[u8]| {
             let _ = validate(repo, &tree, Some(&tree), &opts);
         }
     }
-    let _ = pack.reset();
-});
+}
