@@ -230,6 +230,8 @@ fn an_acknowledged_worker_instruction_outlives_a_full_disk() {
     let human = stdout(&run(home, &["memory", "show", "-a", "q", "human.md"]));
     assert!(!human.contains("outlived"), "{human}");
     assert_eq!(status()["workers_kept"], 1, "{}", status());
+    let said = stdout(&run(home, &["reflect", "status", "-a", "q"]));
+    assert!(said.contains("1 kept until applied"), "{said}");
     let log = std::fs::read_to_string(home.join("run/supervisor.log")).unwrap_or_default();
     assert!(
         log.contains("a memory worker could not start") && log.contains(&item.id),

@@ -260,6 +260,19 @@ fn print_status(v: &Value) {
         ),
         None => println!("backoff:     none"),
     }
+    // Memory workers: the one running, those queued here, every
+    // acknowledged instruction not applied yet, and those failing.
+    let worker = match v.get("worker").filter(|w| !w.is_null()) {
+        Some(w) if !w["child"].is_null() => format!("child {}", w["child"]),
+        Some(_) => "starting".to_string(),
+        None => "none".to_string(),
+    };
+    println!(
+        "workers:     running {worker}, {} waiting, {} kept until applied, {} failing",
+        v["workers_waiting"].as_u64().unwrap_or(0),
+        v["workers_kept"].as_u64().unwrap_or(0),
+        v["workers_failing"].as_u64().unwrap_or(0)
+    );
     match v.get("last").filter(|l| !l.is_null()) {
         Some(l) => println!(
             "last result: {} at {}: {}",
