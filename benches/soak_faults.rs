@@ -481,9 +481,13 @@ fn main() -> ExitCode {
                 let i = rng.below(agents as u64) as usize;
                 let name = format!("a{i}");
                 let fill = "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; sleep 0.3; rm -f tmp/fill-*";
-                let _ = run(
+                // Bounded: a `sandbox run` that found no supervisor and
+                // started one in-process was once seen never to return
+                // (see the issue notes); the soak must not wait on it.
+                let _ = run_with_deadline(
                     &home,
                     &["sandbox", "run", "-a", &name, "--", "sh", "-c", fill],
+                    TURN_DEADLINE,
                 );
                 // Space returns even when the run was cut short (its
                 // supervisor killed): the operator frees it.
