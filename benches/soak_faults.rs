@@ -481,9 +481,9 @@ fn main() -> ExitCode {
                 let i = rng.below(agents as u64) as usize;
                 let name = format!("a{i}");
                 let fill = "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; sleep 0.3; rm -f tmp/fill-*";
-                // Bounded: a `sandbox run` that found no supervisor and
-                // started one in-process was once seen never to return
-                // (see the issue notes); the soak must not wait on it.
+                // Bounded: a `sandbox run` that finds no supervisor runs
+                // one in-process and drains it (for at most its drain
+                // limit) before it returns; the soak does not wait so long.
                 let _ = run_with_deadline(
                     &home,
                     &["sandbox", "run", "-a", &name, "--", "sh", "-c", fill],

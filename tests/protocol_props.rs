@@ -130,6 +130,7 @@ fn arb_error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::NotFound,
         ErrorCode::ValidationFailed,
         ErrorCode::Unavailable,
+        ErrorCode::NotTaken,
         ErrorCode::NotImplemented,
         ErrorCode::Internal,
     ])

@@ -678,3 +678,155 @@ fn memory_writers_of_one_agent_wait_for_the_lease() {
     assert!(human.contains("- waited for the lease\n"), "{human}");
     assert!(human.contains("- the operator's line\n"), "{human}");
 }
+
+/// The command lines of the live processes of `uid`.
+fn command_lines_of(uid: u32) -> Vec<String> {
+    processes_of(uid)
+        .into_iter()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .collect()
+}
+
+/// A `sandbox run` whose command found no supervisor runs one embedded; a
+/// second client starts a long turn on it. The owner's command ends
+/// (its supervisor drains: the socket file goes first), then the second
+/// client goes away.
+struct Draining {
+    owner: std::process::Child,
+    turn: std::process::Child,
+    uid: u32,
+    /// A control connection opened before the drain.
+    early: mini_letta::protocol::client::Client,
+}
+
+fn embedded_supervisor_draining(h: &Path, agent: &str, drain_secs: Option<&str>) -> Draining {
+    let mut owner = Command::new(bin());
+    owner
+        .env("MINI_LETTA_HOME", h)
+        .env_remove("RUST_LOG")
+        .args(["sandbox", "run", "-a", "mo", "--", "sleep", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(s) = drain_secs {
+        owner.env("MINI_LETTA_DRAIN_SECS", s);
+    }
+    let owner = owner.spawn().unwrap();
+    assert!(wait_until(20, || h.join("run/supervisor.sock").exists()));
+    let early = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(h)).unwrap();
+    let turn = chat(h)
+        .args([
+            "-a",
+            "mo",
+            "--conversation",
+            "other",
+            "-p",
+            "run: sleep 600",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let uid_known = || sandbox_uid(h, agent).is_some();
+    assert!(wait_until(20, uid_known));
+    let uid = sandbox_uid(h, agent).unwrap();
+    assert!(
+        wait_until(20, || command_lines_of(uid)
+            .iter()
+            .any(|c| c.contains("sleep 600"))),
+        "the second client's turn did not start its tool"
+    );
+    // The owner's command is done: its supervisor drains.
+    assert!(
+        wait_until(20, || !h.join("run/supervisor.sock").exists()),
+        "the owner's supervisor did not start draining"
+    );
+    assert!(
+        h.join("run/supervisor.pid").exists(),
+        "it should still drain"
+    );
+    Draining {
+        owner,
+        turn,
+        uid,
+        early,
+    }
+}
+
+#[test]
+fn a_draining_embedded_supervisor_notices_a_client_that_went_away() {
+    if !confinement_or_skip("a_draining_embedded_supervisor_notices_a_client_that_went_away") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["mo"]);
+    let mut d = embedded_supervisor_draining(h, &agent, None);
+    // The second client gives up: nobody waits for its turn any more.
+    d.turn.kill().unwrap();
+    d.turn.wait().unwrap();
+    assert!(
+        wait_until(30, || d.owner.try_wait().unwrap().is_some()),
+        "the owner's command waited for the turn of a client that went away"
+    );
+    let out = d.owner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(wait_until(10, || processes_of(d.uid).is_empty()));
+    assert!(!h.join("run/supervisor.pid").exists());
+    let log = h
+        .join("agents")
+        .join(&agent)
+        .join("conversations/other/messages.jsonl");
+    let interrupted = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Interrupted by user")
+    };
+    assert!(wait_until(5, interrupted));
+}
+
+#[test]
+fn a_draining_embedded_supervisor_waits_for_other_turns_only_so_long() {
+    if !confinement_or_skip("a_draining_embedded_supervisor_waits_for_other_turns_only_so_long") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["mo"]);
+    let d = embedded_supervisor_draining(h, &agent, Some("3"));
+    let Draining {
+        mut owner,
+        turn,
+        uid,
+        mut early,
+    } = d;
+    // An open connection's new request is not taken, and it is told so
+    // (send it again to the next supervisor) rather than left unanswered.
+    let refused = early.call(mini_letta::protocol::Call::Ping {}).unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(mini_letta::protocol::ErrorCode::NotTaken),
+        "{refused}"
+    );
+    // The second client stays, its turn never ends by itself: the drain
+    // gives up after 3 s, stops the turn and ends the command.
+    assert!(
+        wait_until(30, || owner.try_wait().unwrap().is_some()),
+        "the owner's command waited without bound for another client's turn"
+    );
+    let out = owner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped waiting"),
+        "the owner was not told why: {}",
+        stderr(&out)
+    );
+    let t = turn.wait_with_output().unwrap();
+    assert!(
+        !t.status.success(),
+        "a turn cut short must not look finished"
+    );
+    assert!(wait_until(10, || processes_of(uid).is_empty()));
+    assert!(!h.join("run/supervisor.pid").exists());
+}

@@ -29,7 +29,7 @@ use crate::paths::{AgentPaths, Home};
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::events::ChildEnd;
 use crate::protocol::turn::{TurnEvent, TurnInput};
-use crate::protocol::{Call, Event, ServerFrame, TurnParams};
+use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
 use crate::supervisor::Session;
 use render::{Detail, Printer};
 
@@ -502,6 +502,8 @@ fn turn(
         Err(ClientError::Io(_) | ClientError::Closed) if seen == 0 => {
             return Err(NotTaken.into());
         }
+        // A draining supervisor read it and said so.
+        Err(e) if e.code() == Some(ErrorCode::NotTaken) => return Err(NotTaken.into()),
         Err(e) => return Err(e.into()),
     };
     let fed = feeder

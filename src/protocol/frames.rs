@@ -384,6 +384,9 @@ pub enum ErrorCode {
     NotFound,
     ValidationFailed,
     Unavailable,
+    /// Read by a supervisor that is draining (an embedded one whose command
+    /// is done): not started, safe to send again to the next supervisor.
+    NotTaken,
     NotImplemented,
     Internal,
 }

@@ -45,6 +45,10 @@ async fn serve_frames_inner(
         gone: tokio_util::sync::CancellationToken::new(),
     };
     let _gone_on_exit = conn.gone.clone().drop_guard();
+    // Set once the supervisor drains (CLI peers only): what is in flight
+    // is answered, anything new is refused as not taken, and the peer is
+    // still read so that its going away is noticed (its turns stopped).
+    let mut draining = false;
     loop {
         // Backpressure: no new request is read while this peer's answers
         // pile up unread; one that never reads is cut off.
@@ -58,11 +62,11 @@ async fn serve_frames_inner(
                 report_cut_off(&peer, &sender);
                 break;
             }
-            // Draining: answer what is in flight, read nothing new (a
-            // request never read is one its client may safely send again).
-            _ = state.drain.cancelled(), if matches!(peer, Peer::Cli) => {
-                let _ = inflight.acquire_many(MAX_INFLIGHT_PER_CONNECTION as u32).await;
-                break;
+            // Until the supervisor is gone the peer is read (a request
+            // refused as not taken is one it may safely send again).
+            _ = state.drain.cancelled(), if matches!(peer, Peer::Cli) && !draining => {
+                draining = true;
+                continue;
             }
         };
         let next = match next {
@@ -146,6 +150,14 @@ async fn serve_frames_inner(
                     state
                         .cli_requests
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                if draining && !matches!(call, Call::TurnCancel { .. }) {
+                    sender.send(&ServerFrame::Error {
+                        id: Some(id),
+                        code: ErrorCode::NotTaken,
+                        message: "the supervisor is stopping and took nothing new: send the request again (the next supervisor will take it)".into(),
+                    });
+                    continue;
                 }
                 if !greeted {
                     sender.send(&ServerFrame::Error {

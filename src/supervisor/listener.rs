@@ -153,11 +153,21 @@ impl Bound {
         // finds another supervisor instead of talking to one on its way out.
         let _ = std::fs::remove_file(&socket);
         if state.drain.is_cancelled() && !state.stop.is_cancelled() {
-            // Other clients' requests (their turns) run to their end.
+            // Other clients' requests (their turns, the memory workers they
+            // started) run to their end, for a while: a turn that never
+            // ends must not keep this command, and the home, forever.
             state.requests.close();
+            let limit = drain_limit();
             tokio::select! {
                 _ = state.requests.wait() => {}
                 _ = state.stop.cancelled() => {}
+                _ = tokio::time::sleep(limit) => {
+                    tracing::warn!(
+                        requests = state.requests.len(),
+                        "stopped waiting after {}s for the work of other commands on this command's supervisor: their turns are stopped, memory-worker instructions not yet applied are kept for the next supervisor",
+                        limit.as_secs()
+                    );
+                }
             }
             state.requests.reopen();
         }
@@ -168,6 +178,17 @@ impl Bound {
         tracing::info!("supervisor stopped");
         // `_pid` drops here: the pid file is removed and unlocked last.
     }
+}
+
+/// How long a draining supervisor waits for other commands' work: 5
+/// minutes, or `MINI_LETTA_DRAIN_SECS`.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+fn drain_limit() -> Duration {
+    std::env::var("MINI_LETTA_DRAIN_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DRAIN_LIMIT, Duration::from_secs)
 }
 
 /// Drop the empty cgroups of this home's agents (left by an earlier

@@ -949,13 +949,21 @@ async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
     if n == queue::FAILING_AFTER {
         tracing::error!(agent = %agent_id, item = %item.id, attempts = n, instruction = %log_excerpt(&item.instruction), "a memory worker keeps failing; its instruction stays queued and is tried again");
     }
+    if state.drain.is_cancelled() {
+        // Its command is done: the instruction waits in the durable queue
+        // for the next supervisor rather than holding this one's end.
+        tracing::info!(agent = %agent_id, item = %item.id, "a failed memory worker is left for the next supervisor");
+        return;
+    }
     let (st, id) = (state.clone(), agent_id.to_string());
     let mut again = item.clone();
     again.attempts = n;
     state.requests.spawn(async move {
-        tokio::time::sleep(retry_delay(n)).await;
-        if st.is_stopping() {
-            return;
+        tokio::select! {
+            _ = tokio::time::sleep(retry_delay(n)) => {}
+            // Stopping or draining: the next supervisor runs it.
+            _ = st.stop.cancelled() => return,
+            _ = st.drain.cancelled() => return,
         }
         let idle = st.subagents.with(&id, |a| {
             a.queued_workers.push_back(again);
