@@ -701,6 +701,17 @@ struct Draining {
 }
 
 fn embedded_supervisor_draining(h: &Path, agent: &str, drain_secs: Option<&str>) -> Draining {
+    embedded_supervisor_draining_with(h, agent, drain_secs, || {})
+}
+
+/// As [`embedded_supervisor_draining`]; `before` runs once the owner's
+/// supervisor answers (to connect more clients before it drains).
+fn embedded_supervisor_draining_with(
+    h: &Path,
+    agent: &str,
+    drain_secs: Option<&str>,
+    before: impl FnOnce(),
+) -> Draining {
     let mut owner = Command::new(bin());
     owner
         .env("MINI_LETTA_HOME", h)
@@ -715,6 +726,7 @@ fn embedded_supervisor_draining(h: &Path, agent: &str, drain_secs: Option<&str>)
     let owner = owner.spawn().unwrap();
     assert!(wait_until(20, || h.join("run/supervisor.sock").exists()));
     let early = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(h)).unwrap();
+    before();
     let turn = chat(h)
         .args([
             "-a",
@@ -829,4 +841,51 @@ fn a_draining_embedded_supervisor_waits_for_other_turns_only_so_long() {
     );
     assert!(wait_until(10, || processes_of(uid).is_empty()));
     assert!(!h.join("run/supervisor.pid").exists());
+}
+
+#[test]
+fn a_chat_turn_a_draining_supervisor_did_not_take_goes_to_the_next_one() {
+    if !confinement_or_skip("a_chat_turn_a_draining_supervisor_did_not_take_goes_to_the_next_one") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let agent = create_agent(h, &["mo"]);
+    // An interactive chat on the owner's supervisor, one turn done.
+    let mut repl = None;
+    let mut out = None;
+    let d = embedded_supervisor_draining_with(h, &agent, Some("4"), || {
+        let mut c = chat(h)
+            .args(["-a", "mo", "--conversation", "repl"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let o = Collector::start(c.stdout.take().unwrap());
+        c.stdin.as_mut().unwrap().write_all(b"first\n").unwrap();
+        assert!(o.wait_for("mock: first", 20), "{}", o.text());
+        repl = Some(c);
+        out = Some(o);
+    });
+    let (mut repl, out) = (repl.unwrap(), out.unwrap());
+    // Its next turn reaches a draining supervisor: not taken there, it
+    // runs on the next one (the chat's own, once the owner has gone).
+    repl.stdin.as_mut().unwrap().write_all(b"second\n").unwrap();
+    assert!(
+        out.wait_for("mock: second", 60),
+        "the turn was lost: {}",
+        out.text()
+    );
+    drop(repl.stdin.take());
+    assert!(wait_until(30, || repl.try_wait().unwrap().is_some()));
+    assert!(repl.wait().unwrap().success());
+    let mut owner = d.owner;
+    assert!(wait_until(30, || owner.try_wait().unwrap().is_some()));
+    let log = h
+        .join("agents")
+        .join(&agent)
+        .join("conversations/repl/messages.jsonl");
+    let text = std::fs::read_to_string(log).unwrap();
+    assert_eq!(text.matches("mock: second").count(), 1, "{text}");
 }

@@ -151,12 +151,12 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(ReflectCommand::Status { agent, json }) = &args.command {
-        let mut session = Session::open(&home)?;
-        let status = session.client.call(Call::ReflectStatus {
-            agent: agent.clone(),
-        });
-        session.close();
-        let status = status?;
+        let status = Session::call_once(
+            &home,
+            Call::ReflectStatus {
+                agent: agent.clone(),
+            },
+        )?;
         if *json {
             println!("{}", serde_json::to_string_pretty(&status)?);
         } else {

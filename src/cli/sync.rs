@@ -61,14 +61,15 @@ pub fn find_or_clone(
                 return Err(StoreError::NotFound(sel).into());
             };
             eprintln!("· agent {sel} is not on this host; cloning it from {root}");
-            let mut session = Session::open(home)?;
-            let result = session.client.call(Call::MemorySync {
-                agent: Some(sel.clone()),
-                remote_root: Some(root),
-                repair: false,
-            });
-            session.close();
-            let v = result.with_context(|| format!("cannot clone agent {sel:?}"))?;
+            let v = Session::call_once(
+                home,
+                Call::MemorySync {
+                    agent: Some(sel.clone()),
+                    remote_root: Some(root),
+                    repair: false,
+                },
+            )
+            .with_context(|| format!("cannot clone agent {sel:?}"))?;
             let id = v["agent"].as_str().unwrap_or(&sel).to_string();
             Ok(store::find(home, Some(&id))?)
         }
@@ -79,14 +80,15 @@ pub fn find_or_clone(
 pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV).ok();
-    let mut session = Session::open(&home)?;
-    let result = session.client.call(Call::MemorySync {
-        agent: args.agent.clone(),
-        remote_root: root,
-        repair: args.repair,
-    });
-    session.close();
-    let v = result.context("the sync could not run")?;
+    let v = Session::call_once(
+        &home,
+        Call::MemorySync {
+            agent: args.agent.clone(),
+            remote_root: root,
+            repair: args.repair,
+        },
+    )
+    .context("the sync could not run")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -394,6 +394,27 @@ impl Session {
         }
     }
 
+    /// One request on a session of its own, closed after. A request a
+    /// draining supervisor did not take (`not_taken`) is sent again on a
+    /// new session (the next supervisor), up to three times.
+    pub fn call_once(home: &Home, call: Call) -> Result<serde_json::Value, SupervisorError> {
+        let mut attempts = 0;
+        loop {
+            let mut session = Self::open(home)?;
+            let result = session.client.call(call.clone());
+            session.close();
+            match result {
+                Err(e)
+                    if e.code() == Some(crate::protocol::ErrorCode::NotTaken) && attempts < 3 =>
+                {
+                    attempts += 1;
+                    tracing::debug!("{e}; sending it again");
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
     pub fn is_embedded(&self) -> bool {
         self.embedded.is_some()
     }
