@@ -14,7 +14,8 @@
 //! (a delegated fact once the worker queue has drained: acknowledged
 //! instructions are durable), every `messages.jsonl` parses line by line; at
 //! the end a sync of each agent is clean, the remote holds `main` and passes
-//! `git fsck`, and no process of an agent uid and no mount of ours is left.
+//! `git fsck`, and no process of an agent uid, no mount of ours and no
+//! cgroup of its agents is left.
 //!
 //! Bounded: `--faults N` (default 50) and `--seconds S` (default 120),
 //! whichever comes first; `--agents K` (default 3). Needs root (quota
@@ -88,6 +89,26 @@ fn supervisor_pid(home: &Path) -> Option<i32> {
 /// Pids of live agent-role children, from `ps`.
 fn agent_children(home: &Path) -> Vec<i32> {
     children_of(home, &["agent"])
+}
+
+/// Cgroup directories (any hierarchy, a few levels down) named after one
+/// of `ids`: an agent's group left behind.
+fn cgroups_named(ids: &[String]) -> Vec<std::path::PathBuf> {
+    let mut left = Vec::new();
+    let mut stack = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if ids.iter().any(|id| e.file_name() == id.as_str()) {
+                left.push(e.path());
+            } else if depth < 4 {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    left
 }
 
 /// Pids of live children with one of `roles`, from `ps`.
@@ -551,6 +572,8 @@ fn main() -> ExitCode {
         .lines()
         .filter(|l| l.contains(&*home.to_string_lossy()))
         .count();
+    // The stopped supervisor removed its agents' (empty) cgroups.
+    let cgroups = cgroups_named(&ids);
 
     t.recovery_ms.sort_unstable();
     let pct = |p: f64| {
@@ -567,7 +590,15 @@ fn main() -> ExitCode {
     println!("lost              {}", t.lost.len());
     println!("corrupt           {}", t.corrupt.len());
     println!("recovery ms       p50 {} p99 {}", pct(0.5), pct(0.99));
-    println!("leftover processes {} mounts {}", leftovers.len(), mounted);
+    println!(
+        "leftover processes {} mounts {} cgroups {}",
+        leftovers.len(),
+        mounted,
+        cgroups.len()
+    );
+    for c in &cgroups {
+        println!("  cgroup left: {}", c.display());
+    }
     for (l, trace) in &t.lost {
         println!("  {l}");
         for line in trace {
@@ -585,7 +616,12 @@ fn main() -> ExitCode {
     if keep {
         println!("home kept at {}", work.keep().display());
     }
-    if t.lost.is_empty() && t.corrupt.is_empty() && leftovers.is_empty() && mounted == 0 {
+    if t.lost.is_empty()
+        && t.corrupt.is_empty()
+        && leftovers.is_empty()
+        && mounted == 0
+        && cgroups.is_empty()
+    {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
