@@ -200,13 +200,30 @@ pub fn router(site: Site) -> Router {
         .with_state(Arc::new(site))
 }
 
+/// Connections the kernel queues before Palace accepts them. A plain bind
+/// gets 128: a burst of more clients than that (the load test's 200) lost
+/// SYNs and waited out a one-second retransmit.
+const ACCEPT_BACKLOG: u32 = 1024;
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // A restarted Palace can take its port back from sockets in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
+
 /// Serve until Ctrl-C or SIGTERM; `ready` gets the bound address first.
 pub async fn serve(
     site: Site,
     addr: SocketAddr,
     ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = listen(addr)?;
     ready(listener.local_addr()?);
     let stop = async {
         let mut term =
