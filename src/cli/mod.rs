@@ -104,6 +104,15 @@ enum Command {
     #[command(subcommand)]
     Palace(palace::PalaceCommand),
     /// Start, stop and inspect the home's supervisor.
+    ///
+    /// With none running, a command that needs one (chat, sync, reflect,
+    /// sandbox run) runs one in its own process for its duration, and other
+    /// commands may use it meanwhile. When the command is done, that
+    /// supervisor drains: it takes nothing new (a chat sends its next turn
+    /// to the next supervisor), lets the others' turns and queued memory
+    /// workers finish for at most 5 minutes ($MINI_LETTA_DRAIN_SECS), then
+    /// stops what is left (instructions not yet applied stay queued).
+    /// `supervisor start` runs one in the background instead.
     #[command(subcommand)]
     Supervisor(supervisor::SupervisorCommand),
     /// List the supervisor's live children (agent id and name, role, pid,
