@@ -896,3 +896,60 @@ fn a_memory_worker_that_cannot_start_is_answered_or_run_again() {
     ok(&h, &["supervisor", "stop", "--timeout", "5"]);
     assert_main_valid(&h, &id);
 }
+
+#[test]
+fn a_failing_worker_does_not_hold_an_embedded_supervisors_end() {
+    if !confinement_or_skip("failing worker under a draining supervisor") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path().to_path_buf();
+    let id = create_agent(&h, &["owl"]);
+    // Every worker launch fails while a file stands where git keeps the
+    // worktrees' administrative directories.
+    let worktrees = agent_dir(&h, &id).join("memory.git/worktrees");
+    let _ = std::fs::remove_dir_all(&worktrees);
+    std::fs::write(&worktrees, "in the way\n").unwrap();
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    let paths = mini_letta::paths::Home::at(&h).agent(&id).unwrap();
+    mini_letta::reflection::queue::push(
+        &paths,
+        "记住: dfact4z",
+        None,
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    // A one-shot command's supervisor resumes the instruction, which
+    // fails; its retries must not keep the command (they used to, for
+    // ever): the instruction waits, counted, for the next supervisor.
+    let started = std::time::Instant::now();
+    let mut cmd = std::process::Command::new(common::bin())
+        .env("MINI_LETTA_HOME", &h)
+        .args(["reflect", "status", "-a", "owl"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ended = wait_until(60, || cmd.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = cmd.kill();
+    }
+    assert!(ended, "the command waited on a worker that keeps failing");
+    assert!(cmd.wait().unwrap().success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let kept = std::fs::read_to_string(&queue).unwrap();
+    assert!(
+        kept.contains("dfact4z"),
+        "the instruction was dropped: {kept}"
+    );
+    assert!(
+        !kept.contains("\"attempts\": 0"),
+        "its failure was not counted: {kept}"
+    );
+    // With the obstacle gone, the next command's supervisor applies it.
+    std::fs::remove_file(&worktrees).unwrap();
+    ok(&h, &["reflect", "status", "-a", "owl"]);
+    assert!(human(&h, &id).contains("dfact4z"), "{}", human(&h, &id));
+    assert!(!queue.exists(), "the instruction stayed queued");
+    assert_main_valid(&h, &id);
+}

@@ -184,11 +184,27 @@ impl Bound {
 /// minutes, or `MINI_LETTA_DRAIN_SECS`.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
+const DRAIN_LIMIT_ENV: &str = "MINI_LETTA_DRAIN_SECS";
+
 fn drain_limit() -> Duration {
-    std::env::var("MINI_LETTA_DRAIN_SECS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(DRAIN_LIMIT, Duration::from_secs)
+    let value = std::env::var(DRAIN_LIMIT_ENV).ok();
+    parse_drain_limit(value.as_deref()).unwrap_or_else(|e| {
+        tracing::warn!("{e}; waiting at most {}s", DRAIN_LIMIT.as_secs());
+        DRAIN_LIMIT
+    })
+}
+
+/// The drain limit a `MINI_LETTA_DRAIN_SECS` value asks for (whole
+/// seconds; unset: [`DRAIN_LIMIT`]).
+fn parse_drain_limit(value: Option<&str>) -> Result<Duration, String> {
+    match value {
+        None => Ok(DRAIN_LIMIT),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("{DRAIN_LIMIT_ENV}={v:?} is not a whole number of seconds")),
+    }
 }
 
 /// Drop the empty cgroups of this home's agents (left by an earlier
@@ -311,4 +327,20 @@ async fn refuse(mut stream: UnixStream, message: String) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_limit_is_whole_seconds_or_the_default_with_a_reason() {
+        assert_eq!(parse_drain_limit(None), Ok(DRAIN_LIMIT));
+        assert_eq!(parse_drain_limit(Some(" 3 ")), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_drain_limit(Some("0")), Ok(Duration::ZERO));
+        for bad in ["", "-1", "2.5", "5m"] {
+            let e = parse_drain_limit(Some(bad)).unwrap_err();
+            assert!(e.contains("MINI_LETTA_DRAIN_SECS"), "{e}");
+        }
+    }
 }
