@@ -45,23 +45,56 @@ const TURN_DEADLINE: Duration = Duration::from_secs(20);
 /// turn stuck on a stopped child); its output is what it had printed.
 fn run_with_deadline(home: &Path, args: &[&str], deadline: Duration) -> std::process::Output {
     use std::process::Stdio;
+    // Logged: a client that finds no supervisor runs one in-process, and
+    // what its supervisor did (memory workers) is part of a post-mortem.
     let mut child = Command::new(common::bin())
         .args(args)
         .env("MINI_LETTA_HOME", home)
-        .env_remove("RUST_LOG")
+        .env("RUST_LOG", "mini_letta=info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let end = Instant::now() + deadline;
-    while Instant::now() < end {
+    let output = loop {
         if let Ok(Some(_)) = child.try_wait() {
-            return child.wait_with_output().unwrap();
+            break child.wait_with_output().unwrap();
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            break child.wait_with_output().unwrap();
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    keep_client_log(home, args, &output.stderr);
+    output
+}
+
+/// Where the clients' log lines go (`<home>/clients.log`).
+fn clients_log(home: &Path) -> std::path::PathBuf {
+    home.join("clients.log")
+}
+
+/// Append the log lines of a client's stderr (its in-process supervisor's,
+/// when it ran one) to [`clients_log`].
+fn keep_client_log(home: &Path, args: &[&str], stderr: &[u8]) {
+    use std::io::Write;
+    let text = String::from_utf8_lossy(stderr);
+    let lines: String = text
+        .lines()
+        .filter(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR "))
+        .map(|l| format!("[{}] {l}\n", args.first().copied().unwrap_or("?")))
+        .collect();
+    if lines.is_empty() {
+        return;
     }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(clients_log(home))
+    {
+        let _ = f.write_all(lines.as_bytes());
+    }
 }
 
 #[derive(Default)]
@@ -191,7 +224,8 @@ fn start_supervisor(home: &Path) -> bool {
 /// the log lines naming it and the refs whose history holds it.
 fn trace_lost(home: &Path, id: &str, fact: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let log = std::fs::read_to_string(home.join("run/supervisor.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(home.join("run/supervisor.log")).unwrap_or_default()
+        + &std::fs::read_to_string(clients_log(home)).unwrap_or_default();
     out.extend(
         log.lines()
             .filter(|l| l.contains(fact))
@@ -371,7 +405,7 @@ fn main() -> ExitCode {
                         // Ids and numbers out, so alike failures count as one.
                         let why = err
                             .lines()
-                            .find(|l| l.contains("error"))
+                            .find(|l| l.contains("error:"))
                             .or_else(|| out.lines().last())
                             .unwrap_or("(no output)")
                             .split(|c: char| c.is_whitespace() || c == '/')

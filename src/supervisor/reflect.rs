@@ -1097,13 +1097,21 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
                 }
                 let _ = crate::reflection::repair::complete(&a, &r.signature);
             }
+            // Met only uncommitted edits in the checkout: the instruction
+            // runs again (below) and redoes the change, so this attempt's
+            // branch goes rather than lingering unrepaired.
+            let checkout_dirty = f.status == wt::FinalizeStatus::MergeConflict && f.checkout_dirty;
+            if checkout_dirty && let Some(tip) = &f.kept_tip {
+                let _ = wt::drop_kept_branch(&a, &f.branch, tip);
+            }
             let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
-            Ok((v, f.status == wt::FinalizeStatus::MergeConflict, f.branch))
+            let conflicted = f.status == wt::FinalizeStatus::MergeConflict && !checkout_dirty;
+            Ok((v, conflicted, f.branch, checkout_dirty))
         })
         .await;
-        let (result, conflicted, kept) = match result {
+        let (result, conflicted, kept, checkout_dirty) = match result {
             Ok(r) => r,
-            Err(v) => (v, false, String::new()),
+            Err(v) => (v, false, String::new(), false),
         };
         drop(lease);
         tracing::info!(agent = %id, child, item = %item_id, instruction = %log_excerpt(&retry_item.instruction), result = %result, "memory worker finalized");
@@ -1120,7 +1128,11 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         // worker killed, out of disk, or that left nothing mergeable.
         let clean_exit = matches!(end, ChildEnd::Exited { code: 0 });
         let applied = match result["status"].as_str() {
-            Some("merged" | "merge_conflict") => true,
+            Some("merged") => true,
+            // Kept and handed to a repair; not a conflict with uncommitted
+            // checkout edits, which a repair would meet again (the
+            // instruction itself runs again instead).
+            Some("merge_conflict") => !checkout_dirty,
             Some("no_changes") => clean_exit,
             _ => false,
         };

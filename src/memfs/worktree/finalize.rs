@@ -152,7 +152,7 @@ pub fn merge_for_integration(
             f.changed_paths = changed;
             Ok(f)
         }
-        MergeOutcome::Conflict { paths } => {
+        MergeOutcome::Conflict { paths, .. } => {
             let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
             f.changed_paths = paths;
             Ok(f)
@@ -183,6 +183,8 @@ impl Outcome<'_> {
             branch_kept: false,
             changed_paths: self.changed_paths.clone(),
             error: None,
+            checkout_dirty: false,
+            kept_tip: None,
         }
     }
 }
@@ -544,10 +546,15 @@ pub fn integrate_worker(
             f.changed_paths = changed;
             Ok(f)
         }
-        MergeOutcome::Conflict { paths } => {
+        MergeOutcome::Conflict {
+            paths,
+            checkout_only,
+        } => {
             let mut f = out.done(FinalizeStatus::MergeConflict, kept_summary());
             f.branch_kept = true;
             f.changed_paths = paths;
+            f.checkout_dirty = checkout_only;
+            f.kept_tip = Some(tip.to_string());
             Ok(f)
         }
         MergeOutcome::Invalid { message } => {

@@ -23,8 +23,12 @@ pub(super) enum MergeOutcome {
     /// A merge commit was made on `main`; the paths it changed there.
     Merged { commit: Oid, changed: Vec<String> },
     /// Git content conflicts, or (with a dirty guard) merged paths
-    /// overlapping dirty checkout paths; nothing changed.
-    Conflict { paths: Vec<String> },
+    /// overlapping dirty checkout paths (`checkout_only`: the merge itself
+    /// was clean); nothing changed.
+    Conflict {
+        paths: Vec<String>,
+        checkout_only: bool,
+    },
     /// The merged tree failed validation; nothing changed.
     Invalid { message: String },
 }
@@ -111,7 +115,10 @@ pub(super) fn merge_into_main(
         .map_err(git("merge the branch"))?;
     if index.has_conflicts() {
         let paths = conflict_paths(&index).map_err(git("list merge conflicts"))?;
-        return Ok(MergeOutcome::Conflict { paths });
+        return Ok(MergeOutcome::Conflict {
+            paths,
+            checkout_only: false,
+        });
     }
     let tree_id = index
         .write_tree_to(repo)
@@ -130,7 +137,10 @@ pub(super) fn merge_into_main(
         .cloned()
         .collect();
     if !overlapping.is_empty() {
-        return Ok(MergeOutcome::Conflict { paths: overlapping });
+        return Ok(MergeOutcome::Conflict {
+            paths: overlapping,
+            checkout_only: true,
+        });
     }
 
     // The same validator, options and approval rule as `commit_paths`: the

@@ -190,6 +190,15 @@ pub struct Finalized {
     /// errored) and `invalid` (the validator's text).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A worker's `merge_conflict` met only uncommitted edits in the main
+    /// checkout (the merge itself was clean): the same change applies once
+    /// they are committed, so its instruction is run again rather than
+    /// repaired (a repair would meet the same edits).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkout_dirty: bool,
+    /// The kept branch's tip, when a worker's branch was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_tip: Option<String>,
 }
 
 /// Inputs of [`finalize_reflection`] (spec §4.2).

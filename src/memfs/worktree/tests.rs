@@ -575,6 +575,15 @@ fn worker_conflict_keeps_the_branch() {
     assert!(done.branch_kept);
     assert_eq!(done.branch, wt.branch);
     assert!(branch_exists(&agent, &wt));
+    // Only the checkout's uncommitted edits stood in the way (the caller
+    // runs the instruction again instead of a repair), and the kept tip is
+    // named so that the caller can drop exactly that branch.
+    assert!(done.checkout_dirty, "{done:?}");
+    assert_eq!(
+        done.kept_tip.as_deref(),
+        Some(main_repo_tip(&agent, &wt).as_str())
+    );
+    assert_eq!(serde_json::to_value(&done).unwrap()["checkout_dirty"], true);
     assert!(!wt.dir.exists());
     assert_eq!(head(&agent), before);
     assert_eq!(
@@ -601,7 +610,26 @@ fn worker_conflict_keeps_the_branch() {
     let done = integrate_worker(&agent, &wt, false).unwrap();
     assert_eq!(done.status, FinalizeStatus::MergeConflict);
     assert!(done.branch_kept && branch_exists(&agent, &wt));
+    // A real conflict with main's history: a repair's business.
+    assert!(!done.checkout_dirty, "{done:?}");
+    assert!(
+        serde_json::to_value(&done)
+            .unwrap()
+            .get("checkout_dirty")
+            .is_none()
+    );
     assert_eq!(head(&agent), before);
+}
+
+/// The tip of `wt`'s branch, read from `memory.git`.
+fn main_repo_tip(agent: &AgentPaths, wt: &MemoryWorktree) -> String {
+    let repo = repo::open_agent(agent).unwrap();
+    repo.find_reference(&wt.branch_ref())
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string()
 }
 
 #[test]
