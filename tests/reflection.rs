@@ -841,6 +841,24 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
     drop(d);
 }
 
+/// No worktree can be made while a file stands where git keeps their
+/// administrative directories (as with a full or read-only disk, every
+/// worker launch fails); turns do not need it. Returns that file's path
+/// (removing it lets launches succeed again).
+fn block_worker_launches(h: &Path, id: &str) -> PathBuf {
+    let worktrees = agent_dir(h, id).join("memory.git/worktrees");
+    let _ = std::fs::remove_dir_all(&worktrees);
+    std::fs::write(&worktrees, "in the way\n").unwrap();
+    worktrees
+}
+
+/// Queue `instruction` as a previous supervisor acknowledged it.
+fn acknowledged_earlier(h: &Path, id: &str, instruction: &str) {
+    let paths = mini_letta::paths::Home::at(h).agent(id).unwrap();
+    mini_letta::reflection::queue::push(&paths, instruction, None, time::OffsetDateTime::now_utc())
+        .unwrap();
+}
+
 #[test]
 fn a_memory_worker_that_cannot_start_is_answered_or_run_again() {
     if !confinement_or_skip("memory-worker retry") {
@@ -849,12 +867,7 @@ fn a_memory_worker_that_cannot_start_is_answered_or_run_again() {
     let home = open_home();
     let h = home.path().to_path_buf();
     let id = create_agent(&h, &["owl"]);
-    // No worktree can be made while a file stands where git keeps their
-    // administrative directories (as with a full or read-only disk, the
-    // launch fails); turns do not need it.
-    let worktrees = agent_dir(&h, &id).join("memory.git/worktrees");
-    let _ = std::fs::remove_dir_all(&worktrees);
-    std::fs::write(&worktrees, "in the way\n").unwrap();
+    let worktrees = block_worker_launches(&h, &id);
     let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
 
     // Started now: the agent is told it failed, and nothing is kept.
@@ -868,14 +881,7 @@ fn a_memory_worker_that_cannot_start_is_answered_or_run_again() {
 
     // Acknowledged earlier (a previous supervisor queued it): nobody hears
     // the failure, so it is run again until it lands.
-    let paths = mini_letta::paths::Home::at(&h).agent(&id).unwrap();
-    mini_letta::reflection::queue::push(
-        &paths,
-        "记住: rfact9z",
-        None,
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
+    acknowledged_earlier(&h, &id, "记住: rfact9z");
     ok(&h, &["supervisor", "start"]);
     assert!(
         wait_until(20, || std::fs::read_to_string(&queue)
@@ -905,20 +911,9 @@ fn a_failing_worker_does_not_hold_an_embedded_supervisors_end() {
     let home = open_home();
     let h = home.path().to_path_buf();
     let id = create_agent(&h, &["owl"]);
-    // Every worker launch fails while a file stands where git keeps the
-    // worktrees' administrative directories.
-    let worktrees = agent_dir(&h, &id).join("memory.git/worktrees");
-    let _ = std::fs::remove_dir_all(&worktrees);
-    std::fs::write(&worktrees, "in the way\n").unwrap();
+    let worktrees = block_worker_launches(&h, &id);
     let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
-    let paths = mini_letta::paths::Home::at(&h).agent(&id).unwrap();
-    mini_letta::reflection::queue::push(
-        &paths,
-        "记住: dfact4z",
-        None,
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
+    acknowledged_earlier(&h, &id, "记住: dfact4z");
     // A one-shot command's supervisor resumes the instruction, which
     // fails; its retries must not keep the command (they used to, for
     // ever): the instruction waits, counted, for the next supervisor.
