@@ -10,6 +10,7 @@ pub mod entry;
 pub mod fsutil;
 pub mod memfs;
 pub mod model;
+pub mod names;
 pub mod palace;
 pub mod paths;
 pub mod protocol;
