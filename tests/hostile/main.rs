@@ -3,6 +3,7 @@
 //! Palace, sync) that must not trust it. One module per attack surface;
 //! each test is the attack, written before its fix.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
-#[allow(dead_code)]
 mod common;
