@@ -160,6 +160,7 @@ fn record_at(repo: &Repository, id: &str, commit: Oid) -> Result<AgentRecord, St
         ));
     }
     store::check_name(&record.name).map_err(|e| e.to_string())?;
+    record.check_untrusted()?;
     crate::model::factory::parse_handle(&record.model).map_err(|e| e.to_string())?;
     Ok(portable(&record))
 }

@@ -831,6 +831,7 @@ pub fn import(
         record.name = name.clone();
     }
     store::check_name(&record.name)?;
+    record.check_untrusted().map_err(ArchiveError::BadRecord)?;
     if let Some(check) = opts.check_model {
         check(&record.model).map_err(|why| ArchiveError::BadModel {
             model: record.model.clone(),

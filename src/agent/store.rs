@@ -23,6 +23,8 @@ pub enum StoreError {
     NameTaken(String),
     #[error("agent names must be 1–100 characters without control characters")]
     InvalidName,
+    #[error("agent name {name:?} {why}: names must not hold control or bidirectional characters")]
+    UnsafeName { name: String, why: String },
     #[error("no agent {0:?} (see `mini-letta agent list`)")]
     NotFound(String),
     /// Its directory is there but its record cannot be read.
@@ -201,11 +203,19 @@ pub(crate) fn place_agent_dir(
 
 /// Names are 1–100 characters without control characters.
 pub fn check_name(name: &str) -> Result<(), StoreError> {
-    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(StoreError::InvalidName);
     }
-    Ok(())
+    // A name is printed on terminals and in file names (exports): no
+    // control sequence, no bidirectional trick.
+    crate::names::check(name).map_err(|why| StoreError::UnsafeName {
+        name: name.to_string(),
+        why,
+    })
 }
+
+/// The longest agent name, in characters.
+pub const MAX_NAME_CHARS: usize = 100;
 
 /// Held while agents' names change (create, rename, import): one process
 /// at a time checks a name is free and takes it. Released on drop.

@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{Cli, output};
+use super::Cli;
+use super::output::{self, field as f};
 use crate::agent::{archive, store};
 
 #[derive(Debug, Subcommand)]
@@ -216,6 +217,11 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                     })?),
                     None => None,
                 };
+            // What another host or an import would refuse is refused here.
+            if let (Some(text), Some(f)) = (&system, system_file) {
+                crate::agent::record::check_system(text)
+                    .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
+            }
             let default = crate::sandbox::volume::default_quota(&home)?;
             let quota = match (disk_mb, inodes, default) {
                 (None, None, d) => d,
@@ -242,7 +248,9 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             } else {
                 println!(
                     "created agent {} ({}), model {}",
-                    record.name, record.id, record.model
+                    f(&record.name),
+                    f(&record.id),
+                    f(&record.model)
                 );
             }
         }
@@ -257,10 +265,16 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             } else if old == record.name {
                 println!(
                     "agent {} ({}) already has that name",
-                    record.name, record.id
+                    f(&record.name),
+                    f(&record.id)
                 );
             } else {
-                println!("renamed agent {old} to {} ({})", record.name, record.id);
+                println!(
+                    "renamed agent {} to {} ({})",
+                    f(&old),
+                    f(&record.name),
+                    f(&record.id)
+                );
             }
         }
         AgentCommand::SetModel { agent, model, json } => {
@@ -270,8 +284,11 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 output::json(&record)?;
             } else {
                 println!(
-                    "agent {} ({}): model {old} -> {}",
-                    record.name, record.id, record.model
+                    "agent {} ({}): model {} -> {}",
+                    f(&record.name),
+                    f(&record.id),
+                    f(&old),
+                    f(&record.model)
                 );
             }
         }
@@ -297,9 +314,9 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             } else {
                 println!(
                     "exported agent {} ({}) to {} ({} entries, {} bytes)",
-                    done.name,
-                    done.id,
-                    done.path.display(),
+                    f(&done.name),
+                    f(&done.id),
+                    f(&done.path.display().to_string()),
                     done.entries,
                     done.bytes
                 );
@@ -321,7 +338,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             if *json {
                 output::json(&record)?;
             } else {
-                println!("imported agent {} ({})", record.name, record.id);
+                println!("imported agent {} ({})", f(&record.name), f(&record.id));
             }
         }
         AgentCommand::List { json, remote } => {
@@ -360,15 +377,15 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 }
                 output::json(&value)?;
             } else {
-                println!("id:         {}", record.id);
-                println!("name:       {}", record.name);
-                println!("model:      {}", record.model);
+                println!("id:         {}", f(&record.id));
+                println!("name:       {}", f(&record.name));
+                println!("model:      {}", f(&record.model));
                 println!(
                     "created:    {}",
-                    output::display_stored_time(&record.created_at)
+                    f(&output::display_stored_time(&record.created_at))
                 );
-                println!("directory:  {}", paths.dir().display());
-                println!("memory:     {}", memory_dir.display());
+                println!("directory:  {}", f(&paths.dir().display().to_string()));
+                println!("memory:     {}", f(&memory_dir.display().to_string()));
                 match &context {
                     Ok(r) => {
                         println!("window:     {}", super::context::window_text(r));
@@ -387,11 +404,14 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                         );
                         println!("compacted:  {}", super::context::last_compaction_text(r));
                     }
-                    Err(e) => println!("context:    unavailable ({})", super::one_line(e)),
+                    Err(e) => println!(
+                        "context:    unavailable ({})",
+                        output::text(&super::one_line(e))
+                    ),
                 }
                 println!("system prompt ({} bytes):", record.system.len());
                 for line in record.system.lines() {
-                    println!("  {line}");
+                    println!("  {}", output::text(line));
                 }
             }
         }
@@ -474,7 +494,7 @@ fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
         return output::json(&json!({ "remote": root, "agents": agents }));
     }
     if remote.is_empty() {
-        println!("no agents on the remote {root}");
+        println!("no agents on the remote {}", f(&root));
         return Ok(());
     }
     let mut table = output::Table::new(&["ID", "NAME", "MODEL", "CREATED", "HERE"]);
@@ -523,8 +543,10 @@ fn check_remote_name(name: &str) -> anyhow::Result<()> {
 /// Ask on the terminal for the agent's name; whether it was typed.
 fn confirm_by_name(name: &str, id: &str) -> anyhow::Result<bool> {
     eprint!(
-        "This deletes agent {name} ({id}): its memory, history, conversations and files, for \
-         good.\nType the agent's name to confirm: "
+        "This deletes agent {} ({}): its memory, history, conversations and files, for \
+         good.\nType the agent's name to confirm: ",
+        output::text(name),
+        output::text(id)
     );
     std::io::stderr().flush()?;
     let mut line = String::new();
@@ -597,7 +619,7 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
             "volume_removed": volume,
         }))?;
     } else {
-        println!("deleted agent {} ({})", record.name, record.id);
+        println!("deleted agent {} ({})", f(&record.name), f(&record.id));
         if let Some(uid) = uid_freed {
             println!("uid {uid} freed");
         }

@@ -52,7 +52,8 @@ pub fn run(cmd: &ChannelCommand) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(ClientError::Remote(body)) => {
-                    eprintln!("{}", body.message.trim_end());
+                    // The supervisor's refusal may quote the path asked for.
+                    eprintln!("{}", output::text_block(body.message.trim_end()));
                     Ok(ExitCode::FAILURE)
                 }
                 Err(e) => Err(e.into()),

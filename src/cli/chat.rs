@@ -272,7 +272,8 @@ fn interactive(
     }
     eprintln!(
         "chatting with {} ({}); /recompile, /quit; Ctrl-C cancels a turn, Ctrl-D leaves",
-        record.name, record.id
+        output::text(&record.name),
+        output::text(&record.id)
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
@@ -741,7 +742,7 @@ pub fn conversations(cli: &Cli, args: &ConversationsArgs) -> anyhow::Result<Exit
     if args.json {
         output::json(&json!({ "agent": record.id, "conversations": rows }))?;
     } else if rows.is_empty() {
-        println!("{} has no conversations yet", record.name);
+        println!("{} has no conversations yet", output::field(&record.name));
     } else {
         let mut table = output::Table::new(&["ID", "MESSAGES", "IN CONTEXT", "LAST MESSAGE"])
             .right(1)
@@ -791,14 +792,15 @@ pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         output::json(&cached)?;
     } else {
+        let revision = cached
+            .and_then(|c| c.memfs_revision)
+            .unwrap_or_else(|| "none".into());
         println!(
             "recompiled {} / {} ({} bytes, memory revision {})",
-            record.name,
-            args.conversation,
+            output::field(&record.name),
+            output::field(&args.conversation),
             prompt.system.len(),
-            cached
-                .and_then(|c| c.memfs_revision)
-                .unwrap_or_else(|| "none".into())
+            output::field(&revision)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -120,15 +120,16 @@ pub(crate) fn last_compaction_text(r: &ContextReport) -> String {
         None => "none".into(),
         Some(e) => format!(
             "{} {} ({}): {} → {} messages, about {} → {} tokens{}",
-            output::display_stored_time(&e.at),
-            e.trigger,
-            e.mode,
+            output::field(&output::display_stored_time(&e.at)),
+            output::field(&e.trigger),
+            output::field(&e.mode),
             e.messages_before,
             e.messages_after,
             e.tokens_before,
             e.tokens_after,
             match (&e.first_evicted_id, &e.last_evicted_id) {
-                (Some(a), Some(b)) => format!(", {a} … {b} summarised"),
+                (Some(a), Some(b)) =>
+                    format!(", {} … {} summarised", output::field(a), output::field(b)),
                 _ => String::new(),
             }
         ),
@@ -147,7 +148,10 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> anyhow::Result<ExitCode> {
     }
     println!(
         "conversation {} of {} ({}), model {}",
-        r.conversation, r.name, r.agent, r.model
+        output::field(&r.conversation),
+        output::field(&r.name),
+        output::field(&r.agent),
+        output::field(&r.model)
     );
     println!("window:      {}", window_text(&r));
     if let (Some(t), Some(reserve)) = (r.window.threshold, r.window.reserve) {
@@ -155,8 +159,10 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> anyhow::Result<ExitCode> {
     }
     let how = match &r.estimate.anchor {
         Some(id) => format!(
-            "usage of {id} {} + {} after it",
-            r.estimate.usage_tokens, r.estimate.trailing_tokens
+            "usage of {} {} + {} after it",
+            output::field(id),
+            r.estimate.usage_tokens,
+            r.estimate.trailing_tokens
         ),
         None => format!(
             "system prompt {} + messages {} + tools {}",
@@ -251,7 +257,12 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             error.as_deref().unwrap_or(&text)
         ));
     } else {
-        println!("{} / {}: {text}", record.name, args.conversation);
+        println!(
+            "{} / {}: {}",
+            output::field(&record.name),
+            output::field(&args.conversation),
+            output::text(&text)
+        );
     }
     Ok(match stop_reason.as_str() {
         "end_turn" => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::Cli;
+use super::output::{field, text};
 use crate::agent::store;
 use crate::doctor::{self, Context, Diagnosis};
 
@@ -51,7 +52,8 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
             for u in &listing.unreadable {
                 eprintln!(
                     "error: agent {} cannot be read: {} (fix: restore its agent.json)",
-                    u.id, u.reason
+                    text(&u.id),
+                    text(&u.reason)
                 );
             }
             unreadable = listing.unreadable.len();
@@ -84,18 +86,20 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .filter(|f| f.severity != doctor::Severity::Info)
                 .count();
+            let (name, agent) = (field(&d.name), field(&d.agent));
             if problems == 0 {
-                println!("{} ({}): healthy", d.name, d.agent);
+                println!("{name} ({agent}): healthy");
             } else {
-                println!("{} ({}): {problems} problem(s)", d.name, d.agent);
+                println!("{name} ({agent}): {problems} problem(s)");
             }
+            // Findings quote paths, branches and reasons from the agent's files.
             for f in &d.findings {
                 println!(
                     "  {}: {}: {} (fix: {})",
                     f.severity.as_str(),
                     f.check,
-                    f.message,
-                    f.fix
+                    text(&f.message),
+                    text(&f.fix)
                 );
             }
         }

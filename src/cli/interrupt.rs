@@ -85,7 +85,10 @@ fn cancel(turn: &TurnRef) {
         })
     });
     if let Err(e) = result {
-        eprintln!("mini-letta: cannot cancel the turn: {e}");
+        eprintln!(
+            "mini-letta: cannot cancel the turn: {}",
+            super::output::text(&e.to_string())
+        );
     }
 }
 

@@ -425,7 +425,7 @@ fn validate_inner(cli: &Cli, args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             "violations": violations,
         }))?;
     } else if !report.is_ok() {
-        eprint!("{block}");
+        eprint!("{}", output::text_block(&block));
     }
     Ok(if report.is_ok() {
         ExitCode::SUCCESS
@@ -477,14 +477,18 @@ fn write_op(
     match f(&w) {
         Ok(outcome) => {
             match outcome.commit {
-                Some(id) => println!("committed {id} ({})", outcome.changed.join(", ")),
+                Some(id) => {
+                    let changed: Vec<_> =
+                        outcome.changed.iter().map(|p| output::field(p)).collect();
+                    println!("committed {id} ({})", changed.join(", "))
+                }
                 None => println!("nothing to commit: no changes"),
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => match e.report() {
             Some(report) => {
-                eprint!("{}", report.render_block());
+                eprint!("{}", output::text_block(&report.render_block()));
                 super::style::eprint_error(&format!(
                     "memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
                 ));
@@ -532,7 +536,7 @@ fn diff(cli: &Cli, target: &AgentArg, rev: Option<&str>, json: bool) -> anyhow::
     if json {
         output::json(&d)?;
     } else {
-        output::raw(d.patch.as_bytes())?;
+        output::content(d.patch.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -632,7 +636,7 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         output::json(&compiled)?;
     } else {
-        output::raw(compiled.core_memory.as_bytes())?;
+        output::content(compiled.core_memory.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -647,7 +651,7 @@ fn show(cli: &Cli, target: &AgentArg, path: &str, json: bool) -> anyhow::Result<
         .with_context(|| format!("{path}: no such file at HEAD"))?;
     let bytes = head.read_bytes(&entry)?;
     if !json {
-        output::raw(&bytes)?;
+        output::content(&bytes)?;
         return Ok(ExitCode::SUCCESS);
     }
     let content = String::from_utf8_lossy(&bytes);

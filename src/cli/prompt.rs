@@ -100,7 +100,7 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
             "memfs_revision": revision,
         }))?;
     } else {
-        output::raw(system.as_bytes())?;
+        output::content(system.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

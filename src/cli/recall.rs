@@ -118,8 +118,21 @@ fn search(cli: &Cli, args: &SearchArgs) -> anyhow::Result<ExitCode> {
         println!("No messages match {query:?}.");
     } else {
         for h in &hits {
-            println!("{}", crate::agent::tools::recall_line(h));
+            println!("{}", hit_line(h));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One result in the agent's tool's format, every datum a field of stdout.
+fn hit_line(h: &crate::recall::Hit) -> String {
+    let f = |s: &str| output::field(s).into_owned();
+    let shown = crate::recall::Hit {
+        conversation_id: f(&h.conversation_id),
+        message_id: f(&h.message_id),
+        created_at: f(&h.created_at),
+        snippet: f(&h.snippet),
+        ..h.clone()
+    };
+    crate::agent::tools::recall_line(&shown)
 }

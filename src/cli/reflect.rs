@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::Cli;
+use super::{Cli, output};
 use crate::protocol::{Call, ReflectParams};
 use crate::supervisor::Session;
 
@@ -199,45 +199,55 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// A string of a supervisor answer shown as a field of stdout.
+fn f(v: &Value, default: &str) -> String {
+    output::field(v.as_str().unwrap_or(default)).into_owned()
+}
+
+/// A string of a supervisor answer that is prose quoting data (a child's
+/// message or summary): shown visibly.
+fn t(v: &Value) -> String {
+    output::text(v.as_str().unwrap_or("")).into_owned()
+}
+
 fn print_result(v: &Value) {
     if !v["launched"].as_bool().unwrap_or(false) {
         println!(
             "not launched ({}): {}",
-            v["reason"].as_str().unwrap_or("?"),
-            v["message"].as_str().unwrap_or("")
+            f(&v["reason"], "?"),
+            t(&v["message"])
         );
         return;
     }
     match v.get("result") {
         Some(r) => {
-            println!(
-                "{} ({})",
-                r["message"].as_str().unwrap_or(""),
-                r["status"].as_str().unwrap_or("?")
-            );
-            if let Some(s) = r["summary"].as_str() {
-                println!("  {s}");
+            println!("{} ({})", t(&r["message"]), f(&r["status"], "?"));
+            if r["summary"].is_string() {
+                println!("  {}", t(&r["summary"]));
             }
         }
         None => println!(
             "reflecting in the background (child {}, branch {})",
             v["child"],
-            v["branch"].as_str().unwrap_or("?")
+            f(&v["branch"], "?")
         ),
     }
 }
 
 fn print_status(v: &Value) {
-    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
-    println!("agent:       {}", s("agent"));
+    println!("agent:       {}", f(&v["agent"], "-"));
     println!(
         "trigger:     {} (every {} steps), merge {}",
-        v["settings"]["trigger"].as_str().unwrap_or("-"),
+        f(&v["settings"]["trigger"], "-"),
         v["settings"]["stepCount"],
-        v["settings"]["merge"].as_str().unwrap_or("-")
+        f(&v["settings"]["merge"], "-")
     );
     match v.get("running").filter(|r| !r.is_null()) {
-        Some(r) => println!("running:     child {} ({})", r["child"], r["branch"]),
+        Some(r) => println!(
+            "running:     child {} ({})",
+            r["child"],
+            f(&r["branch"], "?")
+        ),
         None => println!("running:     no"),
     }
     match v.get("lock").filter(|l| !l.is_null()) {
@@ -256,7 +266,7 @@ fn print_status(v: &Value) {
         Some(b) => println!(
             "backoff:     {} ms, automatic launches wait until {}",
             b["delayMs"],
-            b["retryAt"].as_str().unwrap_or("-")
+            f(&b["retryAt"], "-")
         ),
         None => println!("backoff:     none"),
     }
@@ -276,9 +286,9 @@ fn print_status(v: &Value) {
     match v.get("last").filter(|l| !l.is_null()) {
         Some(l) => println!(
             "last result: {} at {}: {}",
-            l["status"].as_str().unwrap_or("-"),
-            l["finishedAt"].as_str().unwrap_or("-"),
-            l["message"].as_str().unwrap_or("")
+            f(&l["status"], "-"),
+            f(&l["finishedAt"], "-"),
+            t(&l["message"])
         ),
         None => println!("last result: none"),
     }
@@ -286,9 +296,9 @@ fn print_status(v: &Value) {
         for c in convs {
             println!(
                 "conversation {}: {} steps since the last reflection, cursor {}",
-                c["conversation"].as_str().unwrap_or("?"),
+                f(&c["conversation"], "?"),
                 c["stepsSinceLastReflection"],
-                c["reflectedThroughMessageId"].as_str().unwrap_or("(none)")
+                f(&c["reflectedThroughMessageId"], "(none)")
             );
         }
     }

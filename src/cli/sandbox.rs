@@ -336,11 +336,12 @@ fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
         let verdict = match &r.verdict {
             Verdict::Blocked { .. } => "blocked".to_string(),
             Verdict::Escaped { .. } => "ESCAPED".to_string(),
-            Verdict::Skipped { reason } => format!("skipped: {reason}"),
+            Verdict::Skipped { reason } => format!("skipped: {}", super::output::text(reason)),
         };
         let detail = match &r.verdict {
+            // Evidence quotes what a probe child saw or printed.
             Verdict::Blocked { evidence } | Verdict::Escaped { evidence } => {
-                format!(" ({evidence})")
+                format!(" ({})", super::output::text(evidence))
             }
             Verdict::Skipped { .. } => String::new(),
         };

@@ -1,7 +1,8 @@
 //! Colour for the CLI's own messages on stderr: errors red, warnings
 //! yellow, and only when stderr is a terminal and `NO_COLOR` is unset or
 //! empty (<https://no-color.org>). A pipe or a log file never gets an
-//! escape sequence.
+//! escape sequence. The message itself may quote data, so it passes
+//! [`super::output::text`] first: only our colour is a sequence.
 
 use std::io::IsTerminal;
 use std::sync::OnceLock;
@@ -42,9 +43,14 @@ pub fn warning(text: &str) -> String {
     paint(enabled(), YELLOW_BOLD, text)
 }
 
-/// The CLI's error line: `mini-letta: error: MESSAGE` (the label coloured).
+/// The CLI's error line: `mini-letta: error: MESSAGE` (the label coloured,
+/// the message shown safely).
 pub fn error_line(message: &str) -> String {
-    format!("mini-letta: {} {message}", error("error:"))
+    format!(
+        "mini-letta: {} {}",
+        error("error:"),
+        super::output::text(message)
+    )
 }
 
 /// Print [`error_line`] on stderr.
@@ -52,9 +58,14 @@ pub fn eprint_error(message: &str) {
     eprintln!("{}", error_line(message));
 }
 
-/// Print `mini-letta: warning: MESSAGE` on stderr (the label coloured).
+/// Print `mini-letta: warning: MESSAGE` on stderr (the label coloured,
+/// the message shown safely).
 pub fn eprint_warning(message: &str) {
-    eprintln!("mini-letta: {} {message}", warning("warning:"));
+    eprintln!(
+        "mini-letta: {} {}",
+        warning("warning:"),
+        super::output::text(message)
+    );
 }
 
 #[cfg(test)]
@@ -83,5 +94,9 @@ mod tests {
             return;
         }
         assert_eq!(error_line("boom"), "mini-letta: error: boom");
+        assert_eq!(
+            error_line("x\u{1b}]0;t\u{7}"),
+            "mini-letta: error: x^[]0;t\\u{7}"
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use super::Cli;
+use super::{Cli, output};
 use crate::agent::record::AgentRecord;
 use crate::agent::store::{self, StoreError};
 use crate::paths::{AgentPaths, Home};
@@ -60,7 +60,11 @@ pub fn find_or_clone(
             let Some(root) = crate::remote::root_from_env() else {
                 return Err(StoreError::NotFound(sel).into());
             };
-            eprintln!("· agent {sel} is not on this host; cloning it from {root}");
+            eprintln!(
+                "· agent {} is not on this host; cloning it from {}",
+                output::text(&sel),
+                output::text(&root)
+            );
             let v = Session::call_once(
                 home,
                 Call::MemorySync {
@@ -92,10 +96,11 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        // The message names files and refs the agent or the remote chose.
         println!(
             "{}: {}",
-            v["status"].as_str().unwrap_or("?"),
-            v["message"].as_str().unwrap_or("")
+            output::field(v["status"].as_str().unwrap_or("?")),
+            output::text(v["message"].as_str().unwrap_or(""))
         );
     }
     let ok = matches!(v["status"].as_str(), Some("skipped" | "clean" | "pushed"));

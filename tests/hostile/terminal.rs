@@ -35,7 +35,7 @@ fn agent_paths(home: &Path, id: &str) -> mini_letta::paths::AgentPaths {
 /// hook: creation through mini-letta refuses such names), a file with an
 /// escape-laden name and `persona.md` with escape-laden contents, under a
 /// commit message holding the sequences; then check it out and leave an
-/// uncommitted edit of `human.md` for `memory diff`.
+/// uncommitted edit of `human.md` and a staged escape-named file.
 fn plant_memory(home: &Path, id: &str) -> String {
     let paths = agent_paths(home, id);
     let repo = mini_letta::memfs::repo::open_agent(&paths).unwrap();
@@ -64,6 +64,13 @@ fn plant_memory(home: &Path, id: &str) -> String {
     let mut text = std::fs::read_to_string(&human).unwrap();
     text.push_str(&format!("- edited {}\n", planted()));
     std::fs::write(&human, text).unwrap();
+    // A file the agent named and staged, without frontmatter (doctor and
+    // the validator name it).
+    let draft = format!("draft{TITLE}.md");
+    std::fs::write(paths.memory_dir().join(&draft), "draft\n").unwrap();
+    let mut index = repo.index().unwrap();
+    index.add_path(Path::new(&draft)).unwrap();
+    index.write().unwrap();
     persona
 }
 
@@ -93,7 +100,7 @@ fn memory_history_names_and_contents_reach_a_terminal_only_visibly() {
         &["memory", "compile", "-a", "owl"],
         &["prompt", "--fresh"],
         &["doctor"],
-        &["memory", "validate", "--rev", "HEAD"],
+        &["memory", "validate"],
     ];
     for args in commands {
         on_tty(home, args, &[], SHOWN);
@@ -266,7 +273,10 @@ fn a_remote_record_with_escapes_is_refused_and_never_printed_raw() {
         .unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let error = v["agents"][0]["error"].as_str().unwrap_or_default();
-    assert!(error.contains("created_at"), "the record is refused: {v}");
+    assert!(
+        error.contains("contains the control character U+001B"),
+        "the record is refused: {v}"
+    );
 
     // Cloning it is refused too, and says so safely.
     let r = pty::run(home, &["sync", "-a", &id], &env);
