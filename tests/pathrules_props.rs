@@ -40,6 +40,7 @@ proptest! {
         if let Ok(ok) = check_relative(&p) {
             prop_assert_eq!(&ok, &p);
             prop_assert!(!ok.contains('\0') && !ok.contains('\\'));
+            prop_assert!(mini_letta::names::first_unsafe(&ok).is_none(), "{:?}", ok);
             for c in Path::new(&ok).components() {
                 prop_assert!(
                     matches!(c, Component::Normal(_)),

@@ -141,7 +141,8 @@ mod tests {
     fn a_plain_record_passes_and_each_unsafe_field_is_named() {
         assert_eq!(record().check_untrusted(), Ok(()));
         let esc = "x\u{1b}]52;c;SGVsbG8=\u{7}";
-        let cases: Vec<(fn(&mut AgentRecord, &str), &str)> = vec![
+        type Set = fn(&mut AgentRecord, &str);
+        let cases: Vec<(Set, &str)> = vec![
             (|r, v| r.name = v.into(), "name"),
             (|r, v| r.description = Some(v.into()), "description"),
             (|r, v| r.tags = vec![v.into()], "a tag"),

@@ -32,6 +32,8 @@ pub enum MemoryCommand {
     /// Reads only what is committed at HEAD. memfs-v2 (root MEMORY.md) renders
     /// root files and first-level indexes; memfs-v1 renders letta-code's
     /// layout with a <memory_metadata> block built from the options below.
+    /// Exact bytes in a pipe; on a terminal, control characters are shown
+    /// visibly (`^[`, `\u{7}`).
     #[command(after_help = "Examples:
   mini-letta memory compile -a owl
   mini-letta memory compile --memory-dir ./memory --json
@@ -39,6 +41,9 @@ pub enum MemoryCommand {
     Compile(CompileArgs),
     /// Print a file as committed at HEAD (exact bytes), or with --json its
     /// frontmatter and body.
+    ///
+    /// Exact bytes in a pipe; on a terminal, control characters are shown
+    /// visibly (`^[`, `\u{7}`) so a file cannot drive it.
     #[command(after_help = "Examples:
   mini-letta memory show persona.md
   mini-letta memory show -a owl projects/MEMORY.md --json")]
@@ -193,6 +198,9 @@ pub enum MemoryCommand {
     },
     /// Unified diff of the working tree (untracked files included) against
     /// REV [default: HEAD].
+    ///
+    /// Exact bytes in a pipe (for `git apply`); on a terminal, control
+    /// characters are shown visibly (`^[`, `\u{7}`).
     #[command(after_help = "Examples:
   mini-letta memory diff
   mini-letta memory diff HEAD~2 --json")]

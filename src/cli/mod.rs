@@ -71,6 +71,9 @@ enum Command {
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
     /// Print an agent's compiled system prompt.
+    ///
+    /// Exact bytes in a pipe; on a terminal, control characters are shown
+    /// visibly (`^[`, `\u{7}`).
     Prompt(prompt::PromptArgs),
     /// Talk to an agent: one turn with -p, else an interactive session.
     Chat(chat::ChatArgs),

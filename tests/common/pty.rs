@@ -84,8 +84,7 @@ fn drain(mut master: std::fs::File, done: &AtomicBool) -> Vec<u8> {
 /// bidirectional override is there; `\r`, `\n`, `\t` are allowed.
 pub fn assert_terminal_safe(what: &str, out: &[u8]) {
     let text = String::from_utf8_lossy(out);
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
+    for (i, c) in text.char_indices() {
         if c == '\u{1b}' {
             let rest = &text[i + 1..];
             let sgr = rest.strip_prefix('[').and_then(|r| {
