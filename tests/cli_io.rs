@@ -7,9 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{bin, create_agent, open_home, run, stderr, stdout};
+use common::{create_agent, open_home, run, stderr, stdout};
 use serde_json::Value;
 
 fn json(o: &Output) -> Value {
@@ -84,31 +84,13 @@ fn completions_for_every_shell_and_man_pages() {
     }
 }
 
-/// Run `mini-letta agent show nope` with stderr on a pty: coloured unless
-/// `NO_COLOR` says not to.
+/// Run `mini-letta agent show nope` on a pty: coloured unless `NO_COLOR`
+/// says not to.
 fn error_on_a_terminal(home: &Path, no_color: Option<&str>) -> Vec<u8> {
-    let pty = nix::pty::openpty(None, None).unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["agent", "show", "nope"])
-        .env("MINI_LETTA_HOME", home)
-        .env_remove("NO_COLOR")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(pty.slave));
-    if let Some(v) = no_color {
-        cmd.env("NO_COLOR", v);
-    }
-    let status = cmd.status().unwrap();
-    // Our copy of the slave went into the Command, which is dropped with it.
-    drop(cmd);
-    assert_eq!(status.code(), Some(1));
-    let mut out = Vec::new();
-    let mut master = std::fs::File::from(pty.master);
-    let mut buf = [0u8; 4096];
-    // EIO once the slave is closed and everything was read.
-    while let Ok(n @ 1..) = std::io::Read::read(&mut master, &mut buf) {
-        out.extend_from_slice(&buf[..n]);
-    }
-    out
+    let env: Vec<(&str, &str)> = no_color.map(|v| ("NO_COLOR", v)).into_iter().collect();
+    let r = common::pty::run(home, &["agent", "show", "nope"], &env);
+    assert_eq!(r.code, Some(1));
+    r.out
 }
 
 #[test]
