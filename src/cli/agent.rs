@@ -352,71 +352,71 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             agent,
             agent_flag,
             json,
-        } => {
-            let selector = agent.as_deref().or(agent_flag.as_deref());
-            let (record, paths) = store::find(&home, selector)?;
-            let memory_dir = paths.memory_dir();
-            let context = super::context::context_report(
-                &home,
-                &record,
-                &paths,
-                super::prompt::DEFAULT_CONVERSATION,
-            );
-            if *json {
-                let mut value = serde_json::to_value(&record)?;
-                if let Some(obj) = value.as_object_mut() {
-                    obj.insert("dir".into(), json!(paths.dir()));
-                    obj.insert("memory_dir".into(), json!(memory_dir));
-                    obj.insert(
-                        "context".into(),
-                        match &context {
-                            Ok(r) => serde_json::to_value(r)?,
-                            Err(e) => json!({ "error": super::one_line(e) }),
-                        },
-                    );
-                }
-                output::json(&value)?;
-            } else {
-                println!("id:         {}", f(&record.id));
-                println!("name:       {}", f(&record.name));
-                println!("model:      {}", f(&record.model));
-                println!(
-                    "created:    {}",
-                    f(&output::display_stored_time(&record.created_at))
-                );
-                println!("directory:  {}", f(&paths.dir().display().to_string()));
-                println!("memory:     {}", f(&memory_dir.display().to_string()));
-                match &context {
-                    Ok(r) => {
-                        println!("window:     {}", super::context::window_text(r));
-                        let threshold = match r.window.threshold {
-                            Some(t) if r.over_threshold => {
-                                format!(
-                                    ", over the {t} threshold (the next turn compacts what it can first)"
-                                )
-                            }
-                            Some(t) => format!(" of {t} before compaction"),
-                            None => String::new(),
-                        };
-                        println!(
-                            "context:    {} tokens{threshold}; {} of {} messages in context (default conversation)",
-                            r.tokens, r.messages_in_context, r.messages_stored
-                        );
-                        println!("compacted:  {}", super::context::last_compaction_text(r));
-                    }
-                    Err(e) => println!(
-                        "context:    unavailable ({})",
-                        output::text(&super::one_line(e))
-                    ),
-                }
-                println!("system prompt ({} bytes):", record.system.len());
-                for line in record.system.lines() {
-                    println!("  {}", output::text(line));
-                }
-            }
-        }
+        } => show(&home, agent.as_deref().or(agent_flag.as_deref()), *json)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `agent show`: the record, its directories and the default
+/// conversation's context figures.
+fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let (record, paths) = store::find(home, selector)?;
+    let memory_dir = paths.memory_dir();
+    let context =
+        super::context::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION);
+    if json {
+        let mut value = serde_json::to_value(&record)?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("dir".into(), json!(paths.dir()));
+            obj.insert("memory_dir".into(), json!(memory_dir));
+            obj.insert(
+                "context".into(),
+                match &context {
+                    Ok(r) => serde_json::to_value(r)?,
+                    Err(e) => json!({ "error": super::one_line(e) }),
+                },
+            );
+        }
+        output::json(&value)?;
+    } else {
+        println!("id:         {}", f(&record.id));
+        println!("name:       {}", f(&record.name));
+        println!("model:      {}", f(&record.model));
+        println!(
+            "created:    {}",
+            f(&output::display_stored_time(&record.created_at))
+        );
+        println!("directory:  {}", f(&paths.dir().display().to_string()));
+        println!("memory:     {}", f(&memory_dir.display().to_string()));
+        match &context {
+            Ok(r) => {
+                println!("window:     {}", super::context::window_text(r));
+                let threshold = match r.window.threshold {
+                    Some(t) if r.over_threshold => {
+                        format!(
+                            ", over the {t} threshold (the next turn compacts what it can first)"
+                        )
+                    }
+                    Some(t) => format!(" of {t} before compaction"),
+                    None => String::new(),
+                };
+                println!(
+                    "context:    {} tokens{threshold}; {} of {} messages in context (default conversation)",
+                    r.tokens, r.messages_in_context, r.messages_stored
+                );
+                println!("compacted:  {}", super::context::last_compaction_text(r));
+            }
+            Err(e) => println!(
+                "context:    unavailable ({})",
+                output::text(&super::one_line(e))
+            ),
+        }
+        println!("system prompt ({} bytes):", record.system.len());
+        for line in record.system.lines() {
+            println!("  {}", output::text(line));
+        }
+    }
+    Ok(())
 }
 
 /// `<name>.mini-letta.tar.gz`, the name made safe as one file name.
