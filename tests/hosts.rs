@@ -8,71 +8,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::remote::*;
 use common::*;
 use serde_json::Value;
-
-/// `mini-letta ARGS` on `home` with the shared remote `root`.
-fn on(home: &Path, root: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("MINI_LETTA_HOME", home)
-        .env("MINI_LETTA_REMOTE_ROOT", root)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap()
-}
-
-fn ok(o: Output) -> String {
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    stdout(&o)
-}
-
-fn json(o: Output) -> Value {
-    let text = ok(o);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// How an operator runs git in an agent's checkout: it belongs to the
-/// agent's uid once the agent has run, so git wants it declared safe.
-const OPERATOR: [&str; 6] = [
-    "-c",
-    "safe.directory=*",
-    "-c",
-    "user.name=Operator",
-    "-c",
-    "user.email=op@example.com",
-];
-
-fn git(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .args(OPERATOR)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn git_ok(dir: &Path, args: &[&str]) -> String {
-    let o = git(dir, args);
-    assert!(
-        o.status.success(),
-        "git {args:?}: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
-    stdout(&o)
-}
-
-fn main_of(git_dir: &Path) -> String {
-    git_ok(
-        Path::new("/"),
-        &["--git-dir", git_dir.to_str().unwrap(), "rev-parse", "main"],
-    )
-    .trim()
-    .to_string()
-}
 
 struct Hosts {
     root: tempfile::TempDir,

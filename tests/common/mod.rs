@@ -229,6 +229,7 @@ pub fn require_root(test: &str) -> bool {
         ))
 }
 pub mod http;
+pub mod remote;
 pub mod rng;
 
 /// Whether this host confines children fully (level L0, as root); when not,
