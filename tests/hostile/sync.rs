@@ -12,6 +12,15 @@ use serde_json::Value;
 use crate::common::remote::{git_ok, json, main_of, ok, on};
 use crate::common::*;
 
+/// Every file of a directory with its bytes.
+type Files = Vec<(String, Vec<u8>)>;
+
+/// `main`, the checkout's `.git` pointer, the checkout's files.
+type LocalState = (String, Vec<u8>, Files);
+
+/// Something planted in the remote root, named.
+type Setup<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
 /// One home with agent `al`, synced once to a fresh remote root.
 struct Tenant {
     home: tempfile::TempDir,
@@ -80,14 +89,14 @@ impl Tenant {
 
     /// Everything local a refused sync must leave alone: `main`, the
     /// checkout's `.git` pointer and every file of the checkout.
-    fn local_state(&self) -> (String, Vec<u8>, Vec<(String, Vec<u8>)>) {
+    fn local_state(&self) -> LocalState {
         let pointer = std::fs::read(self.memory().join(".git")).unwrap();
         (self.main(), pointer, files(&self.memory()))
     }
 }
 
 /// Every file below `dir` with its bytes (symlinks as their target).
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+fn files(dir: &Path) -> Files {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -424,7 +433,7 @@ fn victim(home: &Path) -> (PathBuf, String) {
 
 /// Every file of a git directory with its bytes: a refused sync writes
 /// nothing there.
-fn snapshot(git_dir: &Path) -> Vec<(String, Vec<u8>)> {
+fn snapshot(git_dir: &Path) -> Files {
     files(git_dir)
         .into_iter()
         .filter(|(p, _)| !p.ends_with(".lock"))
@@ -458,7 +467,7 @@ fn a_remote_path_leading_into_another_tenants_repository_is_refused() {
     let mine = h.join("agents").join(&al).join("memory.git");
     let bare = root.path().join(format!("{al}.git"));
     let objects = theirs.join("objects");
-    let setups: Vec<(&str, Box<dyn Fn()>)> = vec![
+    let setups: Vec<Setup> = vec![
         (
             "a symlink to the other repository",
             Box::new(|| std::os::unix::fs::symlink(&theirs, &bare).unwrap()),
