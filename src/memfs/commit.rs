@@ -17,7 +17,9 @@
 //! `.`/`..`/empty segments, nothing inside `.git`, no component of the
 //! working-tree path that is a symlink, no symlink pointing outside the
 //! memory directory, and no path that differs only in case from another path
-//! of the tree.
+//! of the tree. The last two are the validator's rules (`validate::
+//! tree_safety`), checked here early on the working tree; the validator
+//! applies them again to the whole candidate tree, as to every other tree.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
