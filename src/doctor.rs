@@ -122,6 +122,9 @@ pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diag
             worktrees(&mut out, &repo, agent, ctx, sel);
             failing_workers(&mut out, agent, sel);
             sync_state(&mut out, &repo, ctx, sel);
+            if let Some(root) = &ctx.remote_root {
+                remote_refused(&mut out, &repo, agent, &record.id, root);
+            }
         }
         Err(e) => out.push(
             "git_status",
@@ -494,6 +497,52 @@ fn sync_state(out: &mut Out, repo: &Repository, ctx: &Context, sel: &str) {
                 crate::memfs::sync::BACKUP_REF_PREFIX
             ),
             "nothing to do; delete old ones with `git update-ref -d` once not needed".into(),
+        );
+    }
+}
+
+/// Why a sync refuses the remote, if it does (issue 36): a directory
+/// remote's repository that may not be touched, or a fetched remote `main`
+/// that `main` may not move to. Reads only: the path check and the
+/// validator over objects already fetched.
+fn remote_refused(out: &mut Out, repo: &Repository, agent: &AgentPaths, id: &str, root: &str) {
+    use crate::memfs::sync::{self, SyncError};
+    let home = agent
+        .home()
+        .map(|h| h.root().to_path_buf())
+        .unwrap_or_else(|| agent.dir().to_path_buf());
+    if let Err(SyncError::Refused(why)) = sync::agent_url(root, id, &home) {
+        out.push(
+            "sync",
+            Severity::Error,
+            format!("{why}; sync touches nothing there"),
+            "remove what was planted in the remote root: the repository must be a real bare repository (no symlinks, alternates, grafts, shallow or commondir), outside this home"
+                .into(),
+        );
+        return;
+    }
+    let main = repo.refname_to_id("refs/heads/main").ok();
+    let seen = repo.refname_to_id(sync::REMOTE_TRACKING_REF).ok();
+    let (Some(main), Some(seen)) = (main, seen) else {
+        return;
+    };
+    // Only a remote with something local lacks would move main.
+    if main == seen || repo.graph_descendant_of(main, seen).unwrap_or(true) {
+        return;
+    }
+    if let Ok(Some(why)) = sync::accept_from_remote(repo, seen, Some(main)) {
+        let short = seen.to_string();
+        out.push(
+            "sync",
+            Severity::Error,
+            format!(
+                "the remote's memory (origin/main {}) is refused, so main stays where it is: {}",
+                &short[..short.len().min(12)],
+                why.lines().map(str::trim).collect::<Vec<_>>().join("; ")
+            ),
+            format!(
+                "fix the remote {root} (a commit that removes the problem, by someone who may write it), then `mini-letta sync -a {id}`; local memory is unchanged"
+            ),
         );
     }
 }

@@ -288,6 +288,13 @@ impl AgentPaths {
         &self.dir
     }
 
+    /// The home this agent's directory lies in (`<home>/agents/<id>`, or a
+    /// staging directory beside it); `None` for a directory without those
+    /// parents (a child knows only its own directory).
+    pub fn home(&self) -> Option<Home> {
+        self.dir.parent()?.parent().map(Home::at)
+    }
+
     pub fn agent_json(&self) -> PathBuf {
         self.dir.join("agent.json")
     }

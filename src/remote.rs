@@ -10,7 +10,10 @@
 //!
 //! Listing and finding by name need to enumerate repositories, which git can
 //! only do for a directory of bare repositories; on a URL remote an agent is
-//! named by its id. Network git runs through [`crate::memfs::gitcli`].
+//! named by its id. Network git runs through [`crate::memfs::gitcli`]. A
+//! directory remote's repository is checked before it is read or fetched
+//! ([`crate::memfs::remote_repo`]), and a clone's memory is validated
+//! before it is checked out.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -165,9 +168,9 @@ fn record_at(repo: &Repository, id: &str, commit: Oid) -> Result<AgentRecord, St
     Ok(portable(&record))
 }
 
-/// The agents in a directory remote root, sorted by id. A URL root cannot
-/// be listed ([`RemoteError::UrlByName`]).
-pub fn list(root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
+/// The agents in a directory remote root, sorted by id, as seen from the
+/// home `home`. A URL root cannot be listed ([`RemoteError::UrlByName`]).
+pub fn list(home: &Home, root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
     if sync::is_url(root) {
         return Err(RemoteError::UrlByName {
             root: root.to_string(),
@@ -177,8 +180,9 @@ pub fn list(root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
     let mut out = Vec::new();
     for id in sync::remote_agents(root) {
         let bare = crate::paths::remote_agent_repo(&root_dir, &id)?;
-        let found = Repository::open_bare(&bare)
-            .map_err(|e| e.message().to_string())
+        let found = crate::memfs::remote_repo::check(&root_dir, &bare, home.root())
+            .map_err(|e| e.to_string())
+            .and_then(|()| Repository::open_bare(&bare).map_err(|e| e.message().to_string()))
             .and_then(|repo| {
                 let tip = repo
                     .refname_to_id(RECORD_REF)
@@ -206,8 +210,8 @@ pub fn list(root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
 }
 
 /// The id of the remote agent `selector` names (an id, or a name on a
-/// directory root).
-pub fn locate(root: &str, selector: &str) -> Result<String, RemoteError> {
+/// directory root listed from `home`).
+pub fn locate(home: &Home, root: &str, selector: &str) -> Result<String, RemoteError> {
     let not_found = || RemoteError::NotFound {
         selector: selector.to_string(),
         root: root.to_string(),
@@ -218,7 +222,7 @@ pub fn locate(root: &str, selector: &str) -> Result<String, RemoteError> {
                 root: root.to_string(),
             });
         }
-        let url = sync::agent_url(root, selector)?;
+        let url = sync::remote_url(root, selector);
         let spec = format!("refs/heads/{MAIN_BRANCH}");
         let listed = gitcli::run(None, &["ls-remote", "--", &url, &spec])?;
         // An absent repository is "not found"; only a reachable one with
@@ -233,7 +237,7 @@ pub fn locate(root: &str, selector: &str) -> Result<String, RemoteError> {
         }
         return Ok(selector.to_string());
     }
-    let agents = list(root)?;
+    let agents = list(home, root)?;
     if let Some(a) = agents.iter().find(|a| a.id == selector) {
         return Ok(a.id.clone());
     }
@@ -276,11 +280,11 @@ fn remote_has(git_dir: &Path, url: &str, names: &[&str]) -> Result<Vec<bool>, Re
 /// history, checked out, validated) and its record. Built in a staging
 /// directory and renamed into place, so a failure leaves nothing behind.
 pub fn clone(home: &Home, root: &str, selector: &str) -> Result<AgentRecord, RemoteError> {
-    let id = locate(root, selector)?;
+    let id = locate(home, root, selector)?;
     if home.agent(&id)?.dir().exists() {
         return Err(RemoteError::AlreadyHere(id));
     }
-    let url = sync::agent_url(root, &id)?;
+    let url = sync::agent_url(root, &id, home.root())?;
     let agents = home.agents_dir();
     fs::create_dir_all(&agents).map_err(io(&agents))?;
     let staging = tempfile::Builder::new()
@@ -306,6 +310,11 @@ pub fn clone(home: &Home, root: &str, selector: &str) -> Result<AgentRecord, Rem
     let tip = repo
         .refname_to_id(REMOTE_TRACKING_REF)
         .map_err(git("read the fetched main"))?;
+    // Judged before anything is checked out: a hostile tree never reaches
+    // the disk (the staging directory goes with the error).
+    if let Some(reason) = sync::accept_from_remote(&repo, tip, None)? {
+        return Err(RemoteError::InvalidMemory { id, reason });
+    }
     repo.reference(&main, tip, true, "mini-letta: cloned from the remote")
         .map_err(git("set main"))?;
     let mut checkout = git2::build::CheckoutBuilder::new();
@@ -465,7 +474,11 @@ pub fn sync_agent(
         sync::SyncStatus::Pushed | sync::SyncStatus::Clean
     );
     if let (true, Some(root)) = (reached, root) {
-        let published = sync::agent_url(root, &record.id)
+        let home = agent
+            .home()
+            .map(|h| h.root().to_path_buf())
+            .unwrap_or_else(|| agent.dir().to_path_buf());
+        let published = sync::agent_url(root, &record.id, &home)
             .map_err(RemoteError::from)
             .and_then(|url| publish(agent, record, &url));
         if let Err(e) = published {
@@ -498,7 +511,7 @@ mod tests {
     }
 
     fn remote_record(root: &str, id: &str) -> serde_json::Value {
-        let repo = Repository::open_bare(sync::agent_url(root, id).unwrap()).unwrap();
+        let repo = Repository::open_bare(sync::remote_url(root, id)).unwrap();
         let tip = repo.refname_to_id(RECORD_REF).unwrap();
         let tree = repo.find_commit(tip).unwrap().tree().unwrap();
         let blob = repo
@@ -511,11 +524,11 @@ mod tests {
     fn the_record_travels_without_host_fields_and_clones_elsewhere() {
         let root = tempfile::tempdir().unwrap();
         let root_s = root.path().to_str().unwrap();
-        let (_a, record) = synced_agent(root_s);
+        let (a_home, record) = synced_agent(root_s);
         let v = remote_record(root_s, &record.id);
         assert_eq!(v["name"], "traveller");
         assert!(v.get("sandbox_uid").is_none(), "{v}");
-        let listed = list(root_s).unwrap();
+        let listed = list(&Home::at(a_home.path()), root_s).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].name.as_deref(), Some("traveller"));
 
@@ -550,10 +563,10 @@ mod tests {
     fn a_record_naming_another_agent_is_refused_and_leaves_nothing() {
         let root = tempfile::tempdir().unwrap();
         let root_s = root.path().to_str().unwrap();
-        let (_a, record) = synced_agent(root_s);
+        let (a_home, record) = synced_agent(root_s);
         // Someone with write access to the remote plants a record that
         // claims another id.
-        let repo = Repository::open_bare(sync::agent_url(root_s, &record.id).unwrap()).unwrap();
+        let repo = Repository::open_bare(sync::remote_url(root_s, &record.id)).unwrap();
         let mut forged = portable(&record);
         forged.id = "agent-someone-else".into();
         let blob = repo.blob(&record_bytes(&forged)).unwrap();
@@ -571,18 +584,25 @@ mod tests {
         assert!(!b.agent(&record.id).unwrap().dir().exists());
         assert_eq!(fs::read_dir(b.agents_dir()).unwrap().count(), 0);
         // Listed, but as unreadable, and never found by the forged name.
-        let listed = list(root_s).unwrap();
+        let listed = list(&Home::at(a_home.path()), root_s).unwrap();
         assert!(listed[0].error.is_some());
     }
 
     #[test]
     fn url_roots_are_named_by_id() {
         assert!(matches!(
-            list("ssh://git@example.com/memories"),
+            list(
+                &Home::at(Path::new("/nonexistent")),
+                "ssh://git@example.com/memories"
+            ),
             Err(RemoteError::UrlByName { .. })
         ));
         assert!(matches!(
-            locate("https://example.com/m", "some name"),
+            locate(
+                &Home::at(Path::new("/nonexistent")),
+                "https://example.com/m",
+                "some name"
+            ),
             Err(RemoteError::UrlByName { .. })
         ));
     }
@@ -594,7 +614,7 @@ mod tests {
         let (a, record) = synced_agent(root_s);
         let home = Home::at(a.path());
         let paths = home.agent(&record.id).unwrap();
-        let url = sync::agent_url(root_s, &record.id).unwrap();
+        let url = sync::agent_url(root_s, &record.id, a.path()).unwrap();
         assert!(!publish(&paths, &record, &url).unwrap());
         let renamed = AgentRecord {
             name: "wanderer".into(),

@@ -201,7 +201,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             if crate::remote::root_from_env().is_some()
                 && !store::list_all(&home)?.name_taken(name, None)
             {
-                check_remote_name(name)?;
+                check_remote_name(&home, name)?;
             }
             let mut model_settings = serde_json::Map::new();
             if let Some(w) = context_window {
@@ -477,7 +477,7 @@ fn list(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
 /// `agent list --remote`: the agents on the remote and which are here.
 fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
     let root = crate::remote::root_from_env().ok_or(crate::remote::RemoteError::NoRemote)?;
-    let remote = crate::remote::list(&root)?;
+    let remote = crate::remote::list(home, &root)?;
     let local = store::list_all(home)?;
     let here = |id: &str| local.has_id(id);
     if json {
@@ -520,14 +520,14 @@ fn list_remote(home: &crate::paths::Home, json: bool) -> anyhow::Result<()> {
 /// Refuse to create an agent whose name an agent on the remote already
 /// has (a directory root; a URL root cannot be searched): the user most
 /// likely wants that agent, which `chat -a NAME` clones.
-fn check_remote_name(name: &str) -> anyhow::Result<()> {
+fn check_remote_name(home: &crate::paths::Home, name: &str) -> anyhow::Result<()> {
     let Some(root) = crate::remote::root_from_env() else {
         return Ok(());
     };
     if crate::memfs::sync::is_url(&root) {
         return Ok(());
     }
-    if let Some(a) = crate::remote::list(&root)?
+    if let Some(a) = crate::remote::list(home, &root)?
         .into_iter()
         .find(|a| a.name.as_deref() == Some(name))
     {

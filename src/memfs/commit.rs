@@ -17,11 +17,13 @@
 //! `.`/`..`/empty segments, nothing inside `.git`, no component of the
 //! working-tree path that is a symlink, no symlink pointing outside the
 //! memory directory, and no path that differs only in case from another path
-//! of the tree.
+//! of the tree. The last two are the validator's rules (`validate::
+//! tree_safety`), checked here early on the working tree; the validator
+//! applies them again to the whole candidate tree, as to every other tree.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Odb, Oid, Repository, Signature};
@@ -32,8 +34,8 @@ use super::hook::{self, EnsureMode, HookError};
 use super::lock::{LockError, RepoLock};
 use super::pathrules::{self, PathRuleError};
 use super::validate::{
-    Report, TreeSnapshot, ValidateError, ValidateOptions, constraints_update_approved_from_env,
-    validate,
+    CaseIndex, Report, TreeSnapshot, ValidateError, ValidateOptions,
+    constraints_update_approved_from_env, link_stays_inside, validate,
 };
 
 /// Entries one commit may walk (a directory spec over a huge tree is
@@ -260,62 +262,26 @@ fn changed(path: &str, e: FsError) -> CommitError {
     }
 }
 
-/// Whether a relative symlink in directory `dir` (segments below the memory
-/// root) resolves, lexically, to a path below the root.
-fn link_stays_inside(dir: &[&str], target: &Path) -> bool {
-    let mut depth: Vec<&[u8]> = dir.iter().map(|s| s.as_bytes()).collect();
-    for c in target.components() {
-        match c {
-            Component::Normal(s) => depth.push(s.as_bytes()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if depth.pop().is_none() {
-                    return false;
-                }
-            }
-            Component::RootDir | Component::Prefix(_) => return false,
-        }
-    }
-    // A link to the root itself or into the git directory pointer is out.
-    depth
-        .first()
-        .is_some_and(|first| !first.eq_ignore_ascii_case(b".git"))
-}
-
-/// Every path in `paths` compared case-insensitively (by `to_lowercase`, per
-/// segment prefix) against `existing`; the first collision with a different
+/// Every path in `paths` compared case-insensitively (the validator's
+/// [`CaseIndex`]) against `existing`; the first collision with a different
 /// spelling is an error.
 pub fn check_case_collision<'a>(
     existing: impl IntoIterator<Item = &'a str>,
     paths: &[String],
 ) -> Result<(), CommitError> {
-    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut seen = CaseIndex::default();
     for p in existing {
-        for prefix in prefixes(p) {
-            seen.entry(prefix.to_lowercase())
-                .or_insert_with(|| prefix.to_string());
-        }
+        seen.insert(p);
     }
     for p in paths {
-        for prefix in prefixes(p) {
-            if let Some(other) = seen.get(&prefix.to_lowercase())
-                && other != prefix
-            {
-                return Err(CommitError::CaseCollision {
-                    path: p.clone(),
-                    existing: other.clone(),
-                });
-            }
+        if let Some(other) = seen.collides(p) {
+            return Err(CommitError::CaseCollision {
+                path: p.clone(),
+                existing: other,
+            });
         }
     }
     Ok(())
-}
-
-/// `a`, `a/b`, `a/b/c.md` for `a/b/c.md`.
-fn prefixes(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/')
-        .map(move |(i, _)| &path[..i])
-        .chain(std::iter::once(path))
 }
 
 /// Commit exactly `paths` (files or directories, as in the working tree) on
@@ -708,16 +674,6 @@ fn update_disk_index(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn symlink_targets_are_resolved_lexically() {
-        assert!(link_stays_inside(&[], Path::new("persona.md")));
-        assert!(link_stays_inside(&["a"], Path::new("../persona.md")));
-        assert!(!link_stays_inside(&["a"], Path::new("../../x")));
-        assert!(!link_stays_inside(&[], Path::new("/etc/passwd")));
-        assert!(!link_stays_inside(&[], Path::new(".")));
-        assert!(!link_stays_inside(&[], Path::new(".git/config")));
-    }
 
     #[test]
     fn case_collisions_compare_every_prefix() {

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod mirror;
 pub mod ops;
 pub mod pathrules;
+pub mod remote_repo;
 pub mod repo;
 pub mod revision;
 pub mod snapshot;

@@ -9,6 +9,16 @@
 //! line (it comes from `MINI_LETTA_REMOTE_ROOT`, which may change between
 //! runs); `origin` is configured to the same URL only for an operator's git
 //! in the checkout, and the fetched tip is kept in `refs/remotes/origin/main`.
+//!
+//! The remote is not trusted (issue 36): whoever can write the remote root
+//! is an attacker. A directory remote's repository is checked before any
+//! git runs on it ([`crate::memfs::remote_repo`]), and everything that moves
+//! `main` to what the remote has — a fast-forward, a rebase, the set-aside
+//! before a repair — first validates the exact tree it would move to
+//! against local `main`, with the rules of a local commit (a change to
+//! `.memfs.config.json` needs the same approval, `MINI_LETTA_CONSTRAINTS_UPDATE=1`
+//! in the syncing process's environment). A refusal is `invalid` and leaves
+//! `main`, the checkout and its `.git` pointer as they were.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +27,11 @@ use git2::{Oid, Repository, Sort};
 use crate::memfs::commit::CommitOptions;
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
+use crate::memfs::remote_repo::{self, RemoteRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
-use crate::memfs::validate::{TreeSnapshot, ValidateError, validate};
+use crate::memfs::validate::{
+    TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
+};
 use crate::memfs::worktree::WorktreeError;
 use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
 use crate::memfs::worktree::merge::signature;
@@ -68,6 +81,9 @@ pub struct SyncOutcome {
     /// The backup ref written before local history was rewritten.
     pub backup_ref: Option<String>,
     pub pushed_commits: usize,
+    /// After `--repair`: the paths whose local change is not on `main`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_carried_over: Vec<String>,
 }
 
 impl SyncOutcome {
@@ -79,6 +95,7 @@ impl SyncOutcome {
             remote: None,
             backup_ref: None,
             pushed_commits: 0,
+            not_carried_over: Vec::new(),
         }
     }
 }
@@ -105,6 +122,9 @@ pub enum SyncError {
     },
     #[error(transparent)]
     Command(#[from] GitCliError),
+    /// A directory remote's repository that may not be touched.
+    #[error(transparent)]
+    Refused(#[from] RemoteRefused),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -145,19 +165,67 @@ pub fn remote_url(remote_root: &str, agent_id: &str) -> String {
     }
 }
 
-/// Where agent `agent_id`'s memory lives under `remote_root`: a URL, or an
-/// absolute path for a directory root.
-pub fn agent_url(remote_root: &str, agent_id: &str) -> Result<String, PathsError> {
+/// Where agent `agent_id`'s memory lives under `remote_root`: a URL, or the
+/// absolute path of a repository in a directory root that passed
+/// [`remote_repo::check`] for the home at `home` ([`SyncError::Refused`]
+/// otherwise). Every fetch, push, clone and ls-remote gets its URL here.
+pub fn agent_url(remote_root: &str, agent_id: &str, home: &Path) -> Result<String, SyncError> {
     if !crate::paths::is_valid_agent_id(agent_id) {
-        return Err(PathsError::InvalidAgentId(agent_id.to_string()));
+        return Err(PathsError::InvalidAgentId(agent_id.to_string()).into());
     }
     if is_url(remote_root) {
         return Ok(remote_url(remote_root, agent_id));
     }
-    let root_dir = std::path::absolute(remote_root).unwrap_or_else(|_| PathBuf::from(remote_root));
-    Ok(remote_agent_repo(&root_dir, agent_id)?
-        .to_string_lossy()
-        .into_owned())
+    let root_dir = root_dir(remote_root);
+    let repo = remote_agent_repo(&root_dir, agent_id)?;
+    remote_repo::check(&root_dir, &repo, home)?;
+    Ok(repo.to_string_lossy().into_owned())
+}
+
+/// A directory root as an absolute path.
+fn root_dir(remote_root: &str) -> PathBuf {
+    std::path::absolute(remote_root).unwrap_or_else(|_| PathBuf::from(remote_root))
+}
+
+/// The home an agent's remote must lie outside of.
+fn home_of(agent: &AgentPaths) -> PathBuf {
+    agent
+        .home()
+        .map(|h| h.root().to_path_buf())
+        .unwrap_or_else(|| agent.dir().to_path_buf())
+}
+
+/// Make agent `agent_id`'s repository in a directory root on first use:
+/// `mkdir` (which never follows a symlink planted there), `git init
+/// --bare` inside it, and the check again. Returns its URL.
+fn ensure_remote(root: &str, agent_id: &str, home: &Path) -> Result<String, SyncError> {
+    let url = agent_url(root, agent_id, home)?;
+    if is_url(root) || std::fs::symlink_metadata(&url).is_ok() {
+        return Ok(url);
+    }
+    let root_dir = root_dir(root);
+    std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
+        path: root_dir.clone(),
+        source,
+    })?;
+    std::fs::create_dir(&url).map_err(|source| SyncError::Io {
+        path: PathBuf::from(&url),
+        source,
+    })?;
+    gitcli::run(
+        None,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch",
+            MAIN_BRANCH,
+            "--",
+            &url,
+        ],
+    )?
+    .checked("init")?;
+    agent_url(root, agent_id, home)
 }
 
 /// Name the remote `origin` in `memory.git`'s own configuration (kept in
@@ -178,7 +246,8 @@ fn set_origin(repo: &Repository, url: &str) -> Result<(), SyncError> {
 }
 
 /// Agent ids with a `<id>.git` directory in a directory remote root
-/// (sorted; empty for a URL root or an unreadable directory).
+/// (sorted; empty for a URL root or an unreadable directory). Symlinks are
+/// not listed; each repository is still checked before it is read.
 pub fn remote_agents(remote_root: &str) -> Vec<String> {
     if is_url(remote_root) {
         return Vec::new();
@@ -267,18 +336,44 @@ fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, SyncError> {
 /// Validate the tree of `candidate` (what would be pushed) against the
 /// remote tree it lands on. Config changes were approved when each side
 /// committed them, so the approval rule is not re-asked here; everything
-/// else (frontmatter, structure, budgets) is judged on the combined tree.
+/// else (frontmatter, structure, budgets, the tree's shape) is judged on
+/// the combined tree.
 fn check(
     repo: &Repository,
     candidate: Oid,
     remote: Option<Oid>,
 ) -> Result<Option<String>, SyncError> {
+    judge(repo, candidate, remote, true)
+}
+
+/// Validate `target`, a tree from the remote that `main` would move to,
+/// against local `main` (`local`; `None` for a clone, which has nothing
+/// of its own) as a local commit would be judged: a change to
+/// `.memfs.config.json` needs the approval of the process that syncs.
+/// The violations, or `None` when `main` may move there.
+pub fn accept_from_remote(
+    repo: &Repository,
+    target: Oid,
+    local: Option<Oid>,
+) -> Result<Option<String>, SyncError> {
+    let approved = local.is_none() || constraints_update_approved_from_env();
+    judge(repo, target, local, approved)
+}
+
+/// The validator's violations of `candidate`'s tree against `accepted`'s,
+/// one indented line each, or `None` when it passes.
+fn judge(
+    repo: &Repository,
+    candidate: Oid,
+    accepted: Option<Oid>,
+    approved: bool,
+) -> Result<Option<String>, SyncError> {
     let new = snapshot(repo, candidate)?;
-    let accepted = match remote {
+    let accepted = match accepted {
         Some(r) => Some(snapshot(repo, r)?),
         None => None,
     };
-    let opts = CommitOptions::for_repo(repo, true);
+    let opts = CommitOptions::for_repo(repo, approved);
     let report = validate(repo, &new, accepted.as_ref(), &opts.validate)?;
     // The violations alone: the commit-hook wording ("staged changes")
     // would be wrong for committed history.
@@ -486,33 +581,59 @@ pub fn has_pending(agent: &AgentPaths) -> bool {
     main.is_some() && main != seen
 }
 
+/// Local commits set aside for a repair ([`set_aside_for_repair`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// The memory-worker branch holding local `main` as it was.
+    pub branch: String,
+    /// The backup ref holding it too.
+    pub backup_ref: String,
+    /// Local `main` before: what the repair must carry over.
+    pub local: Oid,
+    /// The remote's `main`, where `main` moved.
+    pub remote: Oid,
+}
+
+/// What [`set_aside_for_repair`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Aside {
+    /// Nothing to set aside (a dirty checkout, no fetched remote, or local
+    /// `main` already contains it).
+    Nothing,
+    /// The remote's memory is refused (the violations); nothing moved.
+    Refused(String),
+    Set(SetAside),
+}
+
 /// After a `conflict`: set the local commits aside for a repair worker.
-/// Local `main` (already kept under a backup ref by the sync) is kept on a
-/// new memory-worker branch, and `main` moves to the remote's `main` as last
-/// fetched, so the repair re-applies the local change onto the memory every
-/// other host has and the next sync is a fast-forward. `None` when there is
-/// nothing to set aside (a dirty checkout, no fetched remote, or local
-/// `main` already contains it). Nothing is lost: the branch and the backup
-/// ref both hold the local history.
-pub fn set_aside_for_repair(agent: &AgentPaths) -> Result<Option<String>, SyncError> {
+/// Local `main` is kept under a backup ref and on a new memory-worker
+/// branch, and `main` moves to the remote's `main` as last fetched —
+/// validated first, as any move to what the remote has — so the repair
+/// re-applies the local change onto the memory every other host has and
+/// the next sync is a fast-forward. Nothing is lost: the branch and the
+/// backup ref both hold the local history.
+pub fn set_aside_for_repair(agent: &AgentPaths) -> Result<Aside, SyncError> {
     let git_dir = agent.memory_git_dir();
     let _lock = RepoLock::acquire(&git_dir)?;
     let repo = open_agent(agent)?;
     if !worktree_status(&repo)?.dirty.is_empty() {
-        return Ok(None);
+        return Ok(Aside::Nothing);
     }
     let local = main_tip(&repo)?;
     let Ok(remote) = repo.refname_to_id(REMOTE_TRACKING_REF) else {
-        return Ok(None);
+        return Ok(Aside::Nothing);
     };
     if local == remote
         || repo
             .graph_descendant_of(local, remote)
             .map_err(git("compare histories"))?
     {
-        return Ok(None);
+        return Ok(Aside::Nothing);
     }
-    write_backup(&repo, local)?;
+    if let Some(why) = accept_from_remote(&repo, remote, Some(local))? {
+        return Ok(Aside::Refused(why));
+    }
+    let backup_ref = write_backup(&repo, local)?;
     let branch = crate::memfs::worktree::keep_as_worker_branch(&repo, local)?;
     move_main(
         &repo,
@@ -521,7 +642,85 @@ pub fn set_aside_for_repair(agent: &AgentPaths) -> Result<Option<String>, SyncEr
         remote,
         "mini-letta sync: local commits set aside for a repair",
     )?;
-    Ok(Some(branch))
+    Ok(Aside::Set(SetAside {
+        branch,
+        backup_ref,
+        local,
+        remote,
+    }))
+}
+
+/// After a repair of `aside`: the paths whose local change is not on
+/// `main`, in path order (empty: everything was carried over). The rule,
+/// over the net change of the local commits (merge base → local tip): a
+/// path they deleted is gone from `main`; a path they added or changed is
+/// on `main`, with every line their version has that the merge base's
+/// lacked (lines compared without surrounding blanks; blank lines do not
+/// count); a file that is not UTF-8 text must be on `main` byte for byte.
+pub fn not_carried_over(agent: &AgentPaths, aside: &SetAside) -> Result<Vec<String>, SyncError> {
+    let repo = open_agent(agent)?;
+    let base = repo
+        .merge_base(aside.local, aside.remote)
+        .map_err(git("find the merge base"))?;
+    let (before, mine) = (snapshot(&repo, base)?, snapshot(&repo, aside.local)?);
+    let now = snapshot(&repo, main_tip(&repo)?)?;
+    let mut missing = Vec::new();
+    for path in crate::memfs::worktree::merge::diff_paths(&before, &mine) {
+        let carried = match (mine.get(&path), now.get(&path)) {
+            (None, now) => now.is_none(),
+            (Some(_), None) => false,
+            (Some(m), Some(n)) if m == n => true,
+            (Some(m), Some(n)) => {
+                let old = before.get(&path).map(|e| e.oid);
+                lines_carried(&repo, old, m.oid, n.oid)?
+            }
+        };
+        if !carried {
+            missing.push(path);
+        }
+    }
+    Ok(missing)
+}
+
+/// Whether every line of blob `mine` that blob `old` lacks is a line of
+/// blob `now` (see [`not_carried_over`]).
+fn lines_carried(
+    repo: &Repository,
+    old: Option<Oid>,
+    mine: Oid,
+    now: Oid,
+) -> Result<bool, SyncError> {
+    let text = |id: Oid| -> Result<Option<String>, SyncError> {
+        let blob = repo.find_blob(id).map_err(git("read a blob"))?;
+        Ok(std::str::from_utf8(blob.content()).ok().map(str::to_string))
+    };
+    let (Some(mine), Some(now)) = (text(mine)?, text(now)?) else {
+        return Ok(false);
+    };
+    let old = match old {
+        Some(id) => text(id)?.unwrap_or_default(),
+        None => String::new(),
+    };
+    let set = |t: &str| -> std::collections::HashSet<String> {
+        t.lines().map(|l| l.trim().to_string()).collect()
+    };
+    let (old, now) = (set(&old), set(&now));
+    Ok(mine
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !old.contains(*l))
+        .all(|l| now.contains(l)))
+}
+
+/// The outcome of a sync whose remote repository is refused.
+fn refused(repo: &Repository, why: RemoteRefused) -> SyncOutcome {
+    tracing::warn!("{why}");
+    let mut out = SyncOutcome::new(
+        SyncStatus::Invalid,
+        format!("{why}; nothing was fetched or pushed"),
+    );
+    out.local = main_tip(repo).ok().map(|o| o.to_string());
+    out
 }
 
 /// Sync agent `agent_id`'s memory with `remote_root` (see the module docs).
@@ -560,130 +759,94 @@ pub fn sync(
         return Ok(out);
     }
 
-    let url = agent_url(root, agent_id)?;
-    if !is_url(root) && !Path::new(&url).exists() {
-        // Created on first use, so a directory root needs no setup.
-        let root_dir = std::path::absolute(root).unwrap_or_else(|_| PathBuf::from(root));
-        std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
-            path: root_dir.clone(),
-            source,
-        })?;
-        gitcli::run(
-            None,
-            &[
-                "init",
-                "--quiet",
-                "--bare",
-                "--initial-branch",
-                MAIN_BRANCH,
-                "--",
-                &url,
-            ],
-        )?
-        .checked("init")?;
-    }
+    let url = match ensure_remote(root, agent_id, &home_of(agent)) {
+        Ok(url) => url,
+        Err(SyncError::Refused(why)) => return Ok(refused(&repo, why)),
+        Err(e) => return Err(e),
+    };
     set_origin(&repo, &url)?;
 
-    let mut backup_ref = None;
+    let mut run = Run {
+        repo: &repo,
+        agent,
+        git_dir: &git_dir,
+        url: &url,
+        backup_ref: None,
+    };
     let mut last_rejection = String::new();
     for attempt in 0..2 {
-        let remote = fetch(&repo, &git_dir, &url)?;
-        let local = main_tip(&repo)?;
-        let finish = |status, message: String, remote: Option<Oid>, backup: &Option<String>| {
-            let mut out = SyncOutcome::new(status, message);
-            out.local = main_tip(&repo).ok().map(|o| o.to_string());
-            out.remote = remote.map(|o| o.to_string());
-            out.backup_ref = backup.clone();
-            out
+        match run.attempt(attempt == 1)? {
+            Ok(out) => return Ok(out),
+            Err(rejection) => last_rejection = rejection,
+        }
+    }
+    let mut out = SyncOutcome::new(
+        SyncStatus::PushFailed,
+        format!("push to {url} was rejected again after a retry: {last_rejection}"),
+    );
+    out.local = main_tip(&repo).ok().map(|o| o.to_string());
+    out.backup_ref = run.backup_ref;
+    Ok(out)
+}
+
+/// One sync's state across its attempts (a rejected push is retried once
+/// after a new fetch).
+struct Run<'a> {
+    repo: &'a Repository,
+    agent: &'a AgentPaths,
+    git_dir: &'a Path,
+    url: &'a str,
+    backup_ref: Option<String>,
+}
+
+/// What the local `main` becomes before the push.
+enum Plan {
+    /// Push this (local `main`, or a rebase of it onto the remote).
+    Push { tip: Oid, rebased: bool },
+    /// Nothing to push: the sync ends with this outcome.
+    End(SyncOutcome),
+}
+
+impl Run<'_> {
+    fn finish(&self, status: SyncStatus, message: String, remote: Option<Oid>) -> SyncOutcome {
+        let mut out = SyncOutcome::new(status, message);
+        out.local = main_tip(self.repo).ok().map(|o| o.to_string());
+        out.remote = remote.map(|o| o.to_string());
+        out.backup_ref = self.backup_ref.clone();
+        out
+    }
+
+    /// Fetch, reconcile, validate, push. `Err(rejection)` asks for another
+    /// attempt; on the `last` one a rejection is a `push_failed` outcome.
+    fn attempt(&mut self, last: bool) -> Result<Result<SyncOutcome, String>, SyncError> {
+        let remote = fetch(self.repo, self.git_dir, self.url)?;
+        let local = main_tip(self.repo)?;
+        let (to_push, rebased) = match self.plan(local, remote)? {
+            Plan::End(out) => return Ok(Ok(out)),
+            Plan::Push { tip, rebased } => (tip, rebased),
         };
-        let mut rebased = false;
-        let to_push = match remote {
-            None => local,
-            Some(r) if r == local => {
-                return Ok(finish(
-                    SyncStatus::Clean,
-                    "memory is up to date with the remote".into(),
-                    remote,
-                    &backup_ref,
-                ));
-            }
-            Some(r)
-                if repo
-                    .graph_descendant_of(local, r)
-                    .map_err(git("compare histories"))? =>
-            {
-                local
-            }
-            Some(r)
-                if repo
-                    .graph_descendant_of(r, local)
-                    .map_err(git("compare histories"))? =>
-            {
-                let n = count_between(&repo, r, Some(local))?;
-                move_main(&repo, agent, local, r, "mini-letta sync: fast-forward")?;
-                return Ok(finish(
-                    SyncStatus::Clean,
-                    format!("fast-forwarded {n} commit(s) from the remote; nothing to push"),
-                    remote,
-                    &backup_ref,
-                ));
-            }
-            Some(r) => {
-                if repo.merge_base(local, r).is_err() {
-                    return Ok(finish(
-                        SyncStatus::Conflict,
-                        format!("local memory and the remote {url} have unrelated histories"),
-                        remote,
-                        &backup_ref,
-                    ));
-                }
-                // Before anything is rewritten, keep the local history.
-                backup_ref = Some(write_backup(&repo, local)?);
-                let tip = match rebase(&repo, agent, local, r)? {
-                    Rebased::Tip(t) => t,
-                    Rebased::Conflict(paths) => {
-                        return Ok(finish(
-                            SyncStatus::Conflict,
-                            format!(
-                                "local commits conflict with the remote in: {}; local main is unchanged",
-                                paths.join(", ")
-                            ),
-                            remote,
-                            &backup_ref,
-                        ));
-                    }
-                };
-                if let Some(message) = check(&repo, tip, remote)? {
-                    return Ok(finish(
-                        SyncStatus::Invalid,
-                        format!(
-                            "the rebased memory fails validation; local main is unchanged:\n{message}"
-                        ),
-                        remote,
-                        &backup_ref,
-                    ));
-                }
-                rebased = true;
-                tip
-            }
-        };
-        if !rebased && let Some(message) = check(&repo, to_push, remote)? {
-            return Ok(finish(
+        if !rebased && let Some(message) = check(self.repo, to_push, remote)? {
+            return Ok(Ok(self.finish(
                 SyncStatus::Invalid,
                 format!("the memory to push fails validation:\n{message}"),
                 remote,
-                &backup_ref,
-            ));
+            )));
         }
         if to_push != local {
-            move_main(&repo, agent, local, to_push, "mini-letta sync: rebase")?;
+            move_main(
+                self.repo,
+                self.agent,
+                local,
+                to_push,
+                "mini-letta sync: rebase",
+            )?;
         }
-        let n = count_between(&repo, to_push, remote)?;
-        match push(&git_dir, &url)? {
+        let n = count_between(self.repo, to_push, remote)?;
+        match push(self.git_dir, self.url)? {
             Push::Done => {
                 // A push by URL moves no tracking ref: record what the
                 // remote now has, so "pending" means new commits only.
-                if let Err(e) = repo.reference(
+                if let Err(e) = self.repo.reference(
                     REMOTE_TRACKING_REF,
                     to_push,
                     true,
@@ -696,35 +859,133 @@ pub fn sync(
                 } else {
                     "pushed"
                 };
-                return Ok(finish(
+                let mut out = self.finish(
                     SyncStatus::Pushed,
-                    format!("{what} {n} memory commit(s) to {url}"),
+                    format!("{what} {n} memory commit(s) to {}", self.url),
                     Some(to_push),
-                    &backup_ref,
-                ))
-                .map(|mut o| {
-                    o.pushed_commits = n;
-                    o
-                });
+                );
+                out.pushed_commits = n;
+                Ok(Ok(out))
             }
-            Push::Rejected(message) if attempt == 0 => last_rejection = message,
-            Push::Rejected(message) | Push::Failed(message) => {
-                return Ok(finish(
-                    SyncStatus::PushFailed,
-                    format!("push to {url} failed: {message}"),
-                    remote,
-                    &backup_ref,
-                ));
-            }
+            Push::Rejected(message) if !last => Ok(Err(message)),
+            Push::Rejected(message) | Push::Failed(message) => Ok(Ok(self.finish(
+                SyncStatus::PushFailed,
+                format!("push to {} failed: {message}", self.url),
+                remote,
+            ))),
         }
     }
-    let mut out = SyncOutcome::new(
-        SyncStatus::PushFailed,
-        format!("push to {url} was rejected again after a retry: {last_rejection}"),
-    );
-    out.local = main_tip(&repo).ok().map(|o| o.to_string());
-    out.backup_ref = backup_ref;
-    Ok(out)
+
+    /// Local `main` against the fetched `remote`: nothing to do, push as
+    /// is, fast-forward (validated), or rebase (validated both ways).
+    fn plan(&mut self, local: Oid, remote: Option<Oid>) -> Result<Plan, SyncError> {
+        let repo = self.repo;
+        let Some(r) = remote else {
+            return Ok(Plan::Push {
+                tip: local,
+                rebased: false,
+            });
+        };
+        if r == local {
+            let out = self.finish(
+                SyncStatus::Clean,
+                "memory is up to date with the remote".into(),
+                remote,
+            );
+            return Ok(Plan::End(out));
+        }
+        let descends = |a, b| {
+            repo.graph_descendant_of(a, b)
+                .map_err(git("compare histories"))
+        };
+        if descends(local, r)? {
+            return Ok(Plan::Push {
+                tip: local,
+                rebased: false,
+            });
+        }
+        if descends(r, local)? {
+            return self.fast_forward(local, r).map(Plan::End);
+        }
+        if repo.merge_base(local, r).is_err() {
+            return Ok(Plan::End(self.finish(
+                SyncStatus::Conflict,
+                format!(
+                    "local memory and the remote {} have unrelated histories",
+                    self.url
+                ),
+                remote,
+            )));
+        }
+        self.rebase_onto(local, r)
+    }
+
+    /// Move `main` to the remote's `r`, a descendant of `local`, once its
+    /// tree is accepted.
+    fn fast_forward(&self, local: Oid, r: Oid) -> Result<SyncOutcome, SyncError> {
+        if let Some(why) = accept_from_remote(self.repo, r, Some(local))? {
+            return Ok(self.finish(
+                SyncStatus::Invalid,
+                format!("the remote's memory is refused; local main is unchanged:\n{why}"),
+                Some(r),
+            ));
+        }
+        let n = count_between(self.repo, r, Some(local))?;
+        move_main(
+            self.repo,
+            self.agent,
+            local,
+            r,
+            "mini-letta sync: fast-forward",
+        )?;
+        Ok(self.finish(
+            SyncStatus::Clean,
+            format!("fast-forwarded {n} commit(s) from the remote; nothing to push"),
+            Some(r),
+        ))
+    }
+
+    /// Replay local commits onto the remote's `r` (after a backup ref);
+    /// the result must be accepted as a move from `local` and pass as what
+    /// is pushed onto `r`.
+    fn rebase_onto(&mut self, local: Oid, r: Oid) -> Result<Plan, SyncError> {
+        // Before anything is rewritten, keep the local history.
+        self.backup_ref = Some(write_backup(self.repo, local)?);
+        let tip = match rebase(self.repo, self.agent, local, r)? {
+            Rebased::Tip(t) => t,
+            Rebased::Conflict(paths) => {
+                return Ok(Plan::End(self.finish(
+                    SyncStatus::Conflict,
+                    format!(
+                        "local commits conflict with the remote in: {}; local main is unchanged",
+                        paths.join(", ")
+                    ),
+                    Some(r),
+                )));
+            }
+        };
+        // What would be pushed first (a combined tree over a budget is no
+        // one side's fault), then what `main` would move to.
+        let refusal = match check(self.repo, tip, Some(r))? {
+            Some(why) => Some(format!(
+                "the rebased memory fails validation; local main is unchanged:\n{why}"
+            )),
+            None => accept_from_remote(self.repo, tip, Some(local))?.map(|why| {
+                format!(
+                    "the remote's memory is refused (judged as rebased onto it); local main is \
+unchanged:\n{why}"
+                )
+            }),
+        };
+        if let Some(message) = refusal {
+            return Ok(Plan::End(self.finish(
+                SyncStatus::Invalid,
+                message,
+                Some(r),
+            )));
+        }
+        Ok(Plan::Push { tip, rebased: true })
+    }
 }
 
 #[cfg(test)]
@@ -956,6 +1217,63 @@ mod tests {
         assert_eq!(repo.refname_to_id(&backup).unwrap(), before);
         let text = std::fs::read_to_string(b.paths.memory_dir().join("same.md")).unwrap();
         assert!(text.contains("B's version"));
+        assert!(is_clean(&b));
+    }
+
+    /// B after a conflict on `same.md` with A's pushed version.
+    fn conflicted() -> (tempfile::TempDir, String, Agent, Agent, Oid) {
+        let (root, root_s, a, b, _url) = pair();
+        commit_file(&a, "same.md", &md("same", "A's version"));
+        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let local = commit_file(&b, "same.md", &md("same", "B's version"));
+        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        assert_eq!(out.status, SyncStatus::Conflict, "{out:?}");
+        (root, root_s, a, b, local)
+    }
+
+    #[test]
+    fn a_repair_is_judged_by_what_reached_main() {
+        let (_root, _root_s, _a, b, local) = conflicted();
+        let Aside::Set(aside) = set_aside_for_repair(&b.paths).unwrap() else {
+            panic!("nothing set aside");
+        };
+        assert_eq!(aside.local, local);
+        assert_eq!(tip(&b), aside.remote);
+        let repo = open_agent(&b.paths).unwrap();
+        assert_eq!(repo.refname_to_id(&aside.backup_ref).unwrap(), local);
+        // Main is the remote's: B's line is not there.
+        assert_eq!(not_carried_over(&b.paths, &aside).unwrap(), vec!["same.md"]);
+        // Another line somewhere else does not count...
+        commit_file(&b, "same.md", &md("same", "A's version\nsomething else"));
+        assert_eq!(not_carried_over(&b.paths, &aside).unwrap(), vec!["same.md"]);
+        // ...B's own line, beside A's, does.
+        commit_file(&b, "same.md", &md("same", "A's version\nB's version"));
+        assert!(not_carried_over(&b.paths, &aside).unwrap().is_empty());
+    }
+
+    #[test]
+    fn nothing_is_set_aside_for_a_refused_remote() {
+        let (_root, _root_s, _a, b, local) = conflicted();
+        // The remote as fetched gains a symlink out of the tree.
+        let repo = open_agent(&b.paths).unwrap();
+        let seen = repo.refname_to_id(REMOTE_TRACKING_REF).unwrap();
+        let parent = repo.find_commit(seen).unwrap();
+        let link = repo.blob(b"/etc/shadow").unwrap();
+        let mut tb = repo.treebuilder(Some(&parent.tree().unwrap())).unwrap();
+        tb.insert("leak", link, 0o120000).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let sig = Signature::now("m", "m@example.com").unwrap();
+        let hostile = repo
+            .commit(None, &sig, &sig, "hostile", &tree, &[&parent])
+            .unwrap();
+        repo.reference(REMOTE_TRACKING_REF, hostile, true, "test")
+            .unwrap();
+        let Aside::Refused(why) = set_aside_for_repair(&b.paths).unwrap() else {
+            panic!("set aside onto a hostile remote");
+        };
+        assert!(why.contains("leak: symbolic link points outside"), "{why}");
+        assert_eq!(tip(&b), local);
+        assert!(!b.paths.memory_dir().join("leak").exists());
         assert!(is_clean(&b));
     }
 

@@ -20,6 +20,7 @@ pub mod reflect;
 pub mod rpc;
 pub mod state;
 pub mod subagents;
+pub mod sync_repair;
 pub mod turns;
 pub mod untrusted;
 

@@ -1150,33 +1150,36 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
 
 /// `sync --repair`: local commits were set aside on `branch` after a sync
 /// conflict; queue the repair worker that re-applies them onto the memory
-/// as it now is (the remote's), and start it when no worker runs.
-pub async fn repair_set_aside(state: &Arc<State>, agent_id: &str, branch: &str) {
-    queue_repair(state, agent_id, branch, None, None).await;
+/// as it now is (the remote's), and start it when no worker runs. The
+/// repair's signature in `reflection::repair` when one was queued.
+pub async fn repair_set_aside(state: &Arc<State>, agent_id: &str, branch: &str) -> Option<String> {
+    let queued = queue_repair(state, agent_id, branch, None, None).await;
     let idle = state.subagents.with(agent_id, |a| {
         a.worker.is_none() && !a.queued_workers.is_empty()
     });
     if idle {
         next_worker(state.clone(), agent_id.to_string());
     }
+    queued
 }
 
 /// A worker's merge conflicted and its branch was kept: queue a repair
 /// worker (chapter 17, exercise 3) that re-applies the kept change to the
-/// memory as it is now — once per conflict (`reflection::repair`).
+/// memory as it is now — once per conflict (`reflection::repair`). Its
+/// signature when it was queued.
 async fn queue_repair(
     state: &Arc<State>,
     agent_id: &str,
     branch: &str,
     isolation: Option<String>,
     previous: Option<queue::RepairOf>,
-) {
+) -> Option<String> {
     // A repair that conflicted in turn is repaired again (the memory moved
     // on), a few times at most.
     let depth = previous.as_ref().map_or(0, |p| p.depth + 1);
     if depth >= queue::MAX_REPAIR_DEPTH {
         tracing::warn!(agent = %agent_id, branch, "repairs keep conflicting: the branch stays for an operator");
-        return;
+        return None;
     }
     let mut also = previous
         .map(|p| {
@@ -1214,12 +1217,17 @@ async fn queue_repair(
     match queued {
         Ok(Some(item)) => {
             tracing::info!(agent = %agent_id, branch = ?item.repair.as_ref().map(|r| &r.branch), "queued a repair of a conflicted memory worker");
+            let signature = item.repair.as_ref().map(|r| r.signature.clone());
             state
                 .subagents
                 .with(agent_id, |a| a.queued_workers.push_back(item));
+            signature
         }
-        Ok(None) => {}
-        Err(v) => tracing::warn!(agent = %agent_id, result = %v, "cannot queue a repair"),
+        Ok(None) => None,
+        Err(v) => {
+            tracing::warn!(agent = %agent_id, result = %v, "cannot queue a repair");
+            None
+        }
     }
 }
 

@@ -460,38 +460,39 @@ pub async fn memory_sync(
         Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
     };
     let synced = record.clone();
+    let repair_root = root.clone();
     let result = on_agent_thread(state, &record.id, move || {
         let out = crate::remote::sync_agent(&paths, &synced, root.as_deref())?;
         let aside = if repair && out.status == crate::memfs::sync::SyncStatus::Conflict {
             crate::memfs::sync::set_aside_for_repair(&paths)?
         } else {
-            None
+            crate::memfs::sync::Aside::Nothing
         };
         Ok::<_, crate::memfs::sync::SyncError>((out, aside))
     })
     .await;
+    // `--repair`: waits for the repair worker (which needs the lease) and
+    // checks what it carried over (`sync_repair`).
     let result = match result {
-        Ok(Ok((out, Some(branch)))) => {
+        Ok(Ok((out, aside))) => {
             drop(_lease);
-            super::reflect::repair_set_aside(state, &record.id, &branch).await;
-            Ok(Ok((out, Some(branch))))
+            Ok(Ok(super::sync_repair::finish(
+                state,
+                &record,
+                repair_root,
+                out,
+                aside,
+            )
+            .await))
         }
-        other => other,
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
     };
     match result {
         Ok(Ok((outcome, aside))) => match serde_json::to_value(&outcome) {
             Ok(mut v) => {
                 if let Some(o) = v.as_object_mut() {
                     o.insert("repair_branch".into(), json!(aside));
-                    if let Some(b) = &aside
-                        && let Some(m) = o.get("message").and_then(Value::as_str)
-                    {
-                        let m = format!(
-                            "{m}; the local commits are set aside on {b} and a repair worker \
-re-applies them onto the remote's memory"
-                        );
-                        o.insert("message".into(), json!(m));
-                    }
                     o.insert("agent".into(), json!(record.id));
                     o.insert("name".into(), json!(record.name));
                     o.insert("cloned".into(), json!(cloned));

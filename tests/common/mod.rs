@@ -230,6 +230,7 @@ pub fn require_root(test: &str) -> bool {
 }
 pub mod http;
 pub mod pty;
+pub mod remote;
 pub mod rng;
 
 /// Whether this host confines children fully (level L0, as root); when not,

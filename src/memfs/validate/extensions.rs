@@ -1,6 +1,7 @@
-//! [B] mini-letta rules that letta-code's hook does not have: the hard
-//! per-file byte limit (book Lab 2) and the secret scan (chapter 19).
-//! Both cover every blob in the snapshot, not only memory Markdown.
+//! [B] mini-letta rules that letta-code's hook does not have: the tree's
+//! shape (`tree_safety`), the hard per-file byte limit (book Lab 2) and the
+//! secret scan (chapter 19). All cover every entry in the snapshot, not only
+//! memory Markdown.
 
 use git2::Repository;
 
@@ -16,7 +17,11 @@ pub(crate) fn validate_extensions(
     opts: &ValidateOptions,
     secret_scan_allow: &[String],
 ) -> Result<Vec<Violation>, ValidateError> {
-    let mut out = Vec::new();
+    let mut out = if opts.tree_safety {
+        super::tree_safety::violations(repo, tree)?
+    } else {
+        Vec::new()
+    };
     if opts.max_file_bytes.is_none() && !opts.secret_scan {
         return Ok(out);
     }

@@ -33,6 +33,16 @@
 //!   secret completed by a second commit is caught then.
 //! * `<path>: path is not valid UTF-8` (invalid bytes shown as `\xNN`) and
 //!   `<path>: memory Markdown must be valid UTF-8 text`, in the per-file stage.
+//! * The tree's shape (`tree_safety`), for every tree whoever made it —
+//!   a local commit, a merge, an import, a remote a sync would move to:
+//!   `<path>: a path inside .git is not memory and is never checked out`
+//!   (any case), `<path>: git metadata (.gitmodules, .gitattributes) is not
+//!   allowed in memory`, `<path>: gitlinks (submodules) are not allowed in
+//!   memory`, `<path>: symbolic link points outside the memory directory`
+//!   (leaving the tree or entering `.git`, judged lexically), `<path>:
+//!   differs only in case from <other>`, and `<path>: name contains the
+//!   control character U+001B` (the rule of `crate::names`; such characters
+//!   are shown escaped).
 //!
 //! Where we deliberately differ from letta-code:
 //! * Snapshots, not `git ls-files`/`git show`: no subprocess, no path quoting,
@@ -62,6 +72,7 @@ mod glob;
 mod report;
 mod secrets;
 mod snapshot;
+mod tree_safety;
 
 use std::str::FromStr;
 
@@ -78,6 +89,8 @@ pub use glob::{Glob, PatternError, check_pattern};
 pub use report::{Block, Report, Rule, Violation};
 pub use secrets::{Finding, SecretKind, scan as scan_secrets};
 pub use snapshot::{Entry, TreeSnapshot, display_path};
+pub use tree_safety::CaseIndex;
+pub(crate) use tree_safety::link_stays_inside;
 
 use config::ConstraintsConfig as Config;
 use constraints::{
@@ -152,6 +165,8 @@ pub struct ValidateOptions {
     pub max_file_bytes: Option<u64>,
     /// [B] secret scan on/off.
     pub secret_scan: bool,
+    /// [B] the tree-shape rules of `tree_safety` on/off.
+    pub tree_safety: bool,
 }
 
 impl ValidateOptions {
@@ -162,6 +177,7 @@ impl ValidateOptions {
             constraints_update_approved: false,
             max_file_bytes: Some(MAX_FILE_BYTES),
             secret_scan: true,
+            tree_safety: true,
         }
     }
 
@@ -170,6 +186,7 @@ impl ValidateOptions {
         ValidateOptions {
             max_file_bytes: None,
             secret_scan: false,
+            tree_safety: false,
             ..Self::new(policy)
         }
     }
@@ -543,11 +560,8 @@ fn constraints_stage(
         accepted,
     };
     errors.extend(validate_tree_constraints(repo, candidate, &tree_opts)?);
-    errors.extend(extensions::validate_extensions(
-        repo,
-        candidate,
-        opts,
-        &config.secret_scan_allow,
-    )?);
+    let ours = extensions::validate_extensions(repo, candidate, opts, &config.secret_scan_allow)?;
+    let ours = tree_safety::without_repeats(ours, &errors);
+    errors.extend(ours);
     Ok(errors)
 }

@@ -40,6 +40,18 @@ pub enum Rule {
     FileBytes,
     /// A possible credential. [B]
     Secret,
+    /// A path with a `.git` component. [B]
+    GitPath,
+    /// `.gitmodules` or `.gitattributes`. [B]
+    GitMetadata,
+    /// A gitlink (submodule entry). [B]
+    Gitlink,
+    /// A symlink leaving the tree or entering `.git`. [B]
+    SymlinkOutside,
+    /// Two paths equal but for case. [B]
+    CaseCollision,
+    /// A name with a control, bidi or line-separator character. [B]
+    UnsafeName,
 }
 
 impl Rule {
@@ -62,6 +74,12 @@ impl Rule {
             Rule::CoreBudget => "core-budget",
             Rule::FileBytes => "file-bytes",
             Rule::Secret => "secret",
+            Rule::GitPath => "git-path",
+            Rule::GitMetadata => "git-metadata",
+            Rule::Gitlink => "gitlink",
+            Rule::SymlinkOutside => "symlink-outside",
+            Rule::CaseCollision => "case-collision",
+            Rule::UnsafeName => "unsafe-name",
         }
     }
 }

@@ -20,6 +20,11 @@
 //! leaves `main` where it was. A kill between 1 and 4 leaves the journal;
 //! [`recover`] then finishes the move when the checkout holds only what
 //! the move itself wrote.
+//!
+//! A move whose changed paths include one inside `.git` (any case) is
+//! refused before step 1: the checkout's `.git` is its gitdir pointer, and
+//! putting such a path "back" on a failure used to delete the pointer. The
+//! validator refuses such trees too; this is the mover's own guard.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +59,7 @@ pub fn advance_main(
     let before = snapshot(repo, old)?;
     let after = snapshot(repo, new)?;
     let changed = diff_paths(&before, &after);
+    refuse_git_paths(work_tree, &changed)?;
     let journal = journal_path(repo);
     write_journal(&journal, old, new)?;
     let moved = update_checkout(repo, work_tree, &after, &changed)
@@ -128,6 +134,10 @@ fn finish(repo: &Repository, work_tree: &Path, old: Oid, new: Oid) -> Result<(),
         return Ok(());
     };
     let changed = diff_paths(&before, &after);
+    if refuse_git_paths(work_tree, &changed).is_err() {
+        tracing::warn!("an interrupted move of main ({old} -> {new}) touches .git: left as it is");
+        return Ok(());
+    }
     let found = checkout_blobs(repo)?;
     let side = |snap: &TreeSnapshot, p: &str| snap.get(p).map(|e| (e.mode, e.oid));
     let only_the_move = changed
@@ -166,6 +176,24 @@ fn finish(repo: &Repository, work_tree: &Path, old: Oid, new: Oid) -> Result<(),
     }
     tracing::info!("finished an interrupted move of main ({old} -> {new})");
     Ok(())
+}
+
+/// `Err` naming the first of `changed` with a `.git` component: a checkout
+/// update never writes or removes one.
+fn refuse_git_paths(work_tree: &Path, changed: &[String]) -> Result<(), WorktreeError> {
+    match changed
+        .iter()
+        .find(|p| p.split('/').any(|s| s.eq_ignore_ascii_case(".git")))
+    {
+        None => Ok(()),
+        Some(p) => Err(WorktreeError::Io {
+            path: work_tree.join(p),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a path inside .git is never checked out; main was not moved",
+            ),
+        }),
+    }
 }
 
 fn journal_path(repo: &Repository) -> PathBuf {
@@ -213,7 +241,70 @@ pub(crate) fn write_temp_target(path: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    /// A commit on top of `main` whose tree adds `name` (a blob), made
+    /// with `git mktree`, which checks no names.
+    fn commit_with(repo: &Repository, name: &str) -> Oid {
+        use std::io::Write;
+        let git = |args: &[&str], input: &str| {
+            let mut child = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(repo.path())
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "git {args:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let blob = git(&["hash-object", "-w", "--stdin"], "gitdir: /etc\n");
+        let mut listing = git(&["ls-tree", "main"], "");
+        listing.push_str(&format!("\n100644 blob {blob}\t{name}\n"));
+        let tree = git(&["mktree"], &listing);
+        let commit = git(&["commit-tree", &tree, "-p", "main", "-m", "x"], "");
+        Oid::from_str(&commit).unwrap()
+    }
+
+    #[test]
+    fn a_move_touching_dot_git_is_refused_before_anything_moves() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = crate::paths::Home::at(tmp.path());
+        let record = crate::agent::store::create(&home, "mover", None).unwrap();
+        let paths = home.agent(&record.id).unwrap();
+        let repo = crate::memfs::repo::open_agent(&paths).unwrap();
+        let pointer = paths.memory_dir().join(".git");
+        let before = std::fs::read(&pointer).unwrap();
+        for name in [".git", ".Git"] {
+            let old = repo.refname_to_id(MAIN).unwrap();
+            let new = commit_with(&repo, name);
+            let e = advance_main(&repo, &paths.memory_dir(), old, new, "test").unwrap_err();
+            // (Before the guard, the failed move's roll-back deleted it.)
+            assert_eq!(std::fs::read(&pointer).ok(), Some(before.clone()));
+            assert_eq!(repo.refname_to_id(MAIN).unwrap(), old);
+            assert!(e.to_string().contains("never checked out"), "{e}");
+            assert!(!journal_path(&repo).exists());
+            // A journal naming such a move is dropped, not finished.
+            write_journal(&journal_path(&repo), old, new).unwrap();
+            recover(&repo, &paths.memory_dir()).unwrap();
+            assert_eq!(repo.refname_to_id(MAIN).unwrap(), old);
+            assert_eq!(std::fs::read(&pointer).unwrap(), before);
+        }
+    }
 
     #[test]
     fn temporary_files_of_our_writers_are_recognised() {
