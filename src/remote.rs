@@ -176,8 +176,8 @@ pub fn list(root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
     let mut out = Vec::new();
     for id in sync::remote_agents(root) {
         let bare = crate::paths::remote_agent_repo(&root_dir, &id)?;
-        let found = Repository::open_bare(&bare)
-            .map_err(|e| e.message().to_string())
+        let found = repo::open_bare(&bare)
+            .map_err(|e| e.to_string())
             .and_then(|repo| {
                 let tip = repo
                     .refname_to_id(RECORD_REF)

@@ -7,3 +7,6 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod import;
+mod live_repo;
+mod planted;
