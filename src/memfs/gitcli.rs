@@ -126,10 +126,7 @@ pub fn command(git_dir: Option<&Path>, args: &[&str]) -> Command {
         }
     }
     for (key, _) in std::env::vars_os() {
-        if key
-            .to_str()
-            .is_none_or(|k| k.starts_with("GIT_") && !KEPT_ENV.contains(&k))
-        {
+        if key.to_str().is_none_or(|k| !kept_env(k)) {
             cmd.env_remove(key);
         }
     }
@@ -195,6 +192,12 @@ const KEPT_ENV: &[&str] = &[
     "GIT_TRACE_CURL",
     "GIT_CURL_VERBOSE",
 ];
+
+/// Whether an inherited variable reaches git: any but a `GIT_*` one not
+/// in [`KEPT_ENV`].
+fn kept_env(key: &str) -> bool {
+    !key.starts_with("GIT_") || KEPT_ENV.contains(&key)
+}
 
 /// The shell command git runs for `program` in a directory remote.
 fn remote_program(program: &str) -> String {
@@ -353,6 +356,130 @@ mod tests {
         let run = run(None, &["ls-remote", "--", &url]).unwrap();
         assert!(!run.ok);
         assert!(!marker.exists(), "the ext:: transport ran a command");
+    }
+
+    #[test]
+    fn no_variable_points_git_elsewhere() {
+        for gone in [
+            "GIT_DIR",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_GRAFT_FILE",
+            "GIT_SHALLOW_FILE",
+            "GIT_REPLACE_REF_BASE",
+            "GIT_CONFIG_PARAMETERS",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG_KEY_0",
+            "GIT_TEMPLATE_DIR",
+            "GIT_COMMON_DIR",
+            "GIT_INDEX_FILE",
+        ] {
+            assert!(!kept_env(gone), "{gone}");
+        }
+        for kept in ["PATH", "HOME", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL"] {
+            assert!(kept_env(kept), "{kept}");
+        }
+        let cmd = command(None, &["version"]);
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(
+            std::ffi::OsStr::new("GIT_NO_REPLACE_OBJECTS"),
+            Some(std::ffi::OsStr::new("1"))
+        )));
+    }
+
+    fn args_of(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn directory_remotes_run_hardened_programs() {
+        for (url, local) in [
+            ("/srv/remotes/a.git", true),
+            ("relative/a.git", true),
+            ("file:///srv/a.git", true),
+            ("ssh://host/a.git", false),
+            ("https://host/a.git", false),
+            ("host:a.git", false),
+            ("git@host:dir/a.git", false),
+        ] {
+            assert_eq!(local_remote(url).is_some(), local, "{url}");
+            let push = args_of(&command(None, &["push", "--porcelain", "--", url, "a:b"]));
+            let fetch = args_of(&command(None, &["fetch", "--", url, "a:b"]));
+            let hardened = |args: &[String], option: &str| {
+                args.iter().any(|a| {
+                    a.starts_with(option)
+                        && a.contains("core.hooksPath=/dev/null")
+                        && a.contains("receive.denyCurrentBranch=refuse")
+                        && a.contains("--no-replace-objects")
+                })
+            };
+            assert_eq!(hardened(&push, "--receive-pack="), local, "{url}: {push:?}");
+            assert_eq!(
+                hardened(&fetch, "--upload-pack="),
+                local,
+                "{url}: {fetch:?}"
+            );
+            // The URL is still the argument after `--`.
+            let at = push.iter().position(|a| a == "--").unwrap();
+            assert_eq!(push[at + 1], url);
+        }
+    }
+
+    /// A bare repository with one commit on `main`; its id.
+    fn bare_with_commit(dir: &Path, text: &str) -> git2::Oid {
+        let repo = git2::Repository::init_bare(dir).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        tb.insert("a.md", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, text, &tree, &[])
+            .unwrap()
+    }
+
+    #[test]
+    fn replace_refs_are_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r.git");
+        let own = bare_with_commit(&dir, "own");
+        let repo = git2::Repository::open_bare(&dir).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_commit(own).unwrap().tree().unwrap();
+        let other = repo.commit(None, &sig, &sig, "other", &tree, &[]).unwrap();
+        repo.reference(&format!("refs/replace/{own}"), other, false, "")
+            .unwrap();
+        let shown = run(Some(&dir), &["log", "-1", "--format=%s", "main"])
+            .unwrap()
+            .checked("log")
+            .unwrap();
+        assert_eq!(shown.stdout.trim(), "own");
+    }
+
+    #[test]
+    fn planted_files_refuse_the_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = tmp.path().join("local.git");
+        let remote = tmp.path().join("remote.git");
+        bare_with_commit(&local, "local");
+        bare_with_commit(&remote, "remote");
+        let url = remote.to_str().unwrap();
+        let fetch = ["fetch", "--", url, "refs/heads/main:refs/remotes/r/main"];
+        assert!(run(Some(&local), &fetch).unwrap().ok);
+        for (dir, rel) in [
+            (&local, "objects/info/alternates"),
+            (&remote, "objects/info/alternates"),
+            (&local, "shallow"),
+            (&remote, "info/grafts"),
+        ] {
+            let planted = dir.join(rel);
+            std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+            std::fs::write(&planted, "\n").unwrap();
+            let e = run(Some(&local), &fetch).unwrap_err();
+            assert!(e.message.contains(rel), "{rel}: {e}");
+            std::fs::remove_file(&planted).unwrap();
+        }
     }
 
     #[test]
