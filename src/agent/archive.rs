@@ -1110,13 +1110,10 @@ fn check_connected(
                 let tree = object.peel_to_tree().map_err(bad_repo)?;
                 for e in tree.iter() {
                     let path = format!("{from}: {}", e.name().unwrap_or("?"));
-                    match e.kind() {
-                        Some(k @ (ObjectType::Blob | ObjectType::Tree)) => {
-                            todo.push((e.id(), k, path));
-                        }
-                        // Gitlinks name another repository's commit: the
-                        // validator judges them.
-                        _ => {}
+                    // Gitlinks name another repository's commit: the
+                    // validator judges them.
+                    if let Some(k @ (ObjectType::Blob | ObjectType::Tree)) = e.kind() {
+                        todo.push((e.id(), k, path));
                     }
                 }
             }

@@ -496,7 +496,7 @@ fn validate_pending(
     if missing.is_empty() {
         return Ok(validate(repo, candidate, head, &opts.validate)?);
     }
-    let objects = crate::paths::MemoryGitDir::new(&hook::common_git_dir(repo)).objects_dir();
+    let objects = crate::paths::MemoryGitDir::new(hook::common_git_dir(repo)).objects_dir();
     let view_odb = Odb::new().map_err(git("create an object view"))?;
     // The repository's own objects only: never its `info/alternates`.
     crate::memfs::repo::add_own_backends(&view_odb, &objects, true)

@@ -137,7 +137,10 @@ fn a_worktree_checkout_never_reads_through_alternates() {
         let made = create(&paths, label);
         let worktrees = t.agent_dir(&id).join("memory-worktrees");
         crate::planted::assert_no_file_holds(&worktrees, MARKER);
-        let e = made.err().expect("a worktree was checked out");
+        let e = match made {
+            Ok(wt) => panic!("a worktree was checked out: {}", wt.dir.display()),
+            Err(e) => e,
+        };
         assert!(e.to_string().contains(ALTERNATES), "{e}");
     }
 }
