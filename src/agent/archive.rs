@@ -11,6 +11,8 @@
 //! memory/                  the working tree, as it is (its `.git` pointer is rebuilt)
 //! memory.git/              HEAD, packed-refs, refs/, logs/, objects/ (full history)
 //!                          and the layout policy; never hooks or config
+//!                          (an import takes only loose objects, packs,
+//!                          branches and refs/mini-letta/, see below)
 //! conversations/           every conversation
 //! ```
 //!
@@ -27,9 +29,14 @@
 //! no absolute path, no link or device), the entries and their declared
 //! sizes stay within [`Limits`], `agent.json` parses and names a valid id,
 //! no agent present has that id or name, and the memory repository's
-//! `HEAD` resolves, its history reads, and its tree passes the validator.
-//! The git configuration, hooks and index are made fresh, never taken from
-//! the archive.
+//! `HEAD` resolves, every object any kept ref reaches is in the archive's
+//! own object store (read with alternates ignored: `repo::seal`), and
+//! `HEAD`'s tree passes the validator. The git configuration, hooks and
+//! index are made fresh, never taken from the archive; nor is anything
+//! that would make the repository read beyond itself or rewrite what it
+//! reads: `objects/info/*` (alternates, commit-graph), `info/grafts`,
+//! `shallow`, refs outside `refs/heads/` and `refs/mini-letta/` (replace
+//! refs, remote-tracking refs, tags), and their `packed-refs` lines.
 
 use std::collections::BTreeSet;
 use std::fs;
