@@ -92,6 +92,7 @@ impl Tenants {
             vec!["memory", "log", "-a", agent],
             vec!["prompt", "-a", agent, "--fresh"],
             vec!["recompile", "-a", agent],
+            vec!["prompt", "-a", agent],
             vec![
                 "palace",
                 "export",
