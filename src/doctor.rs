@@ -126,6 +126,19 @@ pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diag
                 remote_refused(&mut out, &repo, agent, &record.id, root);
             }
         }
+        Err(crate::memfs::repo::RepoError::Planted { path, what }) => out.push(
+            "git_status",
+            Severity::Error,
+            format!(
+                "{} is there: the file {what}, so every command refuses the memory repository",
+                path.display()
+            ),
+            format!(
+                "mini-letta never makes it: find out who planted it (an archive, a remote, \
+someone with root), then remove it: rm -r -- '{}'",
+                path.display()
+            ),
+        ),
         Err(e) => out.push(
             "git_status",
             Severity::Error,

@@ -557,6 +557,34 @@ impl MemoryGitDir {
         self.dir.join("config")
     }
 
+    /// `objects/`: the repository's own object store.
+    pub fn objects_dir(&self) -> PathBuf {
+        self.dir.join("objects")
+    }
+
+    /// Files through which git reads objects or history from outside the
+    /// repository's own store, each with what it does. mini-letta never
+    /// makes one; every root open refuses a repository holding any
+    /// (`memfs::repo`), and an import never takes them.
+    pub fn foreign_history_files(&self) -> [(PathBuf, &'static str); 4] {
+        let objects = self.objects_dir();
+        [
+            (
+                objects.join("info").join("alternates"),
+                "reads objects from other repositories",
+            ),
+            (
+                objects.join("info").join("http-alternates"),
+                "reads objects from other repositories",
+            ),
+            (
+                self.dir.join("info").join("grafts"),
+                "rewrites the parents of commits",
+            ),
+            (self.dir.join("shallow"), "cuts history off"),
+        ]
+    }
+
     /// The note left while `main` and the checkout move together
     /// (`memfs::worktree::advance`), so a kill in between can be finished.
     pub fn main_move_journal(&self) -> PathBuf {

@@ -182,7 +182,7 @@ pub fn list(home: &Home, root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
         let bare = crate::paths::remote_agent_repo(&root_dir, &id)?;
         let found = crate::memfs::remote_repo::check(&root_dir, &bare, home.root())
             .map_err(|e| e.to_string())
-            .and_then(|()| Repository::open_bare(&bare).map_err(|e| e.message().to_string()))
+            .and_then(|()| repo::open_bare(&bare).map_err(|e| e.to_string()))
             .and_then(|repo| {
                 let tip = repo
                     .refname_to_id(RECORD_REF)

@@ -180,9 +180,10 @@ fn catalogue_shape() {
         numbers.len()
     );
     // §d rows 1–49, the seccomp regression rows 50–63, the supervisor's
-    // trust-boundary rows 64–65, then the sub-agent row 66.
-    assert!(numbers.iter().all(|n| (1..=66).contains(n)));
-    for n in 50..=66 {
+    // trust-boundary rows 64–65, the sub-agent row 66, then the planted
+    // object-store row 67.
+    assert!(numbers.iter().all(|n| (1..=67).contains(n)));
+    for n in 50..=67 {
         assert!(numbers.contains(&n), "regression row {n} missing");
     }
     for a in cat {
@@ -275,6 +276,7 @@ fn unconfined_control_column() {
         "43-git-config",
         "48-sandbox-off-switches",
         "66-sub-agent-writes-checkout",
+        "67-git-object-store-plant",
         // Seccomp regression rows any process reaches without a filter.
         "52-namespace-calls",
         "53-ptrace-kcmp-init",

@@ -11,6 +11,8 @@
 //! memory/                  the working tree, as it is (its `.git` pointer is rebuilt)
 //! memory.git/              HEAD, packed-refs, refs/, logs/, objects/ (full history)
 //!                          and the layout policy; never hooks or config
+//!                          (an import takes only loose objects, packs,
+//!                          branches and refs/mini-letta/, see below)
 //! conversations/           every conversation
 //! ```
 //!
@@ -27,9 +29,14 @@
 //! no absolute path, no link or device), the entries and their declared
 //! sizes stay within [`Limits`], `agent.json` parses and names a valid id,
 //! no agent present has that id or name, and the memory repository's
-//! `HEAD` resolves, its history reads, and its tree passes the validator.
-//! The git configuration, hooks and index are made fresh, never taken from
-//! the archive.
+//! `HEAD` resolves, every object any kept ref reaches is in the archive's
+//! own object store (read with alternates ignored: `repo::seal`), and
+//! `HEAD`'s tree passes the validator. The git configuration, hooks and
+//! index are made fresh, never taken from the archive; nor is anything
+//! that would make the repository read beyond itself or rewrite what it
+//! reads: `objects/info/*` (alternates, commit-graph), `info/grafts`,
+//! `shallow`, refs outside `refs/heads/` and `refs/mini-letta/` (replace
+//! refs, remote-tracking refs, tags), and their `packed-refs` lines.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -73,8 +80,10 @@ const MAX_PATH_BYTES: usize = 4096;
 const MAX_DIR_ENTRIES: usize = 200_000;
 /// Largest single file the export reads (it is held in memory).
 const MAX_EXPORT_FILE: u64 = 512 << 20;
-/// Commits walked when checking an imported history.
-const MAX_COMMITS: usize = 1_000_000;
+/// Objects walked when checking an imported history.
+const MAX_OBJECTS: usize = 10_000_000;
+/// `memory.git/packed-refs` (one line per ref).
+const MAX_PACKED_REFS: u64 = 64 << 20;
 
 /// Bounds on an archive, checked on the entries' headers before their
 /// contents are read, on export and on import alike.
@@ -459,6 +468,8 @@ enum Place {
     Record,
     /// `memory.git/HEAD`: checked, then written over the fresh one.
     Head,
+    /// `memory.git/packed-refs`: only the lines of kept refs are written.
+    PackedRefs,
     /// Unpacked at this relative path.
     Keep(PathBuf),
     /// Not taken (rebuilt on import, or not ours to take).
@@ -545,9 +556,11 @@ fn classify(raw: &[u8], kind: tar::EntryType) -> Result<Place, ArchiveError> {
             // Stale lock files would stop the next commit.
             _ if parts.last().is_some_and(|l| l.ends_with(".lock")) => Ok(Place::Skip),
             ["HEAD"] => want_dir(false).map(|()| Place::Head),
-            ["packed-refs" | LAYOUT_POLICY_FILE_NAME] => want_dir(false).and_then(|()| keep()),
-            ["refs" | "logs" | "objects", ..] => keep(),
-            // config, hooks, index, info, …: made fresh, never taken.
+            ["packed-refs"] => want_dir(false).map(|()| Place::PackedRefs),
+            [LAYOUT_POLICY_FILE_NAME] => want_dir(false).and_then(|()| keep()),
+            _ if is_kept_git_entry(rest, is_dir) => keep(),
+            // config, hooks, index, info, shallow, objects/info, refs other
+            // than branches and ours, …: made fresh or not ours to take.
             _ => Ok(Place::Skip),
         },
         _ => Err(bad(
@@ -555,6 +568,66 @@ fn classify(raw: &[u8], kind: tar::EntryType) -> Result<Place, ArchiveError> {
              memory/, memory.git/, conversations/)",
         )),
     }
+}
+
+/// Whether `rest` (a path inside `memory.git/`) is history the imported
+/// repository needs: the object store's loose objects and packs, and
+/// branches and mini-letta's own refs (with their reflogs). Nothing else
+/// — `objects/info/alternates` would read another repository's objects,
+/// `refs/replace/` swap objects for the git CLI, `refs/remotes/` name a
+/// remote of the host that made the archive.
+fn is_kept_git_entry(rest: &[&str], is_dir: bool) -> bool {
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let kept_ref = |r: &[&str]| matches!(r, ["heads" | "mini-letta", ..]);
+    match rest {
+        ["objects"] | ["objects", "pack"] | ["refs"] | ["logs"] | ["logs", "refs"] => is_dir,
+        ["objects", dir] => is_dir && hex(dir, 2),
+        ["objects", "pack", file] => {
+            let stem = file
+                .strip_prefix("pack-")
+                .and_then(|f| f.rsplit_once('.'))
+                .filter(|(_, ext)| matches!(*ext, "pack" | "idx" | "rev"));
+            !is_dir && stem.is_some_and(|(h, _)| hex(h, 40) || hex(h, 64))
+        }
+        ["objects", dir, file] => !is_dir && hex(dir, 2) && (hex(file, 38) || hex(file, 62)),
+        ["refs", r @ ..] => kept_ref(r),
+        ["logs", "HEAD"] => !is_dir,
+        ["logs", "refs", r @ ..] => kept_ref(r),
+        _ => false,
+    }
+}
+
+/// Whether a ref of the archive's `packed-refs` is kept (see
+/// [`is_kept_git_entry`]).
+fn is_kept_ref(name: &str) -> bool {
+    (name.starts_with("refs/heads/") || name.starts_with("refs/mini-letta/"))
+        && git2::Reference::is_valid_name(name)
+}
+
+/// `packed-refs` with only the lines of kept refs: the header, each kept
+/// `<oid> <ref>` line and the `^<oid>` peel line that follows it.
+fn filter_packed_refs(text: &str) -> String {
+    let mut out = String::new();
+    let mut last_kept = false;
+    for line in text.lines() {
+        let keep = if line.starts_with('#') {
+            last_kept = false;
+            out.is_empty()
+        } else if line.starts_with('^') {
+            last_kept
+        } else {
+            let kept = line
+                .split_once(' ')
+                .is_some_and(|(oid, name)| git2::Oid::from_str(oid).is_ok() && is_kept_ref(name));
+            last_kept = kept;
+            kept
+        };
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The first pass's findings.
@@ -783,7 +856,7 @@ fn check_archive(file: &Path, limits: Limits) -> Result<Checked, ArchiveError> {
                 policy = Some(Policy::from_policy_file(std::str::from_utf8(&bytes).ok()));
             }
             Place::Keep(p) => memory |= p.starts_with(MEMORY_DIR_NAME),
-            Place::Skip => {}
+            Place::PackedRefs | Place::Skip => {}
         }
         Ok(())
     })?;
@@ -907,6 +980,13 @@ fn unpack(file: &Path, limits: Limits, paths: &AgentPaths) -> Result<(), Archive
                 let path = paths.memory_git_dir().join("HEAD");
                 return fs::write(&path, bytes).map_err(io_err(&path));
             }
+            Place::PackedRefs => {
+                let bytes = read_small(entry, size, MAX_PACKED_REFS, "memory.git/packed-refs")?;
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|_| bad_repo("memory.git/packed-refs is not text"))?;
+                let path = paths.memory_git_dir().join("packed-refs");
+                return fs::write(&path, filter_packed_refs(text)).map_err(io_err(&path));
+            }
             Place::Manifest | Place::Record | Place::Skip => return Ok(()),
         };
         let path = root.join(&rel);
@@ -938,63 +1018,40 @@ fn unpack(file: &Path, limits: Limits, paths: &AgentPaths) -> Result<(), Archive
     })
 }
 
-/// The unpacked repository: `HEAD` resolves, its history and tree read,
-/// its tree passes the validator; then the layout policy, the hook and an
-/// index matching `HEAD` are written.
+/// The unpacked repository: `HEAD` resolves, every object any ref reaches
+/// is in its own object store, `HEAD`'s tree passes the validator; then
+/// the layout policy, the hook and an index matching `HEAD` are written.
 pub(crate) fn finish_repository(
     paths: &AgentPaths,
     policy: Option<Policy>,
 ) -> Result<(), ArchiveError> {
     let git_dir = paths.memory_git_dir();
+    // Sealed (`repo::seal`): objects are read from `objects/` alone.
     let repo = repo::open_agent(paths)?;
-    let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(|e| {
+    // Names resolved to ids without reading objects: what is missing is
+    // reported by the connectivity check, by id.
+    let head_id = repo
+        .refname_to_id("HEAD")
+        .map_err(|e| bad_repo(format!("HEAD does not resolve: {}", e.message())))?;
+    let mut tips = vec![("HEAD".to_string(), head_id)];
+    for r in repo.references().map_err(bad_repo)? {
+        let r = r.map_err(bad_repo)?;
+        let name = r.name().unwrap_or("?").to_string();
+        let target = r
+            .resolve()
+            .ok()
+            .and_then(|r| r.target())
+            .ok_or_else(|| bad_repo(format!("{name} does not resolve")))?;
+        tips.push((name, target));
+    }
+    check_connected(&repo, &tips)?;
+    let head = repo.find_commit(head_id).map_err(|e| {
         bad_repo(format!(
             "HEAD does not resolve to a commit: {}",
             e.message()
         ))
     })?;
-    let mut walk = repo.revwalk().map_err(bad_repo)?;
-    walk.push(head.id()).map_err(bad_repo)?;
-    for (n, oid) in walk.enumerate() {
-        if n >= MAX_COMMITS {
-            return Err(bad_repo(format!("more than {MAX_COMMITS} commits")));
-        }
-        let commit = oid
-            .and_then(|o| repo.find_commit(o))
-            .map_err(|e| bad_repo(format!("history: {}", e.message())))?;
-        commit
-            .tree()
-            .map_err(|e| bad_repo(format!("commit {}: {}", commit.id(), e.message())))?;
-    }
-    for r in repo.references().map_err(bad_repo)? {
-        let r = r.map_err(bad_repo)?;
-        let name = r.name().unwrap_or("?").to_string();
-        r.resolve()
-            .and_then(|r| r.peel(git2::ObjectType::Any))
-            .map_err(|e| bad_repo(format!("{name}: {}", e.message())))?;
-    }
     let tree = head.tree().map_err(bad_repo)?;
-    let mut missing = None;
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
-        let ok = match e.kind() {
-            Some(git2::ObjectType::Blob) => repo.find_blob(e.id()).is_ok(),
-            Some(git2::ObjectType::Tree) => repo.find_tree(e.id()).is_ok(),
-            _ => true, // gitlinks: the validator judges them
-        };
-        if ok {
-            git2::TreeWalkResult::Ok
-        } else {
-            missing = Some(format!("{dir}{}", e.name().unwrap_or("?")));
-            git2::TreeWalkResult::Abort
-        }
-    })
-    .or_else(|e| if missing.is_some() { Ok(()) } else { Err(e) })
-    .map_err(bad_repo)?;
-    if let Some(path) = missing {
-        return Err(bad_repo(format!(
-            "HEAD's {path}: object missing or unreadable"
-        )));
-    }
 
     let policy = policy.unwrap_or(Policy::RootMarker);
     let report = validate::audit_revision(&repo, "HEAD", &ValidateOptions::new(policy))
@@ -1009,6 +1066,73 @@ pub(crate) fn finish_repository(
     hook::write_layout_policy(&git_dir, policy)?;
     if let Some(bin) = hook::self_binary() {
         hook::install(&git_dir, &bin)?;
+    }
+    Ok(())
+}
+
+/// Every object reachable from `tips` (commits, their parents and trees,
+/// trees' entries, tags' targets) is in `repo`'s object store — which,
+/// opened sealed, is the archive's own: an archive borrowing objects from
+/// anywhere else is refused, naming the first one it lacks.
+fn check_connected(
+    repo: &git2::Repository,
+    tips: &[(String, git2::Oid)],
+) -> Result<(), ArchiveError> {
+    use git2::ObjectType;
+    let odb = repo.odb().map_err(bad_repo)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut todo: Vec<(git2::Oid, ObjectType, String)> = tips
+        .iter()
+        .map(|(name, oid)| (*oid, ObjectType::Any, name.clone()))
+        .collect();
+    while let Some((oid, kind, from)) = todo.pop() {
+        if !seen.insert(oid) {
+            continue;
+        }
+        if seen.len() > MAX_OBJECTS {
+            return Err(bad_repo(format!("more than {MAX_OBJECTS} objects")));
+        }
+        let missing = || {
+            bad_repo(format!(
+                "object {oid} (reached from {from}) is missing from the archive's own objects; \
+                 an archive must carry every object its branches reach"
+            ))
+        };
+        if kind == ObjectType::Blob {
+            if !odb.exists(oid) {
+                return Err(missing());
+            }
+            continue;
+        }
+        let object = repo.find_object(oid, None).map_err(|_| missing())?;
+        match object.kind() {
+            Some(ObjectType::Commit) => {
+                let commit = object.peel_to_commit().map_err(bad_repo)?;
+                let here = format!("commit {oid}");
+                todo.push((commit.tree_id(), ObjectType::Tree, here.clone()));
+                for parent in commit.parent_ids() {
+                    todo.push((parent, ObjectType::Commit, here.clone()));
+                }
+            }
+            Some(ObjectType::Tree) => {
+                let tree = object.peel_to_tree().map_err(bad_repo)?;
+                for e in tree.iter() {
+                    let path = format!("{from}: {}", e.name().unwrap_or("?"));
+                    // Gitlinks name another repository's commit: the
+                    // validator judges them.
+                    if let Some(k @ (ObjectType::Blob | ObjectType::Tree)) = e.kind() {
+                        todo.push((e.id(), k, path));
+                    }
+                }
+            }
+            Some(ObjectType::Tag) => {
+                let tag = object
+                    .into_tag()
+                    .map_err(|_| bad_repo(format!("tag {oid}")))?;
+                todo.push((tag.target_id(), ObjectType::Any, format!("tag {oid}")));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -1038,12 +1162,42 @@ mod tests {
             place("memory.git/objects/ab/", Directory),
             Ok(Place::Keep("memory.git/objects/ab".into()))
         );
+        let loose = format!("memory.git/objects/ab/{}", "c".repeat(38));
+        let pack = format!("memory.git/objects/pack/pack-{}.idx", "d".repeat(40));
+        for kept in [
+            "memory.git/refs/heads/main",
+            "memory.git/refs/heads/mini-letta/reflection/x",
+            "memory.git/refs/mini-letta/agent",
+            "memory.git/logs/HEAD",
+            "memory.git/logs/refs/heads/main",
+            &loose,
+            &pack,
+        ] {
+            assert_eq!(place(kept, Regular), Ok(Place::Keep(kept.into())), "{kept}");
+        }
+        assert_eq!(
+            place("memory.git/packed-refs", Regular),
+            Ok(Place::PackedRefs)
+        );
         for skipped in [
             "memory.git/config",
             "memory.git/hooks/pre-commit",
             "memory.git/index",
             "memory.git/refs/heads/main.lock",
             "memory/.git",
+            "memory.git/objects/info/alternates",
+            "memory.git/objects/info/http-alternates",
+            "memory.git/objects/info/commit-graph",
+            "memory.git/objects/info/packs",
+            "memory.git/objects/stray",
+            "memory.git/objects/ab/short",
+            "memory.git/objects/pack/multi-pack-index",
+            "memory.git/info/grafts",
+            "memory.git/shallow",
+            "memory.git/refs/replace/0123",
+            "memory.git/refs/remotes/origin/main",
+            "memory.git/refs/tags/v1",
+            "memory.git/logs/refs/remotes/origin/main",
         ] {
             assert_eq!(place(skipped, Regular), Ok(Place::Skip), "{skipped}");
         }
@@ -1066,6 +1220,30 @@ mod tests {
             let e = place(path, kind).unwrap_err();
             assert!(e.contains(why), "{path}: {e}");
         }
+    }
+
+    #[test]
+    fn packed_refs_keep_only_branches_and_ours() {
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        let text = format!(
+            "# pack-refs with: peeled fully-peeled sorted \n\
+             {a} refs/heads/main\n\
+             {b} refs/mini-letta/agent\n\
+             {b} refs/remotes/origin/main\n\
+             {b} refs/replace/{a}\n\
+             {a} refs/tags/v1\n\
+             ^{b}\n\
+             # a second header\n\
+             junk\n"
+        );
+        assert_eq!(
+            filter_packed_refs(&text),
+            format!(
+                "# pack-refs with: peeled fully-peeled sorted \n\
+                 {a} refs/heads/main\n\
+                 {b} refs/mini-letta/agent\n"
+            )
+        );
     }
 
     #[test]

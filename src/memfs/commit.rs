@@ -462,14 +462,10 @@ fn validate_pending(
     if missing.is_empty() {
         return Ok(validate(repo, candidate, head, &opts.validate)?);
     }
-    let objects = hook::common_git_dir(repo).join("objects");
-    let objects = objects.to_str().ok_or_else(|| CommitError::Io {
-        path: objects.clone(),
-        source: std::io::Error::other("the objects directory path is not UTF-8"),
-    })?;
+    let objects = crate::paths::MemoryGitDir::new(hook::common_git_dir(repo)).objects_dir();
     let view_odb = Odb::new().map_err(git("create an object view"))?;
-    view_odb
-        .add_disk_alternate(objects)
+    // The repository's own objects only: never its `info/alternates`.
+    crate::memfs::repo::add_own_backends(&view_odb, &objects, true)
         .map_err(git("create an object view"))?;
     // Writes go to the highest-priority backend that is not an alternate:
     // the in-memory one.

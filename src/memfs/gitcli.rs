@@ -7,9 +7,19 @@
 //! hooks, fsmonitor and the `ext::` transport off, so nothing a repository's
 //! configuration or a remote URL says can make git run a program as the
 //! supervisor.
+//!
+//! Nor does git read any repository but the ones named: replace refs and
+//! the commit-graph are off, the environment keeps no `GIT_*` variable
+//! that relocates or adds object stores, config or grafts, and git cannot
+//! be told to ignore `objects/info/alternates`, `info/grafts` or `shallow`
+//! — so a command on a git directory, or on a directory remote, holding
+//! one is refused before git starts ([`check`]). On a directory remote
+//! git runs `upload-pack` / `receive-pack` itself, in that directory and
+//! without our `-c` settings: they are given their own ([`command`]), so
+//! the remote's hooks never run as the supervisor.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -85,6 +95,9 @@ pub fn running_on(git_dir: &Path) -> bool {
 /// runs here too and would leave it in the remote). A git left without its
 /// parent finishes its step, or stops at its next write to the closed pipes,
 /// and git removes its locks on SIGPIPE.
+///
+/// Call [`check`] first (as [`run`] and [`prepare`] do): only it refuses
+/// a repository or remote git would read beyond.
 pub fn command(git_dir: Option<&Path>, args: &[&str]) -> Command {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("git");
@@ -92,23 +105,176 @@ pub fn command(git_dir: Option<&Path>, args: &[&str]) -> Command {
     if let Some(dir) = git_dir {
         cmd.arg("--git-dir").arg(dir);
     }
-    cmd.args([
-        "-c",
-        "commit.gpgsign=false",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-        "-c",
-        "protocol.ext.allow=never",
-    ])
-    .args(args)
-    .env("GIT_TERMINAL_PROMPT", "0")
-    .env_remove("GIT_DIR")
-    .env_remove("GIT_WORK_TREE")
-    .env_remove("GIT_INDEX_FILE")
-    .stdin(Stdio::null());
+    cmd.arg("--no-replace-objects");
+    for setting in SAFE_CONFIG {
+        cmd.arg("-c").arg(setting);
+    }
+    match (args.split_first(), remote_url(args).and_then(local_remote)) {
+        (Some((sub, rest)), Some(_)) => {
+            // The program git starts in a directory remote, hardened alike.
+            let (option, program) = if *sub == "push" {
+                ("--receive-pack", "receive-pack")
+            } else {
+                ("--upload-pack", "upload-pack")
+            };
+            cmd.arg(sub)
+                .arg(format!("{option}={}", remote_program(program)))
+                .args(rest);
+        }
+        _ => {
+            cmd.args(args);
+        }
+    }
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_none_or(|k| !kept_env(k)) {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .stdin(Stdio::null());
     cmd
+}
+
+/// `-c` settings of every git run (and of the programs git starts in a
+/// directory remote): no hooks, fsmonitor, `ext::` transport, signing,
+/// commit-graph (a planted one would rewrite parents), alternate refs or
+/// automatic gc in a repository root works on.
+const SAFE_CONFIG: &[&str] = &[
+    "commit.gpgsign=false",
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "protocol.ext.allow=never",
+    "core.commitGraph=false",
+    "fetch.writeCommitGraph=false",
+    // A command that lists no refs: alternates are refused anyway.
+    "core.alternateRefsCommand=true",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "receive.autogc=false",
+    // Never write a pushed branch into a directory remote's checkout.
+    "receive.denyCurrentBranch=refuse",
+];
+
+/// Inherited `GIT_*` variables kept: how to reach and authenticate to a
+/// remote, the operator's own config files, identity and tracing. Every
+/// other one (`GIT_DIR`, `GIT_OBJECT_DIRECTORY`,
+/// `GIT_ALTERNATE_OBJECT_DIRECTORIES`, `GIT_GRAFT_FILE`, `GIT_SHALLOW_FILE`,
+/// `GIT_REPLACE_REF_BASE`, `GIT_CONFIG_PARAMETERS`, `GIT_TEMPLATE_DIR`, …)
+/// is removed: it could point git at another repository's data.
+const KEPT_ENV: &[&str] = &[
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH_VARIANT",
+    "GIT_ASKPASS",
+    "GIT_SSL_NO_VERIFY",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "GIT_SSL_CERT",
+    "GIT_SSL_KEY",
+    "GIT_HTTP_USER_AGENT",
+    "GIT_HTTP_LOW_SPEED_LIMIT",
+    "GIT_HTTP_LOW_SPEED_TIME",
+    "GIT_PROXY_COMMAND",
+    "GIT_ALLOW_PROTOCOL",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_EXEC_PATH",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+    "GIT_TRACE",
+    "GIT_TRACE_PACKET",
+    "GIT_TRACE_CURL",
+    "GIT_CURL_VERBOSE",
+];
+
+/// Whether an inherited variable reaches git: any but a `GIT_*` one not
+/// in [`KEPT_ENV`].
+fn kept_env(key: &str) -> bool {
+    !key.starts_with("GIT_") || KEPT_ENV.contains(&key)
+}
+
+/// The shell command git runs for `program` in a directory remote.
+fn remote_program(program: &str) -> String {
+    let mut cmd = String::from("git --no-replace-objects");
+    for setting in SAFE_CONFIG {
+        cmd.push_str(" -c ");
+        cmd.push_str(setting);
+    }
+    cmd.push(' ');
+    cmd.push_str(program);
+    cmd
+}
+
+/// The remote a command talks to: the argument after `--` of `fetch`,
+/// `push`, `ls-remote` and `clone`.
+fn remote_url<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let (sub, rest) = args.split_first()?;
+    if !matches!(*sub, "fetch" | "push" | "ls-remote" | "clone") {
+        return None;
+    }
+    let at = rest.iter().position(|a| *a == "--")?;
+    rest.get(at + 1).copied()
+}
+
+/// The directory a remote URL names when git reaches it on this host
+/// (`file://…` or a path; not `host:path`, which is ssh).
+fn local_remote(url: &str) -> Option<PathBuf> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Some(PathBuf::from(path));
+    }
+    if url.contains("://") {
+        return None;
+    }
+    match (url.find(':'), url.find('/')) {
+        (Some(colon), Some(slash)) if colon < slash => None,
+        (Some(_), None) => None,
+        _ => Some(PathBuf::from(url)),
+    }
+}
+
+/// Refuse a git command that would read beyond the repositories it names:
+/// `git_dir`, or a directory remote, holding a file of
+/// [`crate::paths::MemoryGitDir::foreign_history_files`] (git cannot be
+/// told to ignore them).
+pub fn check(git_dir: Option<&Path>, args: &[&str]) -> Result<(), GitCliError> {
+    let refuse = |e: crate::memfs::repo::RepoError| GitCliError {
+        command: args.first().copied().unwrap_or("").to_string(),
+        message: e.to_string(),
+    };
+    if let Some(dir) = git_dir {
+        crate::memfs::repo::refuse_planted(dir).map_err(refuse)?;
+    }
+    if let Some(path) = remote_url(args).and_then(local_remote) {
+        // Where git looks for the repository of a path, in its order.
+        let with = |suffix: &str| {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            PathBuf::from(p)
+        };
+        for candidate in [
+            path.join(".git"),
+            path.clone(),
+            with(".git/.git"),
+            with(".git"),
+        ] {
+            if candidate.is_dir() {
+                crate::memfs::repo::refuse_planted(&candidate).map_err(refuse)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`check`], then [`command`]: a git command ready to start.
+pub fn prepare(git_dir: Option<&Path>, args: &[&str]) -> Result<Command, GitCliError> {
+    check(git_dir, args)?;
+    Ok(command(git_dir, args))
 }
 
 /// Run `git` with a bounded wait ([`GIT_TIMEOUT`]) and collect its output.
@@ -118,7 +284,7 @@ pub fn run(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, GitCliError>
         command: name.clone(),
         message,
     };
-    let mut child = command(git_dir, args)
+    let mut child = prepare(git_dir, args)?
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -190,6 +356,130 @@ mod tests {
         let run = run(None, &["ls-remote", "--", &url]).unwrap();
         assert!(!run.ok);
         assert!(!marker.exists(), "the ext:: transport ran a command");
+    }
+
+    #[test]
+    fn no_variable_points_git_elsewhere() {
+        for gone in [
+            "GIT_DIR",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_GRAFT_FILE",
+            "GIT_SHALLOW_FILE",
+            "GIT_REPLACE_REF_BASE",
+            "GIT_CONFIG_PARAMETERS",
+            "GIT_CONFIG_COUNT",
+            "GIT_CONFIG_KEY_0",
+            "GIT_TEMPLATE_DIR",
+            "GIT_COMMON_DIR",
+            "GIT_INDEX_FILE",
+        ] {
+            assert!(!kept_env(gone), "{gone}");
+        }
+        for kept in ["PATH", "HOME", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL"] {
+            assert!(kept_env(kept), "{kept}");
+        }
+        let cmd = command(None, &["version"]);
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(
+            std::ffi::OsStr::new("GIT_NO_REPLACE_OBJECTS"),
+            Some(std::ffi::OsStr::new("1"))
+        )));
+    }
+
+    fn args_of(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn directory_remotes_run_hardened_programs() {
+        for (url, local) in [
+            ("/srv/remotes/a.git", true),
+            ("relative/a.git", true),
+            ("file:///srv/a.git", true),
+            ("ssh://host/a.git", false),
+            ("https://host/a.git", false),
+            ("host:a.git", false),
+            ("git@host:dir/a.git", false),
+        ] {
+            assert_eq!(local_remote(url).is_some(), local, "{url}");
+            let push = args_of(&command(None, &["push", "--porcelain", "--", url, "a:b"]));
+            let fetch = args_of(&command(None, &["fetch", "--", url, "a:b"]));
+            let hardened = |args: &[String], option: &str| {
+                args.iter().any(|a| {
+                    a.starts_with(option)
+                        && a.contains("core.hooksPath=/dev/null")
+                        && a.contains("receive.denyCurrentBranch=refuse")
+                        && a.contains("--no-replace-objects")
+                })
+            };
+            assert_eq!(hardened(&push, "--receive-pack="), local, "{url}: {push:?}");
+            assert_eq!(
+                hardened(&fetch, "--upload-pack="),
+                local,
+                "{url}: {fetch:?}"
+            );
+            // The URL is still the argument after `--`.
+            let at = push.iter().position(|a| a == "--").unwrap();
+            assert_eq!(push[at + 1], url);
+        }
+    }
+
+    /// A bare repository with one commit on `main`; its id.
+    fn bare_with_commit(dir: &Path, text: &str) -> git2::Oid {
+        let repo = git2::Repository::init_bare(dir).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        tb.insert("a.md", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, text, &tree, &[])
+            .unwrap()
+    }
+
+    #[test]
+    fn replace_refs_are_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r.git");
+        let own = bare_with_commit(&dir, "own");
+        let repo = git2::Repository::open_bare(&dir).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_commit(own).unwrap().tree().unwrap();
+        let other = repo.commit(None, &sig, &sig, "other", &tree, &[]).unwrap();
+        repo.reference(&format!("refs/replace/{own}"), other, false, "")
+            .unwrap();
+        let shown = run(Some(&dir), &["log", "-1", "--format=%s", "main"])
+            .unwrap()
+            .checked("log")
+            .unwrap();
+        assert_eq!(shown.stdout.trim(), "own");
+    }
+
+    #[test]
+    fn planted_files_refuse_the_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = tmp.path().join("local.git");
+        let remote = tmp.path().join("remote.git");
+        bare_with_commit(&local, "local");
+        bare_with_commit(&remote, "remote");
+        let url = remote.to_str().unwrap();
+        let fetch = ["fetch", "--", url, "refs/heads/main:refs/remotes/r/main"];
+        assert!(run(Some(&local), &fetch).unwrap().ok);
+        for (dir, rel) in [
+            (&local, "objects/info/alternates"),
+            (&remote, "objects/info/alternates"),
+            (&local, "shallow"),
+            (&remote, "info/grafts"),
+        ] {
+            let planted = dir.join(rel);
+            std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+            std::fs::write(&planted, "\n").unwrap();
+            let e = run(Some(&local), &fetch).unwrap_err();
+            assert!(e.message.contains(rel), "{rel}: {e}");
+            std::fs::remove_file(&planted).unwrap();
+        }
     }
 
     #[test]

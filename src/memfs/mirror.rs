@@ -111,7 +111,7 @@ fn push_once(git_dir: &Path) {
         tracing::warn!("cannot open {}", log_path.display());
         return;
     };
-    let short = git2::Repository::open_bare(git_dir)
+    let short = crate::memfs::repo::open_bare(git_dir)
         .ok()
         .and_then(|r| r.refname_to_id("refs/heads/main").ok())
         .map(|id| id.to_string()[..7].to_string())
@@ -123,7 +123,7 @@ fn push_once(git_dir: &Path) {
     let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
         return;
     };
-    let cmd = crate::memfs::gitcli::command(
+    let prepared = crate::memfs::gitcli::prepare(
         Some(git_dir),
         &[
             "push",
@@ -133,6 +133,13 @@ fn push_once(git_dir: &Path) {
             "refs/heads/main:refs/heads/main",
         ],
     );
+    let cmd = match prepared {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            let _ = writeln!(log, "{e}\nexit=1");
+            return;
+        }
+    };
     // `sh -c '"$@"; echo exit=$?' sh git …`: the arguments stay arguments.
     let program = cmd.get_program().to_owned();
     let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();

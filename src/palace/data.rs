@@ -497,12 +497,8 @@ impl Site {
 
 /// `memory.git`, opened bare: objects and refs only.
 fn open(paths: &AgentPaths) -> Result<Repository, PalaceError> {
-    Repository::open_bare(paths.memory_git_dir()).map_err(|e| {
-        PalaceError::Internal(format!(
-            "cannot open the memory repository: {}",
-            e.message()
-        ))
-    })
+    crate::memfs::repo::open_bare(&paths.memory_git_dir())
+        .map_err(|e| PalaceError::Internal(format!("cannot open the memory repository: {e}")))
 }
 
 fn head(repo: &Repository) -> Option<Oid> {

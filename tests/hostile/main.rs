@@ -7,5 +7,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod import;
+mod live_repo;
+mod planted;
 mod sync;
 mod terminal;

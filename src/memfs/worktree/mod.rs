@@ -324,7 +324,7 @@ pub fn open(agent: &AgentPaths, name: &str) -> Result<(MemoryWorktree, Repositor
         let base = base_of(&main, agent, name, &probe.branch_ref());
         MemoryWorktree { base, ..probe }
     };
-    let repo = Repository::open_bare(&admin).map_err(git("open the worktree's git directory"))?;
+    let repo = super::repo::open_bare(&admin)?;
     // The common directory comes from the admin dir's `commondir` file
     // (supervisor-owned); make sure it is this agent's repository.
     let common = std::fs::canonicalize(repo.commondir()).map_err(io(repo.commondir()))?;

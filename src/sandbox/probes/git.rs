@@ -186,3 +186,59 @@ pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
         Verdict::escaped(got.join("; "))
     }
 }
+
+/// Row 67: plant, in the own `memory.git`, what would make root read
+/// beyond the repository: `objects/info/alternates` (another agent's
+/// objects), `info/grafts` and `shallow` (rewritten history), a replace
+/// ref, an object. Escaped if anything is created or opened for writing
+/// (removed at once, nothing written). A missing directory on the way is
+/// attacked instead (created and removed).
+pub fn object_store_plant(ctx: &ProbeContext) -> Verdict {
+    let git = &ctx.own_memory_git_dir;
+    let targets = [
+        ("objects/info", "alternates".to_string()),
+        ("info", "grafts".to_string()),
+        ("", "shallow".to_string()),
+        ("refs/replace", unique("replace")),
+        ("objects", unique("object")),
+    ];
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    for (dir, name) in targets {
+        match plant_in(git, dir, &name) {
+            Ok(done) => got.push(done),
+            Err(e) => refused.push(e),
+        }
+    }
+    if got.is_empty() {
+        Verdict::blocked(join(&refused))
+    } else {
+        Verdict::escaped(join(&got))
+    }
+}
+
+/// Create `name` in `git/dir` (or open it for appending when it exists);
+/// when a directory of `dir` is missing, create that directory instead.
+/// What was done (and undone) on success.
+fn plant_in(git: &Path, dir: &str, name: &str) -> Result<String, String> {
+    let mut at = git.to_path_buf();
+    for part in dir.split('/').filter(|p| !p.is_empty()) {
+        at.push(part);
+        if !at.is_dir() {
+            return match std::fs::create_dir(&at) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir(&at);
+                    Ok(format!("created {} (removed)", at.display()))
+                }
+                Err(e) => Err(format!("mkdir {}: {}", at.display(), io_name(&e))),
+            };
+        }
+    }
+    let file = at.join(name);
+    if file.exists() {
+        open_append(&file)
+            .map(|()| format!("opened {} for writing (nothing written)", file.display()))
+    } else {
+        create_then_remove(&file).map(|()| format!("created {} (removed)", file.display()))
+    }
+}

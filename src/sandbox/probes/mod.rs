@@ -269,6 +269,7 @@ static CATALOGUE: &[Attack] = &[
     attack("64-channel-model-choice", 64, "Child names its model (scripted path, other provider)", channel::model_choice),
     attack("65-channel-descriptors", 65, "Child passes descriptors to the supervisor", channel::pass_descriptors),
     attack("66-sub-agent-writes-checkout", 66, "Sub-agent writes the agent's main checkout", git::main_checkout_write),
+    attack("67-git-object-store-plant", 67, "Alternates / grafts / shallow / replace ref planted in the own memory.git", git::object_store_plant),
 ];
 
 /// Every attack, in §d order, then the seccomp regression rows.
