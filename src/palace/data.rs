@@ -572,6 +572,9 @@ fn conversations(paths: &AgentPaths) -> Vec<ConvSummary> {
             let c = crate::agent::conversation::summary(paths, &id)
                 .ok()
                 .flatten()?;
+            for w in c.report.warnings() {
+                tracing::warn!("palace: conversation {id}: {w}");
+            }
             Some(ConvSummary {
                 messages: c.messages,
                 last_ts: c.last_ts,

@@ -209,6 +209,7 @@ fn plant_big_line(home: &Path, agent: &str) -> PathBuf {
 /// Run the CLI under `home` with `args`; (stdout, stderr, success, peak
 /// resident memory in KiB), the peak from `wait4`'s rusage of this child
 /// alone (other tests' children run at the same time).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std cannot see
 fn run_measured(home: &Path, args: &[&str]) -> (String, String, bool, u64) {
     let mut child = Command::new(bin())
         .args(args)
@@ -332,6 +333,60 @@ fn palace_pages_over_a_200mb_line_stay_small() {
     assert!(
         rss < RSS_LIMIT_KIB,
         "palace peaked at {} MiB over a 200 MB line (limit 64 MiB)",
+        rss / 1024
+    );
+}
+
+#[test]
+fn attach_following_a_log_with_a_200mb_line_reads_only_what_is_appended() {
+    let home = open_home();
+    let id = create_agent(home.path(), &["owl"]);
+    let log = plant_big_line(home.path(), &id);
+    // No supervisor: attach follows the log itself.
+    let mut attach = Command::new(bin())
+        .args(["attach", "--json", "--last", "1"])
+        .env("MINI_LETTA_HOME", home.path())
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = attach.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = attach.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_id = || {
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    assert_eq!(next_id(), "msg-000003");
+    // Several polls over the whole log, then a message appended.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut m = StoredMessage::new(
+        "msg-000004".into(),
+        Role::User,
+        vec![Part::Text {
+            text: "appended".into(),
+        }],
+    );
+    m.ts = "2026-01-04T00:00:00Z".into();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    writeln!(f, "{}", serde_json::to_string(&m).unwrap()).unwrap();
+    assert_eq!(next_id(), "msg-000004");
+    let rss = peak_kib(pid);
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert!(
+        rss < RSS_LIMIT_KIB,
+        "attach (following) peaked at {} MiB over a 200 MB line (limit 64 MiB)",
         rss / 1024
     );
 }
