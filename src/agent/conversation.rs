@@ -594,6 +594,32 @@ fn parse_message(bytes: &[u8]) -> Result<StoredMessage, serde_json::Error> {
     }
 }
 
+/// Longest parser message kept for a skipped line (it can quote the line).
+const MAX_REASON_CHARS: usize = 200;
+
+/// What the parser said about a line, short and printable: it may quote
+/// what the agent wrote (an unknown role, say), so it is cut, and any
+/// character a terminal would act on is shown as its code point.
+fn parse_failure(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let mut out = String::new();
+    let mut shown = 0;
+    for c in text.chars() {
+        let piece = if crate::names::is_unsafe(c) {
+            format!("<U+{:04X}>", u32::from(c))
+        } else {
+            c.to_string()
+        };
+        shown += piece.chars().count();
+        if shown > MAX_REASON_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
 fn buffered<R: Read>(reader: R) -> BufReader<R> {
     BufReader::with_capacity(LOG_READ_BUFFER, reader)
 }
@@ -655,7 +681,7 @@ fn scan<R: BufRead>(
                         pending = Some(SkippedLine {
                             line: at.line + 1,
                             bytes: bytes.len() as u64,
-                            why: SkipReason::NotAMessage(e.to_string()),
+                            why: SkipReason::NotAMessage(parse_failure(&e)),
                         })
                     }
                 }
@@ -797,7 +823,7 @@ fn count_context_ids(dir: &Dir, path: PathBuf) -> Result<Option<usize>, Conversa
         .map(|c| Some(c.in_context_message_ids.0))
         .map_err(|e| ConversationError::Corrupt {
             path,
-            message: e.to_string(),
+            message: parse_failure(&e),
         })
 }
 
@@ -1025,6 +1051,30 @@ mod tests {
         assert_eq!(s.report.skipped_count, 42);
         assert!(!s.report.torn_tail);
         assert!(s.report.warnings().last().unwrap().starts_with("26 more"));
+    }
+
+    #[test]
+    fn what_the_parser_says_of_a_bad_line_is_short_and_printable() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Home::at(dir.path()).agent("agent-x").unwrap();
+        open_dir(&agent, "c", true).unwrap();
+        // An unknown role, quoted by the parser as it is: escape sequences
+        // and a megabyte of it.
+        let role = format!("\u{1b}]52;c;x\u{7}\u{202e}{}", "r".repeat(1 << 20));
+        let line = serde_json::json!({"id": "m", "role": role, "parts": [], "ts": "t"});
+        append_raw(&agent, "c", format!("{line}\n").as_bytes());
+        append_raw(&agent, "c", &line_of("msg-000001", "one", "t1"));
+        let s = summary(&agent, "c").unwrap().unwrap();
+        let SkipReason::NotAMessage(why) = &s.report.skipped[0].why else {
+            panic!("{:?}", s.report.skipped);
+        };
+        assert!(
+            why.chars().count() <= MAX_REASON_CHARS + 1,
+            "{} chars",
+            why.len()
+        );
+        assert!(crate::names::first_unsafe(why).is_none(), "{why:?}");
+        assert!(why.contains("<U+001B>"), "{why:?}");
     }
 
     #[test]
