@@ -23,6 +23,7 @@ use serde_json::json;
 use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
+use crate::agent::conversation;
 use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
@@ -638,8 +639,6 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     // Following is reading: a conversation is never created by it.
     super::prompt::require_conversation(&agent, &record, &args.conversation)?;
-    let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
-    let mut seen = conv.messages().len();
     let show = |m: &crate::agent::conversation::StoredMessage| {
         if args.json {
             println!("{}", json!(m));
@@ -647,9 +646,11 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
             println!("{}", render::message(m));
         }
     };
-    for m in conv.messages().iter().skip(seen.saturating_sub(args.last)) {
-        show(m);
-    }
+    // Streamed: one message held at a time, whatever the agent wrote.
+    let report = conversation::last_messages(&agent, &args.conversation, args.last, |m| show(&m))?
+        .unwrap_or_default();
+    warn_skipped(&args.conversation, &report);
+    let mut end = report.end;
     if args.no_follow {
         return Ok(ExitCode::SUCCESS);
     }
@@ -690,12 +691,21 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     }
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
-        for m in conv.messages().iter().skip(seen) {
-            show(m);
+        // Only the lines appended since the last look are read.
+        if let Some(report) =
+            conversation::read_messages(&agent, &args.conversation, end, |m, _| show(&m))?
+        {
+            warn_skipped(&args.conversation, &report);
+            end = report.end;
         }
-        seen = conv.messages().len();
         let _ = std::io::stdout().flush();
+    }
+}
+
+/// Say once which lines of conversation `id`'s log a read skipped.
+fn warn_skipped(id: &str, report: &conversation::LogReport) {
+    for w in report.warnings() {
+        super::style::eprint_warning(&format!("conversation {id}: {w}"));
     }
 }
 
@@ -718,25 +728,28 @@ pub fn conversations(cli: &Cli, args: &ConversationsArgs) -> anyhow::Result<Exit
     let home = cli.home()?;
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     let mut rows = Vec::new();
-    let dir = agent.conversations_dir();
-    let mut names: Vec<String> = match std::fs::read_dir(&dir) {
-        Ok(r) => r
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(anyhow::anyhow!("{}: {e}", dir.display())),
-    };
-    names.sort();
-    for name in names {
-        let Ok(conv) = crate::agent::conversation::Conversation::open(&agent, &name) else {
-            continue;
+    for name in conversation::list_ids(&agent)? {
+        // Counted while streamed: no conversation is held whole.
+        let counted = match conversation::summary(&agent, &name) {
+            Ok(Some(c)) => {
+                conversation::in_context_count(&agent, &name, c.messages).map(|n| (n, c))
+            }
+            Ok(None) => continue,
+            Err(e) => Err(e),
         };
+        let (in_context, conv) = match counted {
+            Ok(c) => c,
+            Err(e) => {
+                super::style::eprint_warning(&format!("conversation {name}: {e}"));
+                continue;
+            }
+        };
+        warn_skipped(&name, &conv.report);
         rows.push(json!({
             "id": name,
-            "messages": conv.messages().len(),
-            "in_context": conv.context_ids()?.len(),
-            "last_message_at": conv.messages().last().map(|m| m.ts.clone()),
+            "messages": conv.messages,
+            "in_context": in_context,
+            "last_message_at": conv.last_ts,
         }));
     }
     if args.json {

@@ -58,6 +58,24 @@ Examples:
     },
 }
 
+/// How long `palace serve` waits at exit for pages still rendering on the
+/// blocking threads, after its connections are gone.
+const RENDER_WAIT_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// SIGTERM or SIGINT (Ctrl-C), whichever comes first; both handlers are
+/// installed now, not when the future is first polled.
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
 pub fn run(cli: &Cli, cmd: &PalaceCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let only = |agent: &Option<String>| -> anyhow::Result<Option<String>> {
@@ -83,15 +101,23 @@ readable by anyone who can reach this address, without a login"
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(crate::palace::serve::serve(site, addr, |bound| {
-                let shown = if bound.ip().is_unspecified() {
-                    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), bound.port())
-                } else {
-                    bound
-                };
-                println!("Palace: http://{shown}/ (read-only; Ctrl-C stops it)");
-            }))
-            .map_err(|e| anyhow::anyhow!("cannot serve on {addr}: {e}"))?;
+            let served = rt.block_on(async {
+                // Caught from before the address is printed: a SIGTERM
+                // any time after is a clean stop, never a kill.
+                let stop = stop_signal()?;
+                crate::palace::serve::serve(site, addr, stop, |bound| {
+                    let shown = if bound.ip().is_unspecified() {
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), bound.port())
+                    } else {
+                        bound
+                    };
+                    println!("Palace: http://{shown}/ (read-only; Ctrl-C stops it)");
+                })
+                .await
+            });
+            // A page still rendering (git reads) is not waited for long.
+            rt.shutdown_timeout(RENDER_WAIT_AT_EXIT);
+            served.map_err(|e| anyhow::anyhow!("cannot serve on {addr}: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         PalaceCommand::Export { dir, agent, json } => {

@@ -564,12 +564,16 @@ fn conversations(paths: &AgentPaths) -> Vec<ConvSummary> {
     let ids = crate::agent::conversation::list_ids(paths).unwrap_or_default();
     ids.into_iter()
         .filter_map(|id| {
-            let c = crate::agent::conversation::Conversation::open_existing(paths, &id)
+            // Counted while streamed: no conversation is held whole.
+            let c = crate::agent::conversation::summary(paths, &id)
                 .ok()
                 .flatten()?;
+            for w in c.report.warnings() {
+                tracing::warn!("palace: conversation {id}: {w}");
+            }
             Some(ConvSummary {
-                messages: c.messages().len(),
-                last_ts: c.messages().last().map(|m| m.ts.clone()),
+                messages: c.messages,
+                last_ts: c.last_ts,
                 id,
             })
         })

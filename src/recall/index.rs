@@ -76,8 +76,9 @@ pub const MAX_LOG_BYTES: u64 = crate::agent::conversation::MAX_LOG_BYTES;
 /// Most conversations an agent's index follows.
 const MAX_CONVERSATIONS: usize = 100_000;
 /// Bytes of a conversation log read at once while catching up; a line
-/// that does not fit in one is skipped.
-const CHUNK: u64 = 16 << 20;
+/// that does not fit in one (with its newline) is skipped: the lines the
+/// conversation readers skip too.
+const CHUNK: u64 = crate::agent::conversation::lines::MAX_LINE_BYTES as u64 + 1;
 /// How long opening waits for another holder of the index.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const PERM: u32 = 0o644;
@@ -784,7 +785,10 @@ impl Index {
                 if found.is_none() {
                     break;
                 }
-                tracing::warn!("recall index: {id}: a line over {CHUNK} bytes skipped");
+                tracing::warn!(
+                    "recall index: {id}: a line over {} bytes skipped",
+                    CHUNK - 1
+                );
                 let batch = Batch {
                     conv: id.to_string(),
                     covered: skip,

@@ -9,6 +9,7 @@
 mod common;
 mod import;
 mod live_repo;
+mod palace_readers;
 mod planted;
 mod sync;
 mod terminal;
