@@ -1002,3 +1002,172 @@ fn a_worker_blocked_by_uncommitted_checkout_edits_runs_again_once_they_are_gone(
     assert_main_valid(&h, &id);
     drop(d);
 }
+
+// ---- Sub-agent outcomes (issue 37): what merged and whether the task
+// finished are two things; an instruction is done only when both say so.
+
+/// The main agent's delegation of `instruction`, as a scripted step.
+fn delegate_step(instruction: &str) -> Value {
+    json!({"tool_calls": [{"name": "memory", "arguments": {
+        "command": "delegate", "reason": "the user asked", "instruction": instruction}}]})
+}
+
+/// A worker's step creating `file` with `text`, as a scripted step.
+fn create_step(file: &str, text: &str) -> Value {
+    json!({"tool_calls": [{"name": "memory", "arguments": {
+        "command": "create", "reason": "asked to record it", "file_path": file,
+        "description": format!("What {file} records"), "file_text": text}}]})
+}
+
+/// A running supervisor whose agent `owl` answers from `turns` (one model
+/// request each, in order, whoever asks: the main agent or its workers).
+fn scripted(turns: Vec<Value>) -> (Daemon, String, PathBuf, PathBuf) {
+    let script_dir = open_home();
+    let script = script_dir.path().join("script.json");
+    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
+    let d = Daemon::start_with_env(
+        &["owl"],
+        &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
+    );
+    std::mem::forget(script_dir);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    ok(&h, &["agent", "set-model", "owl", "mock/scripted"]);
+    (d, id, h, script)
+}
+
+/// Entries of `script` taken so far.
+fn script_cursor(script: &Path) -> usize {
+    std::fs::read_to_string(format!("{}.cursor", script.display()))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One turn of `owl` that only delegates (`--max-steps 1`: the worker
+/// takes the next scripted steps, not the main agent).
+fn delegate_now(h: &Path, script: &Path) {
+    let o = run_env(
+        h,
+        &["chat", "-a", "owl", "--max-steps", "1", "--json", "-p", "record it"],
+        &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("chat: {e}: {}{}", stdout(&o), stderr(&o)));
+    let started = v["events"].as_array().into_iter().flatten().any(|e| {
+        e["type"] == "tool_result"
+            && e["text"].as_str().is_some_and(|t| t.starts_with("Memory worker"))
+    });
+    assert!(started, "the delegation was not acknowledged: {v}");
+}
+
+fn last_worker(h: &Path, id: &str) -> Option<Value> {
+    std::fs::read(agent_dir(h, id).join("reflections/last-worker.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn in_main(h: &Path, id: &str, file: &str) -> bool {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(agent_dir(h, id).join("memory.git"))
+        .args(["cat-file", "-e", &format!("main:{file}")])
+        .status()
+        .unwrap()
+        .success()
+}
+
+const TWO_FACTS: &str = "Record two facts: coffee (coffee.md) and dog Rex (dog.md)";
+
+#[test]
+fn a_worker_whose_model_fails_after_a_partial_commit_is_retried_until_it_finishes() {
+    if !confinement_or_skip("partially failed memory worker") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"error": {"kind": "fatal", "message": "the model failed"}}),
+        create_step("dog.md", "The user's dog is Rex.\n"),
+        json!({"text": "Recorded dog.md; coffee.md was there already."}),
+    ]);
+    delegate_now(&h, &script);
+    assert!(
+        wait_until(60, || in_main(&h, &id, "dog.md")),
+        "the second fact never reached main: {:?}",
+        last_worker(&h, &id)
+    );
+    assert!(in_main(&h, &id, "coffee.md"));
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    assert!(wait_until(10, || !queue.exists()), "the instruction stayed queued");
+    let w = last_worker(&h, &id).unwrap();
+    // The run that finished: merged and finished, its second attempt.
+    assert_eq!(w["status"], "merged", "{w:#}");
+    assert_eq!(w["merge"]["status"], "merged", "{w:#}");
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    assert_eq!(w["done"], json!(true), "{w:#}");
+    assert_eq!(w["attempt"], 2, "{w:#}");
+    // The first: what it merged kept apart from how it ended.
+    let first = &w["attempts"][0];
+    assert_eq!(first["attempt"], 1, "{w:#}");
+    assert_eq!(first["merge"]["status"], "merged", "{w:#}");
+    assert_eq!(first["task"]["status"], "failed", "{w:#}");
+    assert_eq!(first["task"]["exit"]["code"], 1, "{w:#}");
+    assert!(
+        first["task"]["report"]
+            .as_str()
+            .is_some_and(|r| r.contains("the model failed")),
+        "{w:#}"
+    );
+    assert_eq!(w["attempts"].as_array().unwrap().len(), 2, "{w:#}");
+    assert_main_valid(&h, &id);
+    drop(d);
+}
+
+#[test]
+fn a_worker_killed_mid_instruction_keeps_what_it_merged_and_is_retried() {
+    if !confinement_or_skip("memory worker killed mid-instruction") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"delay_ms": 20_000, "text": "too late"}),
+        create_step("dog.md", "The user's dog is Rex.\n"),
+        json!({"text": "Recorded dog.md; coffee.md was there already."}),
+    ]);
+    delegate_now(&h, &script);
+    // The worker has committed coffee.md and waits on its model.
+    assert!(wait_until(30, || script_cursor(&script) >= 3), "the worker never got that far");
+    let mut pid = None;
+    assert!(wait_until(10, || {
+        let ps = json_of(&h, &["ps", "--json"]);
+        pid = ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["role"] == "memory-worker" && c["state"] == "running")
+            .and_then(|c| c["pid"].as_u64());
+        pid.is_some()
+    }));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid.unwrap() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_until(60, || in_main(&h, &id, "dog.md")),
+        "the killed instruction was not retried: {:?}",
+        last_worker(&h, &id)
+    );
+    assert!(in_main(&h, &id, "coffee.md"));
+    let w = last_worker(&h, &id).unwrap();
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    let first = &w["attempts"][0];
+    assert_eq!(first["task"]["status"], "killed", "{w:#}");
+    assert_eq!(first["task"]["exit"]["state"], "killed", "{w:#}");
+    assert_eq!(first["merge"]["status"], "merged", "{w:#}");
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    assert!(wait_until(10, || !queue.exists()), "the instruction stayed queued");
+    assert_main_valid(&h, &id);
+    drop(d);
+}
