@@ -1171,3 +1171,46 @@ fn a_worker_killed_mid_instruction_keeps_what_it_merged_and_is_retried() {
     assert_main_valid(&h, &id);
     drop(d);
 }
+
+#[test]
+fn a_workers_memory_status_is_its_own_worktree_not_the_main_checkout() {
+    if !confinement_or_skip("memory.status of a worker") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"delay_ms": 4_000, "text": "Recorded coffee.md."}),
+        json!({"text": "Nothing left to record."}),
+    ]);
+    delegate_now(&h, &script);
+    // While the worker waits on its model, files appear in its worktree
+    // that nobody committed (a tool of the main agent can write there).
+    assert!(wait_until(30, || script_cursor(&script) >= 3), "the worker never got that far");
+    let entries = worktree_entries(&h, &id);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let worktree = agent_dir(&h, &id).join("memory-worktrees").join(&entries[0]);
+    for i in 0..12 {
+        std::fs::write(worktree.join(format!("stray-{i}.md")), "not committed\n").unwrap();
+    }
+    // Its status names them: the run did not finish its job, and says so.
+    assert!(
+        wait_until(60, || last_worker(&h, &id).is_some_and(|w| w["done"] == json!(true))),
+        "{:?}",
+        last_worker(&h, &id)
+    );
+    let w = last_worker(&h, &id).unwrap();
+    let first = &w["attempts"][0];
+    assert_eq!(first["task"]["status"], "failed", "{w:#}");
+    let report = first["task"]["report"].as_str().unwrap_or("");
+    assert!(
+        report.contains("12 uncommitted file(s)") && report.contains("stray-0.md"),
+        "{w:#}"
+    );
+    // What it committed was merged all the same; the stray files were not.
+    assert!(in_main(&h, &id, "coffee.md"));
+    assert!(!in_main(&h, &id, "stray-0.md"));
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    assert_eq!(w["merge"]["status"], "no_changes", "{w:#}");
+    drop(d);
+}
