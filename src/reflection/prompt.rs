@@ -356,17 +356,60 @@ pub fn build_with(
 /// What a memory worker (spec §6) is told: its assignment, verbatim, and
 /// the memory as it is in its worktree. It is not a fork of the primary
 /// agent's conversation: the assignment must say everything it needs.
-pub fn worker(worktree: &Path, instruction: &str) -> Result<ReflectionPrompt, ReflectionError> {
+///
+/// A run after `earlier` ones that ended without finishing is told so, and
+/// what they merged: that is in the memory already, not to be done twice.
+pub fn worker(
+    worktree: &Path,
+    instruction: &str,
+    earlier: &[super::outcome::Attempt],
+) -> Result<ReflectionPrompt, ReflectionError> {
     let mut user = String::new();
     user.push_str(&format!("MEMORY_DIR={}\n\n", worktree.display()));
     user.push_str("<memory_request>\n");
     user.push_str(&instruction.replace("</memory_request>", "</ memory_request>"));
-    user.push_str("\n</memory_request>\n\nThe memory as it is now (your worktree):\n");
+    user.push_str("\n</memory_request>\n\n");
+    user.push_str(&earlier_attempts(earlier));
+    user.push_str("The memory as it is now (your worktree):\n");
     user.push_str(&parent_memory_snapshot(worktree)?);
     Ok(ReflectionPrompt {
         system: WORKER_PROMPT.to_string(),
         user,
     })
+}
+
+/// Longest line of an earlier attempt's report shown to a worker.
+const EARLIER_REPORT_CHARS: usize = 300;
+
+/// What a worker is told of the earlier runs of its instruction (empty
+/// for a first run). Their reports are the model's own words: one line
+/// each, cut short, with no tag a block of the prompt could be closed by.
+fn earlier_attempts(earlier: &[super::outcome::Attempt]) -> String {
+    if earlier.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "This request was started before: {} earlier attempt(s) ended before finishing it. \
+The memory below already holds everything they merged; do not redo it, do what is \
+still missing.\n",
+        earlier.len()
+    );
+    for a in earlier {
+        let merged = match &a.merge {
+            Some(m) if m.landed() => format!("merged {}", m.changed_paths.join(", ")),
+            Some(m) => format!("merge {}", m.status),
+            None => "nothing ran".to_string(),
+        };
+        let report = a.task.report.as_deref().unwrap_or("").replace(['\n', '\r'], " ");
+        let report = super::truncate_chars(report.trim(), EARLIER_REPORT_CHARS).replace('<', "‹");
+        out.push_str(&format!(
+            "* attempt {}: task {}; {merged}; {report}\n",
+            a.attempt,
+            a.task.status.as_str()
+        ));
+    }
+    out.push('\n');
+    out
 }
 
 /// The user message of the agent's integration turn in the explicit merge

@@ -27,6 +27,7 @@ use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
 use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
+use crate::reflection::outcome::{self, Attempt, MergePart, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
 
@@ -444,6 +445,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
         .and_then(|mut t| t.remove(&child))
         .and_then(|e| e.report);
     let completed = matches!(end, ChildEnd::Exited { code: 0 });
+    let task = TaskPart::ended(&end, state.is_stopping(), report.clone());
     // Explicit mode: the agent reviews and merges in a turn of its own;
     // what counts afterwards is git's ancestry, not what the turn says.
     let integration = if completed && p.mode == settings::MergeMode::Explicit {
@@ -461,7 +463,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
             p,
             child,
             should_merge,
-            end,
+            (end, task),
             report,
             integration,
         ))
@@ -491,7 +493,7 @@ fn finish_reflection(
     p: Prepared,
     child: u64,
     should_merge: bool,
-    end: ChildEnd,
+    (end, task): (ChildEnd, TaskPart),
     report: Option<String>,
     integration: Option<Integrated>,
 ) -> Value {
@@ -572,6 +574,8 @@ fn finish_reflection(
             json!(crate::reflection::format_time(now())),
         );
     }
+    let merge = MergePart::from_finalized(&value);
+    outcome::annotate(&mut value, &merge, &task);
     // Released before the result is published: whoever sees the result
     // may launch the next reflection at once.
     let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
@@ -761,7 +765,10 @@ pub async fn worker_start(
     instruction: String,
 ) -> Outcome {
     let super::state::Peer::Child {
-        agent, isolation, ..
+        agent,
+        isolation,
+        conversation,
+        ..
     } = peer
     else {
         return error(
@@ -786,12 +793,19 @@ pub async fn worker_start(
     }
     // Kept on disk before it is acknowledged: a supervisor that stops or
     // crashes leaves it to the next one, never drops it.
-    let (home, id, iso) = (state.home.clone(), agent.clone(), isolation.clone());
+    // The conversation is the one the child was started for (the child
+    // table's), told if the instruction ends up failing.
+    let (home, id, iso, conv) = (
+        state.home.clone(),
+        agent.clone(),
+        isolation.clone(),
+        conversation.clone(),
+    );
     let kept = blocking(move || {
         let paths = home
             .agent(&id)
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        queue::push(&paths, &instruction, iso.as_deref(), now())
+        queue::push_for(&paths, &instruction, iso.as_deref(), conv.as_deref(), now())
             .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))
     })
     .await;
@@ -836,7 +850,8 @@ pub fn resume_workers(state: &Arc<State>) {
         {
             continue;
         }
-        let items = match queue::list(&agent) {
+        // Those marked failed wait for the agent to delegate them again.
+        let items = match queue::pending(&agent) {
             Ok(items) => items,
             Err(e) => {
                 tracing::warn!(agent = %id, "cannot read the memory workers left to run: {e}");
@@ -888,11 +903,17 @@ async fn run_worker_chain(
     if first["launched"] != json!(true) {
         // A stopping supervisor keeps it for the next one; an acknowledged
         // instruction whose launch failed (a full or read-only disk, say)
-        // is tried again a few times, later.
+        // is tried again, later.
         if !state.is_stopping() {
             tracing::warn!(agent = %agent_id, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %first, "a memory worker could not start");
             if acknowledged {
-                retry_later(&state, &agent_id, &item).await;
+                let why = first["message"]
+                    .as_str()
+                    .unwrap_or("the worker could not start");
+                let task = TaskPart::not_started(why);
+                let attempt = Attempt::new(item.next_run(), finished_at(), None, task);
+                let settled = settle_off_thread(&state, &agent_id, &item, attempt).await;
+                follow_up(&state, &agent_id, &item, Next::Retry, &settled).await;
             } else {
                 forget_instruction(&state, &agent_id, &item.id).await;
             }
@@ -900,6 +921,29 @@ async fn run_worker_chain(
         next_worker(state, agent_id);
     }
     first
+}
+
+fn finished_at() -> String {
+    crate::reflection::format_time(now())
+}
+
+/// [`outcome::settle`] of a run that did not start (on a blocking thread).
+async fn settle_off_thread(
+    state: &Arc<State>,
+    agent_id: &str,
+    item: &QueuedWorker,
+    attempt: Attempt,
+) -> outcome::Settled {
+    let (home, id, it) = (state.home.clone(), agent_id.to_string(), item.clone());
+    let settled = off_thread(move || {
+        let paths = home.agent(&id).map_err(failed)?;
+        Ok(outcome::settle(&paths, &it, attempt, Next::Retry))
+    })
+    .await;
+    settled.unwrap_or_else(|v| outcome::Settled::Unrecorded {
+        attempts: item.attempts.saturating_add(1),
+        error: v.to_string(),
+    })
 }
 
 /// The start of an instruction, for a log line (a repair's carries a patch).
@@ -924,26 +968,40 @@ fn retry_delay(n: u32) -> std::time::Duration {
         .min(WORKER_RETRY_MAX_DELAY)
 }
 
-/// A run of `item` ended without applying it: queue it again after a pause
-/// that grows with its failures. An acknowledged instruction is never
-/// dropped (its turn told the user it would be done): past
-/// [`queue::FAILING_AFTER`] failures it is logged and reported as failing,
-/// and still tried. A failure that cannot be counted in the durable queue
-/// (the disk is full) is counted here and the run retried all the same.
-async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
-    let (home, id, item_id) = (state.home.clone(), agent_id.to_string(), item.id.clone());
-    let counted = off_thread(move || {
-        let paths = home.agent(&id).map_err(failed)?;
-        queue::note_attempt(&paths, &item_id).map_err(failed)
-    })
-    .await;
-    let n = match counted {
-        Ok(Some(n)) => n,
-        // Forgotten meanwhile (applied by a run that overlapped): done.
-        Ok(None) => return,
-        Err(v) => {
-            tracing::warn!(agent = %agent_id, item = %item.id, result = %v, "cannot count a failed memory worker run; it is tried again");
-            item.attempts.saturating_add(1)
+/// After a run of `item` that did not finish it (`next` is
+/// [`Next::Retry`]), settled as `settled`: run it again after a pause that
+/// grows with its failures — or, once it has failed
+/// [`queue::MAX_ATTEMPTS`] times, leave it kept, marked failed, for the
+/// agent (reminded by the settling) to delegate again. An acknowledged
+/// instruction is never dropped: one whose failure cannot be recorded (the
+/// disk is full) is counted here and run again all the same, and past the
+/// limit left, still pending on disk, for the next supervisor.
+async fn follow_up(
+    state: &Arc<State>,
+    agent_id: &str,
+    item: &QueuedWorker,
+    next: Next,
+    settled: &outcome::Settled,
+) {
+    if next != Next::Retry {
+        return;
+    }
+    let (again, n) = match settled {
+        outcome::Settled::Gone => return,
+        outcome::Settled::Kept(k) if k.is_failed() => {
+            tracing::error!(agent = %agent_id, item = %k.id, attempts = k.attempts, instruction = %log_excerpt(&k.instruction), "a memory worker failed too often: its instruction is kept, marked failed, and the agent is reminded");
+            return;
+        }
+        outcome::Settled::Kept(k) => (k.clone(), k.attempts),
+        outcome::Settled::Unrecorded { attempts, error } => {
+            tracing::warn!(agent = %agent_id, item = %item.id, "cannot record a failed memory worker run ({error}); it is tried again");
+            if *attempts >= queue::MAX_ATTEMPTS {
+                tracing::error!(agent = %agent_id, item = %item.id, "a memory worker failed too often and its queue cannot be written: the instruction is left for the next supervisor");
+                return;
+            }
+            let mut again = item.clone();
+            again.attempts = *attempts;
+            (again, *attempts)
         }
     };
     if n == queue::FAILING_AFTER {
@@ -956,8 +1014,6 @@ async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
         return;
     }
     let (st, id) = (state.clone(), agent_id.to_string());
-    let mut again = item.clone();
-    again.attempts = n;
     state.requests.spawn(async move {
         tokio::select! {
             _ = tokio::time::sleep(retry_delay(n)) => {}
@@ -990,8 +1046,17 @@ fn next_worker(state: Arc<State>, agent_id: String) {
     }
 }
 
+/// A launched worker, as its finalization needs it.
+struct WorkerRun {
+    agent: AgentPaths,
+    worktree: MemoryWorktree,
+    item: QueuedWorker,
+    child: u64,
+}
+
 async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) -> Value {
     let (instruction, isolation) = (item.instruction.clone(), item.isolation.clone());
+    let earlier = item.history.clone();
     let (st, id) = (state.clone(), agent_id.to_string());
     let prepared = off_thread(move || {
         let err = |e: &dyn std::fmt::Display| failed(e.to_string());
@@ -1003,7 +1068,8 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
                     .map_err(|e| err(&e))?;
                 crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
             }
-            let built = prompt::worker(&worktree.dir, &instruction).map_err(|e| err(&e))?;
+            let built =
+                prompt::worker(&worktree.dir, &instruction, &earlier).map_err(|e| err(&e))?;
             Ok(SubagentTask {
                 kind: KIND_MEMORY_WORKER.into(),
                 system: built.system,
@@ -1054,98 +1120,132 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         "worktree": worktree.dir,
         "branch": worktree.branch,
     });
+    let run = WorkerRun {
+        agent,
+        worktree,
+        item: item.clone(),
+        child,
+    };
     let st = state.clone();
-    let id = record.id.clone();
-    let item_id = item.id.clone();
-    let retry_item = item.clone();
-    let repair = item.repair.clone();
-    let previous = item.repair.clone();
-    let isolation = item.isolation.clone();
     state.requests.spawn(async move {
-        let end = wait_exit(&st, events, child).await;
-        let report = st
-            .tasks
-            .lock()
-            .ok()
-            .and_then(|mut t| t.remove(&child))
-            .and_then(|e| e.report);
-        let lease = st.leases.hold(&id, LEASE_WAIT).await;
-        // Committed work is merged even when the worker crashed or was
-        // stopped with its supervisor; without the lease nothing is.
-        let cancelled = lease.is_err();
-        let (a, w) = (agent.clone(), worktree.clone());
-        let result = off_thread(move || {
-            let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| failed(e.to_string()))?;
-            let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
-            if let Some(o) = v.as_object_mut() {
-                o.insert("child".into(), json!(child));
-                o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
-                o.insert("report".into(), json!(report));
-                o.insert(
-                    "finishedAt".into(),
-                    json!(crate::reflection::format_time(now())),
-                );
-            }
-            if let Some(r) = &repair {
+        let end = wait_exit(&st, events, run.child).await;
+        finish_worker(st, record.id, run, end).await;
+    });
+    info
+}
+
+/// A worker has exited: merge what it committed (even when it crashed or
+/// was stopped with its supervisor — without the lease nothing is), then
+/// settle its instruction on both parts of the outcome, and start the next.
+async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd) {
+    let child = run.child;
+    let report = st
+        .tasks
+        .lock()
+        .ok()
+        .and_then(|mut t| t.remove(&child))
+        .and_then(|e| e.report);
+    let task = TaskPart::ended(&end, st.is_stopping(), report);
+    let lease = st.leases.hold(&id, LEASE_WAIT).await;
+    let cancelled = lease.is_err();
+    let (item, isolation, previous) = (
+        run.item.clone(),
+        run.item.isolation.clone(),
+        run.item.repair.clone(),
+    );
+    let settled = off_thread(move || Ok(integrate_and_settle(&run, end, task, cancelled))).await;
+    drop(lease);
+    let Ok(s) = settled else {
+        next_worker(st, id);
+        return;
+    };
+    tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
+    if s.record["status"] == json!("merged") {
+        super::rpc::sync_after(&st, &id, None).await;
+    }
+    if s.conflicted && !st.is_stopping() {
+        queue_repair(&st, &id, &s.branch, isolation, previous).await;
+    }
+    follow_up(&st, &id, &item, s.next, &s.settled).await;
+    next_worker(st, id);
+}
+
+/// What [`integrate_and_settle`] did.
+struct Settlement {
+    /// `reflections/last-worker.json`.
+    record: Value,
+    next: Next,
+    settled: outcome::Settled,
+    /// Its branch was kept after a conflict: a repair is due.
+    conflicted: bool,
+    branch: String,
+}
+
+/// Merge a worker's branch, decide from both parts of the outcome, settle
+/// its instruction and record the result. On a blocking thread.
+fn integrate_and_settle(
+    run: &WorkerRun,
+    end: ChildEnd,
+    task: TaskPart,
+    cancelled: bool,
+) -> Settlement {
+    let (a, w) = (&run.agent, &run.worktree);
+    let (mut record, status, checkout_dirty) = match wt::integrate_worker(a, w, cancelled) {
+        Ok(f) => {
+            if let Some(r) = &run.item.repair {
                 // The repair's own commits carry the kept change now: the
                 // kept branch goes (only if nobody moved it meanwhile).
                 if f.status == wt::FinalizeStatus::Merged {
-                    let _ = wt::drop_kept_branch(&a, &r.branch, &r.tip);
+                    let _ = wt::drop_kept_branch(a, &r.branch, &r.tip);
                     for (branch, tip) in &r.also {
-                        let _ = wt::drop_kept_branch(&a, branch, tip);
+                        let _ = wt::drop_kept_branch(a, branch, tip);
                     }
                 }
-                let _ = crate::reflection::repair::complete(&a, &r.signature);
+                let _ = crate::reflection::repair::complete(a, &r.signature);
             }
             // Met only uncommitted edits in the checkout: the instruction
-            // runs again (below) and redoes the change, so this attempt's
-            // branch goes rather than lingering unrepaired.
+            // runs again and redoes the change, so this attempt's branch
+            // goes rather than lingering unrepaired.
             let checkout_dirty = f.status == wt::FinalizeStatus::MergeConflict && f.checkout_dirty;
             if checkout_dirty && let Some(tip) = &f.kept_tip {
-                let _ = wt::drop_kept_branch(&a, &f.branch, tip);
+                let _ = wt::drop_kept_branch(a, &f.branch, tip);
             }
-            let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
-            let conflicted = f.status == wt::FinalizeStatus::MergeConflict && !checkout_dirty;
-            Ok((v, conflicted, f.branch, checkout_dirty))
-        })
-        .await;
-        let (result, conflicted, kept, checkout_dirty) = match result {
-            Ok(r) => r,
-            Err(v) => (v, false, String::new(), false),
-        };
-        drop(lease);
-        tracing::info!(agent = %id, child, item = %item_id, instruction = %log_excerpt(&retry_item.instruction), result = %result, "memory worker finalized");
-        if result["status"] == json!("merged") {
-            super::rpc::sync_after(&st, &id, None).await;
+            let v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
+            (v, f.status, checkout_dirty)
         }
-        if conflicted && !st.is_stopping() {
-            queue_repair(&st, &id, &kept, isolation, previous).await;
-        }
-        // Stopped with its supervisor before it finished: the next one runs
-        // the instruction again (what it committed is merged already).
-        let interrupted = st.is_stopping() && !matches!(end, ChildEnd::Exited { code: 0 });
-        // Applied (or handed to a repair) — else run again, a few times: a
-        // worker killed, out of disk, or that left nothing mergeable.
-        let clean_exit = matches!(end, ChildEnd::Exited { code: 0 });
-        let applied = match result["status"].as_str() {
-            Some("merged") => true,
-            // Kept and handed to a repair; not a conflict with uncommitted
-            // checkout edits, which a repair would meet again (the
-            // instruction itself runs again instead).
-            Some("merge_conflict") => !checkout_dirty,
-            Some("no_changes") => clean_exit,
-            _ => false,
-        };
-        if !interrupted {
-            if applied {
-                forget_instruction(&st, &id, &item_id).await;
-            } else {
-                retry_later(&st, &id, &retry_item).await;
-            }
-        }
-        next_worker(st, id);
-    });
-    info
+        Err(e) => (
+            json!({
+                "status": "failed",
+                "summary": format!("the worker's worktree could not be finalized: {e}"),
+                "branch": w.branch,
+            }),
+            wt::FinalizeStatus::Failed,
+            false,
+        ),
+    };
+    let at = finished_at();
+    if let Some(o) = record.as_object_mut() {
+        o.insert("child".into(), json!(run.child));
+        o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
+        o.insert("report".into(), json!(task.report));
+        o.insert("finishedAt".into(), json!(at));
+    }
+    let merge = MergePart::from_finalized(&record);
+    let next = outcome::next(&merge.status, checkout_dirty, task.status);
+    let attempt = Attempt::new(run.item.next_run(), at, Some(merge.clone()), task.clone());
+    let settled = outcome::settle(a, &run.item, attempt.clone(), next);
+    outcome::annotate(&mut record, &merge, &task);
+    outcome::describe(&mut record, &run.item, &attempt, next, &settled);
+    if let Err(e) = crate::reflection::launch::save_last_worker_result(a, &record) {
+        tracing::warn!("cannot record the memory worker's result: {e}");
+    }
+    Settlement {
+        record,
+        next,
+        settled,
+        conflicted: status == wt::FinalizeStatus::MergeConflict && !checkout_dirty,
+        branch: w.branch.clone(),
+    }
 }
 
 /// `sync --repair`: local commits were set aside on `branch` after a sync
