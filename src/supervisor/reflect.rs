@@ -330,14 +330,21 @@ fn prepare(
 
 /// The system prompt a reflection was given, kept where the book's lab 5
 /// looks for it (`agents/<id>~reflection/conversations/reflection-<id>/`).
-/// Best effort: a failure is logged, the reflection runs.
+/// Root's and private (directories 0700, the file 0600), as the agent's
+/// own directory is: it holds the agent's memory. Best effort: a failure
+/// is logged, the reflection runs.
 fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree, system: &str) {
+    use std::os::unix::fs::DirBuilderExt;
     let saved = st
         .home
         .reflection_conversation_dir(&record.id, &worktree.id)
         .map_err(|e| e.to_string())
         .and_then(|dir| {
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(PRIVATE_DIR_MODE)
+                .create(&dir)
+                .map_err(|e| e.to_string())?;
             let json = json!({
                 "content": system,
                 "compiledAt": crate::reflection::format_time(now()),
@@ -346,11 +353,76 @@ fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree
             });
             let mut bytes = serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?;
             bytes.push(b'\n');
-            crate::fsutil::atomic_write(&dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME), &bytes)
-                .map_err(|e| e.to_string())
+            crate::fsutil::atomic_write_mode(
+                &dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME),
+                &bytes,
+                PRIVATE_FILE_MODE,
+            )
+            .map_err(|e| e.to_string())
         });
     if let Err(e) = saved {
         tracing::warn!(agent = %record.id, "cannot keep the reflection's system prompt: {e}");
+    }
+}
+
+/// Modes of the supervisor's own files beside an agent's directory.
+const PRIVATE_DIR_MODE: u32 = 0o700;
+const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Make `path` and what it holds private to its owner (directories 0700,
+/// files 0600), as an older supervisor did not. Symlinks are neither
+/// followed nor changed; a tree deeper than a reflection's directory is
+/// (a few levels) is not walked further. Returns how many entries changed.
+fn make_private(path: &std::path::Path, depth: usize) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let want = if meta.is_dir() {
+        PRIVATE_DIR_MODE
+    } else if meta.is_file() {
+        PRIVATE_FILE_MODE
+    } else {
+        return 0;
+    };
+    let mut changed = 0;
+    if meta.permissions().mode() & 0o777 != want
+        && std::fs::set_permissions(path, std::fs::Permissions::from_mode(want)).is_ok()
+    {
+        changed += 1;
+    }
+    if meta.is_dir()
+        && depth > 0
+        && let Ok(entries) = std::fs::read_dir(path)
+    {
+        for e in entries.flatten() {
+            changed += make_private(&e.path(), depth - 1);
+        }
+    }
+    changed
+}
+
+/// At start: what of agent `id` lies beside its directory is private
+/// (modes an older supervisor left), and an agent's index of names too.
+fn recover_privacy(home: &crate::paths::Home, id: &str) {
+    if let Ok(dir) = home.reflection_agent_dir(id) {
+        let changed = make_private(&dir, 6);
+        if changed > 0 {
+            tracing::info!(agent = %id, changed, "made the reflections' directory private");
+        }
+    }
+}
+
+/// A reflections' directory whose agent is gone (deleted by a version that
+/// left it) goes too: it holds that agent's memory.
+fn remove_orphan_sibling(home: &crate::paths::Home, owner: &str, path: &std::path::Path) {
+    let Ok(agent) = home.agent(owner) else { return };
+    if std::fs::symlink_metadata(agent.dir()).is_ok() {
+        return;
+    }
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => tracing::warn!(agent = %owner, "removed the reflections' directory of a deleted agent"),
+        Err(e) => tracing::warn!(agent = %owner, "cannot remove the reflections' directory of a deleted agent: {e}"),
     }
 }
 
@@ -705,11 +777,18 @@ pub fn recover(home: &crate::paths::Home) {
     let Ok(entries) = std::fs::read_dir(home.agents_dir()) else {
         return;
     };
+    // The index of names is root's alone (older ones were 0644).
+    make_private(&home.agents_index(), 0);
     for entry in entries.flatten() {
         let Some(id) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
+        if let Some(owner) = id.strip_suffix(crate::paths::REFLECTION_SIBLING_SUFFIX) {
+            remove_orphan_sibling(home, owner, &entry.path());
+            continue;
+        }
         let Ok(agent) = home.agent(&id) else { continue };
+        recover_privacy(home, &id);
         // First a move of `main` the stopped supervisor left half done (a
         // merge it was making), so the branch it merged reads as merged.
         if wt::advance::interrupted(&agent.memory_git_dir()) {

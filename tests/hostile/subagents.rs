@@ -133,6 +133,15 @@ fn sub_agent_directories_are_private_and_go_with_their_agent() {
     let open = exposed(&agents);
     assert!(open.is_empty(), "others can reach: {open:#?}");
     assert!(reflection_dir(&owl).is_dir(), "another agent's files went");
+
+    // One an older version left after deleting its agent goes at a start.
+    let orphan = agents.join("agent-0123~reflection/conversations/reflection-1");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::write(orphan.join("system-prompt.json"), "{}").unwrap();
+    ok(h, &["supervisor", "start"]);
+    ok(h, &["supervisor", "stop", "--timeout", "5"]);
+    assert!(!agents.join("agent-0123~reflection").exists());
+    assert!(reflection_dir(&owl).is_dir(), "a living agent's went");
 }
 
 /// A memory-worker child started without a worktree (by the operator's
