@@ -212,7 +212,6 @@ pub fn annotate(record: &mut Value, merge: &MergePart, task: &TaskPart) {
     }
 }
 
-
 /// What became of an instruction after a run (see [`settle`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settled {
@@ -245,9 +244,7 @@ pub fn settle(agent: &AgentPaths, item: &QueuedWorker, attempt: Attempt, next: N
         }
         Ok(None) => Settled::Gone,
         Err(e) => Settled::Unrecorded {
-            attempts: item
-                .attempts
-                .saturating_add(u32::from(next == Next::Retry)),
+            attempts: item.attempts.saturating_add(u32::from(next == Next::Retry)),
             error: e.to_string(),
         },
     }
@@ -340,18 +337,23 @@ tool, or delegate the same instruction again to restart it; tell the user if it 
 /// Best effort: the instruction stays kept and shown whatever happens.
 fn remind_failed(agent: &AgentPaths, item: &QueuedWorker) {
     let conv = item.conversation.as_deref().unwrap_or("default");
-    let left = crate::agent::conversation::Conversation::open_existing(agent, conv).and_then(|c| {
-        match c {
-            Some(c) => c
-                .queue_reminder(&failed_reminder_id(item), &failed_reminder_text(item))
-                .map(|()| true),
-            None => Ok(false),
-        }
-    });
+    let left =
+        crate::agent::conversation::Conversation::open_existing(agent, conv).and_then(
+            |c| match c {
+                Some(c) => c
+                    .queue_reminder(&failed_reminder_id(item), &failed_reminder_text(item))
+                    .map(|()| true),
+                None => Ok(false),
+            },
+        );
     match left {
         Ok(true) => {}
-        Ok(false) => tracing::warn!(item = %item.id, conversation = conv, "no conversation to remind of a failed memory worker"),
-        Err(e) => tracing::warn!(item = %item.id, "cannot remind the agent of a failed memory worker: {e}"),
+        Ok(false) => {
+            tracing::warn!(item = %item.id, conversation = conv, "no conversation to remind of a failed memory worker")
+        }
+        Err(e) => {
+            tracing::warn!(item = %item.id, "cannot remind the agent of a failed memory worker: {e}")
+        }
     }
 }
 
@@ -401,8 +403,15 @@ mod tests {
         assert_eq!(record["status"], "merged");
         assert_eq!(record["merge"]["changed_paths"], json!(["coffee.md"]));
         assert_eq!(record["task"]["status"], "failed");
-        assert_eq!(record["task"]["exit"], json!({"state": "exited", "code": 1}));
-        let long = TaskPart::ended(&ChildEnd::Killed { signal: 9 }, false, Some("x".repeat(5000)));
+        assert_eq!(
+            record["task"]["exit"],
+            json!({"state": "exited", "code": 1})
+        );
+        let long = TaskPart::ended(
+            &ChildEnd::Killed { signal: 9 },
+            false,
+            Some("x".repeat(5000)),
+        );
         let a = Attempt::new(1, "t".into(), Some(merge), long);
         assert!(a.task.report.as_deref().is_some_and(|r| r.len() < 2100));
         let back: Attempt = serde_json::from_value(json!(a)).unwrap();

@@ -400,7 +400,12 @@ still missing.\n",
             Some(m) => format!("merge {}", m.status),
             None => "nothing ran".to_string(),
         };
-        let report = a.task.report.as_deref().unwrap_or("").replace(['\n', '\r'], " ");
+        let report = a
+            .task
+            .report
+            .as_deref()
+            .unwrap_or("")
+            .replace(['\n', '\r'], " ");
         let report = super::truncate_chars(report.trim(), EARLIER_REPORT_CHARS).replace('<', "‹");
         out.push_str(&format!(
             "* attempt {}: task {}; {merged}; {report}\n",
@@ -543,8 +548,14 @@ mod tests {
         let earlier = [Attempt::new(1, "t".into(), Some(merge), task)];
         let again = worker(tmp.path(), "记住: x", &earlier).expect("prompt");
         let u = &again.user;
-        assert!(u.contains("1 earlier attempt(s) ended before finishing it"), "{u}");
-        assert!(u.contains("* attempt 1: task failed; merged coffee.md; error: boom"), "{u}");
+        assert!(
+            u.contains("1 earlier attempt(s) ended before finishing it"),
+            "{u}"
+        );
+        assert!(
+            u.contains("* attempt 1: task failed; merged coffee.md; error: boom"),
+            "{u}"
+        );
         // The model's words cannot close or open a block of the prompt, nor
         // pass for a memory line.
         assert_eq!(u.matches("</memory_request>").count(), 1, "{u}");

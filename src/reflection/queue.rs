@@ -319,7 +319,10 @@ pub fn list(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError> {
 
 /// The kept instructions still to be run, oldest first.
 pub fn pending(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError> {
-    Ok(list(agent)?.into_iter().filter(|i| !i.is_failed()).collect())
+    Ok(list(agent)?
+        .into_iter()
+        .filter(|i| !i.is_failed())
+        .collect())
 }
 
 #[cfg(test)]
@@ -357,7 +360,9 @@ mod tests {
         assert_eq!(item.conversation.as_deref(), Some("default"));
         let run = |n| Attempt::new(n, "t".into(), None, TaskPart::not_started("full"));
         // A run stopped with the supervisor is kept, not counted.
-        let after = record_run(&agent, &item.id, run(1), false).unwrap().unwrap();
+        let after = record_run(&agent, &item.id, run(1), false)
+            .unwrap()
+            .unwrap();
         assert_eq!((after.attempts, after.history.len()), (0, 1));
         for n in 1..MAX_ATTEMPTS {
             let after = record_run(&agent, &item.id, run(n), true).unwrap().unwrap();
@@ -372,8 +377,8 @@ mod tests {
         // Kept and listed, but not pending.
         assert_eq!(list(&agent).unwrap(), vec![failed.clone()]);
         assert!(pending(&agent).unwrap().is_empty());
-        let text = std::fs::read_to_string(agent.reflections_dir().join(WORKER_QUEUE_FILE_NAME))
-            .unwrap();
+        let text =
+            std::fs::read_to_string(agent.reflections_dir().join(WORKER_QUEUE_FILE_NAME)).unwrap();
         assert!(text.contains("\"status\": \"failed\""), "{text}");
         // Delegated again: the same entry restarts.
         let again = push_for(&agent, "记住: x", None, Some("c2"), now).unwrap();

@@ -421,8 +421,12 @@ fn remove_orphan_sibling(home: &crate::paths::Home, owner: &str, path: &std::pat
         return;
     }
     match std::fs::remove_dir_all(path) {
-        Ok(()) => tracing::warn!(agent = %owner, "removed the reflections' directory of a deleted agent"),
-        Err(e) => tracing::warn!(agent = %owner, "cannot remove the reflections' directory of a deleted agent: {e}"),
+        Ok(()) => {
+            tracing::warn!(agent = %owner, "removed the reflections' directory of a deleted agent")
+        }
+        Err(e) => {
+            tracing::warn!(agent = %owner, "cannot remove the reflections' directory of a deleted agent: {e}")
+        }
     }
 }
 
@@ -728,23 +732,30 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             }
             conversations.push(v);
         }
-        // Instructions kept until applied: queued, running, or waiting to
-        // be tried again after a failed run.
+        // Instructions kept until applied: queued, running, waiting to be
+        // tried again after a failed run, or failed too often.
         let items = queue::list(&agent).unwrap_or_default();
         let kept = items.len();
+        let failed = items.iter().filter(|i| i.is_failed()).count();
         let failing = items
             .iter()
-            .filter(|i| i.attempts >= queue::FAILING_AFTER)
+            .filter(|i| !i.is_failed() && i.attempts >= queue::FAILING_AFTER)
             .count();
+        let last_worker = crate::reflection::launch::load_last_worker_result(&agent)
+            .ok()
+            .flatten();
         Ok(json!({
             "agent": id,
             "settings": settings,
             "lock": lock,
             "backoff": backoff,
             "last": last,
+            "last_worker": last_worker,
             "conversations": conversations,
             "workers_kept": kept,
             "workers_failing": failing,
+            "workers_failed": failed,
+            "workers": items.iter().map(worker_row).collect::<Vec<_>>(),
         }))
     })
     .await;
@@ -765,6 +776,21 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
         }
         Err(o) => o,
     }
+}
+
+/// A kept instruction as `reflect status` shows it: its state, count and
+/// last run (what merged and how the task ended), the instruction cut.
+fn worker_row(item: &QueuedWorker) -> Value {
+    json!({
+        "id": item.id,
+        "instruction": crate::reflection::truncate_chars(&item.instruction, 300),
+        "status": if item.is_failed() { "failed" } else { "pending" },
+        "attempts": item.attempts,
+        "queuedAt": item.queued_at,
+        "conversation": item.conversation,
+        "repair": item.repair.is_some(),
+        "last": item.history.last(),
+    })
 }
 
 /// At start: what a crashed supervisor left of each agent's reflections —

@@ -172,7 +172,8 @@ fn a_worker_child_without_a_worktree_gets_no_status() {
     let child = v["child"].as_u64().unwrap();
     assert!(
         wait_until(30, || dir.join("status.rc").exists()
-            && std::fs::read_to_string(dir.join("status.rc")).is_ok_and(|s| s.ends_with('\n'))),
+            && std::fs::read_to_string(dir.join("status.rc"))
+                .is_ok_and(|s| s.ends_with('\n'))),
         "child {child} never answered"
     );
     let rc = std::fs::read_to_string(dir.join("status.rc")).unwrap();
