@@ -1077,6 +1077,18 @@ fn last_worker(h: &Path, id: &str) -> Option<Value> {
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
+/// The last worker's record once it says its instruction is done (the
+/// record is written after the merge and the queue are settled).
+fn done_worker(h: &Path, id: &str) -> Value {
+    assert!(
+        wait_until(30, || last_worker(h, id)
+            .is_some_and(|w| w["done"] == json!(true))),
+        "no worker finished its instruction: {:?}",
+        last_worker(h, id)
+    );
+    last_worker(h, id).unwrap()
+}
+
 fn in_main(h: &Path, id: &str, file: &str) -> bool {
     Command::new("git")
         .arg("--git-dir")
@@ -1113,7 +1125,7 @@ fn a_worker_whose_model_fails_after_a_partial_commit_is_retried_until_it_finishe
         wait_until(10, || !queue.exists()),
         "the instruction stayed queued"
     );
-    let w = last_worker(&h, &id).unwrap();
+    let w = done_worker(&h, &id);
     // The run that finished: merged and finished, its second attempt.
     assert_eq!(w["status"], "merged", "{w:#}");
     assert_eq!(w["merge"]["status"], "merged", "{w:#}");
@@ -1177,7 +1189,7 @@ fn a_worker_killed_mid_instruction_keeps_what_it_merged_and_is_retried() {
         last_worker(&h, &id)
     );
     assert!(in_main(&h, &id, "coffee.md"));
-    let w = last_worker(&h, &id).unwrap();
+    let w = done_worker(&h, &id);
     assert_eq!(w["task"]["status"], "finished", "{w:#}");
     let first = &w["attempts"][0];
     assert_eq!(first["task"]["status"], "killed", "{w:#}");
@@ -1357,7 +1369,7 @@ fn an_instruction_that_fails_too_often_stays_visible_reminds_the_agent_and_resta
         last_worker(&h, &id)
     );
     assert!(wait_until(10, || kept().is_empty()), "{:?}", kept());
-    let w = last_worker(&h, &id).unwrap();
+    let w = done_worker(&h, &id);
     assert_eq!(w["done"], json!(true), "{w:#}");
     assert_eq!(w["item"], json!(item.id), "{w:#}");
     assert!(w["attempts"].as_array().unwrap().len() >= 2, "{w:#}");
