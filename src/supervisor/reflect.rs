@@ -1786,7 +1786,9 @@ mod tests {
         let secs: Vec<u64> = (1..=9).map(|n| retry_delay(n).as_secs()).collect();
         assert_eq!(secs, vec![2, 4, 8, 16, 32, 64, 120, 120, 120]);
         // The runs before an instruction is marked failed span minutes.
-        let total: u64 = (1..queue::MAX_ATTEMPTS).map(|n| retry_delay(n).as_secs()).sum();
+        let total: u64 = (1..queue::MAX_ATTEMPTS)
+            .map(|n| retry_delay(n).as_secs())
+            .sum();
         assert!((120..=600).contains(&total), "{total}");
         // However many failures: still a finite pause.
         assert_eq!(retry_delay(u32::MAX), WORKER_RETRY_MAX_DELAY);
