@@ -219,7 +219,7 @@ pub enum Settled {
     /// overlapping run finished it).
     Gone,
     /// Kept, as it is now (marked failed once past the limit).
-    Kept(QueuedWorker),
+    Kept(Box<QueuedWorker>),
     /// The queue could not be written (a full or read-only disk): the
     /// instruction stays as it was on disk; `attempts` is counted here only.
     Unrecorded { attempts: u32, error: String },
@@ -240,7 +240,7 @@ pub fn settle(agent: &AgentPaths, item: &QueuedWorker, attempt: Attempt, next: N
             if kept.is_failed() {
                 remind_failed(agent, &kept);
             }
-            Settled::Kept(kept)
+            Settled::Kept(Box::new(kept))
         }
         Ok(None) => Settled::Gone,
         Err(e) => Settled::Unrecorded {

@@ -1097,7 +1097,7 @@ async fn follow_up(
             tracing::error!(agent = %agent_id, item = %k.id, attempts = k.attempts, instruction = %log_excerpt(&k.instruction), "a memory worker failed too often: its instruction is kept, marked failed, and the agent is reminded");
             return;
         }
-        outcome::Settled::Kept(k) => (k.clone(), k.attempts),
+        outcome::Settled::Kept(k) => ((**k).clone(), k.attempts),
         outcome::Settled::Unrecorded { attempts, error } => {
             tracing::warn!(agent = %agent_id, item = %item.id, "cannot record a failed memory worker run ({error}); it is tried again");
             if *attempts >= queue::MAX_ATTEMPTS {
