@@ -30,6 +30,14 @@
 //! apart ("fsck races"), the end check admits none. A failed run keeps its
 //! home and prints where.
 //!
+//! Faults: memory workers are killed (SIGKILL) mid-instruction — a watcher
+//! sees each running `memory-worker` child in `ps` and kills one in
+//! `--kill-one-in N` (default 3; 0: none) after a random pause of up to
+//! 120 ms, before or after its commit. A killed worker's instruction must be
+//! run again and land: what it merged stays, the rest comes with the next
+//! run. Instructions left `failed` (eight failed runs) are counted apart
+//! from lost ones.
+//!
 //! Bounded: `--ops N` (default 500) and `--seconds S` (default 300),
 //! whichever comes first; `--agents K` (default 2), `--clients C` (default
 //! 4), `--seed X`. Needs root and full confinement (children run confined,
@@ -56,8 +64,12 @@ use common::rng::Rng;
 /// How long one client command may take before it is killed and counted
 /// as failed (a hung turn must not hang the soak).
 const OP_DEADLINE: Duration = Duration::from_secs(60);
-/// How long the end waits for running and queued sub-agents to finish.
-const DRAIN: Duration = Duration::from_secs(120);
+/// How long the end waits for running and queued sub-agents to finish
+/// (killed workers' instructions run again after pauses of up to 2 min).
+const DRAIN: Duration = Duration::from_secs(300);
+/// The longest pause before a worker chosen to be killed is killed
+/// (`--kill-one-in`): a mock worker lives a few hundred milliseconds.
+const KILL_AFTER_MS: u64 = 120;
 /// Steps between automatic reflections: small, so that step-count
 /// reflections keep firing while the clients write.
 const STEP_COUNT: &str = "3";
@@ -116,6 +128,12 @@ struct Tally {
     /// Intermediate fsck errors that were races with a live writer.
     fsck_races: Vec<String>,
     checks: u64,
+    /// Memory-worker children seen running, and those killed.
+    workers_seen: u64,
+    worker_kills: u64,
+    /// Acknowledged worker facts whose instruction was left `failed`
+    /// (visible, not silently lost).
+    failed_visible: Vec<String>,
 }
 
 /// `run`, but a client that has not finished by `deadline` is killed.
@@ -302,11 +320,81 @@ fn sub_agents_busy(home: &Path, names: &[String]) -> bool {
     let kids = v["children"].as_array().into_iter().flatten().any(|c| {
         (c["role"] == "reflection" || c["role"] == "memory-worker") && c["state"] == "running"
     });
+    // An instruction still pending (waiting to run again after a killed
+    // run) keeps the agent busy; one left failed does not.
     kids || names.iter().any(|n| {
         let s = run(home, &["reflect", "status", "-a", n, "--json"]);
         let v: Value = serde_json::from_slice(&s.stdout).unwrap_or_default();
-        !v["running"].is_null() || !v["worker"].is_null() || !v["lock"].is_null()
+        let pending =
+            v["workers_kept"].as_u64().unwrap_or(0) > v["workers_failed"].as_u64().unwrap_or(0);
+        !v["running"].is_null() || !v["worker"].is_null() || !v["lock"].is_null() || pending
     })
+}
+
+/// The worker-kill fault: each `memory-worker` child seen running is
+/// killed with probability `1 / one_in`, after a random pause.
+fn kill_workers(home: &Path, one_in: u64, seed: u64, stop: &AtomicBool, tally: &Mutex<Tally>) {
+    let mut rng = Rng(seed ^ 0x6b11_1e55);
+    let mut seen = BTreeSet::new();
+    while !stop.load(Ordering::SeqCst) {
+        let ps = run(home, &["ps", "--json"]);
+        let v: Value = serde_json::from_slice(&ps.stdout).unwrap_or_default();
+        let fresh: Vec<(u64, i32)> = v["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["role"] == "memory-worker" && c["state"] == "running")
+            .filter_map(|c| Some((c["id"].as_u64()?, c["pid"].as_u64()? as i32)))
+            .filter(|(id, _)| seen.insert(*id))
+            .collect();
+        for (_, pid) in fresh {
+            tally.lock().unwrap().workers_seen += 1;
+            if one_in == 0 || rng.below(one_in) != 0 {
+                continue;
+            }
+            // Its start time, so that a pid reused meanwhile is spared.
+            let Some(started) = start_time(pid) else {
+                continue;
+            };
+            std::thread::sleep(Duration::from_millis(rng.below(KILL_AFTER_MS)));
+            if start_time(pid) != Some(started) {
+                continue;
+            }
+            let killed = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            if killed.is_ok() {
+                tally.lock().unwrap().worker_kills += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// When process `pid` started (field 22 of `/proc/<pid>/stat`); `None`
+/// once it is gone or a zombie.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Worker instructions of `agent` left `failed`, by instruction text.
+fn failed_instructions(home: &Path, name: &str) -> Vec<String> {
+    let s = run(home, &["reflect", "status", "-a", name, "--json"]);
+    let v: Value = serde_json::from_slice(&s.stdout).unwrap_or_default();
+    v["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["status"] == "failed")
+        .filter_map(|w| w["instruction"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// The user's own words of a `messages.jsonl` row (its last text part).
@@ -454,6 +542,7 @@ fn check_agent_end(home: &Path, i: usize, id: &str, t: &mut Tally, f: &mut Final
                 .push(format!("{name}: acknowledged `记住: {k}` not in main"));
         }
     }
+    let failed = failed_instructions(home, &name);
     for w in t.delegated[i].clone() {
         let line = format!("- {w}");
         if human.contains(&line) {
@@ -461,6 +550,10 @@ fn check_agent_end(home: &Path, i: usize, id: &str, t: &mut Tally, f: &mut Final
         }
         if kept_lines.contains(&line) {
             f.worker_facts_on_kept += 1;
+        } else if failed.iter().any(|f| f.contains(&w)) {
+            t.failed_visible.push(format!(
+                "{name}: worker fact {w}: its instruction failed (kept, shown)"
+            ));
         } else {
             t.lost.push(format!(
                 "{name}: acknowledged worker fact {w} neither in main nor on a kept branch"
@@ -502,6 +595,7 @@ fn check_agent_end(home: &Path, i: usize, id: &str, t: &mut Tally, f: &mut Final
 fn main() -> ExitCode {
     let (mut ops, mut seconds, mut agents, mut clients, mut seed) =
         (500usize, 300u64, 2usize, 4usize, 0x5eed_u64);
+    let mut kill_one_in = 3u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|s| s.parse::<u64>().ok());
@@ -511,10 +605,11 @@ fn main() -> ExitCode {
             "--agents" => agents = val().map(|v| (v as usize).max(1)).unwrap_or(agents),
             "--clients" => clients = val().map(|v| (v as usize).max(1)).unwrap_or(clients),
             "--seed" => seed = val().unwrap_or(seed),
+            "--kill-one-in" => kill_one_in = val().unwrap_or(kill_one_in),
             "--bench" => {}
             other => {
                 eprintln!(
-                    "unknown argument {other:?} (--ops N --seconds S --agents K --clients C --seed X)"
+                    "unknown argument {other:?} (--ops N --seconds S --agents K --clients C --seed X --kill-one-in N)"
                 );
                 return ExitCode::from(2);
             }
@@ -603,6 +698,12 @@ fn main() -> ExitCode {
     // (overwritten by the next): a watcher records each one it sees. One
     // reflection at a time runs per agent, each for well over the poll
     // interval, so few can slip by; the count of those is printed.
+    // The fault: workers killed mid-instruction while the load runs.
+    let killing = Arc::new(AtomicBool::new(false));
+    let killer = {
+        let (home, tally, killing) = (home.clone(), tally.clone(), killing.clone());
+        std::thread::spawn(move || kill_workers(&home, kill_one_in, seed, &killing, &tally))
+    };
     let watcher = {
         let (home, ids, tally, done) = (home.clone(), ids.clone(), tally.clone(), done.clone());
         std::thread::spawn(move || {
@@ -744,6 +845,9 @@ fn main() -> ExitCode {
         let _ = th.join();
     }
     let load_time = start.elapsed();
+    // Kills stop with the load: what they left must now settle.
+    killing.store(true, Ordering::SeqCst);
+    let _ = killer.join();
 
     // Let every started or queued worker and reflection finish. `reflect
     // status` and `ps` alone cannot tell: a queued worker, or one being
@@ -751,8 +855,9 @@ fn main() -> ExitCode {
     // drops the queue. So the end waits until every acknowledged worker has
     // finished (each one commits its fact: a merge on main or a branch kept
     // after a conflict) and then for status and `ps` to stay quiet; it gives
-    // up when no worker finished for `STALL`.
-    const STALL: Duration = Duration::from_secs(20);
+    // up when no worker finished for `STALL` (longer than the longest
+    // pause before a killed worker's instruction runs again).
+    const STALL: Duration = Duration::from_secs(150);
     let delegated: Vec<usize> = tally
         .lock()
         .unwrap()
@@ -887,6 +992,12 @@ fn main() -> ExitCode {
         f.human_lines,
         f.duplicate_lines
     );
+    println!(
+        "worker kills      {} of {} memory-worker children seen (one in {kill_one_in}); {} instructions left failed (visible)",
+        t.worker_kills,
+        t.workers_seen,
+        t.failed_visible.len()
+    );
     println!("lost              {}", t.lost.len());
     println!("corrupt           {}", t.corrupt.len());
     println!(
@@ -904,6 +1015,7 @@ fn main() -> ExitCode {
     for l in t
         .lost
         .iter()
+        .chain(&t.failed_visible)
         .chain(&t.corrupt)
         .chain(&t.fsck_races)
         .take(40)

@@ -431,28 +431,59 @@ with `git log main..{}` and delete it when done (`mini-letta reflect status -a {
     }
 }
 
-/// Memory-worker instructions whose runs keep failing: never dropped, so
+/// Memory-worker instructions whose runs keep failing (still tried), and
+/// those that failed too often (kept, no longer tried): never dropped, so
 /// reported until whatever stops them is fixed.
 fn failing_workers(out: &mut Out, agent: &AgentPaths, sel: &str) {
     use crate::reflection::queue;
     for item in queue::list(agent).unwrap_or_default() {
-        if item.attempts < queue::FAILING_AFTER {
+        if item.attempts < queue::FAILING_AFTER && !item.is_failed() {
             continue;
         }
         let mut said: String = item.instruction.chars().take(80).collect();
         if item.instruction.chars().nth(80).is_some() {
             said.push('…');
         }
+        // The last run's two parts: what merged, how the task ended.
+        let last = item
+            .history
+            .last()
+            .map(|a| {
+                format!(
+                    " (last run: merge {}, task {})",
+                    a.merge.as_ref().map_or("none", |m| m.status.as_str()),
+                    a.task.status.as_str()
+                )
+            })
+            .unwrap_or_default();
+        if item.is_failed() {
+            out.push(
+                "worktrees",
+                Severity::Error,
+                format!(
+                    "memory-worker instruction {} failed {} times and is no longer tried{last}: {said:?}",
+                    item.id, item.attempts
+                ),
+                format!(
+                    "what its runs merged is in memory and the agent was reminded; fix what stopped \
+it, then have the agent delegate the same instruction again (that restarts it) or make the \
+change by hand — `mini-letta reflect status -a {sel} --json` lists its runs"
+                ),
+            );
+            continue;
+        }
         out.push(
             "worktrees",
             Severity::Warning,
             format!(
-                "memory-worker instruction {} has failed {} times: {said:?}",
+                "memory-worker instruction {} has failed {} times{last}: {said:?}",
                 item.id, item.attempts
             ),
             format!(
-                "it is tried again every two minutes while the supervisor runs; fix what stops \
-it (disk space, the model provider) — `mini-letta reflect status -a {sel}` shows the last run"
+                "it is tried again, at most every two minutes while the supervisor runs, until \
+it has failed {} times; fix what stops it (disk space, the model provider) — `mini-letta \
+reflect status -a {sel}` shows the last run",
+                queue::MAX_ATTEMPTS
             ),
         );
     }

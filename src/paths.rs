@@ -14,6 +14,8 @@
 //!                          reflections/settings.json, backoff.json
 //!                          reflections/payloads/<launch-id>/manifest.json, <conv-id>.json
 //!                          reflection.lock, reflection.lock.guard
+//! <home>/agents/<agent-id>~reflection/conversations/reflection-<launch>/system-prompt.json
+//!                                   the supervisor's (0700): what each reflection was told
 //! <home>/volumes/<agent-id>.ext4   the agent's quota volume, mounted on its directory
 //! <home>/remote/
 //! ```
@@ -152,7 +154,9 @@ impl Home {
     pub fn agent_staging(&self, id: &str) -> Result<AgentPaths, PathsError> {
         self.agent(id)?; // validates the id
         Ok(AgentPaths {
-            dir: self.agents_dir().join(format!(".creating-{id}")),
+            dir: self
+                .agents_dir()
+                .join(format!("{CREATE_STAGING_PREFIX}{id}")),
         })
     }
 
@@ -166,17 +170,55 @@ impl Home {
         agent_id: &str,
         launch_id: &str,
     ) -> Result<PathBuf, PathsError> {
-        self.agent(agent_id)?;
         if !is_valid_agent_id(launch_id) {
             return Err(PathsError::InvalidConversationId(launch_id.to_string()));
         }
         Ok(self
-            .agents_dir()
-            .join(format!("{agent_id}~reflection"))
+            .reflection_agent_dir(agent_id)?
             .join(CONVERSATIONS_DIR_NAME)
             .join(format!("reflection-{launch_id}")))
     }
+
+    /// `agents/<id>~reflection/`: the supervisor's directory for agent
+    /// `id`'s reflections, beside the agent's own (root's, 0700; it goes
+    /// with the agent).
+    pub fn reflection_agent_dir(&self, agent_id: &str) -> Result<PathBuf, PathsError> {
+        self.agent(agent_id)?;
+        Ok(self
+            .agents_dir()
+            .join(format!("{agent_id}{REFLECTION_SIBLING_SUFFIX}")))
+    }
 }
+
+/// Suffix of an agent's reflections' directory in `agents/`
+/// ([`Home::reflection_agent_dir`]).
+pub const REFLECTION_SIBLING_SUFFIX: &str = "~reflection";
+
+/// Whether `name`, an entry of `agents/`, belongs to agent `id` without
+/// being its directory: its reflections' directory, and what a create,
+/// import or clone of it that stopped half-way left (`.creating-<id>`,
+/// `.importing-<id>-XXXXXX`, `.cloning-<id>-XXXXXX`, the suffix six
+/// letters or digits — so another agent whose id starts with this one's
+/// is never taken for it).
+pub fn is_agent_sibling(name: &str, id: &str) -> bool {
+    if !is_valid_agent_id(id) {
+        return false;
+    }
+    let staged = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix(id))
+            .and_then(|r| r.strip_prefix('-'))
+            .is_some_and(|r| r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+    };
+    name.strip_prefix(id) == Some(REFLECTION_SIBLING_SUFFIX)
+        || name.strip_prefix(CREATE_STAGING_PREFIX) == Some(id)
+        || staged(IMPORT_STAGING_PREFIX)
+        || staged(CLONE_STAGING_PREFIX)
+}
+
+/// Prefix of the directory a new agent is assembled in
+/// ([`Home::agent_staging`]).
+pub const CREATE_STAGING_PREFIX: &str = ".creating-";
 
 /// Prefix of the directories (in `agents/`) an imported agent is unpacked
 /// into before it is renamed into place; the leading `.` keeps listings
@@ -655,6 +697,38 @@ mod tests {
             a.map(|a| a.memory_git_dir()),
             Some(PathBuf::from("/h/agents/agent-1_x/memory.git"))
         );
+    }
+
+    #[test]
+    fn an_agents_siblings_are_its_own_only() {
+        let id = "agent-1";
+        for name in [
+            "agent-1~reflection",
+            ".creating-agent-1",
+            ".importing-agent-1-Ab3x9Z",
+            ".cloning-agent-1-000000",
+        ] {
+            assert!(is_agent_sibling(name, id), "{name}");
+        }
+        for name in [
+            "agent-1",
+            "agent-12~reflection",
+            "agent-1~reflectionx",
+            ".creating-agent-12",
+            // Agent `agent-1-b`'s import, not `agent-1`'s.
+            ".importing-agent-1-b-Ab3x9Z",
+            ".cloning-agent-1-00000",
+            "index.json",
+        ] {
+            assert!(!is_agent_sibling(name, id), "{name}");
+        }
+        assert!(!is_agent_sibling("~reflection", ""));
+        let home = Home::at(Path::new("/h"));
+        assert_eq!(
+            home.reflection_agent_dir(id).ok(),
+            Some(PathBuf::from("/h/agents/agent-1~reflection"))
+        );
+        assert!(home.reflection_agent_dir("../x").is_err());
     }
 
     #[test]

@@ -1002,3 +1002,378 @@ fn a_worker_blocked_by_uncommitted_checkout_edits_runs_again_once_they_are_gone(
     assert_main_valid(&h, &id);
     drop(d);
 }
+
+// ---- Sub-agent outcomes (issue 37): what merged and whether the task
+// finished are two things; an instruction is done only when both say so.
+
+/// The main agent's delegation of `instruction`, as a scripted step.
+fn delegate_step(instruction: &str) -> Value {
+    json!({"tool_calls": [{"name": "memory", "arguments": {
+        "command": "delegate", "reason": "the user asked", "instruction": instruction}}]})
+}
+
+/// A worker's step creating `file` with `text`, as a scripted step.
+fn create_step(file: &str, text: &str) -> Value {
+    json!({"tool_calls": [{"name": "memory", "arguments": {
+        "command": "create", "reason": "asked to record it", "file_path": file,
+        "description": format!("What {file} records"), "file_text": text}}]})
+}
+
+/// A running supervisor whose agent `owl` answers from `turns` (one model
+/// request each, in order, whoever asks: the main agent or its workers).
+fn scripted(turns: Vec<Value>) -> (Daemon, String, PathBuf, PathBuf) {
+    let script_dir = open_home();
+    let script = script_dir.path().join("script.json");
+    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
+    let d = Daemon::start_with_env(
+        &["owl"],
+        &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
+    );
+    std::mem::forget(script_dir);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    ok(&h, &["agent", "set-model", "owl", "mock/scripted"]);
+    (d, id, h, script)
+}
+
+/// Entries of `script` taken so far.
+fn script_cursor(script: &Path) -> usize {
+    std::fs::read_to_string(format!("{}.cursor", script.display()))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One turn of `owl` that only delegates (`--max-steps 1`: the worker
+/// takes the next scripted steps, not the main agent).
+fn delegate_now(h: &Path, script: &Path) {
+    let o = run_env(
+        h,
+        &[
+            "chat",
+            "-a",
+            "owl",
+            "--max-steps",
+            "1",
+            "--json",
+            "-p",
+            "record it",
+        ],
+        &[("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("chat: {e}: {}{}", stdout(&o), stderr(&o)));
+    let started = v["events"].as_array().into_iter().flatten().any(|e| {
+        e["type"] == "tool_result"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Memory worker"))
+    });
+    assert!(started, "the delegation was not acknowledged: {v}");
+}
+
+fn last_worker(h: &Path, id: &str) -> Option<Value> {
+    std::fs::read(agent_dir(h, id).join("reflections/last-worker.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// The last worker's record once it says its instruction is done (the
+/// record is written after the merge and the queue are settled).
+fn done_worker(h: &Path, id: &str) -> Value {
+    assert!(
+        wait_until(30, || last_worker(h, id)
+            .is_some_and(|w| w["done"] == json!(true))),
+        "no worker finished its instruction: {:?}",
+        last_worker(h, id)
+    );
+    last_worker(h, id).unwrap()
+}
+
+fn in_main(h: &Path, id: &str, file: &str) -> bool {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(agent_dir(h, id).join("memory.git"))
+        .args(["cat-file", "-e", &format!("main:{file}")])
+        .status()
+        .unwrap()
+        .success()
+}
+
+const TWO_FACTS: &str = "Record two facts: coffee (coffee.md) and dog Rex (dog.md)";
+
+#[test]
+fn a_worker_whose_model_fails_after_a_partial_commit_is_retried_until_it_finishes() {
+    if !confinement_or_skip("partially failed memory worker") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"error": {"kind": "fatal", "message": "the model failed"}}),
+        create_step("dog.md", "The user's dog is Rex.\n"),
+        json!({"text": "Recorded dog.md; coffee.md was there already."}),
+    ]);
+    delegate_now(&h, &script);
+    assert!(
+        wait_until(60, || in_main(&h, &id, "dog.md")),
+        "the second fact never reached main: {:?}",
+        last_worker(&h, &id)
+    );
+    assert!(in_main(&h, &id, "coffee.md"));
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    assert!(
+        wait_until(10, || !queue.exists()),
+        "the instruction stayed queued"
+    );
+    let w = done_worker(&h, &id);
+    // The run that finished: merged and finished, its second attempt.
+    assert_eq!(w["status"], "merged", "{w:#}");
+    assert_eq!(w["merge"]["status"], "merged", "{w:#}");
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    assert_eq!(w["done"], json!(true), "{w:#}");
+    assert_eq!(w["attempt"], 2, "{w:#}");
+    // The first: what it merged kept apart from how it ended.
+    let first = &w["attempts"][0];
+    assert_eq!(first["attempt"], 1, "{w:#}");
+    assert_eq!(first["merge"]["status"], "merged", "{w:#}");
+    assert_eq!(first["task"]["status"], "failed", "{w:#}");
+    assert_eq!(first["task"]["exit"]["code"], 1, "{w:#}");
+    assert!(
+        first["task"]["report"]
+            .as_str()
+            .is_some_and(|r| r.contains("the model failed")),
+        "{w:#}"
+    );
+    assert_eq!(w["attempts"].as_array().unwrap().len(), 2, "{w:#}");
+    assert_main_valid(&h, &id);
+    drop(d);
+}
+
+#[test]
+fn a_worker_killed_mid_instruction_keeps_what_it_merged_and_is_retried() {
+    if !confinement_or_skip("memory worker killed mid-instruction") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"delay_ms": 20_000, "text": "too late"}),
+        create_step("dog.md", "The user's dog is Rex.\n"),
+        json!({"text": "Recorded dog.md; coffee.md was there already."}),
+    ]);
+    delegate_now(&h, &script);
+    // The worker has committed coffee.md and waits on its model.
+    assert!(
+        wait_until(30, || script_cursor(&script) >= 3),
+        "the worker never got that far"
+    );
+    let mut pid = None;
+    assert!(wait_until(10, || {
+        let ps = json_of(&h, &["ps", "--json"]);
+        pid = ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["role"] == "memory-worker" && c["state"] == "running")
+            .and_then(|c| c["pid"].as_u64());
+        pid.is_some()
+    }));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid.unwrap() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        wait_until(60, || in_main(&h, &id, "dog.md")),
+        "the killed instruction was not retried: {:?}",
+        last_worker(&h, &id)
+    );
+    assert!(in_main(&h, &id, "coffee.md"));
+    let w = done_worker(&h, &id);
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    let first = &w["attempts"][0];
+    assert_eq!(first["task"]["status"], "killed", "{w:#}");
+    assert_eq!(first["task"]["exit"]["state"], "killed", "{w:#}");
+    assert_eq!(first["merge"]["status"], "merged", "{w:#}");
+    let queue = agent_dir(&h, &id).join("reflections/worker-queue.json");
+    assert!(
+        wait_until(10, || !queue.exists()),
+        "the instruction stayed queued"
+    );
+    assert_main_valid(&h, &id);
+    drop(d);
+}
+
+#[test]
+fn a_workers_memory_status_is_its_own_worktree_not_the_main_checkout() {
+    if !confinement_or_skip("memory.status of a worker") {
+        return;
+    }
+    let (d, id, h, script) = scripted(vec![
+        delegate_step(TWO_FACTS),
+        create_step("coffee.md", "The user drinks coffee.\n"),
+        json!({"delay_ms": 4_000, "text": "Recorded coffee.md."}),
+        json!({"text": "Nothing left to record."}),
+    ]);
+    delegate_now(&h, &script);
+    // While the worker waits on its model, files appear in its worktree
+    // that nobody committed (a tool of the main agent can write there).
+    assert!(
+        wait_until(30, || script_cursor(&script) >= 3),
+        "the worker never got that far"
+    );
+    let entries = worktree_entries(&h, &id);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let worktree = agent_dir(&h, &id)
+        .join("memory-worktrees")
+        .join(&entries[0]);
+    for i in 0..12 {
+        std::fs::write(worktree.join(format!("stray-{i}.md")), "not committed\n").unwrap();
+    }
+    // Its status names them: the run did not finish its job, and says so.
+    assert!(
+        wait_until(60, || last_worker(&h, &id)
+            .is_some_and(|w| w["done"] == json!(true))),
+        "{:?}",
+        last_worker(&h, &id)
+    );
+    let w = last_worker(&h, &id).unwrap();
+    let first = &w["attempts"][0];
+    assert_eq!(first["task"]["status"], "failed", "{w:#}");
+    let report = first["task"]["report"].as_str().unwrap_or("");
+    assert!(
+        report.contains("12 uncommitted file(s)") && report.contains("stray-0.md"),
+        "{w:#}"
+    );
+    // What it committed was merged all the same; the stray files were not.
+    assert!(in_main(&h, &id, "coffee.md"));
+    assert!(!in_main(&h, &id, "stray-0.md"));
+    assert_eq!(w["task"]["status"], "finished", "{w:#}");
+    assert_eq!(w["merge"]["status"], "no_changes", "{w:#}");
+    drop(d);
+}
+
+#[test]
+fn an_instruction_that_fails_too_often_stays_visible_reminds_the_agent_and_restarts_when_delegated_again()
+ {
+    if !confinement_or_skip("memory worker past its attempt limit") {
+        return;
+    }
+    use mini_letta::reflection::queue;
+    let script_dir = open_home();
+    let script = script_dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            create_step("coffee.md", "The user drinks coffee.\n"),
+            json!({"error": {"kind": "fatal", "message": "the model failed"}}),
+            delegate_step(TWO_FACTS),
+            create_step("dog.md", "The user's dog is Rex.\n"),
+            json!({"text": "Recorded dog.md; coffee.md was there already."}),
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let env = [("MINI_LETTA_SCRIPTED_MODEL", script.to_str().unwrap())];
+    let d = Daemon::start_with_env(&["owl"], &env);
+    let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
+    ok(&h, &["chat", "-a", "owl", "-p", "hello"]);
+    ok(&h, &["supervisor", "stop", "--timeout", "5"]);
+    // Delegated from the default conversation, its runs failed all but once.
+    let paths = mini_letta::paths::Home::at(&h).agent(&id).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let item = queue::push_for(&paths, TWO_FACTS, None, Some("default"), now).unwrap();
+    for _ in 1..queue::MAX_ATTEMPTS {
+        queue::note_attempt(&paths, &item.id).unwrap();
+    }
+    ok(&h, &["agent", "set-model", "owl", "mock/scripted"]);
+    let up = run_env(&h, &["supervisor", "start"], &env);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let kept = || queue::list(&paths).unwrap();
+    assert!(
+        wait_until(60, || kept().first().is_some_and(|i| i.is_failed())),
+        "never marked failed: {:?}",
+        kept()
+    );
+    // Kept, with what its last run did: merged coffee.md, task failed.
+    assert!(wait_until(10, || last_worker(&h, &id).is_some()));
+    let w = last_worker(&h, &id).unwrap();
+    assert_eq!(w["next"], "failed", "{w:#}");
+    assert_eq!(w["merge"]["status"], "merged", "{w:#}");
+    assert_eq!(w["task"]["status"], "failed", "{w:#}");
+    assert!(in_main(&h, &id, "coffee.md"));
+    let s = json_of(&h, &["reflect", "status", "-a", "owl", "--json"]);
+    assert_eq!(s["workers_failed"], 1, "{s:#}");
+    assert_eq!(s["workers_failing"], 0, "{s:#}");
+    assert_eq!(s["workers"][0]["status"], "failed", "{s:#}");
+    assert_eq!(s["workers"][0]["instruction"], TWO_FACTS, "{s:#}");
+    assert_eq!(s["workers"][0]["last"]["task"]["status"], "failed", "{s:#}");
+    assert_eq!(s["last_worker"]["task"]["status"], "failed", "{s:#}");
+    let human_status = ok(&h, &["reflect", "status", "-a", "owl"]);
+    assert!(human_status.contains("1 failed"), "{human_status}");
+    assert!(
+        human_status.contains("last worker: merge merged, task failed"),
+        "{human_status}"
+    );
+    let doc = json_of(&h, &["doctor", "-a", "owl", "--json"]);
+    assert!(
+        doc.to_string().contains(&format!(
+            "memory-worker instruction {} failed {} times and is no longer tried",
+            item.id,
+            queue::MAX_ATTEMPTS
+        )),
+        "{doc:#}"
+    );
+    // The conversation that delegated it is told at its next turn.
+    let reminders = std::fs::read_to_string(
+        agent_dir(&h, &id).join("conversations/default/pending-reminders.json"),
+    )
+    .unwrap();
+    assert!(
+        reminders.contains("MEMORY WORKER FAILED") && reminders.contains("coffee (coffee.md)"),
+        "{reminders}"
+    );
+    // Palace shows it, and the last run's two parts.
+    let site = tempfile::tempdir().unwrap();
+    let site_dir = site.path().join("site");
+    ok(
+        &h,
+        &["palace", "export", site_dir.to_str().unwrap(), "-a", "owl"],
+    );
+    let page = std::fs::read_to_string(site_dir.join(format!("a/{id}/c/default.html"))).unwrap();
+    assert!(page.contains("Failed worker instructions"), "{page}");
+    assert!(page.contains("coffee (coffee.md)"), "{page}");
+    assert!(page.contains("merge merged, task failed"), "{page}");
+    // Not run by itself, not even by the next supervisor.
+    ok(&h, &["supervisor", "stop", "--timeout", "5"]);
+    let up = run_env(&h, &["supervisor", "start"], &env);
+    assert!(up.status.success(), "{}", stderr(&up));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        script_cursor(&script),
+        2,
+        "a failed instruction was run again"
+    );
+    // The agent, reminded, delegates it again: the same entry restarts.
+    delegate_now(&h, &script);
+    let request =
+        std::fs::read_to_string(agent_dir(&h, &id).join("conversations/default/last-request.json"))
+            .unwrap();
+    assert!(
+        request.contains("MEMORY WORKER FAILED"),
+        "not told: {request}"
+    );
+    assert!(
+        wait_until(60, || in_main(&h, &id, "dog.md")),
+        "{:?}",
+        last_worker(&h, &id)
+    );
+    assert!(wait_until(10, || kept().is_empty()), "{:?}", kept());
+    let w = done_worker(&h, &id);
+    assert_eq!(w["done"], json!(true), "{w:#}");
+    assert_eq!(w["item"], json!(item.id), "{w:#}");
+    assert!(w["attempts"].as_array().unwrap().len() >= 2, "{w:#}");
+    assert_main_valid(&h, &id);
+    drop(d);
+    drop(script_dir);
+}

@@ -17,7 +17,7 @@ use std::fs;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::atomic_write;
+use crate::fsutil::atomic_write_mode;
 use crate::paths::Home;
 
 /// One agent as the index knows it.
@@ -69,7 +69,8 @@ pub fn write(home: &Home, entries: &[Entry]) {
     };
     let result = serde_json::to_vec(&file)
         .map_err(std::io::Error::other)
-        .and_then(|json| atomic_write(&home.agents_index(), &json));
+        // Root's alone: other users of the host learn no agent's name.
+        .and_then(|json| atomic_write_mode(&home.agents_index(), &json, 0o600));
     if let Err(e) = result {
         tracing::debug!("cannot write the agents' index: {e}");
     }

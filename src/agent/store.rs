@@ -327,6 +327,47 @@ fn write_record(path: &std::path::Path, record: &AgentRecord) -> Result<(), Stor
     atomic_write(path, &json).map_err(io(path))
 }
 
+/// Remove agent `id` from disk: its directory first (what matters), then
+/// everything else that belongs to it — its reflections' directory
+/// (`agents/<id>~reflection/`), what a create, import or clone of it left
+/// half-way, and the operator's line-editing history of chats with it.
+/// Its worktrees, payloads and worker queue live in its directory. The
+/// caller has checked nothing of the agent runs and removed its volume.
+/// Returns what was removed.
+pub fn remove_agent_files(home: &Home, id: &str) -> Result<Vec<PathBuf>, StoreError> {
+    let paths = home.agent(id)?;
+    let mut removed = Vec::new();
+    remove_path(paths.dir(), &mut removed)?;
+    let agents = home.agents_dir();
+    let entries = fs::read_dir(&agents).map_err(io(&agents))?;
+    for entry in entries {
+        let entry = entry.map_err(io(&agents))?;
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|n| crate::paths::is_agent_sibling(n, id))
+        {
+            remove_path(&entry.path(), &mut removed)?;
+        }
+    }
+    remove_path(&home.chat_history_file(id)?, &mut removed)?;
+    Ok(removed)
+}
+
+/// Remove `path` (a directory with what it holds, or a file; a symlink
+/// itself, never what it names); a missing one is fine.
+fn remove_path(path: &std::path::Path, removed: &mut Vec<PathBuf>) -> Result<(), StoreError> {
+    let gone = match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+    };
+    gone.map_err(io(path))?;
+    removed.push(path.to_path_buf());
+    Ok(())
+}
+
 /// Rebuild the name index from the records (after a create, rename,
 /// import or delete; a failure only costs the next lookup a scan).
 pub fn reindex(home: &Home) {

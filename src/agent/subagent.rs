@@ -25,6 +25,10 @@ pub enum SubagentError {
     MaxSteps(u32),
     #[error("its last memory edit failed: {0}")]
     MemoryEdit(String),
+    /// A worker's uncommitted files are not merged: the run did not
+    /// finish its job, whatever its last words say.
+    #[error("it left {count} uncommitted file(s) in its worktree ({}); they are not merged", .named.join(", "))]
+    Uncommitted { count: usize, named: Vec<String> },
 }
 
 /// How a run ended.
@@ -119,6 +123,9 @@ pub fn run_task(
             if let Some(e) = failed_edit {
                 return Err(SubagentError::MemoryEdit(e));
             }
+            if task.kind == crate::protocol::task::KIND_MEMORY_WORKER {
+                check_committed(&channel)?;
+            }
             return Ok(Finished {
                 steps: step,
                 report: last_text,
@@ -151,6 +158,31 @@ pub fn run_task(
         });
     }
     Err(SubagentError::MaxSteps(task.max_steps))
+}
+
+/// A memory worker ends with everything committed: the supervisor merges
+/// its branch and throws the rest of its worktree away. `memory.status`
+/// answers for this child's own worktree (the supervisor's record of it).
+fn check_committed(channel: &Arc<Mutex<Client>>) -> Result<(), SubagentError> {
+    let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+    let status = client
+        .call(Call::MemoryStatus { agent: None })
+        .map_err(|e| SubagentError::Task(format!("cannot read its worktree's status: {e}")))?;
+    let dirty: Vec<String> = status["dirty"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_str().map(str::to_string))
+        .collect();
+    // Named up to a few: the report is a short record, not a listing.
+    const NAMED: usize = 10;
+    match dirty.len() {
+        0 => Ok(()),
+        count => Err(SubagentError::Uncommitted {
+            count,
+            named: dirty.into_iter().take(NAMED).collect(),
+        }),
+    }
 }
 
 /// The context of conversation `id`, as model messages. A context that

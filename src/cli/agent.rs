@@ -604,7 +604,7 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
         );
     }
     let volume = crate::sandbox::volume::remove(home, &record.id)?;
-    std::fs::remove_dir_all(paths.dir())
+    store::remove_agent_files(home, &record.id)
         .with_context(|| format!("cannot remove {}", paths.dir().display()))?;
     store::reindex(home);
     let uid_freed = match record.sandbox_uid {

@@ -278,10 +278,11 @@ fn print_status(v: &Value) {
         None => "none".to_string(),
     };
     println!(
-        "workers:     running {worker}, {} waiting, {} kept until applied, {} failing",
+        "workers:     running {worker}, {} waiting, {} kept until applied, {} failing, {} failed",
         v["workers_waiting"].as_u64().unwrap_or(0),
         v["workers_kept"].as_u64().unwrap_or(0),
-        v["workers_failing"].as_u64().unwrap_or(0)
+        v["workers_failing"].as_u64().unwrap_or(0),
+        v["workers_failed"].as_u64().unwrap_or(0)
     );
     match v.get("last").filter(|l| !l.is_null()) {
         Some(l) => println!(
@@ -291,6 +292,35 @@ fn print_status(v: &Value) {
             t(&l["message"])
         ),
         None => println!("last result: none"),
+    }
+    // What merged and how the task ended, apart (older records: merge only).
+    let part = |r: &Value, k: &str| r[k]["status"].as_str().unwrap_or("-").to_string();
+    if let Some(l) = v.get("last").filter(|l| !l.is_null()) {
+        println!(
+            "             merge {}, task {}",
+            part(l, "merge"),
+            part(l, "task")
+        );
+    }
+    if let Some(w) = v.get("last_worker").filter(|w| !w.is_null()) {
+        println!(
+            "last worker: merge {}, task {}, attempt {}, next: {}",
+            part(w, "merge"),
+            part(w, "task"),
+            w["attempt"].as_u64().unwrap_or(1),
+            w["next"].as_str().unwrap_or("-")
+        );
+    }
+    for row in v["workers"].as_array().into_iter().flatten() {
+        if row["status"] == "failed" {
+            // Quoted: the instruction is the agent's text.
+            println!(
+                "failed:      {} after {} runs: {:?}",
+                row["id"].as_str().unwrap_or("?"),
+                row["attempts"],
+                row["instruction"].as_str().unwrap_or("")
+            );
+        }
     }
     if let Some(convs) = v["conversations"].as_array() {
         for c in convs {

@@ -204,6 +204,61 @@ pub struct ConversationView {
     pub last_reflection: Option<String>,
     pub lock: Option<crate::reflection::lock::LockInfo>,
     pub backoff: Option<crate::reflection::backoff::Backoff>,
+    /// The last reflection's and the last memory worker's outcomes.
+    pub last_reflection_outcome: Option<SubagentOutcome>,
+    pub last_worker_outcome: Option<SubagentOutcome>,
+    /// Memory-worker instructions that failed too often (kept, not run).
+    pub failed_workers: Vec<FailedWorker>,
+}
+
+/// A sub-agent run's two parts, as Palace shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubagentOutcome {
+    /// What merged (`merged`, `no_changes`, `merge_conflict`, …).
+    pub merge: String,
+    /// How the task ended (`finished`, `failed`, `killed`, …; `-` in a
+    /// record older than the split).
+    pub task: String,
+    pub finished_at: String,
+    pub summary: String,
+    /// A worker's run number.
+    pub attempt: Option<u64>,
+}
+
+impl SubagentOutcome {
+    /// From a result record (`reflections/last-result.json`,
+    /// `last-worker.json`).
+    fn from_record(v: &serde_json::Value) -> Self {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
+        SubagentOutcome {
+            merge: text(v.get("merge").map_or(&v["status"], |m| &m["status"])),
+            task: text(&v["task"]["status"]),
+            finished_at: text(&v["finishedAt"]),
+            summary: v["summary"].as_str().unwrap_or_default().to_string(),
+            attempt: v["attempt"].as_u64(),
+        }
+    }
+}
+
+/// A memory-worker instruction kept, marked failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedWorker {
+    pub id: String,
+    pub instruction: String,
+    pub attempts: u32,
+}
+
+fn failed_workers(paths: &AgentPaths) -> Vec<FailedWorker> {
+    crate::reflection::queue::list(paths)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| i.is_failed())
+        .map(|i| FailedWorker {
+            id: i.id,
+            instruction: crate::reflection::truncate_chars(&i.instruction, 300),
+            attempts: i.attempts,
+        })
+        .collect()
 }
 
 fn internal(e: impl std::fmt::Display) -> PalaceError {
@@ -471,6 +526,15 @@ impl Site {
             last_reflection: state.last_succeeded_at.clone(),
             lock: crate::reflection::lock::inspect(&paths).ok().flatten(),
             backoff: crate::reflection::backoff::load(&paths).ok().flatten(),
+            last_reflection_outcome: crate::reflection::launch::load_last_result(&paths)
+                .ok()
+                .flatten()
+                .map(|v| SubagentOutcome::from_record(&v)),
+            last_worker_outcome: crate::reflection::launch::load_last_worker_result(&paths)
+                .ok()
+                .flatten()
+                .map(|v| SubagentOutcome::from_record(&v)),
+            failed_workers: failed_workers(&paths),
             agent,
         })
     }

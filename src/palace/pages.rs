@@ -260,6 +260,14 @@ pub fn conversation(page: &Page, v: &ConversationView) -> String {
             tr { th { "Backoff" } td {
                 @if let Some(b) = &v.backoff { "until " (b.retry_at) " (" (b.delay_ms / 1000) " s)" } @else { "none" }
             } }
+            tr { th { "Last reflection run" } td { (outcome(v.last_reflection_outcome.as_ref())) } }
+            tr { th { "Last memory worker" } td { (outcome(v.last_worker_outcome.as_ref())) } }
+            tr { th { "Failed worker instructions" } td {
+                @if v.failed_workers.is_empty() { "none" }
+                @for f in &v.failed_workers {
+                    div { code { (f.id) } " after " (f.attempts) " runs: " (f.instruction) }
+                }
+            } }
         }
         h2 { "System prompt in use" }
         @if let Some(p) = &v.system_prompt {
@@ -279,6 +287,21 @@ pub fn conversation(page: &Page, v: &ConversationView) -> String {
         }
     };
     layout(page, &format!("{} {}", v.agent.name, v.id), body)
+}
+
+/// A sub-agent run's two parts, kept apart: what merged, how the task ended.
+fn outcome(o: Option<&super::data::SubagentOutcome>) -> Markup {
+    html! {
+        @match o {
+            None => "none",
+            Some(o) => {
+                "merge " (o.merge) ", task " (o.task)
+                @if let Some(n) = o.attempt { " (run " (n) ")" }
+                " at " (o.finished_at)
+                @if !o.summary.is_empty() { div.meta { (o.summary) } }
+            }
+        }
+    }
 }
 
 pub fn search(

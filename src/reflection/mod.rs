@@ -14,6 +14,9 @@
 //!   (`reflections/backoff.json`);
 //! * [`trigger`] — whether a finished turn should launch one;
 //! * [`launch`] — the refusal reasons, result shape and completion lines;
+//! * [`outcome`] — a run's two parts, what merged and whether the task
+//!   finished, and what that means for its instruction;
+//! * [`queue`] — memory-worker instructions kept until they are done;
 //! * [`prompt`] — what the sub-agent is told.
 //!
 //! The supervisor (root) reads and writes all of this, but conversation
@@ -25,6 +28,7 @@
 pub mod backoff;
 pub mod launch;
 pub mod lock;
+pub mod outcome;
 pub mod payload;
 pub mod prompt;
 pub mod queue;

@@ -3,10 +3,17 @@
 //! acknowledgement until its worker is finalized, so a supervisor that
 //! stops (or crashes) with workers running or waiting loses none — the
 //! next one runs them at its start.
+//!
+//! A run that does not finish its instruction (the child failed or was
+//! killed, or what it committed could not land) keeps the instruction
+//! here with the run's record and one more attempt counted; past
+//! [`MAX_ATTEMPTS`] the entry stays, marked `failed`, and is no longer run
+//! by itself — delegating the same instruction again restarts it.
 
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
+use super::outcome::Attempt;
 use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError};
 use crate::paths::{AgentPaths, WORKER_QUEUE_FILE_NAME};
 
@@ -30,18 +37,66 @@ pub struct QueuedWorker {
     pub repair: Option<RepairOf>,
     /// Runs that ended without applying it (a launch that failed, a worker
     /// killed or out of disk). It is run again, later each time, and never
-    /// dropped: past [`FAILING_AFTER`] it is reported as failing.
+    /// dropped: past [`FAILING_AFTER`] it is reported as failing, at
+    /// [`MAX_ATTEMPTS`] it is marked failed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
+    /// The conversation whose turn delegated it (told when it fails).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    #[serde(default, skip_serializing_if = "ItemStatus::is_pending")]
+    pub status: ItemStatus,
+    /// Its earlier runs, oldest first (at most [`HISTORY_KEPT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Attempt>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// Whether a kept instruction is still run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Queued, running, or waiting to be run again.
+    #[default]
+    Pending,
+    /// Failed [`MAX_ATTEMPTS`] times: kept and shown, not run by itself.
+    Failed,
+}
+
+impl ItemStatus {
+    fn is_pending(&self) -> bool {
+        *self == ItemStatus::Pending
+    }
+}
+
+impl QueuedWorker {
+    pub fn is_failed(&self) -> bool {
+        self.status == ItemStatus::Failed
+    }
+
+    /// The number of its next run (1 for the first; runs its supervisor
+    /// stopped are numbered too, though not counted).
+    pub fn next_run(&self) -> u32 {
+        let last = self.history.last().map_or(0, |a| a.attempt);
+        last.max(self.attempts).saturating_add(1)
+    }
+}
+
 /// Failed runs after which an instruction is reported as failing (by
 /// `reflect status` and `doctor`); it is still tried again.
 pub const FAILING_AFTER: u32 = 4;
+
+/// Failed runs after which an instruction is no longer run by itself: it
+/// stays kept, marked `failed`, and the agent is reminded of it. With the
+/// pauses between runs (2 s doubling to 2 min) that is about four minutes
+/// of failing.
+pub const MAX_ATTEMPTS: u32 = 8;
+
+/// Runs recorded per instruction (the latest).
+pub const HISTORY_KEPT: usize = 16;
 
 /// What a repair worker repairs (see [`super::repair`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,7 +160,69 @@ pub fn push(
     isolation: Option<&str>,
     now: time::OffsetDateTime,
 ) -> Result<QueuedWorker, ReflectionError> {
-    push_item(agent, instruction, isolation, None, now)
+    push_for(agent, instruction, isolation, None, now)
+}
+
+/// [`push`], delegated from `conversation`. The same instruction as one
+/// kept `failed` restarts that one (its count back to zero, its history
+/// kept) rather than being kept twice.
+pub fn push_for(
+    agent: &AgentPaths,
+    instruction: &str,
+    isolation: Option<&str>,
+    conversation: Option<&str>,
+    now: time::OffsetDateTime,
+) -> Result<QueuedWorker, ReflectionError> {
+    {
+        let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = read(agent)?;
+        let failed = q
+            .items
+            .iter_mut()
+            .find(|i| i.is_failed() && i.repair.is_none() && i.instruction == instruction);
+        if let Some(item) = failed {
+            item.status = ItemStatus::Pending;
+            item.attempts = 0;
+            item.isolation = isolation.map(str::to_string);
+            item.conversation = conversation.map(str::to_string);
+            let revived = item.clone();
+            write(agent, &q)?;
+            return Ok(revived);
+        }
+    }
+    let mut item = push_item(agent, instruction, isolation, None, now)?;
+    if let Some(c) = conversation {
+        item = set_conversation(agent, &item.id, c)?.unwrap_or(item);
+    }
+    Ok(item)
+}
+
+fn set_conversation(
+    agent: &AgentPaths,
+    id: &str,
+    conversation: &str,
+) -> Result<Option<QueuedWorker>, ReflectionError> {
+    update(agent, id, |item| {
+        item.conversation = Some(conversation.to_string())
+    })
+}
+
+/// Apply `change` to instruction `id`; its new state (`None` when it is no
+/// longer kept).
+fn update(
+    agent: &AgentPaths,
+    id: &str,
+    change: impl FnOnce(&mut QueuedWorker),
+) -> Result<Option<QueuedWorker>, ReflectionError> {
+    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut q = read(agent)?;
+    let Some(item) = q.items.iter_mut().find(|i| i.id == id) else {
+        return Ok(None);
+    };
+    change(item);
+    let updated = item.clone();
+    write(agent, &q)?;
+    Ok(Some(updated))
 }
 
 /// [`push`], for a repair worker of `repair`.
@@ -140,6 +257,9 @@ fn push_item(
         queued_at: super::format_time(now),
         repair,
         attempts: 0,
+        conversation: None,
+        status: ItemStatus::Pending,
+        history: Vec::new(),
     };
     q.items.push(item.clone());
     write(agent, &q)?;
@@ -161,21 +281,48 @@ pub fn remove(agent: &AgentPaths, id: &str) -> Result<(), ReflectionError> {
 /// Count one more failed run of instruction `id`; its new count (`None`
 /// when it is no longer kept).
 pub fn note_attempt(agent: &AgentPaths, id: &str) -> Result<Option<u32>, ReflectionError> {
-    let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let mut q = read(agent)?;
-    let Some(item) = q.items.iter_mut().find(|i| i.id == id) else {
-        return Ok(None);
-    };
-    item.attempts += 1;
-    let n = item.attempts;
-    write(agent, &q)?;
-    Ok(Some(n))
+    Ok(update(agent, id, count_failure)?.map(|i| i.attempts))
 }
 
-/// Every kept instruction, oldest first.
+fn count_failure(item: &mut QueuedWorker) {
+    item.attempts = item.attempts.saturating_add(1);
+    if item.attempts >= MAX_ATTEMPTS {
+        item.status = ItemStatus::Failed;
+    }
+}
+
+/// Keep the record of a run of instruction `id` that did not finish it;
+/// `counted`: the run counts against [`MAX_ATTEMPTS`] (a run stopped with
+/// its supervisor does not). Its new state (`failed` once the count
+/// reaches the limit); `None` when it is no longer kept.
+pub fn record_run(
+    agent: &AgentPaths,
+    id: &str,
+    attempt: Attempt,
+    counted: bool,
+) -> Result<Option<QueuedWorker>, ReflectionError> {
+    update(agent, id, |item| {
+        item.history.push(attempt);
+        let over = item.history.len().saturating_sub(HISTORY_KEPT);
+        item.history.drain(..over);
+        if counted {
+            count_failure(item);
+        }
+    })
+}
+
+/// Every kept instruction, oldest first (those marked failed included).
 pub fn list(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError> {
     let _g = QUEUE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     Ok(read(agent)?.items)
+}
+
+/// The kept instructions still to be run, oldest first.
+pub fn pending(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError> {
+    Ok(list(agent)?
+        .into_iter()
+        .filter(|i| !i.is_failed())
+        .collect())
 }
 
 #[cfg(test)]
@@ -202,6 +349,49 @@ mod tests {
                 .join(WORKER_QUEUE_FILE_NAME)
                 .exists()
         );
+    }
+
+    #[test]
+    fn runs_are_recorded_and_the_limit_marks_an_instruction_failed_not_gone() {
+        use crate::reflection::outcome::{Attempt, TaskPart};
+        let (_t, agent) = testutil::agent();
+        let now = time::OffsetDateTime::now_utc();
+        let item = push_for(&agent, "记住: x", None, Some("default"), now).unwrap();
+        assert_eq!(item.conversation.as_deref(), Some("default"));
+        let run = |n| Attempt::new(n, "t".into(), None, TaskPart::not_started("full"));
+        // A run stopped with the supervisor is kept, not counted.
+        let after = record_run(&agent, &item.id, run(1), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!((after.attempts, after.history.len()), (0, 1));
+        for n in 1..MAX_ATTEMPTS {
+            let after = record_run(&agent, &item.id, run(n), true).unwrap().unwrap();
+            assert!(!after.is_failed(), "failed after {n}");
+        }
+        let failed = record_run(&agent, &item.id, run(MAX_ATTEMPTS), true)
+            .unwrap()
+            .unwrap();
+        assert!(failed.is_failed());
+        assert_eq!(failed.attempts, MAX_ATTEMPTS);
+        assert_eq!(failed.history.len(), (MAX_ATTEMPTS + 1) as usize);
+        // Kept and listed, but not pending.
+        assert_eq!(list(&agent).unwrap(), vec![failed.clone()]);
+        assert!(pending(&agent).unwrap().is_empty());
+        let text =
+            std::fs::read_to_string(agent.reflections_dir().join(WORKER_QUEUE_FILE_NAME)).unwrap();
+        assert!(text.contains("\"status\": \"failed\""), "{text}");
+        // Delegated again: the same entry restarts.
+        let again = push_for(&agent, "记住: x", None, Some("c2"), now).unwrap();
+        assert_eq!(again.id, item.id);
+        assert!(!again.is_failed());
+        assert_eq!(again.attempts, 0);
+        assert_eq!(again.conversation.as_deref(), Some("c2"));
+        assert_eq!(pending(&agent).unwrap().len(), 1);
+        // History is capped.
+        for n in 0..(HISTORY_KEPT as u32 + 5) {
+            record_run(&agent, &item.id, run(n), false).unwrap();
+        }
+        assert_eq!(list(&agent).unwrap()[0].history.len(), HISTORY_KEPT);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
 use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
+use crate::reflection::outcome::{self, Attempt, MergePart, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
 
@@ -329,14 +330,21 @@ fn prepare(
 
 /// The system prompt a reflection was given, kept where the book's lab 5
 /// looks for it (`agents/<id>~reflection/conversations/reflection-<id>/`).
-/// Best effort: a failure is logged, the reflection runs.
+/// Root's and private (directories 0700, the file 0600), as the agent's
+/// own directory is: it holds the agent's memory. Best effort: a failure
+/// is logged, the reflection runs.
 fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree, system: &str) {
+    use std::os::unix::fs::DirBuilderExt;
     let saved = st
         .home
         .reflection_conversation_dir(&record.id, &worktree.id)
         .map_err(|e| e.to_string())
         .and_then(|dir| {
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(PRIVATE_DIR_MODE)
+                .create(&dir)
+                .map_err(|e| e.to_string())?;
             let json = json!({
                 "content": system,
                 "compiledAt": crate::reflection::format_time(now()),
@@ -345,11 +353,80 @@ fn save_prompt_cache(st: &State, record: &AgentRecord, worktree: &MemoryWorktree
             });
             let mut bytes = serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?;
             bytes.push(b'\n');
-            crate::fsutil::atomic_write(&dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME), &bytes)
-                .map_err(|e| e.to_string())
+            crate::fsutil::atomic_write_mode(
+                &dir.join(crate::paths::SYSTEM_PROMPT_FILE_NAME),
+                &bytes,
+                PRIVATE_FILE_MODE,
+            )
+            .map_err(|e| e.to_string())
         });
     if let Err(e) = saved {
         tracing::warn!(agent = %record.id, "cannot keep the reflection's system prompt: {e}");
+    }
+}
+
+/// Modes of the supervisor's own files beside an agent's directory.
+const PRIVATE_DIR_MODE: u32 = 0o700;
+const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Make `path` and what it holds private to its owner (directories 0700,
+/// files 0600), as an older supervisor did not. Symlinks are neither
+/// followed nor changed; a tree deeper than a reflection's directory is
+/// (a few levels) is not walked further. Returns how many entries changed.
+fn make_private(path: &std::path::Path, depth: usize) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let want = if meta.is_dir() {
+        PRIVATE_DIR_MODE
+    } else if meta.is_file() {
+        PRIVATE_FILE_MODE
+    } else {
+        return 0;
+    };
+    let mut changed = 0;
+    if meta.permissions().mode() & 0o777 != want
+        && std::fs::set_permissions(path, std::fs::Permissions::from_mode(want)).is_ok()
+    {
+        changed += 1;
+    }
+    if meta.is_dir()
+        && depth > 0
+        && let Ok(entries) = std::fs::read_dir(path)
+    {
+        for e in entries.flatten() {
+            changed += make_private(&e.path(), depth - 1);
+        }
+    }
+    changed
+}
+
+/// At start: what of agent `id` lies beside its directory is private
+/// (modes an older supervisor left), and an agent's index of names too.
+fn recover_privacy(home: &crate::paths::Home, id: &str) {
+    if let Ok(dir) = home.reflection_agent_dir(id) {
+        let changed = make_private(&dir, 6);
+        if changed > 0 {
+            tracing::info!(agent = %id, changed, "made the reflections' directory private");
+        }
+    }
+}
+
+/// A reflections' directory whose agent is gone (deleted by a version that
+/// left it) goes too: it holds that agent's memory.
+fn remove_orphan_sibling(home: &crate::paths::Home, owner: &str, path: &std::path::Path) {
+    let Ok(agent) = home.agent(owner) else { return };
+    if std::fs::symlink_metadata(agent.dir()).is_ok() {
+        return;
+    }
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => {
+            tracing::warn!(agent = %owner, "removed the reflections' directory of a deleted agent")
+        }
+        Err(e) => {
+            tracing::warn!(agent = %owner, "cannot remove the reflections' directory of a deleted agent: {e}")
+        }
     }
 }
 
@@ -444,6 +521,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
         .and_then(|mut t| t.remove(&child))
         .and_then(|e| e.report);
     let completed = matches!(end, ChildEnd::Exited { code: 0 });
+    let task = TaskPart::ended(&end, state.is_stopping(), report.clone());
     // Explicit mode: the agent reviews and merges in a turn of its own;
     // what counts afterwards is git's ancestry, not what the turn says.
     let integration = if completed && p.mode == settings::MergeMode::Explicit {
@@ -461,7 +539,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
             p,
             child,
             should_merge,
-            end,
+            (end, task),
             report,
             integration,
         ))
@@ -491,7 +569,7 @@ fn finish_reflection(
     p: Prepared,
     child: u64,
     should_merge: bool,
-    end: ChildEnd,
+    (end, task): (ChildEnd, TaskPart),
     report: Option<String>,
     integration: Option<Integrated>,
 ) -> Value {
@@ -572,6 +650,8 @@ fn finish_reflection(
             json!(crate::reflection::format_time(now())),
         );
     }
+    let merge = MergePart::from_finalized(&value);
+    outcome::annotate(&mut value, &merge, &task);
     // Released before the result is published: whoever sees the result
     // may launch the next reflection at once.
     let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
@@ -652,23 +732,30 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             }
             conversations.push(v);
         }
-        // Instructions kept until applied: queued, running, or waiting to
-        // be tried again after a failed run.
+        // Instructions kept until applied: queued, running, waiting to be
+        // tried again after a failed run, or failed too often.
         let items = queue::list(&agent).unwrap_or_default();
         let kept = items.len();
+        let failed = items.iter().filter(|i| i.is_failed()).count();
         let failing = items
             .iter()
-            .filter(|i| i.attempts >= queue::FAILING_AFTER)
+            .filter(|i| !i.is_failed() && i.attempts >= queue::FAILING_AFTER)
             .count();
+        let last_worker = crate::reflection::launch::load_last_worker_result(&agent)
+            .ok()
+            .flatten();
         Ok(json!({
             "agent": id,
             "settings": settings,
             "lock": lock,
             "backoff": backoff,
             "last": last,
+            "last_worker": last_worker,
             "conversations": conversations,
             "workers_kept": kept,
             "workers_failing": failing,
+            "workers_failed": failed,
+            "workers": items.iter().map(worker_row).collect::<Vec<_>>(),
         }))
     })
     .await;
@@ -691,6 +778,21 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
     }
 }
 
+/// A kept instruction as `reflect status` shows it: its state, count and
+/// last run (what merged and how the task ended), the instruction cut.
+fn worker_row(item: &QueuedWorker) -> Value {
+    json!({
+        "id": item.id,
+        "instruction": crate::reflection::truncate_chars(&item.instruction, 300),
+        "status": if item.is_failed() { "failed" } else { "pending" },
+        "attempts": item.attempts,
+        "queuedAt": item.queued_at,
+        "conversation": item.conversation,
+        "repair": item.repair.is_some(),
+        "last": item.history.last(),
+    })
+}
+
 /// At start: what a crashed supervisor left of each agent's reflections —
 /// a stale `reflection.lock` and orphan worktrees — is cleaned up (a
 /// memory worker's branch with commits is kept).
@@ -701,11 +803,18 @@ pub fn recover(home: &crate::paths::Home) {
     let Ok(entries) = std::fs::read_dir(home.agents_dir()) else {
         return;
     };
+    // The index of names is root's alone (older ones were 0644).
+    make_private(&home.agents_index(), 0);
     for entry in entries.flatten() {
         let Some(id) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
+        if let Some(owner) = id.strip_suffix(crate::paths::REFLECTION_SIBLING_SUFFIX) {
+            remove_orphan_sibling(home, owner, &entry.path());
+            continue;
+        }
         let Ok(agent) = home.agent(&id) else { continue };
+        recover_privacy(home, &id);
         // First a move of `main` the stopped supervisor left half done (a
         // merge it was making), so the branch it merged reads as merged.
         if wt::advance::interrupted(&agent.memory_git_dir()) {
@@ -761,7 +870,10 @@ pub async fn worker_start(
     instruction: String,
 ) -> Outcome {
     let super::state::Peer::Child {
-        agent, isolation, ..
+        agent,
+        isolation,
+        conversation,
+        ..
     } = peer
     else {
         return error(
@@ -786,12 +898,19 @@ pub async fn worker_start(
     }
     // Kept on disk before it is acknowledged: a supervisor that stops or
     // crashes leaves it to the next one, never drops it.
-    let (home, id, iso) = (state.home.clone(), agent.clone(), isolation.clone());
+    // The conversation is the one the child was started for (the child
+    // table's), told if the instruction ends up failing.
+    let (home, id, iso, conv) = (
+        state.home.clone(),
+        agent.clone(),
+        isolation.clone(),
+        conversation.clone(),
+    );
     let kept = blocking(move || {
         let paths = home
             .agent(&id)
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        queue::push(&paths, &instruction, iso.as_deref(), now())
+        queue::push_for(&paths, &instruction, iso.as_deref(), conv.as_deref(), now())
             .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))
     })
     .await;
@@ -836,7 +955,8 @@ pub fn resume_workers(state: &Arc<State>) {
         {
             continue;
         }
-        let items = match queue::list(&agent) {
+        // Those marked failed wait for the agent to delegate them again.
+        let items = match queue::pending(&agent) {
             Ok(items) => items,
             Err(e) => {
                 tracing::warn!(agent = %id, "cannot read the memory workers left to run: {e}");
@@ -888,11 +1008,17 @@ async fn run_worker_chain(
     if first["launched"] != json!(true) {
         // A stopping supervisor keeps it for the next one; an acknowledged
         // instruction whose launch failed (a full or read-only disk, say)
-        // is tried again a few times, later.
+        // is tried again, later.
         if !state.is_stopping() {
             tracing::warn!(agent = %agent_id, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %first, "a memory worker could not start");
             if acknowledged {
-                retry_later(&state, &agent_id, &item).await;
+                let why = first["message"]
+                    .as_str()
+                    .unwrap_or("the worker could not start");
+                let task = TaskPart::not_started(why);
+                let attempt = Attempt::new(item.next_run(), finished_at(), None, task);
+                let settled = settle_off_thread(&state, &agent_id, &item, attempt).await;
+                follow_up(&state, &agent_id, &item, Next::Retry, &settled).await;
             } else {
                 forget_instruction(&state, &agent_id, &item.id).await;
             }
@@ -900,6 +1026,29 @@ async fn run_worker_chain(
         next_worker(state, agent_id);
     }
     first
+}
+
+fn finished_at() -> String {
+    crate::reflection::format_time(now())
+}
+
+/// [`outcome::settle`] of a run that did not start (on a blocking thread).
+async fn settle_off_thread(
+    state: &Arc<State>,
+    agent_id: &str,
+    item: &QueuedWorker,
+    attempt: Attempt,
+) -> outcome::Settled {
+    let (home, id, it) = (state.home.clone(), agent_id.to_string(), item.clone());
+    let settled = off_thread(move || {
+        let paths = home.agent(&id).map_err(failed)?;
+        Ok(outcome::settle(&paths, &it, attempt, Next::Retry))
+    })
+    .await;
+    settled.unwrap_or_else(|v| outcome::Settled::Unrecorded {
+        attempts: item.attempts.saturating_add(1),
+        error: v.to_string(),
+    })
 }
 
 /// The start of an instruction, for a log line (a repair's carries a patch).
@@ -924,26 +1073,40 @@ fn retry_delay(n: u32) -> std::time::Duration {
         .min(WORKER_RETRY_MAX_DELAY)
 }
 
-/// A run of `item` ended without applying it: queue it again after a pause
-/// that grows with its failures. An acknowledged instruction is never
-/// dropped (its turn told the user it would be done): past
-/// [`queue::FAILING_AFTER`] failures it is logged and reported as failing,
-/// and still tried. A failure that cannot be counted in the durable queue
-/// (the disk is full) is counted here and the run retried all the same.
-async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
-    let (home, id, item_id) = (state.home.clone(), agent_id.to_string(), item.id.clone());
-    let counted = off_thread(move || {
-        let paths = home.agent(&id).map_err(failed)?;
-        queue::note_attempt(&paths, &item_id).map_err(failed)
-    })
-    .await;
-    let n = match counted {
-        Ok(Some(n)) => n,
-        // Forgotten meanwhile (applied by a run that overlapped): done.
-        Ok(None) => return,
-        Err(v) => {
-            tracing::warn!(agent = %agent_id, item = %item.id, result = %v, "cannot count a failed memory worker run; it is tried again");
-            item.attempts.saturating_add(1)
+/// After a run of `item` that did not finish it (`next` is
+/// [`Next::Retry`]), settled as `settled`: run it again after a pause that
+/// grows with its failures — or, once it has failed
+/// [`queue::MAX_ATTEMPTS`] times, leave it kept, marked failed, for the
+/// agent (reminded by the settling) to delegate again. An acknowledged
+/// instruction is never dropped: one whose failure cannot be recorded (the
+/// disk is full) is counted here and run again all the same, and past the
+/// limit left, still pending on disk, for the next supervisor.
+async fn follow_up(
+    state: &Arc<State>,
+    agent_id: &str,
+    item: &QueuedWorker,
+    next: Next,
+    settled: &outcome::Settled,
+) {
+    if next != Next::Retry {
+        return;
+    }
+    let (again, n) = match settled {
+        outcome::Settled::Gone => return,
+        outcome::Settled::Kept(k) if k.is_failed() => {
+            tracing::error!(agent = %agent_id, item = %k.id, attempts = k.attempts, instruction = %log_excerpt(&k.instruction), "a memory worker failed too often: its instruction is kept, marked failed, and the agent is reminded");
+            return;
+        }
+        outcome::Settled::Kept(k) => ((**k).clone(), k.attempts),
+        outcome::Settled::Unrecorded { attempts, error } => {
+            tracing::warn!(agent = %agent_id, item = %item.id, "cannot record a failed memory worker run ({error}); it is tried again");
+            if *attempts >= queue::MAX_ATTEMPTS {
+                tracing::error!(agent = %agent_id, item = %item.id, "a memory worker failed too often and its queue cannot be written: the instruction is left for the next supervisor");
+                return;
+            }
+            let mut again = item.clone();
+            again.attempts = *attempts;
+            (again, *attempts)
         }
     };
     if n == queue::FAILING_AFTER {
@@ -956,8 +1119,6 @@ async fn retry_later(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) {
         return;
     }
     let (st, id) = (state.clone(), agent_id.to_string());
-    let mut again = item.clone();
-    again.attempts = n;
     state.requests.spawn(async move {
         tokio::select! {
             _ = tokio::time::sleep(retry_delay(n)) => {}
@@ -990,8 +1151,17 @@ fn next_worker(state: Arc<State>, agent_id: String) {
     }
 }
 
+/// A launched worker, as its finalization needs it.
+struct WorkerRun {
+    agent: AgentPaths,
+    worktree: MemoryWorktree,
+    item: QueuedWorker,
+    child: u64,
+}
+
 async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) -> Value {
     let (instruction, isolation) = (item.instruction.clone(), item.isolation.clone());
+    let earlier = item.history.clone();
     let (st, id) = (state.clone(), agent_id.to_string());
     let prepared = off_thread(move || {
         let err = |e: &dyn std::fmt::Display| failed(e.to_string());
@@ -1003,7 +1173,8 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
                     .map_err(|e| err(&e))?;
                 crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
             }
-            let built = prompt::worker(&worktree.dir, &instruction).map_err(|e| err(&e))?;
+            let built =
+                prompt::worker(&worktree.dir, &instruction, &earlier).map_err(|e| err(&e))?;
             Ok(SubagentTask {
                 kind: KIND_MEMORY_WORKER.into(),
                 system: built.system,
@@ -1054,98 +1225,132 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         "worktree": worktree.dir,
         "branch": worktree.branch,
     });
+    let run = WorkerRun {
+        agent,
+        worktree,
+        item: item.clone(),
+        child,
+    };
     let st = state.clone();
-    let id = record.id.clone();
-    let item_id = item.id.clone();
-    let retry_item = item.clone();
-    let repair = item.repair.clone();
-    let previous = item.repair.clone();
-    let isolation = item.isolation.clone();
     state.requests.spawn(async move {
-        let end = wait_exit(&st, events, child).await;
-        let report = st
-            .tasks
-            .lock()
-            .ok()
-            .and_then(|mut t| t.remove(&child))
-            .and_then(|e| e.report);
-        let lease = st.leases.hold(&id, LEASE_WAIT).await;
-        // Committed work is merged even when the worker crashed or was
-        // stopped with its supervisor; without the lease nothing is.
-        let cancelled = lease.is_err();
-        let (a, w) = (agent.clone(), worktree.clone());
-        let result = off_thread(move || {
-            let f = wt::integrate_worker(&a, &w, cancelled).map_err(|e| failed(e.to_string()))?;
-            let mut v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
-            if let Some(o) = v.as_object_mut() {
-                o.insert("child".into(), json!(child));
-                o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
-                o.insert("report".into(), json!(report));
-                o.insert(
-                    "finishedAt".into(),
-                    json!(crate::reflection::format_time(now())),
-                );
-            }
-            if let Some(r) = &repair {
+        let end = wait_exit(&st, events, run.child).await;
+        finish_worker(st, record.id, run, end).await;
+    });
+    info
+}
+
+/// A worker has exited: merge what it committed (even when it crashed or
+/// was stopped with its supervisor — without the lease nothing is), then
+/// settle its instruction on both parts of the outcome, and start the next.
+async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd) {
+    let child = run.child;
+    let report = st
+        .tasks
+        .lock()
+        .ok()
+        .and_then(|mut t| t.remove(&child))
+        .and_then(|e| e.report);
+    let task = TaskPart::ended(&end, st.is_stopping(), report);
+    let lease = st.leases.hold(&id, LEASE_WAIT).await;
+    let cancelled = lease.is_err();
+    let (item, isolation, previous) = (
+        run.item.clone(),
+        run.item.isolation.clone(),
+        run.item.repair.clone(),
+    );
+    let settled = off_thread(move || Ok(integrate_and_settle(&run, end, task, cancelled))).await;
+    drop(lease);
+    let Ok(s) = settled else {
+        next_worker(st, id);
+        return;
+    };
+    tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
+    if s.record["status"] == json!("merged") {
+        super::rpc::sync_after(&st, &id, None).await;
+    }
+    if s.conflicted && !st.is_stopping() {
+        queue_repair(&st, &id, &s.branch, isolation, previous).await;
+    }
+    follow_up(&st, &id, &item, s.next, &s.settled).await;
+    next_worker(st, id);
+}
+
+/// What [`integrate_and_settle`] did.
+struct Settlement {
+    /// `reflections/last-worker.json`.
+    record: Value,
+    next: Next,
+    settled: outcome::Settled,
+    /// Its branch was kept after a conflict: a repair is due.
+    conflicted: bool,
+    branch: String,
+}
+
+/// Merge a worker's branch, decide from both parts of the outcome, settle
+/// its instruction and record the result. On a blocking thread.
+fn integrate_and_settle(
+    run: &WorkerRun,
+    end: ChildEnd,
+    task: TaskPart,
+    cancelled: bool,
+) -> Settlement {
+    let (a, w) = (&run.agent, &run.worktree);
+    let (mut record, status, checkout_dirty) = match wt::integrate_worker(a, w, cancelled) {
+        Ok(f) => {
+            if let Some(r) = &run.item.repair {
                 // The repair's own commits carry the kept change now: the
                 // kept branch goes (only if nobody moved it meanwhile).
                 if f.status == wt::FinalizeStatus::Merged {
-                    let _ = wt::drop_kept_branch(&a, &r.branch, &r.tip);
+                    let _ = wt::drop_kept_branch(a, &r.branch, &r.tip);
                     for (branch, tip) in &r.also {
-                        let _ = wt::drop_kept_branch(&a, branch, tip);
+                        let _ = wt::drop_kept_branch(a, branch, tip);
                     }
                 }
-                let _ = crate::reflection::repair::complete(&a, &r.signature);
+                let _ = crate::reflection::repair::complete(a, &r.signature);
             }
             // Met only uncommitted edits in the checkout: the instruction
-            // runs again (below) and redoes the change, so this attempt's
-            // branch goes rather than lingering unrepaired.
+            // runs again and redoes the change, so this attempt's branch
+            // goes rather than lingering unrepaired.
             let checkout_dirty = f.status == wt::FinalizeStatus::MergeConflict && f.checkout_dirty;
             if checkout_dirty && let Some(tip) = &f.kept_tip {
-                let _ = wt::drop_kept_branch(&a, &f.branch, tip);
+                let _ = wt::drop_kept_branch(a, &f.branch, tip);
             }
-            let _ = crate::reflection::launch::save_last_worker_result(&a, &v);
-            let conflicted = f.status == wt::FinalizeStatus::MergeConflict && !checkout_dirty;
-            Ok((v, conflicted, f.branch, checkout_dirty))
-        })
-        .await;
-        let (result, conflicted, kept, checkout_dirty) = match result {
-            Ok(r) => r,
-            Err(v) => (v, false, String::new(), false),
-        };
-        drop(lease);
-        tracing::info!(agent = %id, child, item = %item_id, instruction = %log_excerpt(&retry_item.instruction), result = %result, "memory worker finalized");
-        if result["status"] == json!("merged") {
-            super::rpc::sync_after(&st, &id, None).await;
+            let v = serde_json::to_value(&f).unwrap_or_else(|_| json!({}));
+            (v, f.status, checkout_dirty)
         }
-        if conflicted && !st.is_stopping() {
-            queue_repair(&st, &id, &kept, isolation, previous).await;
-        }
-        // Stopped with its supervisor before it finished: the next one runs
-        // the instruction again (what it committed is merged already).
-        let interrupted = st.is_stopping() && !matches!(end, ChildEnd::Exited { code: 0 });
-        // Applied (or handed to a repair) — else run again, a few times: a
-        // worker killed, out of disk, or that left nothing mergeable.
-        let clean_exit = matches!(end, ChildEnd::Exited { code: 0 });
-        let applied = match result["status"].as_str() {
-            Some("merged") => true,
-            // Kept and handed to a repair; not a conflict with uncommitted
-            // checkout edits, which a repair would meet again (the
-            // instruction itself runs again instead).
-            Some("merge_conflict") => !checkout_dirty,
-            Some("no_changes") => clean_exit,
-            _ => false,
-        };
-        if !interrupted {
-            if applied {
-                forget_instruction(&st, &id, &item_id).await;
-            } else {
-                retry_later(&st, &id, &retry_item).await;
-            }
-        }
-        next_worker(st, id);
-    });
-    info
+        Err(e) => (
+            json!({
+                "status": "failed",
+                "summary": format!("the worker's worktree could not be finalized: {e}"),
+                "branch": w.branch,
+            }),
+            wt::FinalizeStatus::Failed,
+            false,
+        ),
+    };
+    let at = finished_at();
+    if let Some(o) = record.as_object_mut() {
+        o.insert("child".into(), json!(run.child));
+        o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
+        o.insert("report".into(), json!(task.report));
+        o.insert("finishedAt".into(), json!(at));
+    }
+    let merge = MergePart::from_finalized(&record);
+    let next = outcome::next(&merge.status, checkout_dirty, task.status);
+    let attempt = Attempt::new(run.item.next_run(), at, Some(merge.clone()), task.clone());
+    let settled = outcome::settle(a, &run.item, attempt.clone(), next);
+    outcome::annotate(&mut record, &merge, &task);
+    outcome::describe(&mut record, &run.item, &attempt, next, &settled);
+    if let Err(e) = crate::reflection::launch::save_last_worker_result(a, &record) {
+        tracing::warn!("cannot record the memory worker's result: {e}");
+    }
+    Settlement {
+        record,
+        next,
+        settled,
+        conflicted: status == wt::FinalizeStatus::MergeConflict && !checkout_dirty,
+        branch: w.branch.clone(),
+    }
 }
 
 /// `sync --repair`: local commits were set aside on `branch` after a sync
@@ -1585,10 +1790,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failed_instructions_wait_longer_each_time_but_are_never_given_up() {
+    fn failed_instructions_wait_longer_each_time() {
         let secs: Vec<u64> = (1..=9).map(|n| retry_delay(n).as_secs()).collect();
         assert_eq!(secs, vec![2, 4, 8, 16, 32, 64, 120, 120, 120]);
-        // However many failures: still a finite pause, never a drop.
+        // The runs before an instruction is marked failed span minutes.
+        let total: u64 = (1..queue::MAX_ATTEMPTS)
+            .map(|n| retry_delay(n).as_secs())
+            .sum();
+        assert!((120..=600).contains(&total), "{total}");
+        // However many failures: still a finite pause.
         assert_eq!(retry_delay(u32::MAX), WORKER_RETRY_MAX_DELAY);
         assert_eq!(retry_delay(0), WORKER_RETRY_DELAY);
         assert_eq!(log_excerpt("短"), "短");

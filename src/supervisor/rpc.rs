@@ -223,10 +223,29 @@ fn holder(peer: &Peer, conn: &Connection) -> Holder {
     }
 }
 
+/// `memory.status`: the caller's own checkout. A sub-agent's is the
+/// worktree the supervisor launched it on (its child-table entry, never a
+/// path it sends); anyone else's is the agent's main checkout.
 pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String>) -> Outcome {
     let agent = match target_agent(peer, agent) {
         Ok(a) => a,
         Err(o) => return o,
+    };
+    let worktree = match peer {
+        Peer::Child { role, worktree, .. }
+            if matches!(role.as_str(), "reflection" | "memory-worker") =>
+        {
+            match worktree {
+                Some(name) => Some(name.clone()),
+                None => {
+                    return error(
+                        ErrorCode::Forbidden,
+                        "this sub-agent was launched without a worktree: it has no checkout to report on",
+                    );
+                }
+            }
+        }
+        _ => None,
     };
     let home = state.home.clone();
     let result = on_agent_thread(
@@ -235,13 +254,23 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
         move || -> Result<Value, (ErrorCode, String)> {
             let (_, paths) = store::find(&home, Some(&agent))
                 .map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
-            let repo =
-                repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+            let repo = match &worktree {
+                Some(name) => crate::memfs::worktree::open(&paths, name)
+                    .map(|(_, repo)| repo)
+                    .map_err(|e| (ErrorCode::Forbidden, e.to_string()))?,
+                None => {
+                    repo::open_agent(&paths).map_err(|e| (ErrorCode::Internal, e.to_string()))?
+                }
+            };
             // Never libgit2's status here: it opens the child's files (and
             // `.gitignore`s) by path, where a FIFO blocks this thread for good.
             let status = crate::memfs::worktree_status::worktree_status(&repo)
                 .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-            Ok(json!({ "head": status.head, "dirty": status.dirty }))
+            let mut v = json!({ "head": status.head, "dirty": status.dirty });
+            if let Some(name) = worktree {
+                v["worktree"] = json!(name);
+            }
+            Ok(v)
         },
     )
     .await;

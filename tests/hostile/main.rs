@@ -11,5 +11,6 @@ mod import;
 mod live_repo;
 mod palace_readers;
 mod planted;
+mod subagents;
 mod sync;
 mod terminal;

@@ -1,0 +1,425 @@
+//! How a sub-agent run ended, in two parts kept apart everywhere (the
+//! result files, `reflect status`, Palace, doctor): what was **merged**
+//! (the finalize status: `merged`, `no_changes`, `merge_conflict`, …) and
+//! whether the **task** finished (how the child ended: `finished`,
+//! `failed`, `killed`, `interrupted`, `not_started`).
+//!
+//! A worker that commits half its instruction and then fails has its
+//! commits merged — they are validated memory — but its instruction is not
+//! done: it goes back to the queue. Only a clean exit *and* a merge that
+//! landed (or had nothing to land) ends an instruction. Like the rest of
+//! this module: no processes and no git; the caller brings the facts.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::queue::{self, QueuedWorker};
+use crate::paths::AgentPaths;
+use crate::protocol::events::ChildEnd;
+
+/// How a sub-agent's task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The child exited 0: it says it did what it was asked.
+    Finished,
+    /// The child exited with an error (its model failed, a step limit…).
+    Failed,
+    /// The child was killed (a signal, a deadline, the OOM killer).
+    Killed,
+    /// Stopped with its supervisor: the next one runs it again, and the
+    /// run is not counted against the instruction.
+    Interrupted,
+    /// No child ran (the worktree or the launch failed).
+    NotStarted,
+}
+
+impl TaskStatus {
+    /// From the child's end; `stopping`: its supervisor is stopping.
+    pub fn of(end: &ChildEnd, stopping: bool) -> Self {
+        match end {
+            ChildEnd::Exited { code: 0 } => TaskStatus::Finished,
+            _ if stopping => TaskStatus::Interrupted,
+            ChildEnd::Exited { .. } => TaskStatus::Failed,
+            ChildEnd::Killed { .. } => TaskStatus::Killed,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Finished => "finished",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Killed => "killed",
+            TaskStatus::Interrupted => "interrupted",
+            TaskStatus::NotStarted => "not_started",
+        }
+    }
+}
+
+/// Longest report kept in an attempt's record (the last run's whole report
+/// stays in the result file).
+pub const ATTEMPT_REPORT_CHARS: usize = 2_000;
+
+/// The task part of an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskPart {
+    pub status: TaskStatus,
+    /// The child's end (`{"state": "exited", "code": 1}`), `null` when
+    /// none ran.
+    #[serde(default)]
+    pub exit: Value,
+    /// The sub-agent's report (its last text, or its error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<String>,
+}
+
+impl TaskPart {
+    /// The task part of a child that ended with `end`.
+    pub fn ended(end: &ChildEnd, stopping: bool, report: Option<String>) -> Self {
+        TaskPart {
+            status: TaskStatus::of(end, stopping),
+            exit: serde_json::to_value(end).unwrap_or_default(),
+            report,
+        }
+    }
+
+    /// A run that never started, and why.
+    pub fn not_started(why: impl Into<String>) -> Self {
+        TaskPart {
+            status: TaskStatus::NotStarted,
+            exit: Value::Null,
+            report: Some(why.into()),
+        }
+    }
+}
+
+/// The merge part of an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergePart {
+    /// The finalize status (`merged`, `no_changes`, `merge_conflict`,
+    /// `failed`, `discarded`, `invalid`, `parent_dirty`, …).
+    pub status: String,
+    #[serde(default)]
+    pub summary: String,
+    /// Commits the branch had on top of `main`.
+    #[serde(default)]
+    pub commit_count: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_commit: Option<String>,
+    /// Paths the merge changed in `main` (or, for a conflict, those that
+    /// conflicted).
+    #[serde(default)]
+    pub changed_paths: Vec<String>,
+}
+
+impl MergePart {
+    /// From a finalize result serialized as JSON (`wt::Finalized`).
+    pub fn from_finalized(v: &Value) -> Self {
+        let strings = |k: &str| -> Vec<String> {
+            v[k].as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        };
+        MergePart {
+            status: v["status"].as_str().unwrap_or("failed").to_string(),
+            summary: v["summary"].as_str().unwrap_or_default().to_string(),
+            commit_count: v["commit_count"].as_u64().unwrap_or(0) as usize,
+            merge_commit: v["merge_commit"].as_str().map(str::to_string),
+            changed_paths: strings("changed_paths"),
+        }
+    }
+
+    /// Whether anything reached `main`.
+    pub fn landed(&self) -> bool {
+        self.status == "merged"
+    }
+}
+
+/// One run of a queued instruction, as its queue entry keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// 1 for the first run.
+    pub attempt: u32,
+    pub finished_at: String,
+    /// `None` when no child ran (nothing to merge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergePart>,
+    pub task: TaskPart,
+}
+
+impl Attempt {
+    /// An attempt's record, its report cut to [`ATTEMPT_REPORT_CHARS`].
+    pub fn new(attempt: u32, at: String, merge: Option<MergePart>, mut task: TaskPart) -> Self {
+        task.report = task
+            .report
+            .map(|r| super::truncate_chars(&r, ATTEMPT_REPORT_CHARS));
+        Attempt {
+            attempt,
+            finished_at: at,
+            merge,
+            task,
+        }
+    }
+}
+
+/// What happens to an instruction after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Done: the task finished and its change landed, had nothing to land,
+    /// or was handed to a repair worker.
+    Done,
+    /// Queued again (counted, after a pause).
+    Retry,
+    /// Its supervisor stopped: left, uncounted, for the next one.
+    Interrupted,
+}
+
+impl Next {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Next::Done => "done",
+            Next::Retry => "retry",
+            Next::Interrupted => "left for the next supervisor",
+        }
+    }
+}
+
+/// The decision for a run whose merge ended `merge` and task `task`.
+/// `checkout_dirty`: a conflict met only uncommitted checkout edits, which
+/// a repair would meet again (the instruction runs again instead).
+pub fn next(merge: &str, checkout_dirty: bool, task: TaskStatus) -> Next {
+    match task {
+        TaskStatus::Interrupted => Next::Interrupted,
+        TaskStatus::Finished => match merge {
+            "merged" | "no_changes" => Next::Done,
+            "merge_conflict" if !checkout_dirty => Next::Done,
+            _ => Next::Retry,
+        },
+        TaskStatus::Failed | TaskStatus::Killed | TaskStatus::NotStarted => Next::Retry,
+    }
+}
+
+/// Add the two parts to a result record (the finalize result and the
+/// child's fields), keeping its top-level `status` — the merge status —
+/// for readers of the older shape.
+pub fn annotate(record: &mut Value, merge: &MergePart, task: &TaskPart) {
+    if let Some(o) = record.as_object_mut() {
+        o.insert("merge".into(), json!(merge));
+        o.insert("task".into(), json!(task));
+    }
+}
+
+/// What became of an instruction after a run (see [`settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// No longer kept: done and forgotten, or forgotten meanwhile (an
+    /// overlapping run finished it).
+    Gone,
+    /// Kept, as it is now (marked failed once past the limit).
+    Kept(Box<QueuedWorker>),
+    /// The queue could not be written (a full or read-only disk): the
+    /// instruction stays as it was on disk; `attempts` is counted here only.
+    Unrecorded { attempts: u32, error: String },
+}
+
+/// Settle instruction `item` after run `attempt`, as `next` says: forget
+/// it when done, else keep the run's record — counted unless its
+/// supervisor stopped. An instruction that reaches the limit is marked
+/// failed and its conversation reminded.
+pub fn settle(agent: &AgentPaths, item: &QueuedWorker, attempt: Attempt, next: Next) -> Settled {
+    let result = match next {
+        Next::Done => queue::remove(agent, &item.id).map(|()| None),
+        Next::Retry => queue::record_run(agent, &item.id, attempt, true),
+        Next::Interrupted => queue::record_run(agent, &item.id, attempt, false),
+    };
+    match result {
+        Ok(Some(kept)) => {
+            if kept.is_failed() {
+                remind_failed(agent, &kept);
+            }
+            Settled::Kept(Box::new(kept))
+        }
+        Ok(None) => Settled::Gone,
+        Err(e) => Settled::Unrecorded {
+            attempts: item.attempts.saturating_add(u32::from(next == Next::Retry)),
+            error: e.to_string(),
+        },
+    }
+}
+
+/// Longest instruction quoted in a result record or a reminder.
+const QUOTED_INSTRUCTION_CHARS: usize = 500;
+
+/// Add to a worker's result record which instruction it ran, which run this
+/// was, every run so far, and what happens next (`done`, `retry`,
+/// `failed`, `left for the next supervisor`).
+pub fn describe(
+    record: &mut Value,
+    item: &QueuedWorker,
+    attempt: &Attempt,
+    next: Next,
+    settled: &Settled,
+) {
+    let (history, failed) = match settled {
+        Settled::Kept(k) => (k.history.clone(), k.is_failed()),
+        _ => {
+            let mut h = item.history.clone();
+            h.push(attempt.clone());
+            (h, false)
+        }
+    };
+    let said = if failed { "failed" } else { next.as_str() };
+    if let Some(o) = record.as_object_mut() {
+        o.insert("item".into(), json!(item.id));
+        o.insert(
+            "instruction".into(),
+            json!(super::truncate_chars(
+                &item.instruction,
+                QUOTED_INSTRUCTION_CHARS
+            )),
+        );
+        o.insert("attempt".into(), json!(attempt.attempt));
+        o.insert("attempts".into(), json!(history));
+        o.insert("done".into(), json!(next == Next::Done));
+        o.insert("next".into(), json!(said));
+    }
+}
+
+/// Id of the reminder left for a failed instruction (one per instruction).
+pub fn failed_reminder_id(item: &QueuedWorker) -> String {
+    format!("memory-worker-failed-{}", item.id)
+}
+
+/// What the agent is told when an instruction it delegated has failed
+/// [`queue::MAX_ATTEMPTS`] times.
+pub fn failed_reminder_text(item: &QueuedWorker) -> String {
+    let merged: Vec<&str> = item
+        .history
+        .iter()
+        .filter_map(|a| a.merge.as_ref())
+        .filter(|m| m.landed())
+        .flat_map(|m| m.changed_paths.iter().map(String::as_str))
+        .collect();
+    let last = item.history.last().map_or_else(
+        || "none recorded".to_string(),
+        |a| {
+            let report = a.task.report.as_deref().unwrap_or("no report");
+            format!(
+                "task {}: {}",
+                a.task.status.as_str(),
+                super::truncate_chars(report.trim(), 300)
+            )
+        },
+    );
+    format!(
+        "MEMORY WORKER FAILED: A memory worker could not finish an instruction you delegated; \
+it failed {} times and is no longer retried.\n\
+Instruction: {}\n\
+Last attempt: {last}\n\
+Merged by its attempts: {}\n\
+What was merged is in your memory. Make the rest of the change yourself with the memory \
+tool, or delegate the same instruction again to restart it; tell the user if it matters.",
+        item.attempts,
+        super::truncate_chars(&item.instruction, QUOTED_INSTRUCTION_CHARS),
+        if merged.is_empty() {
+            "nothing".to_string()
+        } else {
+            merged.join(", ")
+        }
+    )
+}
+
+/// Leave the failed instruction's reminder for the next turn of the
+/// conversation that delegated it (the default one when unknown).
+/// Best effort: the instruction stays kept and shown whatever happens.
+fn remind_failed(agent: &AgentPaths, item: &QueuedWorker) {
+    let conv = item.conversation.as_deref().unwrap_or("default");
+    let left =
+        crate::agent::conversation::Conversation::open_existing(agent, conv).and_then(
+            |c| match c {
+                Some(c) => c
+                    .queue_reminder(&failed_reminder_id(item), &failed_reminder_text(item))
+                    .map(|()| true),
+                None => Ok(false),
+            },
+        );
+    match left {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(item = %item.id, conversation = conv, "no conversation to remind of a failed memory worker")
+        }
+        Err(e) => {
+            tracing::warn!(item = %item.id, "cannot remind the agent of a failed memory worker: {e}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_or_killed_run_is_not_done() {
+        let exited = |code| ChildEnd::Exited { code };
+        assert_eq!(TaskStatus::of(&exited(0), false), TaskStatus::Finished);
+        assert_eq!(TaskStatus::of(&exited(0), true), TaskStatus::Finished);
+        assert_eq!(TaskStatus::of(&exited(1), false), TaskStatus::Failed);
+        assert_eq!(TaskStatus::of(&exited(1), true), TaskStatus::Interrupted);
+        let killed = ChildEnd::Killed { signal: 9 };
+        assert_eq!(TaskStatus::of(&killed, false), TaskStatus::Killed);
+        assert_eq!(TaskStatus::of(&killed, true), TaskStatus::Interrupted);
+
+        use TaskStatus::*;
+        assert_eq!(next("merged", false, Finished), Next::Done);
+        assert_eq!(next("no_changes", false, Finished), Next::Done);
+        assert_eq!(next("merge_conflict", false, Finished), Next::Done);
+        assert_eq!(next("merge_conflict", true, Finished), Next::Retry);
+        // The bug: half an instruction merged, the other half dropped.
+        assert_eq!(next("merged", false, Failed), Next::Retry);
+        assert_eq!(next("merged", false, Killed), Next::Retry);
+        assert_eq!(next("no_changes", false, Failed), Next::Retry);
+        assert_eq!(next("failed", false, Finished), Next::Retry);
+        assert_eq!(next("discarded", false, Finished), Next::Retry);
+        assert_eq!(next("merged", false, Interrupted), Next::Interrupted);
+        assert_eq!(next("failed", false, NotStarted), Next::Retry);
+    }
+
+    #[test]
+    fn parts_serialise_apart_and_reports_are_cut() {
+        let finalized = json!({"status": "merged", "summary": "Merged 1", "commit_count": 1,
+            "merge_commit": "abc", "changed_paths": ["coffee.md"], "branch": "b"});
+        let merge = MergePart::from_finalized(&finalized);
+        assert!(merge.landed());
+        let task = TaskPart::ended(
+            &ChildEnd::Exited { code: 1 },
+            false,
+            Some("error: the model failed".into()),
+        );
+        let mut record = finalized.clone();
+        annotate(&mut record, &merge, &task);
+        assert_eq!(record["status"], "merged");
+        assert_eq!(record["merge"]["changed_paths"], json!(["coffee.md"]));
+        assert_eq!(record["task"]["status"], "failed");
+        assert_eq!(
+            record["task"]["exit"],
+            json!({"state": "exited", "code": 1})
+        );
+        let long = TaskPart::ended(
+            &ChildEnd::Killed { signal: 9 },
+            false,
+            Some("x".repeat(5000)),
+        );
+        let a = Attempt::new(1, "t".into(), Some(merge), long);
+        assert!(a.task.report.as_deref().is_some_and(|r| r.len() < 2100));
+        let back: Attempt = serde_json::from_value(json!(a)).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(json!(a)["task"]["status"], "killed");
+        assert_eq!(
+            json!(TaskPart::not_started("disk full"))["status"],
+            "not_started"
+        );
+    }
+}
