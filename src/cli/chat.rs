@@ -10,7 +10,7 @@
 
 mod render;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +24,7 @@ use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
 use crate::agent::conversation;
+use crate::agent::conversation::lines::{Line, LinePos, LogLines};
 use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
@@ -429,6 +430,9 @@ impl TurnRunner {
     }
 }
 
+/// The longest line of a turn child's stderr relayed to the operator.
+const CHILD_ERR_LINE: usize = 64 * 1024;
+
 /// Run one turn in a confined agent child; returns its `done` event.
 ///
 /// One request (`turn.run`): the supervisor finds the agent and starts its
@@ -452,9 +456,18 @@ fn turn(
     let out_w = OwnedFd::from(out_w);
     let err_w = OwnedFd::from(err_w);
     let relay_err = std::thread::spawn(move || {
-        for line in BufReader::new(err_r).lines() {
-            let Ok(line) = line else { break };
-            eprintln!("{}", clean(&line));
+        // Capped lines: an endless line from the child must not grow the
+        // operator's process.
+        for line in LogLines::resuming(BufReader::new(err_r), LinePos::default(), CHILD_ERR_LINE) {
+            match line {
+                Ok(Line::Text { bytes, .. }) => {
+                    eprintln!("{}", clean(&String::from_utf8_lossy(&bytes)));
+                }
+                Ok(Line::TooLong { len, .. }) => {
+                    eprintln!("(a line of {len} bytes from the agent was not shown)");
+                }
+                Err(_) => break,
+            }
         }
     });
     let client = &mut session.client;
@@ -486,8 +499,17 @@ fn turn(
     let feeder = std::thread::spawn(move || in_w.write_all(&text));
     let mut done = None;
     let mut seen = 0usize;
-    for line in BufReader::new(out_r).lines() {
-        let line = line?;
+    // Events are capped as log lines are: a message the turn may store
+    // fits, an endless line is skipped without being held.
+    for line in LogLines::new(BufReader::new(out_r)) {
+        let line = match line? {
+            Line::Text { bytes, .. } => String::from_utf8_lossy(&bytes).into_owned(),
+            Line::TooLong { len, .. } => {
+                seen += 1;
+                eprintln!("(an event of {len} bytes from the agent was not shown)");
+                continue;
+            }
+        };
         seen += 1;
         match serde_json::from_str::<TurnEvent>(&line) {
             Ok(e) => {

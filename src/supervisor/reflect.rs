@@ -19,6 +19,7 @@ use super::children::ChildState;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
+use crate::agent::conversation::lines::{Line, LinePos, LogLines};
 use crate::agent::record::AgentRecord;
 use crate::agent::store;
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, Label, MemoryWorktree};
@@ -1659,7 +1660,7 @@ async fn run_internal_turn(
     conversation: &str,
     text: String,
 ) -> Result<ChildEnd, String> {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let programs = crate::paths::Programs::installed().map_err(|e| e.to_string())?;
     let (in_r, mut in_w) = std::io::pipe().map_err(|e| e.to_string())?;
     let (out_r, out_w) = std::io::pipe().map_err(|e| e.to_string())?;
@@ -1708,9 +1709,28 @@ async fn run_internal_turn(
     });
     for (stream, name) in [(out_r, "stdout"), (err_r, "stderr")] {
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stream).lines().take(10_000) {
-                let Ok(line) = line else { break };
-                tracing::debug!(child, stream = name, text = ?super::untrusted::clip(&line), "integration turn");
+            let lines = LogLines::resuming(
+                std::io::BufReader::new(stream),
+                LinePos::default(),
+                super::untrusted::MAX_LINE,
+            );
+            // Each line held up to the cap only; the rest are read and dropped.
+            for line in lines.take(10_000) {
+                match line {
+                    Ok(Line::Text { bytes, .. }) => {
+                        let line = String::from_utf8_lossy(&bytes);
+                        tracing::debug!(child, stream = name, text = ?line, "integration turn");
+                    }
+                    Ok(Line::TooLong { len, .. }) => {
+                        tracing::debug!(
+                            child,
+                            stream = name,
+                            len,
+                            "integration turn: a line over the cap"
+                        );
+                    }
+                    Err(_) => break,
+                }
             }
         });
     }

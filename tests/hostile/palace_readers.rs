@@ -211,7 +211,13 @@ fn plant_big_line(home: &Path, agent: &str) -> PathBuf {
 /// alone (other tests' children run at the same time).
 #[allow(clippy::zombie_processes)] // reaped by wait4, which std cannot see
 fn run_measured(home: &Path, args: &[&str]) -> (String, String, bool, u64) {
-    let mut child = Command::new(bin())
+    run_measured_program(&bin(), home, args)
+}
+
+/// [`run_measured`] with another copy of the CLI (`program`).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std cannot see
+fn run_measured_program(program: &Path, home: &Path, args: &[&str]) -> (String, String, bool, u64) {
+    let mut child = Command::new(program)
         .args(args)
         .env("MINI_LETTA_HOME", home)
         .env("NO_COLOR", "1")
@@ -388,5 +394,53 @@ fn attach_following_a_log_with_a_200mb_line_reads_only_what_is_appended() {
         rss < RSS_LIMIT_KIB,
         "attach (following) peaked at {} MiB over a 200 MB line (limit 64 MiB)",
         rss / 1024
+    );
+}
+
+/// An agent program (the confined child of a turn) that writes a 200 MB
+/// line on its stderr and another as its event stream: the operator's
+/// `chat`, which relays both, must hold neither.
+#[test]
+fn chat_over_an_agent_program_writing_200mb_lines_stays_small() {
+    let home = open_home();
+    create_agent(home.path(), &["demo"]);
+    // mini-letta's programs are installed side by side: a copy of the CLI
+    // and the child stage beside a hostile agent program.
+    let dir = tempfile::tempdir().unwrap();
+    let cli = dir.path().join("mini-letta");
+    std::fs::copy(bin(), &cli).unwrap();
+    let stage = bin().with_file_name("mini-letta-stage2");
+    std::fs::copy(&stage, dir.path().join("mini-letta-stage2")).unwrap();
+    let agent = dir.path().join("mini-letta-agent");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\nhead -c {BIG_LINE_BYTES} /dev/zero | tr '\\0' x >&2\necho >&2\n\
+             head -c {BIG_LINE_BYTES} /dev/zero | tr '\\0' y\necho\nexit 3\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (_, err, ok, peak) =
+        run_measured_program(&cli, home.path(), &["chat", "-a", "demo", "-p", "hi"]);
+    assert!(!ok, "the hostile agent program cannot finish a turn");
+    assert!(
+        err.contains("(a line of") && err.contains("bytes from the agent was not shown"),
+        "the skipped stderr line is reported: {}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(
+        err.contains("(an event of"),
+        "the skipped event line is reported: {}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(
+        err.len() < 64 * 1024,
+        "nothing of the lines reached the terminal ({} bytes)",
+        err.len()
+    );
+    assert!(
+        peak < RSS_LIMIT_KIB,
+        "chat peaked at {peak} KiB over two 200 MB lines"
     );
 }
