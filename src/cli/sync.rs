@@ -23,12 +23,16 @@ or rebases (after writing refs/mini-letta/backup/<time>), validates the tree it
 would push, and pushes; it never force-pushes.
 
 Statuses: skipped (no remote), clean, pushed, dirty (uncommitted memory edits),
-conflict (a rebase conflict; nothing changed), invalid (the rebased memory
-fails validation; nothing changed), push_failed.
+conflict (a rebase conflict; nothing changed), invalid (the remote's memory,
+or the rebased memory, fails validation, or the remote repository is refused;
+nothing changed), push_failed. Whatever comes from the remote is validated
+like a local commit before main moves.
 
 With --repair, a conflict is handed to a repair worker instead of waiting for
 the manual recipe (`git pull --rebase origin main`, edit, `git add`,
-`GIT_EDITOR=true git rebase --continue`).
+`GIT_EDITOR=true git rebase --continue`). The command waits for the repair,
+then checks that every line the local commits added is on the new main: if
+not, it names the paths not carried over, keeps the backup ref and exits 1.
 
 Examples:
   mini-letta sync -a owl
@@ -43,7 +47,8 @@ pub struct SyncArgs {
     json: bool,
     /// On a conflict, set the local commits aside (on a memory-worker
     /// branch, besides the backup ref), move main to the remote's, and let
-    /// a repair worker re-apply the local change; it is pushed when merged.
+    /// a repair worker re-apply the local change; it is pushed when merged
+    /// and every local line is on the new main (else exit 1, backup kept).
     #[arg(long)]
     repair: bool,
 }
