@@ -373,3 +373,31 @@ fn lab5_the_reflector_sees_the_parent_memory_and_keeps_what_the_instruction_asks
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("我住在杭州"));
 }
+
+#[test]
+fn a_tool_a_small_window_does_not_offer_does_not_run() {
+    if !confinement_or_skip("a tool not offered at 900 tokens") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["lab4", "--context-window", "900"]);
+    let marker = agent_dir(h, &id).join("memory/ran.txt");
+    let o = run(
+        h,
+        &[
+            "chat",
+            "-a",
+            "lab4",
+            "-p",
+            &format!("run: touch {}", marker.display()),
+        ],
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("Bash is not offered at this context window (900 tokens"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!marker.exists(), "Bash ran");
+}

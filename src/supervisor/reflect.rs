@@ -311,7 +311,8 @@ fn prepare(
                 store::ensure_sandbox_uid(&st.home, &mut record, &agent).map_err(|e| err(&e))?;
             crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
         }
-        let built = prompt::build(&agent, &manifest, &worktree.dir).map_err(|e| err(&e))?;
+        let built =
+            prompt::build(&agent, &manifest, &worktree.dir, worktree.base).map_err(|e| err(&e))?;
         save_prompt_cache(st, &record, &worktree, &built.system);
         Ok(SubagentTask {
             kind: KIND_REFLECTION.into(),

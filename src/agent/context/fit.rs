@@ -63,11 +63,14 @@ pub fn parts(request: &ModelRequest) -> RequestTokens {
     request_tokens(&request.system, &request.messages, &request.tools)
 }
 
+/// How a trim note begins.
+const NOTE_START: &str = "[tool result trimmed";
+
 /// The note a trimmed result becomes (or ends with).
 fn note(chars: usize, window: Option<u64>) -> String {
     let window = window.map(|w| format!(" {w}-token")).unwrap_or_default();
     format!(
-        "[tool result trimmed to fit the{window} context window: {chars} characters; the conversation log keeps it whole]"
+        "{NOTE_START} to fit the{window} context window: {chars} characters; the conversation log keeps it whole]"
     )
 }
 
@@ -84,7 +87,7 @@ pub fn trim_old(request: &mut ModelRequest) -> bool {
         for p in &mut m.parts {
             if let Part::ToolResult { text, .. } = p {
                 let n = note(text.chars().count(), window);
-                if text.chars().count() > n.chars().count() {
+                if !text.starts_with(NOTE_START) && text.chars().count() > n.chars().count() {
                     *text = n;
                     changed = true;
                 }
