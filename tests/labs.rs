@@ -231,9 +231,12 @@ fn the_reflection_window_from_config_lets_the_lab4_reflection_merge() {
     for text in lab4_messages().iter().take(3) {
         ok(h, &["chat", "-a", "lab4", "-p", text]);
     }
-    // Sharing the 900-token window, the reflection cannot run.
-    let v = json_of(h, &["reflect", "-a", "lab4", "--wait", "--json"]);
-    assert_ne!(v["result"]["status"], "merged", "{v:#}");
+    // Sharing the 900-token window, the reflection cannot run, and says
+    // why.
+    let o = run(h, &["reflect", "-a", "lab4", "--wait"]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("(failed)"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("prompt is too long"), "{}", stdout(&o));
     std::fs::write(
         h.join("config.toml"),
         "[reflection]\ncontext_window = 8000\n",

@@ -225,6 +225,10 @@ fn print_result(v: &Value) {
             if r["summary"].is_string() {
                 println!("  {}", t(&r["summary"]));
             }
+            // Why the sub-agent failed (e.g. its window was too small).
+            if r["task"]["status"] == "failed" && r["task"]["report"].is_string() {
+                println!("  {}", t(&r["task"]["report"]));
+            }
         }
         None => println!(
             "reflecting in the background (child {}, branch {})",

@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn no_tool_results_nothing_trimmed() {
-        let mut r = request(vec![Message::user(&"y".repeat(5000))]);
+        let mut r = request(vec![Message::user("y".repeat(5000))]);
         assert!(!trim_old(&mut r));
         assert!(!trim_latest(&mut r, 720));
     }
