@@ -404,3 +404,23 @@ fn a_tool_a_small_window_does_not_offer_does_not_run() {
     );
     assert!(!marker.exists(), "Bash ran");
 }
+
+#[test]
+fn the_supervisors_own_reflection_window_wins_over_the_agents() {
+    if !confinement_or_skip("the supervisor's reflection window") {
+        return;
+    }
+    // A background supervisor started with the variable; the commands
+    // that talk to it do not have it.
+    let d =
+        common::Daemon::start_with_env(&[], &[("MINI_LETTA_REFLECTION_CONTEXT_WINDOW", "8000")]);
+    let h = d.path();
+    std::fs::set_permissions(h, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let id = create_agent(h, &["lab4", "--context-window", "900"]);
+    for text in lab4_messages().iter().take(2) {
+        ok(h, &["chat", "-a", "lab4", "-p", text]);
+    }
+    let v = json_of(h, &["reflect", "-a", "lab4", "--wait", "--json"]);
+    assert_eq!(v["result"]["status"], "merged", "{v:#}");
+    assert!(human(h, &id).contains("I live in Hangzhou near the West Lake"));
+}
