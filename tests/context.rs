@@ -76,9 +76,9 @@ fn last_request(home: &Path, agent: &str) -> ModelRequest {
 }
 
 /// A short system prompt keeps the prompt's floor (system prompt, tool
-/// schemas, the agent-info reminder each `chat -p` sends) near the book's
-/// ~600 of 900 tokens; the default one alone would leave no room for a
-/// summary and a message in a 900-token window.
+/// schemas, the agent-info reminder each `chat -p` sends) low, so that
+/// twenty short turns compact often; the default prompt fits a 900-token
+/// window too (tests/labs.rs).
 fn tiny_agent(home: &Path, name: &str, extra: &[&str]) -> String {
     let system = home.join("system.txt");
     std::fs::write(
