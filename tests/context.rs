@@ -76,9 +76,9 @@ fn last_request(home: &Path, agent: &str) -> ModelRequest {
 }
 
 /// A short system prompt keeps the prompt's floor (system prompt, tool
-/// schemas, the agent-info reminder each `chat -p` sends) near the book's
-/// ~600 of 900 tokens; the default one alone would leave no room for a
-/// summary and a message in a 900-token window.
+/// schemas, the agent-info reminder each `chat -p` sends) low, so that
+/// twenty short turns compact often; the default prompt fits a 900-token
+/// window too (tests/labs.rs).
 fn tiny_agent(home: &Path, name: &str, extra: &[&str]) -> String {
     let system = home.join("system.txt");
     std::fs::write(
@@ -325,10 +325,11 @@ fn all_mode_answers_the_first_message_not_its_summary() {
     let mut v: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     v["compaction_settings"] = json!({"mode": "all"});
     std::fs::write(&record, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-    // The first request is over the threshold already (the floor and the
-    // message): the pending message is all there is, and stays.
-    let v = chat(h, "hello there", &[]);
-    assert_eq!(v["text"], "mock: hello there", "{v}");
+    // The first request is over the threshold already (the floor and a
+    // long message): the pending message is all there is, and stays.
+    let text = format!("hello there{}", " and more".repeat(190));
+    let v = chat(h, &text, &[]);
+    assert_eq!(v["text"], format!("mock: {text}"), "{v}");
     let req = last_request(h, &id);
     assert_eq!(req.messages.len(), 1);
     assert!(request_chars(&req).div_ceil(4) > 720);

@@ -14,7 +14,8 @@ use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::context::{ContextError, MAX_OVERFLOW_COMPACTIONS, TurnContext};
+use super::context::fit::Fit;
+use super::context::{ContextError, MAX_OVERFLOW_RETRIES, TurnContext};
 use super::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
 use super::prompt_cache::{self, PromptError};
 use super::record::AgentRecord;
@@ -201,24 +202,27 @@ pub fn run_turn(
             model: model.clone(),
             system,
             messages,
-            tools: tools::specs(),
+            // Fewer and shorter as the window shrinks (tools::schemas).
+            tools: tools::specs_for(window.window.context_window),
             max_tokens: None,
             purpose: Purpose::Turn,
             context_window: None,
         };
-        // Over the threshold: compacted first (the request rebuilt).
-        let mut request = window.preflight(&mut conv, request, emit);
+        // Over the threshold: compacted first (the request rebuilt); over
+        // the whole window: compacted harder, tool results trimmed.
+        let mut fit = Fit::default();
+        let mut request = window.preflight(&mut conv, request, &mut fit, emit);
         // What the model was sent, for operators (and tests).
         if let Ok(json) = serde_json::to_vec_pretty(&request) {
             let _ = conv.write_last_request(&json);
         }
         let mut response = complete_with_retries(&channel, &request, emit);
-        // The provider said it does not fit: compact and try again.
-        for _ in 0..MAX_OVERFLOW_COMPACTIONS {
+        // The provider said it does not fit: the next rung, and again.
+        for _ in 0..MAX_OVERFLOW_RETRIES {
             if !matches!(response, Err(ModelFailure::ContextOverflow { .. })) {
                 break;
             }
-            let Some(retry) = window.after_overflow(&mut conv, &request, emit) else {
+            let Some(retry) = window.after_overflow(&mut conv, &request, &mut fit, emit) else {
                 break;
             };
             request = retry;
@@ -231,6 +235,7 @@ pub fn run_turn(
             Ok(r) if r.parts.is_empty() => Err(ModelFailure::fatal(
                 "the model returned an empty response (no text, no tool call)",
             )),
+            Err(e @ ModelFailure::ContextOverflow { .. }) => Err(window.does_not_fit(&request, e)),
             other => other,
         };
         let response = match response {
@@ -299,7 +304,13 @@ pub fn run_turn(
                 name: name.clone(),
                 arguments: arguments.clone(),
             });
-            let out = tools::execute(&ctx, &name, &arguments);
+            // Only what the request offered runs (a small window offers
+            // fewer tools; a model may name another).
+            let out = if request.tools.iter().any(|t| t.name == name) {
+                tools::execute(&ctx, &name, &arguments)
+            } else {
+                tools::not_offered(&name, &request.tools, request.context_window)
+            };
             emit(&TurnEvent::ToolResult {
                 id: call_id.clone(),
                 name: name.clone(),
@@ -351,7 +362,7 @@ fn hint_for(e: &ModelFailure) -> Option<String> {
             Some("the provider may be overloaded or unreachable; try again shortly".into())
         }
         ModelFailure::ContextOverflow { .. } => Some(
-            "the request did not fit the model's context window even after compaction; try `mini-letta compact --mode all`, a larger --context-window, or a shorter system prompt".into(),
+            "nothing more could be compacted or trimmed; send a shorter message, or give the conversation a larger window (`chat --context-window N`, `agent create --context-window N`) or the agent a shorter system prompt".into(),
         ),
         ModelFailure::Fatal { status: Some(401 | 403), .. } => Some(
             "check the provider's API key (OPENAI_API_KEY / ANTHROPIC_API_KEY, or api_key in config.toml)".into(),

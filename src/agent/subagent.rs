@@ -78,7 +78,7 @@ pub fn run_task(
         worktree: (!task.memory_dir.is_empty()).then(|| PathBuf::from(&task.memory_dir)),
         read_only: task.memory_dir.is_empty(),
     };
-    let specs = tools::specs_named(&task.tools);
+    let specs = tools::specs_named(&task.tools, task.context_window);
     // A forked sub-agent starts from its parent conversation's context
     // (read as it is on disk; nothing is written to it).
     let mut messages = match &task.fork_conversation {

@@ -22,7 +22,11 @@ use crate::protocol::turn::{TurnEvent, TurnInput};
 The window is, in order: $MINI_LETTA_CONTEXT_WINDOW, the conversation's own
 (chat --context-window), the agent's (agent create --context-window), the
 window config.toml gives the model. Tokens are estimated as a turn does:
-the last reply's usage plus ceil(chars / 4) of what came after it.
+the last reply's usage plus ceil(chars / 4) of what came after it. The
+tools line lists what a request in this window carries and what each
+costs (smaller windows carry fewer, shorter definitions). The reflection
+window is $MINI_LETTA_REFLECTION_CONTEXT_WINDOW, else config.toml's
+[reflection] context_window, else the conversation's.
 
 Examples:
   mini-letta context
@@ -36,8 +40,9 @@ pub struct ContextArgs {
     #[arg(long, value_name = "ID", default_value = DEFAULT_CONVERSATION)]
     conversation: String,
     /// Print {"context_window", "window_source", "threshold", "tokens",
-    /// "messages_in_context", "messages_stored", "last_compaction",
-    /// "reflection_context_window", …}.
+    /// "messages_in_context", "messages_stored", "last_compaction", "tools",
+    /// "tool_schemas", "reflection_context_window",
+    /// "reflection_window_source", …}.
     #[arg(long)]
     json: bool,
 }
@@ -87,6 +92,7 @@ pub(crate) fn context_report(
     let operator = OperatorWindow {
         environment,
         reflection,
+        reflection_config: cfg.reflection_context_window,
         provider: cfg.context_window_for(&record.model),
     };
     Ok(report(paths, record, conversation, operator)?)
@@ -112,6 +118,20 @@ fn source_text(r: &ContextReport) -> &'static str {
         S::Provider => "config.toml for the model",
         S::None => "none",
     }
+}
+
+/// The tools a request carries, with their costs, and which schemas.
+fn tools_text(r: &ContextReport) -> String {
+    let each: Vec<String> = r
+        .tools
+        .iter()
+        .map(|t| format!("{} {}", output::field(&t.name), t.tokens))
+        .collect();
+    format!(
+        "{} ({} schemas for this window)",
+        each.join(", "),
+        r.tool_schemas.as_str()
+    )
 }
 
 /// One line on the last compaction.
@@ -182,9 +202,13 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> anyhow::Result<ExitCode> {
         "messages:    {} in context, {} stored, {} compaction(s)",
         r.messages_in_context, r.messages_stored, r.compactions
     );
+    println!("tools:       {}", tools_text(&r));
     println!("last compaction: {}", last_compaction_text(&r));
     if let Some(w) = r.window.reflection_context_window {
-        println!("reflection window: {w} tokens");
+        println!(
+            "reflection window: {w} tokens ({})",
+            r.window.reflection_source.describe()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,6 +25,11 @@ With a running supervisor (`mini-letta supervisor start`) the command returns
 once the reflection is launched; otherwise it waits for it (and says so), since
 the supervisor it started ends with the command. --wait always waits.
 
+The reflection has a context window of its own: the supervisor's
+MINI_LETTA_REFLECTION_CONTEXT_WINDOW, else [reflection] context_window in
+config.toml, else this command's, the agent's, the model's (`mini-letta
+context` shows which). A tiny main window (900 tokens) is too small for one.
+
 Examples:
   mini-letta reflect -a owl
   mini-letta reflect -a owl --instruction 'only facts about food' --wait
@@ -224,6 +229,10 @@ fn print_result(v: &Value) {
             println!("{} ({})", t(&r["message"]), f(&r["status"], "?"));
             if r["summary"].is_string() {
                 println!("  {}", t(&r["summary"]));
+            }
+            // Why the sub-agent failed (e.g. its window was too small).
+            if r["task"]["status"] == "failed" && r["task"]["report"].is_string() {
+                println!("  {}", t(&r["task"]["report"]));
             }
         }
         None => println!(

@@ -18,6 +18,10 @@
 //!
 //! [providers.mock]
 //! context_window = 900        # optional: the mock answers ContextOverflow above it
+//!
+//! [reflection]
+//! context_window = 8000       # optional: the window of reflections and other
+//!                             # sub-agents (agent::context::window)
 //! ```
 //!
 //! The file may be absent: everything has a default and the default model is
@@ -78,6 +82,8 @@ pub struct ProviderConfig {
     pub context_window: Option<u64>,
     /// `[providers.mock] context_window`.
     pub mock_context_window: Option<u64>,
+    /// `[reflection] context_window`: sub-agents' own window.
+    pub reflection_context_window: Option<u64>,
     pub openai: EndpointConfig,
     pub anthropic: EndpointConfig,
     /// The scripted test model's script (`MINI_LETTA_SCRIPTED_MODEL` in the
@@ -97,6 +103,14 @@ struct FileConfig {
     model: ModelSection,
     #[serde(default)]
     providers: ProvidersSection,
+    #[serde(default)]
+    reflection: ReflectionSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReflectionSection {
+    context_window: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -198,6 +212,10 @@ impl ProviderConfig {
                 "[providers.mock] context_window",
                 file.providers.mock.context_window,
             ),
+            (
+                "[reflection] context_window",
+                file.reflection.context_window,
+            ),
         ] {
             if w == Some(0) {
                 return Err(invalid(format!("{name} must be greater than 0")));
@@ -207,6 +225,7 @@ impl ProviderConfig {
             default_model: file.model.default,
             context_window: file.model.context_window,
             mock_context_window: file.providers.mock.context_window,
+            reflection_context_window: file.reflection.context_window,
             openai,
             anthropic,
             scripted_script: env(SCRIPTED_MODEL_ENV).map(PathBuf::from),
@@ -225,6 +244,7 @@ impl ProviderConfig {
             default_model: None,
             context_window: None,
             mock_context_window: None,
+            reflection_context_window: None,
             openai: ep("OPENAI_API_KEY", OPENAI_DEFAULT_BASE_URL),
             anthropic: ep("ANTHROPIC_API_KEY", ANTHROPIC_DEFAULT_BASE_URL),
             scripted_script: None,

@@ -42,8 +42,10 @@
 //!
 //! [`Purpose::Reflection`]: the line after `Additional user-provided
 //! reflection instruction` gives keywords (words split on anything not a
-//! letter or digit and on a few Chinese function words, lower-cased, at least
-//! 3 characters (2 for non-ASCII), minus filter words such as `only`, `facts`);
+//! letter or digit and on a few Chinese function words and the
+//! instruction's own verbs such as `记住`, lower-cased, at least 3
+//! characters (2 for non-ASCII, 1 for Han), minus filter words such as
+//! `only`, `facts`);
 //! every `- ` line of the request's messages that contains one of them is a
 //! kept fact (all of them when there is no instruction). The answer is
 //!
@@ -843,11 +845,20 @@ const STOPWORDS: &[&str] = &[
     "into",
     "are",
     "is",
+    "事",
 ];
-/// Chinese function words that separate keywords in an unspaced instruction.
+/// Chinese function words that separate keywords in an unspaced instruction
+/// (the instruction's own verbs and fillers among them: `只记住和茶有关的事`
+/// asks for 茶).
 const CJK_SEPARATORS: &[&str] = &[
-    "相关", "有关", "关于", "事实", "记录", "保留", "只", "的", "与", "和", "及", "或", "请",
+    "相关", "有关", "关于", "事实", "事情", "记录", "记住", "记得", "记下", "保留", "东西", "信息",
+    "内容", "用户", "所有", "一些", "只", "的", "与", "和", "及", "或", "请", "我",
 ];
+
+/// Whether `c` is a Han character (one is a word: 茶, 猫).
+fn is_han(c: char) -> bool {
+    matches!(c, '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
+}
 
 /// Keywords of a reflection instruction (see the module doc).
 pub fn keywords(instruction: &str) -> Vec<String> {
@@ -859,7 +870,11 @@ pub fn keywords(instruction: &str) -> Vec<String> {
     for w in text.split(|c: char| !c.is_alphanumeric()) {
         let w = w.to_string();
         let n = w.chars().count();
-        let long_enough = if w.is_ascii() { n >= 3 } else { n >= 2 };
+        let long_enough = if w.is_ascii() {
+            n >= 3
+        } else {
+            n >= 2 || w.chars().all(is_han)
+        };
         if long_enough && !STOPWORDS.contains(&w.as_str()) && !out.contains(&w) {
             out.push(w);
         }
@@ -1008,6 +1023,23 @@ mod tests {
             vec!["rust", "editors"]
         );
         assert_eq!(keywords("只记录与编程相关的事实"), vec!["编程"]);
+        // One Han character is a word; the instruction's own verbs are not.
+        assert_eq!(keywords("只记住和茶有关的事"), vec!["茶"]);
+        assert_eq!(keywords("请记住我喜欢的东西"), vec!["喜欢"]);
+    }
+
+    #[test]
+    fn a_chinese_instruction_keeps_only_what_it_names() {
+        let plan = reflection_plan(&task(
+            "- 我住在杭州",
+            &[
+                "[user] 我喜欢绿茶",
+                "[user] 我养了一只猫",
+                "[user] 我每天早上喝一杯乌龙茶",
+            ],
+            Some("只记住和茶有关的事"),
+        ));
+        assert_eq!(plan.facts, vec!["我喜欢绿茶", "我每天早上喝一杯乌龙茶"]);
     }
 
     fn task(memory: &str, transcript: &[&str], instruction: Option<&str>) -> String {

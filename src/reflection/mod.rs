@@ -64,6 +64,9 @@ pub enum ReflectionError {
     Fs(#[from] FsError),
     #[error(transparent)]
     Conversation(#[from] ConversationError),
+    /// The agent's memory repository could not be read.
+    #[error("memory: {0}")]
+    Memory(#[from] crate::memfs::repo::RepoError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

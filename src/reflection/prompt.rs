@@ -57,6 +57,44 @@ pub fn system_prompt() -> String {
     SYSTEM_PROMPT.to_string()
 }
 
+/// The reflection's system prompt with the primary agent's memory: its
+/// blocks (`<human>`, `<persona>`, `<memory>`, …) as the primary agent's
+/// own system prompt shows them, compiled from `base`, the committed
+/// revision the reflection's worktree starts from (book lab 5, answer 1).
+/// Read through the sealed open of the agent's repository, never through
+/// the worktree, whose `.git` the agent's uid can rewrite.
+pub fn system_prompt_with_memory(
+    agent: &AgentPaths,
+    base: git2::Oid,
+) -> Result<String, ReflectionError> {
+    let repo = crate::memfs::repo::open_agent(agent)?;
+    let agent_id = agent
+        .dir()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let short = base.to_string();
+    let raw = format!(
+        "{}\nThe primary agent's memory, as its own system prompt shows it (committed revision \
+         {}; your worktree starts from it):\n\n{}",
+        SYSTEM_PROMPT,
+        &short[..short.len().min(12)],
+        crate::memfs::compiler::CORE_MEMORY_VARIABLE
+    );
+    let compiled = crate::memfs::compiler::compile_commit(
+        &repo,
+        base,
+        &crate::memfs::compiler::CompileOptions {
+            agent_id: &agent_id,
+            conversation_id: "reflection",
+            system: &raw,
+            now: time::OffsetDateTime::now_utc(),
+            previous_message_count: 0,
+        },
+    )?;
+    Ok(compiled.content)
+}
+
 const SYSTEM_PROMPT: &str = "\
 You are a reflection agent working in the background for another agent (the \
 primary agent). You are not that agent and you are not talking to its user: \
@@ -500,15 +538,21 @@ step with the files. Do not reorganise anything you were not asked to.
 ";
 
 /// [`build_with`], reading the manifest's slices back from the agent's
-/// payload directory.
+/// payload directory, with the system prompt that holds the primary
+/// agent's memory at `base` ([`system_prompt_with_memory`]).
 pub fn build(
     agent: &AgentPaths,
     manifest: &Manifest,
     worktree: &Path,
+    base: git2::Oid,
 ) -> Result<ReflectionPrompt, ReflectionError> {
     let slices = payload::read_slices(agent, manifest)?;
     let manifest_path = agent.reflection_manifest_json(&manifest.launch_id)?;
-    build_with(manifest, &manifest_path, &slices, worktree)
+    let built = build_with(manifest, &manifest_path, &slices, worktree)?;
+    Ok(ReflectionPrompt {
+        system: system_prompt_with_memory(agent, base)?,
+        ..built
+    })
 }
 
 #[cfg(test)]
@@ -682,7 +726,9 @@ mod tests {
             .expect("some");
         let wt = t.path().join("wt");
         v2_worktree(&wt);
-        let p = build(&agent, &m, &wt).expect("build");
+        let slices = payload::read_slices(&agent, &m).expect("slices");
+        let path = agent.reflection_manifest_json(&m.launch_id).expect("p");
+        let p = build_with(&m, &path, &slices, &wt).expect("build");
 
         assert!(!p.system.contains("Additional user-provided"));
         assert!(p.system.contains("$MEMORY_DIR"));
@@ -730,7 +776,18 @@ mod tests {
         .expect("select")
         .expect("some");
         assert_eq!(m.agent_id, record.id);
-        let p = build(&agent, &m, &agent.memory_dir()).expect("build");
+        let repo = crate::memfs::repo::open_agent(&agent).expect("repo");
+        let base = repo.head().expect("head").target().expect("commit");
+        let p = build(&agent, &m, &agent.memory_dir(), base).expect("build");
+        // The system prompt: the job, then the parent's memory blocks at
+        // the base revision.
+        assert!(p.system.starts_with(SYSTEM_PROMPT), "{}", p.system);
+        let memory = &p.system[SYSTEM_PROMPT.len()..];
+        assert!(memory.contains(&base.to_string()[..12]), "{memory}");
+        assert!(
+            memory.contains("<human>") && memory.contains("<persona>"),
+            "{memory}"
+        );
         assert!(
             p.user.contains("<path>$MEMORY_DIR/MEMORY.md</path>"),
             "{}",

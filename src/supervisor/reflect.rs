@@ -218,18 +218,33 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
     Ok(Launched { info, done: rx })
 }
 
-/// The window a sub-agent's requests declare: the one asked for (the
-/// caller's `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`, or its main window),
-/// else the agent's, else the one configured for its model.
+/// The window a sub-agent's requests declare: the supervisor's own
+/// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`, `config.toml`'s `[reflection]
+/// context_window`, the one asked for (the caller's variable, or its main
+/// window), the agent's, the one configured for its model — the order
+/// `agent::context::window` documents.
 fn subagent_window(st: &State, record: &AgentRecord, asked: Option<u64>) -> Option<u64> {
-    asked
-        .filter(|w| *w > 0)
-        .or_else(|| crate::agent::context::window::agent_window(&record.model_settings))
-        .or_else(|| {
-            crate::model::ProviderConfig::load(&st.home)
-                .ok()
-                .and_then(|cfg| cfg.context_window_for(&record.model))
-        })
+    use crate::agent::context::window::{self, ReflectionWindowSource as S};
+    let env = window::env_window(window::REFLECTION_CONTEXT_WINDOW_ENV).unwrap_or_else(|e| {
+        tracing::warn!("{e}; ignored");
+        None
+    });
+    let cfg = crate::model::ProviderConfig::load(&st.home).unwrap_or_else(|e| {
+        tracing::warn!("{e}; the sub-agent's window ignores it");
+        crate::model::ProviderConfig::offline()
+    });
+    let (w, source) = window::first_window(
+        &[
+            (env, S::Environment),
+            (cfg.reflection_context_window, S::Config),
+            (asked, S::Caller),
+            (window::agent_window(&record.model_settings), S::Agent),
+            (cfg.context_window_for(&record.model), S::Provider),
+        ],
+        S::None,
+    );
+    tracing::debug!(agent = %record.id, window = ?w, source = ?source, "sub-agent window");
+    w
 }
 
 fn now() -> OffsetDateTime {
@@ -297,7 +312,8 @@ fn prepare(
                 store::ensure_sandbox_uid(&st.home, &mut record, &agent).map_err(|e| err(&e))?;
             crate::sandbox::identity::give_tree(&worktree.dir, uid).map_err(|e| err(&e))?;
         }
-        let built = prompt::build(&agent, &manifest, &worktree.dir).map_err(|e| err(&e))?;
+        let built =
+            prompt::build(&agent, &manifest, &worktree.dir, worktree.base).map_err(|e| err(&e))?;
         save_prompt_cache(st, &record, &worktree, &built.system);
         Ok(SubagentTask {
             kind: KIND_REFLECTION.into(),

@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::agent::conversation::StoredMessage;
-use crate::protocol::messages::{Part, Role, ToolSpec, Usage};
+use crate::protocol::messages::{Message, Part, Role, ToolSpec, Usage};
 
 /// Characters of `s` in UTF-16 code units.
 pub fn utf16_len(s: &str) -> usize {
@@ -49,9 +49,14 @@ fn json_len(v: &impl Serialize) -> usize {
 /// The estimate of one message. A tool message holds one result per call;
 /// each counts as the message it is in letta-code.
 pub fn message_tokens(m: &StoredMessage) -> u64 {
-    match m.role {
-        Role::Tool => m
-            .parts
+    parts_tokens(m.role, &m.parts)
+}
+
+/// The estimate of a message of `role` made of `parts` (see
+/// [`message_tokens`]).
+pub fn parts_tokens(role: Role, parts: &[Part]) -> u64 {
+    match role {
+        Role::Tool => parts
             .iter()
             .map(|p| match p {
                 Part::ToolResult { text, .. } => text_tokens(text),
@@ -60,8 +65,7 @@ pub fn message_tokens(m: &StoredMessage) -> u64 {
             })
             .sum(),
         Role::User | Role::Assistant => {
-            let units: usize = m
-                .parts
+            let units: usize = parts
                 .iter()
                 .map(|p| match p {
                     Part::Text { text } => utf16_len(text),
@@ -87,6 +91,35 @@ pub fn tools_tokens(tools: &[ToolSpec]) -> u64 {
         return 0;
     }
     tokens_for(json_len(&tools))
+}
+
+/// What a request is made of, estimated without any usage: what
+/// "does it fit the window" is decided on, and what an error naming the
+/// parts that do not fit says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RequestTokens {
+    pub system: u64,
+    pub tools: u64,
+    pub messages: u64,
+}
+
+impl RequestTokens {
+    pub fn total(&self) -> u64 {
+        self.system + self.tools + self.messages
+    }
+}
+
+/// The parts of a request to send: its system prompt, its tools' schemas
+/// and its messages.
+pub fn request_tokens(system: &str, messages: &[Message], tools: &[ToolSpec]) -> RequestTokens {
+    RequestTokens {
+        system: text_tokens(system),
+        tools: tools_tokens(tools),
+        messages: messages
+            .iter()
+            .map(|m| parts_tokens(m.role, &m.parts))
+            .sum(),
+    }
 }
 
 /// The context a response's usage accounts for: input, output and cache

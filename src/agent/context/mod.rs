@@ -12,13 +12,17 @@
 //! estimated (the request's own system prompt and tools when no usage
 //! anchors it) and compacted above the threshold; after each response the
 //! same with the response's usage; a provider's context-overflow error
-//! compacts (`context_window_overflow`) and the request is retried once.
+//! compacts (`context_window_overflow`) and the request is retried.
 //! Each compaction recompiles the system prompt (the prefix changed
-//! anyway) and is reported as a [`TurnEvent::Compaction`]. A compaction
-//! that cannot be made leaves the turn going: the request is sent as it is.
+//! anyway) and is reported as a [`TurnEvent::Compaction`]. A request still
+//! over the whole window climbs [`fit`]'s ladder (compact `all`, trim old
+//! tool results, trim the latest) before it is sent, and again after each
+//! provider overflow; at the top, the error names the parts that do not
+//! fit ([`TurnContext::does_not_fit`]).
 
 pub mod compact;
 pub mod estimate;
+pub mod fit;
 pub mod plan;
 pub mod report;
 pub mod transcript;
@@ -27,6 +31,7 @@ pub mod window;
 use std::sync::{Arc, Mutex};
 
 use compact::{CompactError, Compacted, CompactionSettings, Mode, Summarizer, Trigger};
+use fit::{Fit, Rung};
 use window::{ResolvedWindow, WindowInputs};
 
 use super::conversation::{Conversation, ConversationError};
@@ -37,9 +42,9 @@ use crate::protocol::client::Client;
 use crate::protocol::messages::{Message, ModelFailure, ModelRequest, Part, Purpose, Usage};
 use crate::protocol::turn::{TurnEvent, TurnInput};
 
-/// Compactions after provider overflow errors in one step (then the error
-/// stands).
-pub const MAX_OVERFLOW_COMPACTIONS: u32 = 1;
+/// Retries after provider overflow errors in one step: one per rung of
+/// [`fit`]'s ladder at most (then the error stands).
+pub const MAX_OVERFLOW_RETRIES: u32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
@@ -145,6 +150,8 @@ impl<'a> TurnContext<'a> {
             conversation: stored.context_window_limit,
             agent: window::agent_window(&record.model_settings),
             reflection: input.reflection_context_window,
+            // The supervisor's configuration; a child does not read it.
+            reflection_config: None,
         };
         let window = ResolvedWindow::resolve(&inputs, || {
             let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
@@ -234,9 +241,10 @@ impl<'a> TurnContext<'a> {
         &self,
         conv: &mut Conversation,
         trigger: Trigger,
+        mode: Mode,
         emit: &mut dyn FnMut(&TurnEvent),
     ) -> Option<Option<String>> {
-        match self.compact(conv, trigger, self.mode(), emit) {
+        match self.compact(conv, trigger, mode, emit) {
             Ok((_, system, _)) => Some(system),
             Err(CompactError::Plan(e)) => {
                 tracing::debug!("no {} compaction: {e}", trigger.as_str());
@@ -271,12 +279,14 @@ impl<'a> TurnContext<'a> {
         }
     }
 
-    /// Before a model request: compact above the threshold, and return
-    /// the request to send (with the turn's window, which the mock honours).
+    /// Before a model request: compact above the threshold, then, while
+    /// the request is over the whole window, climb the ladder; return the
+    /// request to send (with the turn's window, which the mock honours).
     pub fn preflight(
         &self,
         conv: &mut Conversation,
         mut request: ModelRequest,
+        fit: &mut Fit,
         emit: &mut dyn FnMut(&TurnEvent),
     ) -> ModelRequest {
         request.context_window = self.window.context_window;
@@ -284,15 +294,67 @@ impl<'a> TurnContext<'a> {
             Ok(c) => estimate::context_estimate(&c, &request.system, &request.tools).tokens,
             Err(_) => return request,
         };
-        if !self.window.over(tokens) {
-            return request;
+        if self.window.over(tokens) {
+            fit.compacted = true;
+            request = self.compact_and_rebuild(
+                conv,
+                request,
+                self.mode(),
+                Trigger::ContextWindowLimit,
+                emit,
+            );
         }
-        match self.compact_quietly(conv, Trigger::ContextWindowLimit, emit) {
+        let Some(window) = self.window.context_window else {
+            return request;
+        };
+        while fit::parts(&request).total() > window {
+            let Some(rung) = fit.climb() else { break };
+            request = self.climb(conv, request, rung, Trigger::ContextWindowLimit, emit);
+        }
+        request
+    }
+
+    /// Compact in `mode` and rebuild `request` over the result (a fresh
+    /// system prompt even when nothing could be compacted: it holds the
+    /// current memory, so stored `<memory_update>`s leave the context).
+    fn compact_and_rebuild(
+        &self,
+        conv: &mut Conversation,
+        request: ModelRequest,
+        mode: Mode,
+        trigger: Trigger,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> ModelRequest {
+        match self.compact_quietly(conv, trigger, mode, emit) {
             Some(system) => self.rebuild(conv, request, system),
             None => match self.recompile(conv) {
                 Some(system) => self.rebuild(conv, request, Some(system)),
                 None => request,
             },
+        }
+    }
+
+    /// Apply one rung of the ladder to `request`.
+    fn climb(
+        &self,
+        conv: &mut Conversation,
+        mut request: ModelRequest,
+        rung: Rung,
+        trigger: Trigger,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> ModelRequest {
+        match rung {
+            Rung::Compact => self.compact_and_rebuild(conv, request, self.mode(), trigger, emit),
+            Rung::CompactAll => self.compact_and_rebuild(conv, request, Mode::All, trigger, emit),
+            Rung::TrimOld => {
+                fit::trim_old(&mut request);
+                request
+            }
+            Rung::TrimLatest => {
+                let target = self.window.threshold.unwrap_or(0);
+                fit::trim_latest(&mut request, target);
+                request
+            }
         }
     }
 
@@ -310,31 +372,56 @@ impl<'a> TurnContext<'a> {
             Err(_) => return,
         };
         if self.window.over(tokens) {
-            self.compact_quietly(conv, Trigger::ContextWindowLimit, emit);
+            self.compact_quietly(conv, Trigger::ContextWindowLimit, self.mode(), emit);
         }
     }
 
-    /// After a provider said `request` does not fit: compact, and the
-    /// request to try again (`None`: nothing could be compacted, and a
-    /// fresh system prompt would be no smaller).
+    /// After a provider said `request` does not fit: the next rung of the
+    /// ladder that changes the request, and the request to try again
+    /// (`None`: every rung is climbed, the error stands).
     pub fn after_overflow(
         &self,
         conv: &mut Conversation,
         request: &ModelRequest,
+        fit: &mut Fit,
         emit: &mut dyn FnMut(&TurnEvent),
     ) -> Option<ModelRequest> {
-        match self.compact_quietly(conv, Trigger::ContextWindowOverflow, emit) {
-            Some(system) => Some(self.rebuild(conv, request.clone(), system)),
-            None => match self.recompile(conv) {
-                Some(system) => {
-                    let again = self.rebuild(conv, request.clone(), Some(system));
-                    // Worth a retry only when it got smaller.
-                    (again.system != request.system
-                        || again.messages.len() != request.messages.len())
-                    .then_some(again)
-                }
-                None => None,
-            },
+        while let Some(rung) = fit.climb() {
+            let again = self.climb(
+                conv,
+                request.clone(),
+                rung,
+                Trigger::ContextWindowOverflow,
+                emit,
+            );
+            // Worth a retry only when it changed.
+            if again.system != request.system || again.messages != request.messages {
+                return Some(again);
+            }
+        }
+        None
+    }
+
+    /// The error of a request the provider refused after every rung: what
+    /// it is made of against the window, then the provider's words.
+    pub fn does_not_fit(&self, request: &ModelRequest, failure: ModelFailure) -> ModelFailure {
+        let ModelFailure::ContextOverflow { message } = failure else {
+            return failure;
+        };
+        let p = fit::parts(request);
+        let window = match self.window.context_window {
+            Some(w) => format!("the {w}-token context window"),
+            None => "the model's context window".to_string(),
+        };
+        ModelFailure::ContextOverflow {
+            message: format!(
+                "the request does not fit {window} even after compacting everything and trimming tool results: \
+                 system prompt {} + tools {} + messages {} = {} tokens (estimated); the provider said: {message}",
+                p.system,
+                p.tools,
+                p.messages,
+                p.total()
+            ),
         }
     }
 

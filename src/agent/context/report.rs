@@ -1,8 +1,9 @@
 //! The context figures of a conversation, for the operator (`mini-letta
 //! context`, `agent show`): the window and its threshold, the tokens the
 //! next request would start from (estimated as the turn loop does, with the
-//! conversation's cached system prompt and the agent's tools), the messages
-//! in context and stored, and the last compaction.
+//! conversation's cached system prompt and the tools a request in its
+//! window carries, each with its cost), the messages in context and stored,
+//! and the last compaction.
 
 use serde::Serialize;
 
@@ -12,6 +13,7 @@ use super::estimate::{self, Estimate, is_summary};
 use super::window::{ResolvedWindow, WindowInputs};
 use crate::agent::conversation::Conversation;
 use crate::agent::record::AgentRecord;
+use crate::agent::tools::Schemas;
 use crate::agent::{cache, prompt_cache, tools};
 use crate::paths::AgentPaths;
 
@@ -31,11 +33,22 @@ pub struct ContextReport {
     /// Whether the next request compacts first.
     pub over_threshold: bool,
     pub estimate: Estimate,
+    /// The tools the next request carries, and what each costs.
+    pub tools: Vec<ToolCost>,
+    /// How much of their definitions it carries (`tools::schemas`).
+    pub tool_schemas: Schemas,
     pub messages_in_context: usize,
     pub messages_stored: usize,
     /// Compaction summaries in the log (every compaction made one).
     pub compactions: usize,
     pub last_compaction: Option<CompactionEvent>,
+}
+
+/// One tool a request carries and the estimate of its schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCost {
+    pub name: String,
+    pub tokens: u64,
 }
 
 /// Where the operator's window comes from: `MINI_LETTA_CONTEXT_WINDOW`,
@@ -46,6 +59,8 @@ pub struct ContextReport {
 pub struct OperatorWindow {
     pub environment: Option<u64>,
     pub reflection: Option<u64>,
+    /// `config.toml`'s `[reflection] context_window`.
+    pub reflection_config: Option<u64>,
     pub provider: Option<u64>,
 }
 
@@ -68,6 +83,7 @@ pub fn report(
             conversation: stored_window,
             agent: super::window::agent_window(&record.model_settings),
             reflection: operator.reflection,
+            reflection_config: operator.reflection_config,
         },
         || operator.provider,
     );
@@ -75,7 +91,8 @@ pub fn report(
         Some(c) => c.content,
         None => prompt_cache::compile_now(agent, record, conversation, 0)?.content,
     };
-    let tools = tools::specs();
+    // What a turn in this window carries.
+    let tools = tools::specs_for(window.context_window);
     let (estimate, in_context, stored, compactions, last) = match &conv {
         Some(c) => {
             let context = c.context()?;
@@ -108,6 +125,14 @@ pub fn report(
         window,
         tokens: estimate.tokens,
         estimate,
+        tool_schemas: Schemas::for_window(window.context_window),
+        tools: tools
+            .iter()
+            .map(|t| ToolCost {
+                name: t.name.clone(),
+                tokens: estimate::tools_tokens(std::slice::from_ref(t)),
+            })
+            .collect(),
         messages_in_context: in_context,
         messages_stored: stored,
         compactions,

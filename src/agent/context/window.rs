@@ -20,9 +20,24 @@
 //!    `model.info` from a child),
 //!
 //! else none: without a window nothing compacts for pressure (a provider's
-//! overflow error still does). `MINI_LETTA_REFLECTION_CONTEXT_WINDOW` is
-//! resolved beside it (reflection sub-agents may get a larger window than
-//! a tiny main one; book lab 4, exercise 1); nothing uses it yet.
+//! overflow error still does).
+//!
+//! Sub-agents (reflections, memory workers, recall) have a window of their
+//! own, so that a tiny main window (book lab 4: 900) does not make every
+//! reflection fail. The supervisor takes the first of ([`first_window`]):
+//!
+//! 1. `MINI_LETTA_REFLECTION_CONTEXT_WINDOW` in the supervisor's own
+//!    environment (the operator's word; an embedded supervisor has the
+//!    environment of the command that started it),
+//! 2. `[reflection] context_window` in `config.toml`,
+//! 3. the window the command asked with (its
+//!    `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`, else its main window),
+//! 4. the agent's `model_settings.context_window_limit`,
+//! 5. the window `config.toml` gives the agent's model.
+//!
+//! `mini-letta context` shows it with its source: this shell's variable
+//! (as an embedded supervisor would see it), `config.toml`, else the
+//! conversation's main window.
 
 use serde::Serialize;
 
@@ -128,6 +143,51 @@ impl WindowSource {
     }
 }
 
+/// Where a sub-agent's window came from (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReflectionWindowSource {
+    /// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
+    Environment,
+    /// `config.toml`'s `[reflection] context_window`.
+    Config,
+    /// The window the command that started it asked with.
+    Caller,
+    /// The agent's `model_settings`.
+    Agent,
+    /// What `config.toml` gives the agent's model.
+    Provider,
+    /// The conversation's own window (`mini-letta context`).
+    Main,
+    /// Nowhere.
+    None,
+}
+
+impl ReflectionWindowSource {
+    /// How `mini-letta context` says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Environment => "$MINI_LETTA_REFLECTION_CONTEXT_WINDOW",
+            Self::Config => "config.toml [reflection] context_window",
+            Self::Caller => "the window the command asked with",
+            Self::Agent => "the agent's setting",
+            Self::Provider => "config.toml for the model",
+            Self::Main => {
+                "the conversation's window; set MINI_LETTA_REFLECTION_CONTEXT_WINDOW or [reflection] context_window for one of its own"
+            }
+            Self::None => "none",
+        }
+    }
+}
+
+/// The first positive window of `candidates`, with its source.
+pub fn first_window<S: Copy>(candidates: &[(Option<u64>, S)], none: S) -> (Option<u64>, S) {
+    candidates
+        .iter()
+        .find_map(|(w, s)| w.filter(|w| *w > 0).map(|w| (Some(w), *s)))
+        .unwrap_or((None, none))
+}
+
 /// What the window is resolved from, highest priority first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WindowInputs {
@@ -137,6 +197,8 @@ pub struct WindowInputs {
     pub agent: Option<u64>,
     /// `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
     pub reflection: Option<u64>,
+    /// `config.toml`'s `[reflection] context_window`.
+    pub reflection_config: Option<u64>,
 }
 
 /// The window a conversation's turns use, and what follows from it.
@@ -150,6 +212,8 @@ pub struct ResolvedWindow {
     pub reserve: Option<u64>,
     /// The reflection sub-agents' window: its own setting, else the main one.
     pub reflection_context_window: Option<u64>,
+    #[serde(rename = "reflection_window_source")]
+    pub reflection_source: ReflectionWindowSource,
 }
 
 impl ResolvedWindow {
@@ -171,12 +235,21 @@ impl ResolvedWindow {
                 None => (None, WindowSource::None),
             },
         };
+        let (reflection_context_window, reflection_source) = first_window(
+            &[
+                (inputs.reflection, ReflectionWindowSource::Environment),
+                (inputs.reflection_config, ReflectionWindowSource::Config),
+                (window, ReflectionWindowSource::Main),
+            ],
+            ReflectionWindowSource::None,
+        );
         Self {
             context_window: window,
             source,
             threshold: window.map(threshold),
             reserve: window.map(reserve),
-            reflection_context_window: inputs.reflection.filter(|w| *w > 0).or(window),
+            reflection_context_window,
+            reflection_source,
         }
     }
 
@@ -229,6 +302,7 @@ mod tests {
             conversation: Some(3),
             agent: Some(4),
             reflection: None,
+            reflection_config: None,
         };
         let r = ResolvedWindow::resolve(&all, || Some(5));
         assert_eq!(
@@ -286,13 +360,30 @@ mod tests {
             ResolvedWindow::resolve(&tiny, || None).reflection_context_window,
             Some(900)
         );
-        let larger = WindowInputs {
-            reflection: Some(8000),
+        let r = ResolvedWindow::resolve(&tiny, || None);
+        assert_eq!(r.reflection_source, ReflectionWindowSource::Main);
+        let configured = WindowInputs {
+            reflection_config: Some(8000),
             ..tiny
         };
+        let r = ResolvedWindow::resolve(&configured, || None);
         assert_eq!(
-            ResolvedWindow::resolve(&larger, || None).reflection_context_window,
-            Some(8000)
+            (r.reflection_context_window, r.reflection_source),
+            (Some(8000), ReflectionWindowSource::Config)
+        );
+        let larger = WindowInputs {
+            reflection: Some(16000),
+            ..configured
+        };
+        let r = ResolvedWindow::resolve(&larger, || None);
+        assert_eq!(
+            (r.reflection_context_window, r.reflection_source),
+            (Some(16000), ReflectionWindowSource::Environment)
+        );
+        let none = ResolvedWindow::resolve(&WindowInputs::default(), || None);
+        assert_eq!(
+            (none.reflection_context_window, none.reflection_source),
+            (None, ReflectionWindowSource::None)
         );
     }
 

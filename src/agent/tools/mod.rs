@@ -22,10 +22,12 @@ mod edit;
 mod memory;
 mod read;
 mod recall_search;
+pub mod schemas;
 mod write;
 
 pub use bash::{BASH_DEFAULT_TIMEOUT_MS, BASH_MAX_TIMEOUT_MS, OUTPUT_LIMIT};
 pub use recall_search::line as recall_line;
+pub use schemas::Schemas;
 
 /// What a tool run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,19 +102,48 @@ const TOOLS: &[Tool] = &[
     recall_search::TOOL,
 ];
 
-/// The schemas sent to the model.
+/// Every tool's full schema.
 pub fn specs() -> Vec<ToolSpec> {
     TOOLS.iter().map(|t| (t.spec)()).collect()
 }
 
+/// The schemas a main-agent request carries in `window` (the rule is
+/// [`schemas`]'s: fewer and shorter as the window shrinks).
+pub fn specs_for(window: Option<u64>) -> Vec<ToolSpec> {
+    let form = Schemas::for_window(window);
+    TOOLS
+        .iter()
+        .filter(|t| form.offers(t.name))
+        .map(|t| form.shape((t.spec)()))
+        .collect()
+}
+
 /// The schemas of the tools named in `names` (a sub-agent's set), in the
-/// registry's order; unknown names are skipped.
-pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
+/// registry's order, shaped for `window`; unknown names are skipped.
+pub fn specs_named(names: &[String], window: Option<u64>) -> Vec<ToolSpec> {
+    let form = Schemas::for_window(window);
     TOOLS
         .iter()
         .filter(|t| names.iter().any(|n| n == t.name))
-        .map(|t| (t.spec)())
+        .map(|t| form.shape((t.spec)()))
         .collect()
+}
+
+/// The answer to a call of a tool the request did not carry (a model may
+/// name one it was not offered; it must not run).
+pub fn not_offered(name: &str, offered: &[ToolSpec], window: Option<u64>) -> ToolOutput {
+    let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+    let why = match window {
+        Some(w) if TOOLS.iter().any(|t| t.name == name) => format!(
+            " at this context window ({w} tokens: {} schemas)",
+            Schemas::for_window(Some(w)).as_str()
+        ),
+        _ => String::new(),
+    };
+    ToolOutput::err(format!(
+        "{name} is not offered{why}; the tools you have are: {}",
+        names.join(", ")
+    ))
 }
 
 /// Run one tool call. Malformed arguments are a tool error, never a crash.
