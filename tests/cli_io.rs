@@ -480,3 +480,44 @@ fn the_readme_config_example_is_valid() {
         .unwrap();
     assert_eq!((quota.disk_mb, quota.inodes), (1024, 65536));
 }
+
+/// `mini-letta … | head`: a reader that goes away ends the command quietly
+/// with success, never with a panic's message or an error line.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    let home = open_home();
+    create_agent(home.path(), &["owl"]);
+    let commands: &[&[&str]] = &[
+        &["memory", "log", "-a", "owl"],
+        &["memory", "show", "-a", "owl", "human.md"],
+        &["memory", "tree", "-a", "owl"],
+        &["agent", "list"],
+        &["agent", "show", "-a", "owl"],
+        &["prompt", "-a", "owl", "--fresh"],
+        &["conversations", "-a", "owl"],
+        &["recall", "search", "-a", "owl", "anything"],
+        &["sandbox", "status"],
+    ];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // The reader is gone before the command writes its first byte.
+        drop(reader);
+        let out = std::process::Command::new(common::bin())
+            .args(*args)
+            .env("MINI_LETTA_HOME", home.path())
+            .env_remove("RUST_LOG")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(
+            out.status.success(),
+            "{args:?} exited {:?}: {err}",
+            out.status
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?} said: {err}"
+        );
+    }
+}

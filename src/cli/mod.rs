@@ -197,7 +197,37 @@ pub(crate) fn init_logging(verbose: u8) {
 }
 
 /// Parse the arguments, run the command, and turn errors into exit codes.
+///
+/// A reader that went away (`mini-letta memory log | head`) ends the
+/// command quietly with success, as a filter's would: neither the panic of
+/// a `println!` into the closed pipe nor a write error is reported.
 pub fn main() -> ExitCode {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info
+            .payload_as_str()
+            .is_some_and(output::is_broken_pipe_message)
+        {
+            previous(info);
+        }
+    }));
+    match std::panic::catch_unwind(run_main) {
+        Ok(code) => code,
+        Err(p) => {
+            let text = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied());
+            if text.is_some_and(output::is_broken_pipe_message) {
+                ExitCode::SUCCESS
+            } else {
+                std::panic::resume_unwind(p)
+            }
+        }
+    }
+}
+
+fn run_main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = parse_hot(&args).unwrap_or_else(|| Cli::parse_from(&args));
     init_logging(cli.globals.verbose);
@@ -205,6 +235,7 @@ pub fn main() -> ExitCode {
     interrupt::hold_if_ending();
     match result {
         Ok(code) => code,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             style::eprint_error(&one_line(&e));
             ExitCode::FAILURE

@@ -181,6 +181,20 @@ pub fn quoted(data: &str) -> Cow<'_, str> {
     }
 }
 
+/// Whether a panic message is std's for a write to a stdout whose reader
+/// went away (`println!` into a closed pipe).
+pub fn is_broken_pipe_message(text: &str) -> bool {
+    text.starts_with("failed printing to stdout") && text.contains("Broken pipe")
+}
+
+/// Whether `e` is, at its root, a write into a pipe whose reader went away.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Write `bytes` to stdout exactly (no added newline). Only for output
 /// that is the program's own or already passed [`Sink`].
 pub fn raw(bytes: &[u8]) -> anyhow::Result<()> {
