@@ -204,27 +204,23 @@ pub(crate) fn init_logging(verbose: u8) {
 pub fn main() -> ExitCode {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !info
-            .payload_as_str()
-            .is_some_and(output::is_broken_pipe_message)
-        {
+        if !panic_text(info.payload()).is_some_and(output::is_broken_pipe_message) {
             previous(info);
         }
     }));
     match std::panic::catch_unwind(run_main) {
         Ok(code) => code,
-        Err(p) => {
-            let text = p
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied());
-            if text.is_some_and(output::is_broken_pipe_message) {
-                ExitCode::SUCCESS
-            } else {
-                std::panic::resume_unwind(p)
-            }
-        }
+        Err(p) if panic_text(&*p).is_some_and(output::is_broken_pipe_message) => ExitCode::SUCCESS,
+        Err(p) => std::panic::resume_unwind(p),
     }
+}
+
+/// A panic's message, when it is text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
 }
 
 fn run_main() -> ExitCode {
