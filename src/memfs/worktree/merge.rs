@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
-use super::{WorktreeError, git};
+use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::memfs::commit::CommitOptions;
 use crate::memfs::validate::{TreeSnapshot, validate};
@@ -28,6 +28,9 @@ pub(super) enum MergeOutcome {
     Conflict {
         paths: Vec<String>,
         checkout_only: bool,
+        /// The conflicted files' three versions (empty for
+        /// `checkout_only`).
+        sides: Vec<ConflictSides>,
     },
     /// The merged tree failed validation; nothing changed.
     Invalid { message: String },
@@ -44,6 +47,27 @@ pub(crate) fn conflict_paths(index: &Index) -> Result<Vec<String>, git2::Error> 
     paths.sort();
     paths.dedup();
     Ok(paths)
+}
+
+/// Each conflicted file of an in-memory merge with its three blob ids,
+/// by path.
+fn conflict_sides(index: &Index) -> Result<Vec<ConflictSides>, git2::Error> {
+    let id = |e: &Option<IndexEntry>| e.as_ref().map(|e| e.id.to_string());
+    let mut out: Vec<ConflictSides> = index
+        .conflicts()?
+        .flatten()
+        .filter_map(|c| {
+            let path = c.our.as_ref().or(c.their.as_ref()).or(c.ancestor.as_ref())?;
+            Some(ConflictSides {
+                path: String::from_utf8_lossy(&path.path).into_owned(),
+                base: id(&c.ancestor),
+                ours: id(&c.our),
+                theirs: id(&c.their),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
 }
 
 /// Paths whose entry differs between two snapshots, in byte order.
@@ -115,9 +139,11 @@ pub(super) fn merge_into_main(
         .map_err(git("merge the branch"))?;
     if index.has_conflicts() {
         let paths = conflict_paths(&index).map_err(git("list merge conflicts"))?;
+        let sides = conflict_sides(&index).map_err(git("list merge conflicts"))?;
         return Ok(MergeOutcome::Conflict {
             paths,
             checkout_only: false,
+            sides,
         });
     }
     let tree_id = index
@@ -140,6 +166,7 @@ pub(super) fn merge_into_main(
         return Ok(MergeOutcome::Conflict {
             paths: overlapping,
             checkout_only: true,
+            sides: Vec::new(),
         });
     }
 
