@@ -105,7 +105,9 @@ struct Tally {
     /// Each lost fact, with what the log and the repository say of it.
     lost: Vec<(String, Vec<String>)>,
     corrupt: Vec<String>,
-    recovery_ms: Vec<u64>,
+    /// Per fault kind: from the fault to the next turn of the agent it hit
+    /// answering (see [`next_turn_ms`]).
+    recovery_ms: BTreeMap<&'static str, Vec<u64>>,
     /// Why turns failed: the last line of their error, counted.
     errors: BTreeMap<String, u64>,
 }
@@ -119,8 +121,43 @@ fn supervisor_pid(home: &Path) -> Option<i32> {
         .ok()
 }
 
-/// Pids of live agent-role children, from `ps`.
-fn agent_children(home: &Path) -> Vec<i32> {
+/// How long a person waits after a fault: from `t0` (the fault) until a
+/// turn of agent `name`, on the conversation the load uses, answers
+/// (retried while it fails, for at most [`RECOVERY_LIMIT`]). The turn is a
+/// plain message: it commits nothing.
+fn next_turn_ms(home: &Path, name: &str, t0: Instant) -> u64 {
+    while t0.elapsed() < RECOVERY_LIMIT {
+        let o = run_with_deadline(home, &["chat", "-a", name, "-p", "你好"], TURN_DEADLINE);
+        if o.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed().as_millis() as u64
+}
+
+fn record_recovery(tally: &Mutex<Tally>, kind: &'static str, ms: u64) {
+    tally
+        .lock()
+        .unwrap()
+        .recovery_ms
+        .entry(kind)
+        .or_default()
+        .push(ms);
+}
+
+/// The longest a recovery is waited for.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+
+/// `p` (0..=1) of sorted `v`.
+fn percentile(v: &[u64], p: f64) -> u64 {
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Live agent-role children, from `ps`: pid and agent name.
+fn agent_children(home: &Path) -> Vec<(i32, String)> {
     children_of(home, &["agent"])
 }
 
@@ -144,8 +181,8 @@ fn cgroups_named(ids: &[String]) -> Vec<std::path::PathBuf> {
     left
 }
 
-/// Pids of live children with one of `roles`, from `ps`.
-fn children_of(home: &Path, roles: &[&str]) -> Vec<i32> {
+/// Live children with one of `roles`, from `ps`: pid and agent name.
+fn children_of(home: &Path, roles: &[&str]) -> Vec<(i32, String)> {
     let o = run(home, &["ps", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["children"]
@@ -153,8 +190,16 @@ fn children_of(home: &Path, roles: &[&str]) -> Vec<i32> {
         .into_iter()
         .flatten()
         .filter(|r| roles.iter().any(|role| r["role"] == *role) && r["state"] == "running")
-        .filter_map(|r| r["pid"].as_i64().map(|p| p as i32))
+        .filter_map(|r| {
+            let pid = r["pid"].as_i64()? as i32;
+            Some((pid, r["agent_name"].as_str()?.to_string()))
+        })
         .collect()
+}
+
+/// The index of agent `name` (`a<i>`).
+fn index_of(name: &str) -> Option<usize> {
+    name.strip_prefix('a')?.parse().ok()
 }
 
 /// Wait until agent `name` has no memory worker running or waiting (the
@@ -436,12 +481,16 @@ fn main() -> ExitCode {
             _ => "read-only-remount",
         };
         let t0 = Instant::now();
+        // The agent whose next turn measures the recovery (a fault that
+        // hits no one agent: a random one).
+        let mut hit = rng.below(agents as u64) as usize;
         match kind {
             "kill-agent-child" => {
                 let kids = agent_children(&home);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(*pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -449,9 +498,10 @@ fn main() -> ExitCode {
             }
             "kill-subagent" => {
                 let kids = children_of(&home, &["reflection", "memory-worker"]);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(*pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -485,17 +535,22 @@ fn main() -> ExitCode {
                 // Stopped past its client's deadline: the client gives up
                 // and goes away, and the supervisor kills the turn.
                 let kids = agent_children(&home);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
+                let pid = *pid;
                 let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(*pid),
+                    nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGSTOP,
                 );
-                // Recovery: the stopped child is gone (killed on its
+                // The person's next turn, from the moment of the stop.
+                let ms = next_turn_ms(&home, &format!("a{hit}"), t0);
+                record_recovery(&tally, kind, ms);
+                // Then the stopped child must be gone (killed on its
                 // client's departure).
                 let gone = common::wait_until(TURN_DEADLINE.as_secs() + 10, || {
-                    !agent_children(&home).contains(pid)
+                    !agent_children(&home).iter().any(|(p, _)| *p == pid)
                 });
                 if !gone {
                     tally
@@ -508,7 +563,7 @@ fn main() -> ExitCode {
             "read-only-remount" => {
                 // The agent's volume turns read-only under its turns, then
                 // writable again.
-                let i = rng.below(agents as u64) as usize;
+                let i = hit;
                 let dir = home.join("agents").join(&ids[i]);
                 let remount = |opt: &str| {
                     // Busy (a file open for writing) refuses `ro`: no
@@ -533,7 +588,7 @@ fn main() -> ExitCode {
                 }
             }
             _ => {
-                let i = rng.below(agents as u64) as usize;
+                let i = hit;
                 let name = format!("a{i}");
                 let fill = "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; sleep 0.3; rm -f tmp/fill-*";
                 // Bounded: a `sandbox run` that finds no supervisor runs
@@ -558,9 +613,11 @@ fn main() -> ExitCode {
             }
         }
         injected += 1;
-        let mut t = tally.lock().unwrap();
-        *t.faults.entry(kind).or_default() += 1;
-        t.recovery_ms.push(t0.elapsed().as_millis() as u64);
+        if kind != "stop-agent-child" {
+            let ms = next_turn_ms(&home, &format!("a{hit}"), t0);
+            record_recovery(&tally, kind, ms);
+        }
+        *tally.lock().unwrap().faults.entry(kind).or_default() += 1;
     }
     stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -609,13 +666,11 @@ fn main() -> ExitCode {
     // The stopped supervisor removed its agents' (empty) cgroups.
     let cgroups = cgroups_named(&ids);
 
-    t.recovery_ms.sort_unstable();
-    let pct = |p: f64| {
-        t.recovery_ms
-            .get(((t.recovery_ms.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let mut all: Vec<u64> = t.recovery_ms.values().flatten().copied().collect();
+    all.sort_unstable();
+    for v in t.recovery_ms.values_mut() {
+        v.sort_unstable();
+    }
     println!("faults injected   {injected} {:?}", t.faults);
     println!(
         "turns acknowledged {} (failed {})",
@@ -623,7 +678,21 @@ fn main() -> ExitCode {
     );
     println!("lost              {}", t.lost.len());
     println!("corrupt           {}", t.corrupt.len());
-    println!("recovery ms       p50 {} p99 {}", pct(0.5), pct(0.99));
+    println!(
+        "recovery ms       p50 {} p99 {} max {} (fault -> the next turn of the agent it hit answers)",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+        all.last().copied().unwrap_or(0)
+    );
+    for (kind, v) in &t.recovery_ms {
+        println!(
+            "  {kind:<18} n {:>3}  p50 {:>6}  p99 {:>6}  max {:>6}",
+            v.len(),
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v.last().copied().unwrap_or(0)
+        );
+    }
     println!(
         "leftover processes {} mounts {} cgroups {}",
         leftovers.len(),

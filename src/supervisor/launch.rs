@@ -126,6 +126,9 @@ pub async fn spawn_with(
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
     let wrapper_depth = plan.wrapper_depth();
+    // The child's own cgroups: removed when it is reaped (or now, when it
+    // cannot be started).
+    let groups = plan.cgroup_procs.clone();
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -136,11 +139,13 @@ pub async fn spawn_with(
         stdio,
         channel: OwnedFd::from(theirs),
     };
-    let launched = state
-        .launcher
-        .launch(spec)
-        .await
-        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    let launched = match state.launcher.launch(spec).await {
+        Ok(l) => l,
+        Err(e) => {
+            release_groups(groups).await;
+            return Err(error(ErrorCode::Internal, e.to_string()));
+        }
+    };
     let id = state
         .table
         .lock()
@@ -182,7 +187,14 @@ pub async fn spawn_with(
     log_output(id, child.stdout.take(), "stdout");
     log_output(id, child.stderr.take(), "stderr");
     let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
-    tokio::spawn(reap(state.clone(), child, id, agent_id, role, pid));
+    let ended = Ended {
+        id,
+        agent_id,
+        role,
+        pid,
+        groups,
+    };
+    tokio::spawn(reap(state.clone(), child, ended));
     state.emit(Event::ChildStart(ChildStart {
         child: id,
         agent: record.id.clone(),
@@ -448,15 +460,52 @@ where
     });
 }
 
-/// Wait for a child's exit, record it, and announce it.
-async fn reap(
-    state: Arc<State>,
-    mut child: tokio::process::Child,
+/// What is known of a child when it ends.
+struct Ended {
     id: u64,
     agent_id: String,
     role: String,
     pid: u32,
-) {
+    /// Its cgroups' `cgroup.procs` files (`sandbox::cgroup::prepare`).
+    groups: Vec<PathBuf>,
+}
+
+/// Remove a finished child's cgroups. Its namespace's last processes may
+/// still be exiting as it is reaped, which keeps a group busy for a moment:
+/// then a few more tries in the background, and after those the group is
+/// left to a later sweep.
+async fn release_groups(groups: Vec<PathBuf>) {
+    if groups.is_empty() {
+        return;
+    }
+    let release = |g: Vec<PathBuf>| async move {
+        tokio::task::spawn_blocking(move || crate::sandbox::cgroup::release(&g))
+            .await
+            .unwrap_or(false)
+    };
+    if release(groups.clone()).await {
+        return;
+    }
+    tokio::spawn(async move {
+        for delay_ms in [10u64, 20, 40, 80, 160, 320, 640] {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            if release(groups.clone()).await {
+                return;
+            }
+        }
+        tracing::debug!(groups = ?groups, "a child's cgroup still holds a process; left for a later sweep");
+    });
+}
+
+/// Wait for a child's exit, record it, remove its cgroups, and announce it.
+async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
+    let Ended {
+        id,
+        agent_id,
+        role,
+        pid,
+        groups,
+    } = e;
     let ended = match child.wait().await {
         Ok(status) => ended_state(status),
         Err(e) => {
@@ -472,6 +521,7 @@ async fn reap(
     }
     // Whatever it was doing, an ended child edits no memory.
     state.leases.release(super::leases::Holder::Child(id));
+    release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {
         ChildState::Killed { signal } => {

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod import;
+mod leftovers;
 mod live_repo;
 mod palace_readers;
 mod planted;

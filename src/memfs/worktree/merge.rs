@@ -54,7 +54,11 @@ pub(crate) fn conflict_paths(index: &Index) -> Result<Vec<String>, git2::Error> 
 /// A conflicted file with its three blob ids.
 fn sides_of(c: &git2::IndexConflict) -> Option<ConflictSides> {
     let id = |e: &Option<IndexEntry>| e.as_ref().map(|e| e.id.to_string());
-    let path = c.our.as_ref().or(c.their.as_ref()).or(c.ancestor.as_ref())?;
+    let path = c
+        .our
+        .as_ref()
+        .or(c.their.as_ref())
+        .or(c.ancestor.as_ref())?;
     Some(ConflictSides {
         path: String::from_utf8_lossy(&path.path).into_owned(),
         base: id(&c.ancestor),
@@ -487,8 +491,14 @@ mod unit {
         assert_eq!(u("h", "h\na", "h\nb").as_deref(), Some("h\na\nb"));
         assert_eq!(u("h", "h\na\n", "h\nb").as_deref(), Some("h\na\nb"));
         // Lines one side added first and the other too are not repeated.
-        assert_eq!(u("h\n", "h\na\n", "h\na\nb\n").as_deref(), Some("h\na\nb\n"));
-        assert_eq!(u("h\n", "h\na\nb\n", "h\na\n").as_deref(), Some("h\na\nb\n"));
+        assert_eq!(
+            u("h\n", "h\na\n", "h\na\nb\n").as_deref(),
+            Some("h\na\nb\n")
+        );
+        assert_eq!(
+            u("h\n", "h\na\nb\n", "h\na\n").as_deref(),
+            Some("h\na\nb\n")
+        );
         // ... but only whole lines: `a` does not begin `ab`.
         assert_eq!(u("h\n", "h\na", "h\nab\n").as_deref(), Some("h\na\nab\n"));
     }

@@ -1144,6 +1144,9 @@ fn a_line_wise_merge_is_validated() {
     );
     let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Invalid, "{done:?}");
-    assert!(done.error.as_deref().unwrap_or("").contains("human.md"), "{done:?}");
+    assert!(
+        done.error.as_deref().unwrap_or("").contains("human.md"),
+        "{done:?}"
+    );
     assert_eq!(head(&agent), before);
 }
