@@ -209,9 +209,7 @@ pub fn run_turn(
         // Over the threshold: compacted first (the request rebuilt).
         let mut request = window.preflight(&mut conv, request, emit);
         // What the model was sent, for operators (and tests).
-        if let Ok(json) = serde_json::to_vec_pretty(&request) {
-            let _ = conv.write_last_request(&json);
-        }
+        let _ = conv.write_last_request(agent, &request);
         let mut response = complete_with_retries(&channel, &request, emit);
         // The provider said it does not fit: compact and try again.
         for _ in 0..MAX_OVERFLOW_COMPACTIONS {
@@ -222,9 +220,7 @@ pub fn run_turn(
                 break;
             };
             request = retry;
-            if let Ok(json) = serde_json::to_vec_pretty(&request) {
-                let _ = conv.write_last_request(&json);
-            }
+            let _ = conv.write_last_request(agent, &request);
             response = complete_with_retries(&channel, &request, emit);
         }
         let response = match response {

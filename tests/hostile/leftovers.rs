@@ -226,3 +226,90 @@ fn a_sweep_never_fails_a_live_supervisors_launch() {
         failures.len()
     );
 }
+
+/// `last-request.json` of every conversation of `agent` under `home`.
+fn last_requests(home: &Path, agent: &str) -> Vec<PathBuf> {
+    let convs = home.join("agents").join(agent).join("conversations");
+    std::fs::read_dir(convs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("last-request.json"))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// What the model was last sent is kept for operators, but bounded: a long
+/// conversation used to rewrite a file as large as its whole context on
+/// every request (hundreds of kilobytes at a big window).
+#[test]
+fn last_request_json_is_bounded_in_size() {
+    let home = open_home();
+    let id = create_agent(home.path(), &["big", "--context-window", "2000000"]);
+    let chunk = "word ".repeat(20_000);
+    let prompt = home.path().join("prompt.txt");
+    for i in 0..4 {
+        std::fs::write(&prompt, format!("part {i}: {chunk}")).unwrap();
+        let file = prompt.to_str().unwrap();
+        let o = run(home.path(), &["chat", "-a", "big", "--prompt-file", file]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = run(home.path(), &["chat", "-a", "big", "-p", "the last words"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = home
+        .path()
+        .join("agents")
+        .join(&id)
+        .join("conversations/default/last-request.json");
+    let bytes = std::fs::read(&path).unwrap();
+    let cap = mini_letta::agent::conversation::LAST_REQUEST_MAX_BYTES;
+    assert!(bytes.len() <= cap, "{} bytes > {cap}", bytes.len());
+    // Still JSON an operator can read: the newest message is there, and
+    // it says what was left out.
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(v.to_string().contains("the last words"), "{v}");
+    assert!(
+        v["truncated"]["omitted_messages"].as_u64().unwrap() > 0,
+        "{}",
+        v["truncated"]
+    );
+    assert!(v["truncated"]["bytes"].as_u64().unwrap() > cap as u64);
+}
+
+/// ... and bounded in number: one file per conversation ever used grew
+/// without end; only the most recent conversations keep theirs.
+#[test]
+fn last_request_json_is_bounded_in_count() {
+    let home = open_home();
+    let id = create_agent(home.path(), &["many"]);
+    let keep = mini_letta::agent::conversation::LAST_REQUEST_MAX_FILES;
+    let n = keep + 3;
+    for i in 0..n {
+        let o = run(
+            home.path(),
+            &[
+                "chat",
+                "-a",
+                "many",
+                "--conversation",
+                &format!("c{i}"),
+                "-p",
+                "hi",
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let kept = last_requests(home.path(), &id);
+    assert_eq!(kept.len(), keep, "{kept:?}");
+    // The newest ones, the one just used among them.
+    let newest = home
+        .path()
+        .join("agents")
+        .join(&id)
+        .join(format!("conversations/c{}/last-request.json", n - 1));
+    assert!(kept.contains(&newest), "{kept:?}");
+    let oldest = newest
+        .to_string_lossy()
+        .replace(&format!("c{}", n - 1), "c0");
+    assert!(!kept.contains(&PathBuf::from(oldest)), "{kept:?}");
+}
