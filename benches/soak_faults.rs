@@ -105,8 +105,9 @@ struct Tally {
     /// Each lost fact, with what the log and the repository say of it.
     lost: Vec<(String, Vec<String>)>,
     corrupt: Vec<String>,
-    /// Per fault kind: from the fault to the next turn of the agent it hit
-    /// answering (see [`next_turn_ms`]).
+    /// Per fault kind: from the fault (or, for a full disk and a read-only
+    /// volume, its end) to the next turn of the agent it hit answering (see
+    /// [`next_turn_ms`]).
     recovery_ms: BTreeMap<&'static str, Vec<u64>>,
     /// Why turns failed: the last line of their error, counted.
     errors: BTreeMap<String, u64>,
@@ -349,6 +350,8 @@ fn main() -> ExitCode {
     let (mut faults, mut seconds, mut agents, mut seed) = (50u64, 120u64, 3usize, 0x5eed_u64);
     // `--keep`: leave the home (logs, repositories) for a post-mortem.
     let mut keep = false;
+    // `--kind K` (repeatable): inject only these kinds.
+    let mut only: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|s| s.parse::<u64>().ok());
@@ -359,9 +362,10 @@ fn main() -> ExitCode {
             "--seed" => seed = val().unwrap_or(seed),
             "--bench" => {}
             "--keep" => keep = true,
+            "--kind" => only.extend(args.next()),
             other => {
                 eprintln!(
-                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X --keep)"
+                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X --kind K --keep)"
                 );
                 return ExitCode::from(2);
             }
@@ -480,6 +484,9 @@ fn main() -> ExitCode {
             10..=11 => "kill-subagent",
             _ => "read-only-remount",
         };
+        if !only.is_empty() && !only.iter().any(|k| k == kind) {
+            continue;
+        }
         let t0 = Instant::now();
         // The agent whose next turn measures the recovery (a fault that
         // hits no one agent: a random one).
@@ -613,8 +620,15 @@ fn main() -> ExitCode {
             }
         }
         injected += 1;
+        // A full disk or a read-only volume is a fault while it lasts:
+        // recovery counts from its end (the space freed, the volume
+        // writable again); the others are over as they happen.
+        let from = match kind {
+            "disk-full" | "read-only-remount" => Instant::now(),
+            _ => t0,
+        };
         if kind != "stop-agent-child" {
-            let ms = next_turn_ms(&home, &format!("a{hit}"), t0);
+            let ms = next_turn_ms(&home, &format!("a{hit}"), from);
             record_recovery(&tally, kind, ms);
         }
         *tally.lock().unwrap().faults.entry(kind).or_default() += 1;

@@ -256,11 +256,7 @@ async fn try_run_turn(
         None => {
             // Said on the turn's own stream, so the caller shows it.
             notify_waiting(&fds, &conversation);
-            tokio::select! {
-                slot = state.turns.acquire(&record.id, &conversation) => slot,
-                _ = gone.cancelled() => return Err(error(ErrorCode::Unavailable, "the caller went away while its turn waited")),
-                _ = state.stop.cancelled() => return Err(error(ErrorCode::Unavailable, "the supervisor is stopping")),
-            }
+            wait_for_slot(state, &record.id, &conversation, &gone).await?
         }
     };
     let programs = crate::paths::Programs::installed()
@@ -294,7 +290,7 @@ async fn try_run_turn(
     let cancel = CancellationToken::new();
     state
         .turns
-        .set_running(&record.id, &conversation, cancel.clone());
+        .set_running(&record.id, &conversation, cancel.clone(), id);
     let mut cancelled = false;
     let end = loop {
         tokio::select! {
@@ -405,6 +401,55 @@ fn check_model(home: &crate::paths::Home, model: &str) -> Result<(), Outcome> {
     crate::model::open_model(model, &cfg)
         .map(drop)
         .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))
+}
+
+/// How often a turn waiting for its conversation looks whether the
+/// running turn's child is stopped.
+const STOPPED_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Wait for the conversation's turn slot. Meanwhile, a running turn whose
+/// child is stopped (SIGSTOP, a freezer: it will never finish by itself,
+/// and its own client may wait for it for long) is resumed, so the turn
+/// ends and the slot comes — the holder is never killed or overtaken.
+async fn wait_for_slot(
+    state: &Arc<State>,
+    agent: &str,
+    conversation: &str,
+    gone: &CancellationToken,
+) -> Result<super::turns::TurnSlot, Outcome> {
+    let acquire = state.turns.acquire(agent, conversation);
+    tokio::pin!(acquire);
+    let mut tick = tokio::time::interval(STOPPED_CHECK);
+    loop {
+        tokio::select! {
+            slot = &mut acquire => return Ok(slot),
+            _ = tick.tick() => resume_stopped_holder(state, agent, conversation),
+            _ = gone.cancelled() => return Err(error(ErrorCode::Unavailable, "the caller went away while its turn waited")),
+            _ = state.stop.cancelled() => return Err(error(ErrorCode::Unavailable, "the supervisor is stopping")),
+        }
+    }
+}
+
+/// SIGCONT every stopped process of the conversation's running turn.
+fn resume_stopped_holder(state: &State, agent: &str, conversation: &str) {
+    let Some(id) = state.turns.running_child(agent, conversation) else {
+        return;
+    };
+    let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
+    let Some(info) = info.filter(|i| i.is_live()) else {
+        return;
+    };
+    let resumed = super::children::resume_stopped(info.pid);
+    if resumed > 0 {
+        tracing::warn!(
+            child = id,
+            agent,
+            conversation,
+            pid = info.pid,
+            processes = resumed,
+            "resumed a stopped turn another turn of its conversation waits for"
+        );
+    }
 }
 
 /// Write a `waiting` turn event on the caller's stdout descriptor (the

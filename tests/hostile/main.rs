@@ -12,6 +12,7 @@ mod leftovers;
 mod live_repo;
 mod palace_readers;
 mod planted;
+mod recovery;
 mod subagents;
 mod sync;
 mod terminal;
