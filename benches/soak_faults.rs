@@ -109,6 +109,8 @@ struct Tally {
     /// volume, its end) to the next turn of the agent it hit answering (see
     /// [`next_turn_ms`]).
     recovery_ms: BTreeMap<&'static str, Vec<u64>>,
+    /// The slowest recoveries: time, fault kind, what the tries met.
+    slowest: Vec<(u64, &'static str, String)>,
     /// Why turns failed: the last line of their error, counted.
     errors: BTreeMap<String, u64>,
 }
@@ -125,27 +127,47 @@ fn supervisor_pid(home: &Path) -> Option<i32> {
 /// How long a person waits after a fault: from `t0` (the fault) until a
 /// turn of agent `name`, on the conversation the load uses, answers
 /// (retried while it fails, for at most [`RECOVERY_LIMIT`]). The turn is a
-/// plain message: it commits nothing.
-fn next_turn_ms(home: &Path, name: &str, t0: Instant) -> u64 {
+/// plain message: it commits nothing. Also what each try met, for the
+/// slowest recoveries' report.
+fn next_turn_ms(home: &Path, name: &str, t0: Instant) -> (u64, String) {
+    let mut tries = Vec::new();
     while t0.elapsed() < RECOVERY_LIMIT {
+        let start = Instant::now();
         let o = run_with_deadline(home, &["chat", "-a", name, "-p", "你好"], TURN_DEADLINE);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let waited = if err.contains("waiting for the running turn") {
+            " (waited for the running turn)"
+        } else {
+            ""
+        };
+        let took = start.elapsed().as_millis();
         if o.status.success() {
+            tries.push(format!("ok after {took} ms{waited}"));
             break;
         }
+        let why = err
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or("(no error line)")
+            .chars()
+            .take(100)
+            .collect::<String>();
+        tries.push(format!("failed after {took} ms{waited}: {why}"));
         std::thread::sleep(Duration::from_millis(20));
     }
-    t0.elapsed().as_millis() as u64
+    (t0.elapsed().as_millis() as u64, tries.join("; "))
 }
 
-fn record_recovery(tally: &Mutex<Tally>, kind: &'static str, ms: u64) {
-    tally
-        .lock()
-        .unwrap()
-        .recovery_ms
-        .entry(kind)
-        .or_default()
-        .push(ms);
+fn record_recovery(tally: &Mutex<Tally>, kind: &'static str, (ms, tries): (u64, String)) {
+    let mut t = tally.lock().unwrap();
+    t.recovery_ms.entry(kind).or_default().push(ms);
+    t.slowest.push((ms, kind, tries));
+    t.slowest.sort_by(|a, b| b.0.cmp(&a.0));
+    t.slowest.truncate(5);
 }
+
+/// The pseudo fault kind of the control measure.
+const CONTROL: &str = "no fault (control)";
 
 /// The longest a recovery is waited for.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
@@ -476,21 +498,32 @@ fn main() -> ExitCode {
     let mut injected = 0;
     while injected < faults && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200 + rng.below(400)));
-        let kind = match rng.below(14) {
+        let kind = match rng.below(15) {
             0..=4 => "kill-agent-child",
             5..=6 => "kill-supervisor",
             7..=8 => "disk-full",
             9 => "stop-agent-child",
             10..=11 => "kill-subagent",
-            _ => "read-only-remount",
+            12..=13 => "read-only-remount",
+            // No fault: the same measure as a control (a turn of the
+            // load's conversation under the load).
+            _ => CONTROL,
         };
-        if !only.is_empty() && !only.iter().any(|k| k == kind) {
+        if kind != CONTROL && !only.is_empty() && !only.iter().any(|k| k == kind) {
             continue;
         }
         let t0 = Instant::now();
         // The agent whose next turn measures the recovery (a fault that
         // hits no one agent: a random one).
         let mut hit = rng.below(agents as u64) as usize;
+        // What the fault itself took, for the slowest recoveries' report.
+        let mut note = format!(
+            "at {:.3}: ",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0)
+        );
         match kind {
             "kill-agent-child" => {
                 let kids = agent_children(&home);
@@ -530,6 +563,7 @@ fn main() -> ExitCode {
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
+                note += &format!("restarted in {} ms; ", t0.elapsed().as_millis());
                 if !up {
                     tally
                         .lock()
@@ -538,6 +572,7 @@ fn main() -> ExitCode {
                         .push("the supervisor did not restart".into());
                 }
             }
+            CONTROL => {}
             "stop-agent-child" => {
                 // Stopped past its client's deadline: the client gives up
                 // and goes away, and the supervisor kills the turn.
@@ -552,8 +587,8 @@ fn main() -> ExitCode {
                     nix::sys::signal::Signal::SIGSTOP,
                 );
                 // The person's next turn, from the moment of the stop.
-                let ms = next_turn_ms(&home, &format!("a{hit}"), t0);
-                record_recovery(&tally, kind, ms);
+                let r = next_turn_ms(&home, &format!("a{hit}"), t0);
+                record_recovery(&tally, kind, r);
                 // Then the stopped child must be gone (killed on its
                 // client's departure).
                 let gone = common::wait_until(TURN_DEADLINE.as_secs() + 10, || {
@@ -619,7 +654,10 @@ fn main() -> ExitCode {
                 }
             }
         }
-        injected += 1;
+        if kind != CONTROL {
+            injected += 1;
+            *tally.lock().unwrap().faults.entry(kind).or_default() += 1;
+        }
         // A full disk or a read-only volume is a fault while it lasts:
         // recovery counts from its end (the space freed, the volume
         // writable again); the others are over as they happen.
@@ -628,10 +666,9 @@ fn main() -> ExitCode {
             _ => t0,
         };
         if kind != "stop-agent-child" {
-            let ms = next_turn_ms(&home, &format!("a{hit}"), from);
-            record_recovery(&tally, kind, ms);
+            let (ms, tries) = next_turn_ms(&home, &format!("a{hit}"), from);
+            record_recovery(&tally, kind, (ms, format!("{note}{tries}")));
         }
-        *tally.lock().unwrap().faults.entry(kind).or_default() += 1;
     }
     stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -680,7 +717,12 @@ fn main() -> ExitCode {
     // The stopped supervisor removed its agents' (empty) cgroups.
     let cgroups = cgroups_named(&ids);
 
-    let mut all: Vec<u64> = t.recovery_ms.values().flatten().copied().collect();
+    let mut all: Vec<u64> = t
+        .recovery_ms
+        .iter()
+        .filter(|(k, _)| **k != CONTROL)
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
     all.sort_unstable();
     for v in t.recovery_ms.values_mut() {
         v.sort_unstable();
@@ -706,6 +748,9 @@ fn main() -> ExitCode {
             percentile(v, 0.99),
             v.last().copied().unwrap_or(0)
         );
+    }
+    for (ms, kind, tries) in &t.slowest {
+        println!("  slow: {ms} ms after {kind}: {tries}");
     }
     println!(
         "leftover processes {} mounts {} cgroups {}",
