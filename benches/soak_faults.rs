@@ -162,7 +162,7 @@ fn record_recovery(tally: &Mutex<Tally>, kind: &'static str, (ms, tries): (u64, 
     let mut t = tally.lock().unwrap();
     t.recovery_ms.entry(kind).or_default().push(ms);
     t.slowest.push((ms, kind, tries));
-    t.slowest.sort_by(|a, b| b.0.cmp(&a.0));
+    t.slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
     t.slowest.truncate(5);
 }
 
