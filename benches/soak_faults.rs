@@ -105,7 +105,12 @@ struct Tally {
     /// Each lost fact, with what the log and the repository say of it.
     lost: Vec<(String, Vec<String>)>,
     corrupt: Vec<String>,
-    recovery_ms: Vec<u64>,
+    /// Per fault kind: from the fault (or, for a full disk and a read-only
+    /// volume, its end) to the next turn of the agent it hit answering (see
+    /// [`next_turn_ms`]).
+    recovery_ms: BTreeMap<&'static str, Vec<u64>>,
+    /// The slowest recoveries: time, fault kind, what the tries met.
+    slowest: Vec<(u64, &'static str, String)>,
     /// Why turns failed: the last line of their error, counted.
     errors: BTreeMap<String, u64>,
 }
@@ -119,8 +124,63 @@ fn supervisor_pid(home: &Path) -> Option<i32> {
         .ok()
 }
 
-/// Pids of live agent-role children, from `ps`.
-fn agent_children(home: &Path) -> Vec<i32> {
+/// How long a person waits after a fault: from `t0` (the fault) until a
+/// turn of agent `name`, on the conversation the load uses, answers
+/// (retried while it fails, for at most [`RECOVERY_LIMIT`]). The turn is a
+/// plain message: it commits nothing. Also what each try met, for the
+/// slowest recoveries' report.
+fn next_turn_ms(home: &Path, name: &str, t0: Instant) -> (u64, String) {
+    let mut tries = Vec::new();
+    while t0.elapsed() < RECOVERY_LIMIT {
+        let start = Instant::now();
+        let o = run_with_deadline(home, &["chat", "-a", name, "-p", "你好"], TURN_DEADLINE);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let waited = if err.contains("waiting for the running turn") {
+            " (waited for the running turn)"
+        } else {
+            ""
+        };
+        let took = start.elapsed().as_millis();
+        if o.status.success() {
+            tries.push(format!("ok after {took} ms{waited}"));
+            break;
+        }
+        let why = err
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or("(no error line)")
+            .chars()
+            .take(100)
+            .collect::<String>();
+        tries.push(format!("failed after {took} ms{waited}: {why}"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (t0.elapsed().as_millis() as u64, tries.join("; "))
+}
+
+fn record_recovery(tally: &Mutex<Tally>, kind: &'static str, (ms, tries): (u64, String)) {
+    let mut t = tally.lock().unwrap();
+    t.recovery_ms.entry(kind).or_default().push(ms);
+    t.slowest.push((ms, kind, tries));
+    t.slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
+    t.slowest.truncate(5);
+}
+
+/// The pseudo fault kind of the control measure.
+const CONTROL: &str = "no fault (control)";
+
+/// The longest a recovery is waited for.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+
+/// `p` (0..=1) of sorted `v`.
+fn percentile(v: &[u64], p: f64) -> u64 {
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Live agent-role children, from `ps`: pid and agent name.
+fn agent_children(home: &Path) -> Vec<(i32, String)> {
     children_of(home, &["agent"])
 }
 
@@ -144,8 +204,8 @@ fn cgroups_named(ids: &[String]) -> Vec<std::path::PathBuf> {
     left
 }
 
-/// Pids of live children with one of `roles`, from `ps`.
-fn children_of(home: &Path, roles: &[&str]) -> Vec<i32> {
+/// Live children with one of `roles`, from `ps`: pid and agent name.
+fn children_of(home: &Path, roles: &[&str]) -> Vec<(i32, String)> {
     let o = run(home, &["ps", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["children"]
@@ -153,8 +213,16 @@ fn children_of(home: &Path, roles: &[&str]) -> Vec<i32> {
         .into_iter()
         .flatten()
         .filter(|r| roles.iter().any(|role| r["role"] == *role) && r["state"] == "running")
-        .filter_map(|r| r["pid"].as_i64().map(|p| p as i32))
+        .filter_map(|r| {
+            let pid = r["pid"].as_i64()? as i32;
+            Some((pid, r["agent_name"].as_str()?.to_string()))
+        })
         .collect()
+}
+
+/// The index of agent `name` (`a<i>`).
+fn index_of(name: &str) -> Option<usize> {
+    name.strip_prefix('a')?.parse().ok()
 }
 
 /// Wait until agent `name` has no memory worker running or waiting (the
@@ -304,6 +372,8 @@ fn main() -> ExitCode {
     let (mut faults, mut seconds, mut agents, mut seed) = (50u64, 120u64, 3usize, 0x5eed_u64);
     // `--keep`: leave the home (logs, repositories) for a post-mortem.
     let mut keep = false;
+    // `--kind K` (repeatable): inject only these kinds.
+    let mut only: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().and_then(|s| s.parse::<u64>().ok());
@@ -314,9 +384,10 @@ fn main() -> ExitCode {
             "--seed" => seed = val().unwrap_or(seed),
             "--bench" => {}
             "--keep" => keep = true,
+            "--kind" => only.extend(args.next()),
             other => {
                 eprintln!(
-                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X --keep)"
+                    "unknown argument {other:?} (--faults N --seconds S --agents K --seed X --kind K --keep)"
                 );
                 return ExitCode::from(2);
             }
@@ -427,21 +498,39 @@ fn main() -> ExitCode {
     let mut injected = 0;
     while injected < faults && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200 + rng.below(400)));
-        let kind = match rng.below(14) {
+        let kind = match rng.below(15) {
             0..=4 => "kill-agent-child",
             5..=6 => "kill-supervisor",
             7..=8 => "disk-full",
             9 => "stop-agent-child",
             10..=11 => "kill-subagent",
-            _ => "read-only-remount",
+            12..=13 => "read-only-remount",
+            // No fault: the same measure as a control (a turn of the
+            // load's conversation under the load).
+            _ => CONTROL,
         };
+        if kind != CONTROL && !only.is_empty() && !only.iter().any(|k| k == kind) {
+            continue;
+        }
         let t0 = Instant::now();
+        // The agent whose next turn measures the recovery (a fault that
+        // hits no one agent: a random one).
+        let mut hit = rng.below(agents as u64) as usize;
+        // What the fault itself took, for the slowest recoveries' report.
+        let mut note = format!(
+            "at {:.3}: ",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0)
+        );
         match kind {
             "kill-agent-child" => {
                 let kids = agent_children(&home);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(*pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -449,9 +538,10 @@ fn main() -> ExitCode {
             }
             "kill-subagent" => {
                 let kids = children_of(&home, &["reflection", "memory-worker"]);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(*pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -473,6 +563,7 @@ fn main() -> ExitCode {
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
+                note += &format!("restarted in {} ms; ", t0.elapsed().as_millis());
                 if !up {
                     tally
                         .lock()
@@ -481,21 +572,27 @@ fn main() -> ExitCode {
                         .push("the supervisor did not restart".into());
                 }
             }
+            CONTROL => {}
             "stop-agent-child" => {
                 // Stopped past its client's deadline: the client gives up
                 // and goes away, and the supervisor kills the turn.
                 let kids = agent_children(&home);
-                let Some(pid) = kids.get(rng.below(kids.len() as u64) as usize) else {
+                let Some((pid, name)) = kids.get(rng.below(kids.len() as u64) as usize) else {
                     continue;
                 };
+                hit = index_of(name).unwrap_or(hit);
+                let pid = *pid;
                 let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(*pid),
+                    nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGSTOP,
                 );
-                // Recovery: the stopped child is gone (killed on its
+                // The person's next turn, from the moment of the stop.
+                let r = next_turn_ms(&home, &format!("a{hit}"), t0);
+                record_recovery(&tally, kind, r);
+                // Then the stopped child must be gone (killed on its
                 // client's departure).
                 let gone = common::wait_until(TURN_DEADLINE.as_secs() + 10, || {
-                    !agent_children(&home).contains(pid)
+                    !agent_children(&home).iter().any(|(p, _)| *p == pid)
                 });
                 if !gone {
                     tally
@@ -508,7 +605,7 @@ fn main() -> ExitCode {
             "read-only-remount" => {
                 // The agent's volume turns read-only under its turns, then
                 // writable again.
-                let i = rng.below(agents as u64) as usize;
+                let i = hit;
                 let dir = home.join("agents").join(&ids[i]);
                 let remount = |opt: &str| {
                     // Busy (a file open for writing) refuses `ro`: no
@@ -533,7 +630,7 @@ fn main() -> ExitCode {
                 }
             }
             _ => {
-                let i = rng.below(agents as u64) as usize;
+                let i = hit;
                 let name = format!("a{i}");
                 let fill = "for bs in 64k 1k 1; do dd if=/dev/zero of=tmp/fill-$bs bs=$bs 2>/dev/null; done; sleep 0.3; rm -f tmp/fill-*";
                 // Bounded: a `sandbox run` that finds no supervisor runs
@@ -557,10 +654,21 @@ fn main() -> ExitCode {
                 }
             }
         }
-        injected += 1;
-        let mut t = tally.lock().unwrap();
-        *t.faults.entry(kind).or_default() += 1;
-        t.recovery_ms.push(t0.elapsed().as_millis() as u64);
+        if kind != CONTROL {
+            injected += 1;
+            *tally.lock().unwrap().faults.entry(kind).or_default() += 1;
+        }
+        // A full disk or a read-only volume is a fault while it lasts:
+        // recovery counts from its end (the space freed, the volume
+        // writable again); the others are over as they happen.
+        let from = match kind {
+            "disk-full" | "read-only-remount" => Instant::now(),
+            _ => t0,
+        };
+        if kind != "stop-agent-child" {
+            let (ms, tries) = next_turn_ms(&home, &format!("a{hit}"), from);
+            record_recovery(&tally, kind, (ms, format!("{note}{tries}")));
+        }
     }
     stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -609,13 +717,16 @@ fn main() -> ExitCode {
     // The stopped supervisor removed its agents' (empty) cgroups.
     let cgroups = cgroups_named(&ids);
 
-    t.recovery_ms.sort_unstable();
-    let pct = |p: f64| {
-        t.recovery_ms
-            .get(((t.recovery_ms.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let mut all: Vec<u64> = t
+        .recovery_ms
+        .iter()
+        .filter(|(k, _)| **k != CONTROL)
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
+    all.sort_unstable();
+    for v in t.recovery_ms.values_mut() {
+        v.sort_unstable();
+    }
     println!("faults injected   {injected} {:?}", t.faults);
     println!(
         "turns acknowledged {} (failed {})",
@@ -623,7 +734,24 @@ fn main() -> ExitCode {
     );
     println!("lost              {}", t.lost.len());
     println!("corrupt           {}", t.corrupt.len());
-    println!("recovery ms       p50 {} p99 {}", pct(0.5), pct(0.99));
+    println!(
+        "recovery ms       p50 {} p99 {} max {} (fault -> the next turn of the agent it hit answers)",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+        all.last().copied().unwrap_or(0)
+    );
+    for (kind, v) in &t.recovery_ms {
+        println!(
+            "  {kind:<18} n {:>3}  p50 {:>6}  p99 {:>6}  max {:>6}",
+            v.len(),
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v.last().copied().unwrap_or(0)
+        );
+    }
+    for (ms, kind, tries) in &t.slowest {
+        println!("  slow: {ms} ms after {kind}: {tries}");
+    }
     println!(
         "leftover processes {} mounts {} cgroups {}",
         leftovers.len(),

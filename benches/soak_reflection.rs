@@ -122,6 +122,9 @@ struct Tally {
     refusals: BTreeMap<String, u64>,
     /// Per agent: reflection results by branch (unique per reflection).
     reflections: Vec<BTreeMap<String, Value>>,
+    /// Per agent: memory-worker results by branch (unique per run), from
+    /// `reflections/last-worker.json`.
+    workers: Vec<BTreeMap<String, Value>>,
     failed_ops: BTreeMap<String, u64>,
     lost: Vec<String>,
     corrupt: Vec<String>,
@@ -274,6 +277,73 @@ fn record_result(t: &mut Tally, agent: usize, r: &Value) {
         t.reflections[agent]
             .entry(b.to_string())
             .or_insert_with(|| r.clone());
+    }
+}
+
+/// Record a memory worker's result (`last-worker.json`), once per run.
+fn record_worker(t: &mut Tally, agent: usize, r: &Value) {
+    if let Some(b) = r["branch"].as_str() {
+        t.workers[agent]
+            .entry(b.to_string())
+            .or_insert_with(|| r.clone());
+    }
+}
+
+/// Kinds of merge conflict, told apart by the soak itself from the three
+/// versions a `merge_conflict` result names (`conflicts`).
+#[derive(Default)]
+struct Conflicts {
+    /// Every conflicted file was only appended to by both sides: a merge
+    /// that should have been made line-wise (must be 0).
+    append_only: u64,
+    /// At least one file was changed otherwise by a side.
+    genuine: u64,
+    /// A worker's merge met only uncommitted checkout edits (run again).
+    checkout: u64,
+    /// A result without the three versions.
+    unknown: u64,
+    /// Of all the above: reflections, workers.
+    reflection: u64,
+    worker: u64,
+}
+
+impl Conflicts {
+    fn total(&self) -> u64 {
+        self.append_only + self.genuine + self.checkout + self.unknown
+    }
+}
+
+/// The contents of blob `id`, `None` when absent.
+fn blob(git_dir: &Path, id: &Value) -> Option<Vec<u8>> {
+    let o = git(git_dir, &["cat-file", "blob", id.as_str()?]);
+    o.status.success().then_some(o.stdout)
+}
+
+/// Whether both sides of a conflicted file only appended to its merge base.
+fn appended_only(git_dir: &Path, sides: &Value) -> bool {
+    let (Some(base), Some(ours), Some(theirs)) = (
+        blob(git_dir, &sides["base"]),
+        blob(git_dir, &sides["ours"]),
+        blob(git_dir, &sides["theirs"]),
+    ) else {
+        return false;
+    };
+    ours.starts_with(&base) && theirs.starts_with(&base)
+}
+
+/// Classify every `merge_conflict` result of one agent.
+fn classify_conflicts(git_dir: &Path, results: &[&Value], c: &mut Conflicts) {
+    for r in results.iter().filter(|r| r["status"] == "merge_conflict") {
+        let files = r["conflicts"].as_array().cloned().unwrap_or_default();
+        if r["checkout_dirty"] == Value::Bool(true) {
+            c.checkout += 1;
+        } else if files.is_empty() {
+            c.unknown += 1;
+        } else if files.iter().all(|f| appended_only(git_dir, f)) {
+            c.append_only += 1;
+        } else {
+            c.genuine += 1;
+        }
     }
 }
 
@@ -687,6 +757,7 @@ fn main() -> ExitCode {
         remembered: vec![Vec::new(); agents],
         delegated: vec![Vec::new(); agents],
         reflections: vec![BTreeMap::new(); agents],
+        workers: vec![BTreeMap::new(); agents],
         ..Tally::default()
     }));
     let next = Arc::new(AtomicUsize::new(0));
@@ -718,6 +789,16 @@ fn main() -> ExitCode {
                         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                     {
                         record_result(&mut tally.lock().unwrap(), i, &v);
+                    }
+                    let p = home
+                        .join("agents")
+                        .join(id)
+                        .join("reflections/last-worker.json");
+                    if let Some(v) = std::fs::read(p)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    {
+                        record_worker(&mut tally.lock().unwrap(), i, &v);
                     }
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -904,6 +985,24 @@ fn main() -> ExitCode {
         check_agent_end(&home, i, id, &mut t, &mut f);
     }
     let check_time = check_start.elapsed();
+    let mut conflicts = Conflicts::default();
+    for (i, id) in ids.iter().enumerate() {
+        let git_dir = home.join("agents").join(id).join("memory.git");
+        let before = conflicts.total();
+        let refl: Vec<&Value> = t.reflections[i].values().collect();
+        classify_conflicts(&git_dir, &refl, &mut conflicts);
+        let mid = conflicts.total();
+        conflicts.reflection += mid - before;
+        let work: Vec<&Value> = t.workers[i].values().collect();
+        classify_conflicts(&git_dir, &work, &mut conflicts);
+        conflicts.worker += conflicts.total() - mid;
+    }
+    if conflicts.append_only > 0 {
+        t.corrupt.push(format!(
+            "{} merges conflicted although both sides only appended lines (must merge line-wise)",
+            conflicts.append_only
+        ));
+    }
     // Reflections that ran, from their prompt caches (one per launch that
     // reached its child), against the results recorded.
     let launched: usize = ids
@@ -982,6 +1081,16 @@ fn main() -> ExitCode {
     println!(
         "worker conflicts  {} kept branches ({} acknowledged worker facts on them)",
         f.kept_worker_branches, f.worker_facts_on_kept
+    );
+    let worker_runs: usize = t.workers.iter().map(BTreeMap::len).sum();
+    println!(
+        "conflicts         append-only {} (must be 0), true {}, checkout-only {}, unclassified {} (reflections {}, workers {}; of {recorded} reflection and {worker_runs} worker results seen)",
+        conflicts.append_only,
+        conflicts.genuine,
+        conflicts.checkout,
+        conflicts.unknown,
+        conflicts.reflection,
+        conflicts.worker,
     );
     println!(
         "checked           {} commits validated (every commit of main), {} intermediate checks, {} merged-reflection facts, {} cursor-consumed says, {} human.md lines ({} duplicates)",

@@ -763,11 +763,23 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
     let d = Daemon::start(&["owl"]);
     let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
     let attempts_file = agent_dir(&h, &id).join("reflections/repair-attempts.json");
-    // A worker appending to human.md while the main agent appends there too
-    // conflicts most of the time; rounds go on until one has.
+    // A worker appending to human.md while the main agent rewrites the line
+    // it appended last conflicts most of the time (appends alone on both
+    // sides merge line-wise); rounds go on until one has.
     let mut facts = Vec::new();
     for round in 0..12 {
-        let (w, k) = (format!("w{round}z"), format!("k{round}z"));
+        let (w, k, renamed) = (
+            format!("w{round}z"),
+            format!("k{round}z"),
+            format!("K{round}z"),
+        );
+        let chat_k = |text: &str| {
+            ok(
+                &h,
+                &["chat", "-a", "owl", "--conversation", "k", "-p", text],
+            )
+        };
+        chat_k(&format!("记住: {k}"));
         let h2 = h.clone();
         let wf = w.clone();
         let worker = std::thread::spawn(move || {
@@ -784,21 +796,10 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
                 ],
             )
         });
-        ok(
-            &h,
-            &[
-                "chat",
-                "-a",
-                "owl",
-                "--conversation",
-                "k",
-                "-p",
-                &format!("记住: {k}"),
-            ],
-        );
+        chat_k(&format!("别再叫我 {k} 了，叫我 {renamed}"));
         assert!(worker.join().unwrap().status.success());
         facts.push(w);
-        facts.push(k);
+        facts.push(renamed);
         if attempts_file.exists() {
             break;
         }

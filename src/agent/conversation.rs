@@ -24,6 +24,7 @@
 //! ([`summary`], [`last_messages`], [`read_messages`]) hold one line at a
 //! time, whatever the agent wrote.
 
+pub mod last_request;
 pub mod lines;
 
 use std::collections::VecDeque;
@@ -40,6 +41,7 @@ use crate::paths::{
     PENDING_REMINDERS_FILE_NAME, PathsError,
 };
 use crate::protocol::messages::{Message, Part, Role, Usage};
+pub use last_request::{LAST_REQUEST_MAX_BYTES, LAST_REQUEST_MAX_FILES};
 use lines::{Line, LinePos, LogLines, MAX_LINE_BYTES};
 
 /// Largest message log read (a child can grow it without bound).
@@ -409,9 +411,16 @@ impl Conversation {
         Ok(self.dir.replace_file(name, bytes, FILE_PERM)?)
     }
 
-    /// Record the last model request sent (for operators).
-    pub fn write_last_request(&self, json: &[u8]) -> Result<(), ConversationError> {
-        self.write_file(LAST_REQUEST_FILE_NAME, json)
+    /// Record the last model request sent (for operators), bounded in size
+    /// and in number (see [`last_request`]).
+    pub fn write_last_request(
+        &self,
+        agent: &AgentPaths,
+        request: &crate::protocol::messages::ModelRequest,
+    ) -> Result<(), ConversationError> {
+        let record = last_request::record(request, LAST_REQUEST_MAX_BYTES);
+        self.write_file(LAST_REQUEST_FILE_NAME, &record)?;
+        last_request::prune(agent, LAST_REQUEST_MAX_FILES)
     }
 
     /// The in-context messages, in order (unknown ids are skipped; an id

@@ -213,9 +213,7 @@ pub fn run_turn(
         let mut fit = Fit::default();
         let mut request = window.preflight(&mut conv, request, &mut fit, emit);
         // What the model was sent, for operators (and tests).
-        if let Ok(json) = serde_json::to_vec_pretty(&request) {
-            let _ = conv.write_last_request(&json);
-        }
+        let _ = conv.write_last_request(agent, &request);
         let mut response = complete_with_retries(&channel, &request, emit);
         // The provider said it does not fit: the next rung, and again.
         for _ in 0..MAX_OVERFLOW_RETRIES {
@@ -226,9 +224,7 @@ pub fn run_turn(
                 break;
             };
             request = retry;
-            if let Ok(json) = serde_json::to_vec_pretty(&request) {
-                let _ = conv.write_last_request(&json);
-            }
+            let _ = conv.write_last_request(agent, &request);
             response = complete_with_retries(&channel, &request, emit);
         }
         let response = match response {

@@ -599,6 +599,27 @@ pub fn signal_child_tree(
     result
 }
 
+/// Send SIGCONT to every process of child `pid`'s tree stopped by a signal
+/// (state `T`); one stopped by a debugger (`t`) is left to it. How many.
+pub fn resume_stopped(pid: u32) -> usize {
+    process_tree(pid)
+        .into_iter()
+        .filter(|p| process_state(*p) == Some('T'))
+        .filter(|p| signal_descendant(pid, *p, nix::sys::signal::Signal::SIGCONT).is_ok())
+        .count()
+}
+
+/// The state letter of process `pid` (field 3 of `/proc/<pid>/stat`).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// Signal `target` through a pidfd, after checking — with the pidfd
 /// holding that very process — that it still descends from `root`: a pid
 /// read from `/proc` and then reused by an unrelated process is never hit.

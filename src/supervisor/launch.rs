@@ -126,6 +126,9 @@ pub async fn spawn_with(
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
     let wrapper_depth = plan.wrapper_depth();
+    // The child's own cgroups: removed when it is reaped (or now, when it
+    // cannot be started).
+    let groups = plan.cgroup_procs.clone();
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -136,11 +139,13 @@ pub async fn spawn_with(
         stdio,
         channel: OwnedFd::from(theirs),
     };
-    let launched = state
-        .launcher
-        .launch(spec)
-        .await
-        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    let launched = match state.launcher.launch(spec).await {
+        Ok(l) => l,
+        Err(e) => {
+            release_groups(groups).await;
+            return Err(error(ErrorCode::Internal, e.to_string()));
+        }
+    };
     let id = state
         .table
         .lock()
@@ -182,7 +187,14 @@ pub async fn spawn_with(
     log_output(id, child.stdout.take(), "stdout");
     log_output(id, child.stderr.take(), "stderr");
     let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
-    tokio::spawn(reap(state.clone(), child, id, agent_id, role, pid));
+    let ended = Ended {
+        id,
+        agent_id,
+        role,
+        pid,
+        groups,
+    };
+    tokio::spawn(reap(state.clone(), child, ended));
     state.emit(Event::ChildStart(ChildStart {
         child: id,
         agent: record.id.clone(),
@@ -244,11 +256,7 @@ async fn try_run_turn(
         None => {
             // Said on the turn's own stream, so the caller shows it.
             notify_waiting(&fds, &conversation);
-            tokio::select! {
-                slot = state.turns.acquire(&record.id, &conversation) => slot,
-                _ = gone.cancelled() => return Err(error(ErrorCode::Unavailable, "the caller went away while its turn waited")),
-                _ = state.stop.cancelled() => return Err(error(ErrorCode::Unavailable, "the supervisor is stopping")),
-            }
+            wait_for_slot(state, &record.id, &conversation, &gone).await?
         }
     };
     let programs = crate::paths::Programs::installed()
@@ -282,7 +290,7 @@ async fn try_run_turn(
     let cancel = CancellationToken::new();
     state
         .turns
-        .set_running(&record.id, &conversation, cancel.clone());
+        .set_running(&record.id, &conversation, cancel.clone(), id);
     let mut cancelled = false;
     let end = loop {
         tokio::select! {
@@ -395,6 +403,55 @@ fn check_model(home: &crate::paths::Home, model: &str) -> Result<(), Outcome> {
         .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))
 }
 
+/// How often a turn waiting for its conversation looks whether the
+/// running turn's child is stopped.
+const STOPPED_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Wait for the conversation's turn slot. Meanwhile, a running turn whose
+/// child is stopped (SIGSTOP, a freezer: it will never finish by itself,
+/// and its own client may wait for it for long) is resumed, so the turn
+/// ends and the slot comes — the holder is never killed or overtaken.
+async fn wait_for_slot(
+    state: &Arc<State>,
+    agent: &str,
+    conversation: &str,
+    gone: &CancellationToken,
+) -> Result<super::turns::TurnSlot, Outcome> {
+    let acquire = state.turns.acquire(agent, conversation);
+    tokio::pin!(acquire);
+    let mut tick = tokio::time::interval(STOPPED_CHECK);
+    loop {
+        tokio::select! {
+            slot = &mut acquire => return Ok(slot),
+            _ = tick.tick() => resume_stopped_holder(state, agent, conversation),
+            _ = gone.cancelled() => return Err(error(ErrorCode::Unavailable, "the caller went away while its turn waited")),
+            _ = state.stop.cancelled() => return Err(error(ErrorCode::Unavailable, "the supervisor is stopping")),
+        }
+    }
+}
+
+/// SIGCONT every stopped process of the conversation's running turn.
+fn resume_stopped_holder(state: &State, agent: &str, conversation: &str) {
+    let Some(id) = state.turns.running_child(agent, conversation) else {
+        return;
+    };
+    let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
+    let Some(info) = info.filter(|i| i.is_live()) else {
+        return;
+    };
+    let resumed = super::children::resume_stopped(info.pid);
+    if resumed > 0 {
+        tracing::warn!(
+            child = id,
+            agent,
+            conversation,
+            pid = info.pid,
+            processes = resumed,
+            "resumed a stopped turn another turn of its conversation waits for"
+        );
+    }
+}
+
 /// Write a `waiting` turn event on the caller's stdout descriptor (the
 /// second of the three), before any child owns it.
 fn notify_waiting(fds: &PassedFds, conversation: &str) {
@@ -448,15 +505,52 @@ where
     });
 }
 
-/// Wait for a child's exit, record it, and announce it.
-async fn reap(
-    state: Arc<State>,
-    mut child: tokio::process::Child,
+/// What is known of a child when it ends.
+struct Ended {
     id: u64,
     agent_id: String,
     role: String,
     pid: u32,
-) {
+    /// Its cgroups' `cgroup.procs` files (`sandbox::cgroup::prepare`).
+    groups: Vec<PathBuf>,
+}
+
+/// Remove a finished child's cgroups. Its namespace's last processes may
+/// still be exiting as it is reaped, which keeps a group busy for a moment:
+/// then a few more tries in the background, and after those the group is
+/// left to a later sweep.
+async fn release_groups(groups: Vec<PathBuf>) {
+    if groups.is_empty() {
+        return;
+    }
+    let release = |g: Vec<PathBuf>| async move {
+        tokio::task::spawn_blocking(move || crate::sandbox::cgroup::release(&g))
+            .await
+            .unwrap_or(false)
+    };
+    if release(groups.clone()).await {
+        return;
+    }
+    tokio::spawn(async move {
+        for delay_ms in [10u64, 20, 40, 80, 160, 320, 640] {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            if release(groups.clone()).await {
+                return;
+            }
+        }
+        tracing::debug!(groups = ?groups, "a child's cgroup still holds a process; left for a later sweep");
+    });
+}
+
+/// Wait for a child's exit, record it, remove its cgroups, and announce it.
+async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
+    let Ended {
+        id,
+        agent_id,
+        role,
+        pid,
+        groups,
+    } = e;
     let ended = match child.wait().await {
         Ok(status) => ended_state(status),
         Err(e) => {
@@ -472,6 +566,7 @@ async fn reap(
     }
     // Whatever it was doing, an ended child edits no memory.
     state.leases.release(super::leases::Holder::Child(id));
+    release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {
         ChildState::Killed { signal } => {

@@ -207,8 +207,9 @@ fn parse_drain_limit(value: Option<&str>) -> Result<Duration, String> {
     }
 }
 
-/// Drop the empty cgroups of this home's agents (left by an earlier
-/// supervisor, or by the children of this one once they are gone).
+/// Drop the cgroups left by children of dead supervisors (of any home) and
+/// of this one, and the empty ones of this home's agents (see
+/// `sandbox::cgroup::sweep`).
 fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
     if !sandbox.cgroup.available {
         return;
@@ -218,8 +219,8 @@ fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
         .into_iter()
         .map(|a| a.id)
         .collect();
-    let n = crate::sandbox::cgroup::prune(&sandbox.cgroup_info, &agents);
-    tracing::debug!(removed = n, "empty agent cgroups pruned");
+    let n = crate::sandbox::cgroup::sweep(&sandbox.cgroup_info, &agents);
+    tracing::debug!(removed = n, "left-over agent cgroups removed");
 }
 
 /// Ask children to finish (notice on their channel, SIGTERM), kill those

@@ -14,7 +14,9 @@ type Key = (String, String);
 #[derive(Default)]
 pub struct Turns {
     locks: Mutex<HashMap<Key, Arc<AsyncMutex<()>>>>,
-    running: Mutex<HashMap<Key, CancellationToken>>,
+    /// The running turn of each busy conversation: its cancel token and
+    /// its child.
+    running: Mutex<HashMap<Key, (CancellationToken, u64)>>,
 }
 
 /// A conversation's turn slot, held while its turn runs. Dropping it lets
@@ -51,10 +53,28 @@ impl Turns {
         }
     }
 
-    /// Record the running turn's cancel token (while its slot is held).
-    pub fn set_running(&self, agent: &str, conversation: &str, token: CancellationToken) {
+    /// Record the running turn's cancel token and child (while its slot is
+    /// held).
+    pub fn set_running(
+        &self,
+        agent: &str,
+        conversation: &str,
+        token: CancellationToken,
+        child: u64,
+    ) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.insert((agent.to_string(), conversation.to_string()), token);
+        running.insert(
+            (agent.to_string(), conversation.to_string()),
+            (token, child),
+        );
+    }
+
+    /// The child of a conversation's running turn, if one runs.
+    pub fn running_child(&self, agent: &str, conversation: &str) -> Option<u64> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running
+            .get(&(agent.to_string(), conversation.to_string()))
+            .map(|(_, child)| *child)
     }
 
     pub fn clear_running(&self, agent: &str, conversation: &str) {
@@ -66,7 +86,7 @@ impl Turns {
     pub fn cancel(&self, agent: &str, conversation: &str) -> bool {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         match running.get(&(agent.to_string(), conversation.to_string())) {
-            Some(t) => {
+            Some((t, _)) => {
                 t.cancel();
                 true
             }
@@ -95,7 +115,9 @@ mod tests {
         let turns = Turns::default();
         assert!(!turns.cancel("ag", "c1"));
         let t = CancellationToken::new();
-        turns.set_running("ag", "c1", t.clone());
+        turns.set_running("ag", "c1", t.clone(), 7);
+        assert_eq!(turns.running_child("ag", "c1"), Some(7));
+        assert_eq!(turns.running_child("ag", "c2"), None);
         assert!(!turns.cancel("ag", "c2"));
         assert!(turns.cancel("ag", "c1"));
         assert!(t.is_cancelled());

@@ -8,9 +8,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod import;
+mod leftovers;
 mod live_repo;
 mod palace_readers;
 mod planted;
+mod recovery;
 mod subagents;
 mod sync;
 mod terminal;

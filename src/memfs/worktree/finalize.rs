@@ -152,9 +152,10 @@ pub fn merge_for_integration(
             f.changed_paths = changed;
             Ok(f)
         }
-        MergeOutcome::Conflict { paths, .. } => {
+        MergeOutcome::Conflict { paths, sides, .. } => {
             let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
             f.changed_paths = paths;
+            f.conflicts = sides;
             Ok(f)
         }
         MergeOutcome::Invalid { message } => {
@@ -185,6 +186,7 @@ impl Outcome<'_> {
             error: None,
             checkout_dirty: false,
             kept_tip: None,
+            conflicts: Vec::new(),
         }
     }
 }
@@ -339,9 +341,11 @@ pub fn finalize_reflection(
             f.branch_kept = kept;
             Ok(f)
         }
-        MergeOutcome::Conflict { .. } => {
+        MergeOutcome::Conflict { sides, .. } => {
             force_cleanup(&repo, agent, wt)?;
-            Ok(out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT))
+            let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
+            f.conflicts = sides;
+            Ok(f)
         }
         MergeOutcome::Invalid { message } => {
             force_cleanup(&repo, agent, wt)?;
@@ -549,10 +553,12 @@ pub fn integrate_worker(
         MergeOutcome::Conflict {
             paths,
             checkout_only,
+            sides,
         } => {
             let mut f = out.done(FinalizeStatus::MergeConflict, kept_summary());
             f.branch_kept = true;
             f.changed_paths = paths;
+            f.conflicts = sides;
             f.checkout_dirty = checkout_only;
             f.kept_tip = Some(tip.to_string());
             Ok(f)

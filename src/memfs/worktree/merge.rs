@@ -4,17 +4,19 @@
 //! [`RepoLock`]: crate::memfs::lock::RepoLock
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
-use super::{WorktreeError, git};
+use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::memfs::commit::CommitOptions;
 use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::AgentPaths;
 
+const MODE_FILE: u32 = 0o100644;
 const MODE_EXEC: u32 = 0o100755;
 
 /// What [`merge_into_main`] did.
@@ -28,6 +30,9 @@ pub(super) enum MergeOutcome {
     Conflict {
         paths: Vec<String>,
         checkout_only: bool,
+        /// The conflicted files' three versions (empty for
+        /// `checkout_only`).
+        sides: Vec<ConflictSides>,
     },
     /// The merged tree failed validation; nothing changed.
     Invalid { message: String },
@@ -44,6 +49,141 @@ pub(crate) fn conflict_paths(index: &Index) -> Result<Vec<String>, git2::Error> 
     paths.sort();
     paths.dedup();
     Ok(paths)
+}
+
+/// A conflicted file with its three blob ids.
+fn sides_of(c: &git2::IndexConflict) -> Option<ConflictSides> {
+    let id = |e: &Option<IndexEntry>| e.as_ref().map(|e| e.id.to_string());
+    let path = c
+        .our
+        .as_ref()
+        .or(c.their.as_ref())
+        .or(c.ancestor.as_ref())?;
+    Some(ConflictSides {
+        path: String::from_utf8_lossy(&path.path).into_owned(),
+        base: id(&c.ancestor),
+        ours: id(&c.our),
+        theirs: id(&c.their),
+    })
+}
+
+/// Resolve, in `index`, every conflicted file that both sides only
+/// appended lines to: the merge base's text, then `main`'s new lines, then
+/// the branch's (one side's lines already ending the other's are not
+/// repeated). All or nothing: when any file is a true conflict, `index` is
+/// left as it was and the true conflicts are returned (the merge goes to
+/// repair), by path. The merged tree is validated afterwards like any
+/// other.
+fn resolve_appends(
+    repo: &Repository,
+    index: &mut Index,
+) -> Result<Vec<ConflictSides>, WorktreeError> {
+    let entries: Vec<git2::IndexConflict> = index
+        .conflicts()
+        .map_err(git("list merge conflicts"))?
+        .flatten()
+        .collect();
+    let mut resolved = Vec::new();
+    let mut genuine = Vec::new();
+    for c in entries {
+        match union_of(repo, &c)? {
+            Some(entry) => resolved.push(entry),
+            None => genuine.extend(sides_of(&c)),
+        }
+    }
+    if !genuine.is_empty() {
+        genuine.sort_by(|a, b| a.path.cmp(&b.path));
+        return Ok(genuine);
+    }
+    for entry in resolved {
+        let path = Path::new(OsStr::from_bytes(&entry.path)).to_path_buf();
+        index
+            .conflict_remove(&path)
+            .and_then(|()| index.add(&entry))
+            .map_err(git("record a line-wise merge"))?;
+    }
+    Ok(Vec::new())
+}
+
+/// The stage-0 entry of a conflicted file whose two sides only appended to
+/// their base (same mode on all three, a regular file), with the merged
+/// text written as a blob; `None` for any other conflict.
+fn union_of(
+    repo: &Repository,
+    c: &git2::IndexConflict,
+) -> Result<Option<IndexEntry>, WorktreeError> {
+    let (Some(base), Some(ours), Some(theirs)) = (&c.ancestor, &c.our, &c.their) else {
+        return Ok(None);
+    };
+    let regular = |m: u32| m == MODE_FILE || m == MODE_EXEC;
+    if !regular(ours.mode) || ours.mode != theirs.mode || ours.mode != base.mode {
+        return Ok(None);
+    }
+    let read = |id: Oid| {
+        repo.find_blob(id)
+            .map(|b| b.content().to_vec())
+            .map_err(git("read a conflicted blob"))
+    };
+    let Some(text) = append_union(&read(base.id)?, &read(ours.id)?, &read(theirs.id)?) else {
+        return Ok(None);
+    };
+    let id = repo.blob(&text).map_err(git("write a line-wise merge"))?;
+    let zero = IndexTime::new(0, 0);
+    Ok(Some(IndexEntry {
+        ctime: zero,
+        mtime: zero,
+        dev: 0,
+        ino: 0,
+        mode: ours.mode,
+        uid: 0,
+        gid: 0,
+        file_size: u32::try_from(text.len()).unwrap_or(u32::MAX),
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path: ours.path.clone(),
+    }))
+}
+
+/// What `side` appended to `base`, when that is all it did: `base` is a
+/// prefix of it and an unterminated last line of `base` was not extended.
+fn appended<'a>(base: &[u8], side: &'a [u8]) -> Option<&'a [u8]> {
+    let tail = side.strip_prefix(base)?;
+    let whole_lines =
+        base.is_empty() || base.ends_with(b"\n") || tail.is_empty() || tail.starts_with(b"\n");
+    whole_lines.then_some(tail)
+}
+
+/// Whether the lines of `short` begin `long` (both appended tails).
+fn begins_with_lines(long: &[u8], short: &[u8]) -> bool {
+    long.strip_prefix(short).is_some_and(|rest| {
+        short.is_empty() || short.ends_with(b"\n") || rest.is_empty() || rest.starts_with(b"\n")
+    })
+}
+
+/// The line-wise union of two sides that only appended lines to `base`:
+/// `ours` (main), then the lines `theirs` (the branch) appended. `None`
+/// when either side did anything but append.
+pub(crate) fn append_union(base: &[u8], ours: &[u8], theirs: &[u8]) -> Option<Vec<u8>> {
+    let (a, b) = (appended(base, ours)?, appended(base, theirs)?);
+    if begins_with_lines(b, a) {
+        return Some(theirs.to_vec());
+    }
+    if begins_with_lines(a, b) {
+        return Some(ours.to_vec());
+    }
+    // Both tails are non-empty here. Where `base` ended without a newline,
+    // each tail starts with the one that ends it; `ours` has it already.
+    let b = match b.strip_prefix(b"\n") {
+        Some(rest) if !base.is_empty() && !base.ends_with(b"\n") => rest,
+        _ => b,
+    };
+    let mut out = ours.to_vec();
+    if !out.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b);
+    Some(out)
 }
 
 /// Paths whose entry differs between two snapshots, in byte order.
@@ -114,11 +254,14 @@ pub(super) fn merge_into_main(
         .merge_commits(&head, &theirs, None)
         .map_err(git("merge the branch"))?;
     if index.has_conflicts() {
-        let paths = conflict_paths(&index).map_err(git("list merge conflicts"))?;
-        return Ok(MergeOutcome::Conflict {
-            paths,
-            checkout_only: false,
-        });
+        let genuine = resolve_appends(repo, &mut index)?;
+        if index.has_conflicts() {
+            return Ok(MergeOutcome::Conflict {
+                paths: genuine.iter().map(|c| c.path.clone()).collect(),
+                checkout_only: false,
+                sides: genuine,
+            });
+        }
     }
     let tree_id = index
         .write_tree_to(repo)
@@ -140,6 +283,7 @@ pub(super) fn merge_into_main(
         return Ok(MergeOutcome::Conflict {
             paths: overlapping,
             checkout_only: true,
+            sides: Vec::new(),
         });
     }
 
@@ -218,7 +362,6 @@ pub(crate) fn update_checkout(
             parent.remove_dir(leaf)?;
         }
         if entry.is_symlink() {
-            use std::os::unix::ffi::OsStrExt;
             parent.replace_symlink(leaf, OsStr::from_bytes(blob.content()))?;
         } else {
             let perm = if entry.mode == MODE_EXEC {
@@ -330,7 +473,47 @@ fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
 
 #[cfg(test)]
 mod unit {
-    use super::overlaps;
+    use super::{append_union, overlaps};
+
+    fn union(base: &str, ours: &str, theirs: &str) -> Option<String> {
+        append_union(base.as_bytes(), ours.as_bytes(), theirs.as_bytes())
+            .map(|v| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn appends_are_merged_main_first() {
+        let u = |b, o, t| union(b, o, t);
+        assert_eq!(u("h\n", "h\na\n", "h\nb\n").as_deref(), Some("h\na\nb\n"));
+        assert_eq!(u("", "a\n", "b\n").as_deref(), Some("a\nb\n"));
+        // Unterminated lines: a newline is added where one is missing,
+        // never a blank line.
+        assert_eq!(u("h\n", "h\na", "h\nb\n").as_deref(), Some("h\na\nb\n"));
+        assert_eq!(u("h", "h\na", "h\nb").as_deref(), Some("h\na\nb"));
+        assert_eq!(u("h", "h\na\n", "h\nb").as_deref(), Some("h\na\nb"));
+        // Lines one side added first and the other too are not repeated.
+        assert_eq!(
+            u("h\n", "h\na\n", "h\na\nb\n").as_deref(),
+            Some("h\na\nb\n")
+        );
+        assert_eq!(
+            u("h\n", "h\na\nb\n", "h\na\n").as_deref(),
+            Some("h\na\nb\n")
+        );
+        // ... but only whole lines: `a` does not begin `ab`.
+        assert_eq!(u("h\n", "h\na", "h\nab\n").as_deref(), Some("h\na\nab\n"));
+    }
+
+    #[test]
+    fn anything_but_an_append_is_refused() {
+        let u = |b, o, t| union(b, o, t);
+        // An edit, a deletion, an insertion before the end.
+        assert_eq!(u("h\nx\n", "h\ny\n", "h\nx\nb\n"), None);
+        assert_eq!(u("h\nx\n", "h\n", "h\nx\nb\n"), None);
+        assert_eq!(u("h\nx\n", "h\nx\nb\n", "h\na\nx\n"), None);
+        // Text added to an unterminated last line changes that line.
+        assert_eq!(u("h", "hx", "h\nb"), None);
+        assert_eq!(u("h", "h\nb", "hx\n"), None);
+    }
 
     #[test]
     fn overlap_is_by_path_component() {

@@ -199,6 +199,21 @@ pub struct Finalized {
     /// The kept branch's tip, when a worker's branch was kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_tip: Option<String>,
+    /// For `merge_conflict`: each conflicted file's three versions, so a
+    /// reader (a repair, the reflection soak) can see what kind of
+    /// conflict it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<ConflictSides>,
+}
+
+/// One file a merge left conflicted: the blob ids of its merge-base
+/// version and of each side (`None` where that side has no such file).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConflictSides {
+    pub path: String,
+    pub base: Option<String>,
+    pub ours: Option<String>,
+    pub theirs: Option<String>,
 }
 
 /// Inputs of [`finalize_reflection`] (spec §4.2).

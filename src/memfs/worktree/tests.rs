@@ -968,3 +968,185 @@ fn a_move_of_main_cut_short_is_finished_or_left_to_its_owner() {
     );
     assert!(!advance::interrupted(&agent.memory_git_dir()));
 }
+
+/// `human.md` as a new agent has it.
+fn human_base() -> String {
+    crate::memfs::template::initial_files()
+        .into_iter()
+        .find(|(p, _)| *p == "human.md")
+        .unwrap()
+        .1
+}
+
+#[test]
+fn append_only_sides_of_a_reflection_merge_line_wise() {
+    let (_t, agent) = agent();
+    let base = human_base();
+    let wt = create(&agent, Label::Reflection).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    let tip = commit_files(
+        &wrepo,
+        &wt.dir,
+        &[("human.md", &format!("{base}- likes tea\n"))],
+        "r",
+    );
+    let main = repo::open_agent(&agent).unwrap();
+    let parent = commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[("human.md", &format!("{base}- lives in Oslo\n"))],
+        "m",
+    );
+    drop(main);
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
+    assert!(done.conflicts.is_empty());
+    assert_eq!(done.changed_paths, vec!["human.md"]);
+    // Both, in order: main's line first, then the branch's.
+    let want = format!("{base}- lives in Oslo\n- likes tea\n");
+    let read = || std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    assert_eq!(read(), want);
+    let main = repo::open_agent(&agent).unwrap();
+    let merge = main.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(merge.parent_ids().collect::<Vec<_>>(), vec![parent, tip]);
+    let (ok, st) = git_cli(&agent.memory_dir(), &["status", "--porcelain"]);
+    assert!(ok && st.is_empty(), "{st}");
+    assert!(!branch_exists(&agent, &wt));
+    assert_gone(&agent, &wt);
+}
+
+#[test]
+fn append_only_sides_of_a_worker_merge_line_wise() {
+    let (_t, agent) = agent();
+    let base = human_base();
+    let wt = create(&agent, Label::MemoryWorker).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[("human.md", &format!("{base}- w1\n"))],
+        "w1",
+    );
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[("human.md", &format!("{base}- w1\n- w2\n"))],
+        "w2",
+    );
+    // Main appends twice meanwhile, the last line left unterminated.
+    let main = repo::open_agent(&agent).unwrap();
+    commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[("human.md", &format!("{base}- m1\n"))],
+        "m1",
+    );
+    commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[("human.md", &format!("{base}- m1\n- m2"))],
+        "m2",
+    );
+    drop(main);
+    let done = integrate_worker(&agent, &wt, false).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
+    assert!(!done.branch_kept && !branch_exists(&agent, &wt));
+    let got = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    assert_eq!(got, format!("{base}- m1\n- m2\n- w1\n- w2\n"));
+}
+
+#[test]
+fn an_edit_beside_an_append_is_still_a_true_conflict() {
+    let (_t, agent) = agent();
+    let base = format!("{}- one\n- two\n", human_base());
+    let main = repo::open_agent(&agent).unwrap();
+    commit_files(&main, &agent.memory_dir(), &[("human.md", &base)], "base");
+    let wt = create(&agent, Label::MemoryWorker).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[("human.md", &format!("{base}- three\n"))],
+        "w",
+    );
+    // Main rewrites the last line and appends: not an append.
+    let edited = base.replace("- two\n", "- TWO\n- four\n");
+    let before = commit_files(&main, &agent.memory_dir(), &[("human.md", &edited)], "m");
+    let done = integrate_worker(&agent, &wt, false).unwrap();
+    assert_eq!(done.status, FinalizeStatus::MergeConflict, "{done:?}");
+    assert!(!done.checkout_dirty && done.branch_kept);
+    assert_eq!(done.changed_paths, vec!["human.md"]);
+    assert_eq!(done.conflicts.len(), 1);
+    assert_eq!(done.conflicts[0].path, "human.md");
+    assert!(done.conflicts[0].base.is_some() && done.conflicts[0].theirs.is_some());
+    assert_eq!(head(&agent), before);
+    let got = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    assert_eq!(got, edited);
+}
+
+#[test]
+fn one_true_conflict_keeps_the_whole_merge_out() {
+    let (_t, agent) = agent();
+    let base = human_base();
+    let wt = create(&agent, Label::Reflection).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[
+            ("human.md", &format!("{base}- r\n")),
+            ("persona.md", &md("Persona", "from reflection")),
+        ],
+        "r",
+    );
+    let main = repo::open_agent(&agent).unwrap();
+    let before = commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[
+            ("human.md", &format!("{base}- m\n")),
+            ("persona.md", &md("Persona", "from main")),
+        ],
+        "m",
+    );
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::MergeConflict, "{done:?}");
+    // Only the file a repair must look at is named.
+    let named: Vec<&str> = done.conflicts.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(named, vec!["persona.md"]);
+    assert_eq!(head(&agent), before);
+    let got = std::fs::read_to_string(agent.memory_dir().join("human.md")).unwrap();
+    assert_eq!(got, format!("{base}- m\n"));
+}
+
+#[test]
+fn a_line_wise_merge_is_validated() {
+    let (_t, agent) = agent();
+    let base = human_base();
+    // Each side alone stays under the per-file character limit; together
+    // they do not.
+    let limit = crate::memfs::validate::DEFAULT_MAX_FILE_CHARACTERS as usize;
+    let line = |c: char| format!("- {}\n", c.to_string().repeat(limit * 6 / 10));
+    let wt = create(&agent, Label::Reflection).unwrap();
+    let (_, wrepo) = open(&agent, &wt.name).unwrap();
+    commit_files(
+        &wrepo,
+        &wt.dir,
+        &[("human.md", &format!("{base}{}", line('r')))],
+        "r",
+    );
+    let main = repo::open_agent(&agent).unwrap();
+    let before = commit_files(
+        &main,
+        &agent.memory_dir(),
+        &[("human.md", &format!("{base}{}", line('m')))],
+        "m",
+    );
+    let done = finalize_reflection(&agent, &wt, &opts(true)).unwrap();
+    assert_eq!(done.status, FinalizeStatus::Invalid, "{done:?}");
+    assert!(
+        done.error.as_deref().unwrap_or("").contains("human.md"),
+        "{done:?}"
+    );
+    assert_eq!(head(&agent), before);
+}
