@@ -413,9 +413,10 @@ fn after_turn(agent: &AgentPaths, conv: &Conversation, head_at_start: Option<&st
             .filter(|s| s.path().map(|p| p != ".git").unwrap_or(true))
             .count();
         if n > 0 {
-            let text = format!(
-                "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\nMemory directory: {}\nStatus: {n} uncommitted memory change(s).\n\nCommit these memory changes (the memory tool commits for you; files edited by other means need a commit) when appropriate.",
-                agent.memory_dir().display()
+            let text = super::reminders::commit_needed(
+                &agent.memory_dir(),
+                &format!("{n} uncommitted memory change(s)."),
+                "",
             );
             let _ = conv.queue_reminder("memory-commit-needed", &text);
         }

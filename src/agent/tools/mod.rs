@@ -25,6 +25,9 @@ mod recall_search;
 mod write;
 
 pub use bash::{BASH_DEFAULT_TIMEOUT_MS, BASH_MAX_TIMEOUT_MS, OUTPUT_LIMIT};
+pub use memory::{
+    COMMANDS as MEMORY_COMMANDS, COMMIT as MEMORY_COMMIT, REPAIR_CONFLICT as MEMORY_REPAIR_CONFLICT,
+};
 pub use recall_search::line as recall_line;
 
 /// What a tool run produced.
