@@ -13,7 +13,13 @@ use common::*;
 use serde_json::{Value, json};
 
 /// `mini-letta chat -a NAME -p TEXT --model mock/scripted` with `script`.
-fn scripted_chat(home: &Path, agent: &str, script: &Path, text: &str, env: &[(&str, &Path)]) -> Output {
+fn scripted_chat(
+    home: &Path,
+    agent: &str,
+    script: &Path,
+    text: &str,
+    env: &[(&str, &Path)],
+) -> Output {
     let mut c = Command::new(bin());
     c.env("MINI_LETTA_HOME", home)
         .env("MINI_LETTA_SCRIPTED_MODEL", script)
@@ -146,11 +152,23 @@ fn a_sync_conflict_is_handed_to_a_repair_worker_from_the_sandbox() {
     let (a, b) = (open_home(), open_home());
     let (a, b, r) = (a.path(), b.path(), root.path());
     let id = create_agent(a, &["agent-demo"]);
-    ok(on(a, r, &["chat", "-a", "agent-demo", "-p", "记住: 我住在杭州"]));
+    ok(on(
+        a,
+        r,
+        &["chat", "-a", "agent-demo", "-p", "记住: 我住在杭州"],
+    ));
     let v = remote_json(on(b, r, &["sync", "-a", "agent-demo", "--json"]));
     assert_eq!(v["cloned"], true, "{v}");
-    ok(on(a, r, &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"]));
-    ok(on(b, r, &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢咖啡"]));
+    ok(on(
+        a,
+        r,
+        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢绿茶"],
+    ));
+    ok(on(
+        b,
+        r,
+        &["chat", "-a", "agent-demo", "-p", "记住: 我喜欢咖啡"],
+    ));
 
     let script = b.join("script.json");
     std::fs::write(
@@ -163,10 +181,13 @@ fn a_sync_conflict_is_handed_to_a_repair_worker_from_the_sandbox() {
         .to_string(),
     )
     .unwrap();
-    let o = scripted_chat(b, "agent-demo", &script, "anything new?", &[(
-        "MINI_LETTA_REMOTE_ROOT",
-        r,
-    )]);
+    let o = scripted_chat(
+        b,
+        "agent-demo",
+        &script,
+        "anything new?",
+        &[("MINI_LETTA_REMOTE_ROOT", r)],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = reminder(b, &id, "MEMORY GIT CONFLICT").expect("the conflict reminder");
     assert!(
@@ -174,7 +195,10 @@ fn a_sync_conflict_is_handed_to_a_repair_worker_from_the_sandbox() {
         "the reminder names the way out: {text}"
     );
     for cannot in ["git pull", "git add", "mini-letta sync"] {
-        assert!(!text.contains(cannot), "{cannot:?} cannot run in the sandbox: {text}");
+        assert!(
+            !text.contains(cannot),
+            "{cannot:?} cannot run in the sandbox: {text}"
+        );
     }
     let results = tool_results(b, &id);
     let (_, said, failed) = results

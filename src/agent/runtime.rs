@@ -54,7 +54,7 @@ pub fn wrap_reminder(text: &str) -> String {
     format!("<system-reminder>\n{}\n</system-reminder>", text.trim_end())
 }
 
-fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
+pub(crate) fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
     format!(
         "Agent info:\n- Agent ID (also AGENT_ID): {}\n- Conversation ID (also CONVERSATION_ID): {}\n- Memory directory (also MEMORY_DIR): {}\n- Agent name: {}",
         record.id,
@@ -161,6 +161,7 @@ pub fn run_turn(
         channel: channel.clone(),
         worktree: None,
         read_only: false,
+        read_roots: Vec::new(),
     };
     let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
     let mut usage = Usage::default();

@@ -38,6 +38,17 @@ pub const COMMANDS: &[&str] = &[
 /// Edit): the named `file_paths`, else every uncommitted change.
 pub const COMMIT: &str = "commit";
 
+/// The supervisor method a command ends in: what decides which roles may
+/// run it (`supervisor::policy`). The edits and `commit` are commits.
+pub fn method(command: &str) -> &'static str {
+    match command {
+        "delegate" => "worker.start",
+        "merge" => "memory.merge",
+        REPAIR_CONFLICT => "memory.repair",
+        _ => "memory.commit",
+    }
+}
+
 /// Hand a sync conflict to a repair worker (the agent's own way out of a
 /// `MEMORY GIT CONFLICT`: git cannot run in its sandbox).
 pub const REPAIR_CONFLICT: &str = "repair_conflict";
@@ -91,7 +102,10 @@ fn writer(ctx: &ToolContext, reason: Option<&str>) -> Result<Writer, OpError> {
         None => repo::open_agent(&ctx.agent).map_err(|e| OpError::Refused(e.to_string()))?,
     };
     let channel = ctx.channel.clone();
-    let reason = reason.map(str::trim).filter(|r| !r.is_empty()).map(str::to_string);
+    let reason = reason
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
     Writer::with_remote_commit(
         repo,
         Box::new(move |paths: &[String], message: &str| {
@@ -213,21 +227,25 @@ fn commit(ctx: &ToolContext, args: &Args) -> ToolOutput {
                 return ToolOutput::err(format!("memory commit: {}", body.message));
             }
             Err(e) => {
-                return ToolOutput::err(format!(
-                    "memory commit: cannot reach the supervisor: {e}"
-                ));
+                return ToolOutput::err(format!("memory commit: cannot reach the supervisor: {e}"));
             }
         },
     };
     if paths.is_empty() {
-        return ToolOutput::ok("Memory commit: nothing to commit, the memory has no uncommitted change.");
+        return ToolOutput::ok(
+            "Memory commit: nothing to commit, the memory has no uncommitted change.",
+        );
     }
     match client.memory_commit(paths.clone(), reason.to_string()) {
         Ok(c) => match c.commit {
             Some(id) => ToolOutput::ok(format!(
                 "Memory committed ({}): {}.",
                 &id[..id.len().min(7)],
-                if c.changed.is_empty() { paths.join(", ") } else { c.changed.join(", ") }
+                if c.changed.is_empty() {
+                    paths.join(", ")
+                } else {
+                    c.changed.join(", ")
+                }
             )),
             None => ToolOutput::ok(format!(
                 "Memory commit: nothing changed in {}.",
@@ -254,7 +272,11 @@ fn repair_conflict(ctx: &ToolContext) -> ToolOutput {
             let message = v["message"].as_str().unwrap_or("");
             let ok = matches!(status, "pushed" | "clean" | "skipped");
             let text = format!("Memory sync after the repair: {status}: {message}");
-            if ok { ToolOutput::ok(text) } else { ToolOutput::err(text) }
+            if ok {
+                ToolOutput::ok(text)
+            } else {
+                ToolOutput::err(text)
+            }
         }
         Err(ClientError::Remote(body)) => {
             ToolOutput::err(format!("memory {REPAIR_CONFLICT}: {}", body.message))
