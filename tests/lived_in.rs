@@ -221,3 +221,48 @@ fn a_sync_conflict_is_handed_to_a_repair_worker_from_the_sandbox() {
         "{human}"
     );
 }
+
+/// `[model] default` in `config.toml` was ignored by `agent create`, which
+/// recorded `mock`. It is the model of an agent created without `--model`
+/// now, and `agent show` says where each agent's model came from.
+#[test]
+fn agent_create_records_the_configured_default_model_and_show_says_why() {
+    let home = open_home();
+    let h = home.path();
+    let bare = create_agent(h, &["plain"]);
+    std::fs::write(
+        h.join("config.toml"),
+        "[model]\ndefault = \"openai/gpt-4o-mini\"\n",
+    )
+    .unwrap();
+    let configured = create_agent(h, &["owl"]);
+    let flagged = create_agent(h, &["bob", "--model", "anthropic/claude-x"]);
+    let show = |id: &str| {
+        let o = run(h, &["agent", "show", "-a", id, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let o = run(h, &["agent", "show", "-a", id]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with("model:"))
+            .unwrap()
+            .to_string();
+        (v, line)
+    };
+    let (v, line) = show(&configured);
+    assert_eq!(v["model"], "openai/gpt-4o-mini", "{v}");
+    assert_eq!(v["model_source"], "config", "{v}");
+    assert!(line.contains("[model] default in config.toml"), "{line}");
+    let (v, line) = show(&flagged);
+    assert_eq!(v["model"], "anthropic/claude-x", "{v}");
+    assert!(line.contains("from --model"), "{line}");
+    let (v, line) = show(&bare);
+    assert_eq!(v["model"], "mock", "{v}");
+    assert!(line.contains("built-in default"), "{line}");
+    // A default that is no model handle is an error, not a silent mock.
+    std::fs::write(h.join("config.toml"), "[model]\ndefault = \"gpt-4o\"\n").unwrap();
+    let o = run(h, &["agent", "create", "bad"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("[model] default"), "{}", stderr(&o));
+}
