@@ -266,3 +266,98 @@ fn agent_create_records_the_configured_default_model_and_show_says_why() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("[model] default"), "{}", stderr(&o));
 }
+
+/// A server that accepts connections and never answers (they are kept
+/// open for the test's life).
+fn silent_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A turn against a provider that never answers fails after
+/// `timeout_secs` per request and the retry policy, and the error says it
+/// timed out and how long it all took; one that refuses names the URL and
+/// hints at `base_url` (it said `io: Connection refused` and blamed
+/// overload before).
+#[test]
+fn provider_failures_say_what_happened_and_what_to_change() {
+    if !confinement_or_skip("provider_failures_say_what_happened_and_what_to_change") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let base = silent_server();
+    std::fs::write(
+        h.join("config.toml"),
+        format!(
+            "[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\ntimeout_secs = 1\n"
+        ),
+    )
+    .unwrap();
+    let began = std::time::Instant::now();
+    let o = run(
+        h,
+        &["chat", "-a", "owl", "-p", "hello", "--model", "openai/x"],
+    );
+    let took = began.elapsed();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    // Four requests of 1 s each, and the backoffs between them.
+    assert!(
+        took >= std::time::Duration::from_secs(4) && took < std::time::Duration::from_secs(30),
+        "{took:?}: {err}"
+    );
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| l.contains("error: "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("timed out")
+            && last.contains("within 1 s")
+            && last.contains("gave up after 4 attempts"),
+        "{err}"
+    );
+    assert!(
+        last.contains("timeout_secs"),
+        "the hint names the setting: {err}"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"http://127.0.0.1:{port}/v1\"\napi_key = \"k\"\n"),
+    )
+    .unwrap();
+    let o = run(
+        h,
+        &["chat", "-a", "owl", "-p", "hello", "--model", "openai/x"],
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| l.contains("error: "))
+        .unwrap_or_default();
+    assert!(
+        last.contains(&format!("http://127.0.0.1:{port}/v1")) && last.contains("refused"),
+        "{err}"
+    );
+    assert!(
+        last.contains("base_url") && !last.contains("overloaded"),
+        "{err}"
+    );
+}

@@ -348,9 +348,13 @@ fn append_reminder(conv: &mut Conversation, kind: &str, text: &str) -> Result<()
 /// What to do about a model failure, when the message alone does not say.
 fn hint_for(e: &ModelFailure) -> Option<String> {
     match e {
-        ModelFailure::Transient { .. } => {
-            Some("the provider may be overloaded or unreachable; try again shortly".into())
+        ModelFailure::Transient { hint: Some(h), .. } => Some(h.clone()),
+        ModelFailure::Transient { status: Some(_), .. } => {
+            Some("the provider may be overloaded; try again shortly".into())
         }
+        ModelFailure::Transient { .. } => Some(
+            "the provider could not be reached or stopped answering; try again shortly".into(),
+        ),
         ModelFailure::ContextOverflow { .. } => Some(
             "the request did not fit the model's context window even after compaction; try `mini-letta compact --mode all`, a larger --context-window, or a shorter system prompt".into(),
         ),
@@ -458,6 +462,7 @@ fn complete_with_retries(
     emit: &mut dyn FnMut(&TurnEvent),
 ) -> Result<ModelResponse, ModelFailure> {
     let mut attempt = 0;
+    let began = std::time::Instant::now();
     loop {
         let result = {
             let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
@@ -478,6 +483,24 @@ fn complete_with_retries(
                 let backoff = 200u64 << (attempt - 1);
                 let wait = retry_after_ms.unwrap_or(backoff).min(60_000);
                 std::thread::sleep(Duration::from_millis(wait));
+            }
+            Err(ModelFailure::Transient {
+                status,
+                message,
+                retry_after_ms,
+                hint,
+            }) if attempt > 0 => {
+                // The retry policy is spent: say how long it all took.
+                return Err(ModelFailure::Transient {
+                    status,
+                    message: format!(
+                        "{message} (gave up after {} attempts in {:.1} s)",
+                        attempt + 1,
+                        began.elapsed().as_secs_f64()
+                    ),
+                    retry_after_ms,
+                    hint,
+                });
             }
             Err(e) => return Err(e),
         }
