@@ -361,3 +361,183 @@ fn provider_failures_say_what_happened_and_what_to_change() {
         "{err}"
     );
 }
+
+/// Backticked `mini-letta …` command lines in `text`, split as a shell
+/// would (quotes, no expansion), placeholders (`{sel}`, `<name>`) filled
+/// with `owl`.
+fn suggested_commands(text: &str) -> Vec<Vec<String>> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| span.starts_with("mini-letta "))
+        .map(|span| {
+            let mut words = Vec::new();
+            let mut word = String::new();
+            let mut quote = None;
+            for c in span.chars() {
+                match (quote, c) {
+                    (Some(q), c) if c == q => quote = None,
+                    (Some(_), c) => word.push(c),
+                    (None, '\'' | '"') => quote = Some(c),
+                    (None, c) if c.is_whitespace() => {
+                        if !word.is_empty() {
+                            words.push(std::mem::take(&mut word));
+                        }
+                    }
+                    (None, c) => word.push(c),
+                }
+            }
+            if !word.is_empty() {
+                words.push(word);
+            }
+            // Usage notation (`[--out DIR]`, `SHELL`, `…`) ends what is
+            // checked: the command path and the flags before it.
+            words
+                .into_iter()
+                .take_while(|w| {
+                    !w.contains(['[', '|', '…'])
+                        && !(w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()))
+                })
+                .map(|w| {
+                    let placeholder = (w.starts_with('{') && w.ends_with('}'))
+                        || (w.starts_with('<') && w.ends_with('>'));
+                    if placeholder { "owl".to_string() } else { w }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether the parser knows `words` as a command: it parses, or only
+/// arguments the hint left out are missing.
+fn parses(words: &[String]) -> Result<(), String> {
+    use clap::Parser;
+    use clap::error::ErrorKind as K;
+    match mini_letta::cli::Cli::try_parse_from(words) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                K::MissingRequiredArgument
+                    | K::MissingSubcommand
+                    | K::DisplayHelp
+                    | K::DisplayHelpOnMissingArgumentOrSubcommand
+                    | K::DisplayVersion
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Every `mini-letta …` command a hint, a fix or a reminder in the source
+/// names is one the program has (doctor suggested `memory status`, which
+/// did not exist).
+#[test]
+fn every_command_the_program_suggests_exists() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut todo = vec![src];
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // A literal continued over lines (`\` then indentation) reads
+            // as one line, as it prints.
+            let joined = regex_lite_join(&text);
+            for words in suggested_commands(&joined) {
+                seen += 1;
+                if let Err(e) = parses(&words) {
+                    problems.push(format!(
+                        "{}: `{}`: {}",
+                        path.display(),
+                        words.join(" "),
+                        e.lines().next().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(seen > 20, "only {seen} suggestions found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `\` + newline + indentation, as a Rust string continuation, removed.
+fn regex_lite_join(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        match line.strip_suffix('\\') {
+            Some(head) => {
+                out.push_str(head);
+                if let Some(next) = lines.peek_mut() {
+                    *next = next.trim_start();
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// What `doctor` suggests for an agent with uncommitted memory is run as
+/// a person would run it, and works.
+#[test]
+fn the_commands_doctor_suggests_run() {
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let memory = h.join(format!("agents/{id}/memory"));
+    let human = memory.join("human.md");
+    let text = std::fs::read_to_string(&human).unwrap();
+    std::fs::write(&human, format!("{text}- likes tea\n")).unwrap();
+    let o = run(h, &["doctor", "-a", "owl", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fixes: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["fix"].as_str().map(str::to_string))
+        .collect();
+    let commands: Vec<Vec<String>> = fixes.iter().flat_map(|f| suggested_commands(f)).collect();
+    let status = commands
+        .iter()
+        .find(|c| c.get(1..3) == Some(&["memory".to_string(), "status".to_string()][..]))
+        .unwrap_or_else(|| panic!("no memory status suggested: {fixes:?}"));
+    // Read-only suggestions run for real; the rest (a chat) must parse.
+    let read_only = [["memory", "status"], ["recall", "reindex"]];
+    for words in &commands {
+        parses(words).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        if read_only
+            .iter()
+            .any(|r| words.get(1..3).is_some_and(|w| w == r))
+        {
+            let o = run(
+                h,
+                &words[1..].iter().map(String::as_str).collect::<Vec<_>>(),
+            );
+            assert!(o.status.success(), "{words:?}: {}", stderr(&o));
+        }
+    }
+    let mut args: Vec<&str> = status[1..].iter().map(String::as_str).collect();
+    args.push("--json");
+    let o = run(h, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["dirty"], json!(["human.md"]), "{v}");
+    assert_eq!(v["agent"], id.as_str());
+    let o = run(h, &["memory", "status", "-a", "owl"]);
+    assert!(stdout(&o).contains("1 uncommitted change(s)") && stdout(&o).contains("human.md"));
+}
