@@ -541,3 +541,98 @@ fn the_commands_doctor_suggests_run() {
     let o = run(h, &["memory", "status", "-a", "owl"]);
     assert!(stdout(&o).contains("1 uncommitted change(s)") && stdout(&o).contains("human.md"));
 }
+
+/// The lines of `err` that are log records (`<time>  WARN mini_letta::…`),
+/// not the program's own messages.
+fn log_records(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| {
+            l.contains("mini_letta::")
+                || ["TRACE", "DEBUG", " INFO", " WARN", "ERROR"]
+                    .iter()
+                    .any(|lvl| l.starts_with("20") && l.contains(lvl))
+        })
+        .collect()
+}
+
+/// `mini-letta ARGS` under `home` with `env`.
+fn run_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(bin());
+    c.args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// At default verbosity stderr carries only the program's own messages:
+/// a command that exits 3 under `sandbox run`, a failed model turn, a
+/// reflection that fails, `attach` and `sync` print no log record (a
+/// `WARN mini_letta::supervisor::launch: child failed` line before); `-v`
+/// and `RUST_LOG` still show the records.
+#[test]
+fn expected_failures_print_no_log_records_at_default_verbosity() {
+    if !confinement_or_skip("expected_failures_print_no_log_records_at_default_verbosity") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["al", "--model", "mock/scripted"]);
+    let script = h.join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"text": "hi"},
+            {"error": {"kind": "fatal", "message": "scripted failure"}},
+            {"error": {"kind": "fatal", "message": "scripted failure"}}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let env = [
+        ("MINI_LETTA_SCRIPTED_MODEL", script),
+        ("MINI_LETTA_REMOTE_ROOT", remote.path().to_str().unwrap()),
+    ];
+    let cases: &[(&[&str], Option<i32>)] = &[
+        (
+            &["sandbox", "run", "-a", "al", "--", "sh", "-c", "exit 3"],
+            Some(3),
+        ),
+        (&["chat", "-a", "al", "-p", "hello"], Some(0)),
+        // The reflection's model request fails: the reflection fails.
+        (&["reflect", "-a", "al", "--wait"], Some(1)),
+        (&["chat", "-a", "al", "-p", "again"], Some(1)),
+        (&["attach", "-a", "al", "--no-follow"], Some(0)),
+        (&["sync", "-a", "al"], Some(0)),
+    ];
+    for (args, code) in cases {
+        let o = run_env(h, args, &env);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), *code, "{args:?}: {err}");
+        assert_eq!(log_records(&err), Vec::<&str>::new(), "{args:?}: {err}");
+    }
+    // Asked for, the records are there.
+    let o = run_env(
+        h,
+        &[
+            "-v", "sandbox", "run", "-a", "al", "--", "sh", "-c", "exit 3",
+        ],
+        &env,
+    );
+    assert!(!log_records(&stderr(&o)).is_empty(), "{}", stderr(&o));
+    let mut with_log = env.to_vec();
+    with_log.push(("RUST_LOG", "info"));
+    let o = run_env(
+        h,
+        &["sandbox", "run", "-a", "al", "--", "sh", "-c", "exit 3"],
+        &with_log,
+    );
+    assert!(!log_records(&stderr(&o)).is_empty(), "{}", stderr(&o));
+    // Nothing is lost: the embedded supervisor's records are in its log.
+    let log = std::fs::read_to_string(h.join("run/supervisor.log")).unwrap_or_default();
+    assert!(log.contains("child failed"), "{log}");
+}
