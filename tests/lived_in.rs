@@ -395,8 +395,9 @@ fn suggested_commands(text: &str) -> Vec<Vec<String>> {
             words
                 .into_iter()
                 .take_while(|w| {
-                    !w.contains(['[', '|', '…'])
-                        && !(w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()))
+                    let notation = w.contains(['[', '|', '…'])
+                        || (w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()));
+                    !notation
                 })
                 .map(|w| {
                     let placeholder = (w.starts_with('{') && w.ends_with('}'))
