@@ -66,9 +66,9 @@ fn spec() -> ToolSpec {
             "type": "object",
             "properties": {
                 "command": {"type": "string", "enum": COMMANDS},
-                "reason": {"type": "string", "description": "Why: becomes part of the commit record."},
+                "reason": {"type": "string", "description": "The commit message."},
                 "file_path": {"type": "string"},
-                "file_paths": {"type": "array", "items": {"type": "string"}},
+                "file_paths": {"type": "array"},
                 "old_path": {"type": "string"},
                 "new_path": {"type": "string"},
                 "old_string": {"type": "string"},
