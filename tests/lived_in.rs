@@ -541,6 +541,31 @@ fn the_commands_doctor_suggests_run() {
     assert_eq!(v["agent"], id.as_str());
     let o = run(h, &["memory", "status", "-a", "owl"]);
     assert!(stdout(&o).contains("1 uncommitted change(s)") && stdout(&o).contains("human.md"));
+
+    // The other suggestion asks the agent to commit: run as written, the
+    // (mock) agent's memory tool commits, and doctor has nothing to say.
+    if !confinement_or_skip("the_commands_doctor_suggests_run: the chat suggestion") {
+        return;
+    }
+    let chat = commands
+        .iter()
+        .find(|c| c.get(1).is_some_and(|w| w == "chat"))
+        .unwrap_or_else(|| panic!("no chat suggested: {fixes:?}"));
+    let o = run(h, &chat[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{chat:?}: {}", stderr(&o));
+    let o = run(h, &["memory", "status", "-a", "owl", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["dirty"], json!([]), "{v}");
+    let o = run(h, &["doctor", "-a", "owl", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        !v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["check"] == "git_status"),
+        "{v}"
+    );
 }
 
 /// The lines of `err` that are log records (`<time>  WARN mini_letta::…`),
