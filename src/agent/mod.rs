@@ -6,8 +6,6 @@ pub mod cache;
 pub mod context;
 pub mod conversation;
 pub mod index;
-#[cfg(test)]
-mod instructions;
 pub mod prompt_cache;
 pub mod record;
 pub mod reminders;

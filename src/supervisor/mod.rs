@@ -11,6 +11,8 @@ pub mod children;
 pub mod conn;
 pub mod connection;
 pub mod dispatch;
+#[cfg(test)]
+mod instructions;
 pub mod launch;
 pub mod leases;
 pub mod listener;

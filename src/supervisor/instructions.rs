@@ -10,8 +10,8 @@
 //! command line, and a `memory` command (`command X`). The tests walk every
 //! reminder and sub-agent prompt with the role that receives it.
 
+use super::policy;
 use crate::agent::tools;
-use crate::supervisor::policy;
 
 /// Programs a backticked command line may start with. `git` and
 /// `mini-letta` never run in a child (the memory's git directory is
