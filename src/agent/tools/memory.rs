@@ -240,7 +240,7 @@ fn commit(ctx: &ToolContext, args: &Args) -> ToolOutput {
         Ok(c) => match c.commit {
             Some(id) => ToolOutput::ok(format!(
                 "Memory committed ({}): {}.",
-                &id[..id.len().min(7)],
+                id.chars().take(7).collect::<String>(),
                 if c.changed.is_empty() {
                     paths.join(", ")
                 } else {
