@@ -746,7 +746,7 @@ fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     let head = st.head.as_deref().map_or("no commit yet".to_string(), |h| {
-        format!("HEAD {}", &h[..h.len().min(7)])
+        format!("HEAD {}", h.chars().take(7).collect::<String>())
     });
     if st.dirty.is_empty() {
         println!(
