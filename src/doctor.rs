@@ -213,8 +213,8 @@ fn git_status(out: &mut Out, repo: &Repository, agent: &AgentPaths, sel: &str) {
                     }
                 ),
                 format!(
-                    "ask the agent to commit them (`mini-letta chat -a {sel}`), or review them \
-with `mini-letta memory status -a {sel}`"
+                    "review them with `mini-letta memory status -a {sel}`, then ask the agent to \
+commit them (`mini-letta chat -a {sel} -p 'commit your memory'`: its memory tool commits them)"
                 ),
             );
         }

@@ -84,6 +84,12 @@ impl Home {
         self.run_dir().join("supervisor.sock")
     }
 
+    /// The supervisor's log: the daemon's stdout and stderr, and the
+    /// records of an embedded one at default verbosity.
+    pub fn supervisor_log(&self) -> PathBuf {
+        self.run_dir().join("supervisor.log")
+    }
+
     pub fn supervisor_pid_file(&self) -> PathBuf {
         self.run_dir().join("supervisor.pid")
     }

@@ -383,6 +383,7 @@ fn synthesized_record(id: &str) -> AgentRecord {
         sandbox_uid: None,
         quota: None,
         compaction_settings: None,
+        model_source: None,
     }
 }
 

@@ -221,8 +221,8 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
     let b_commit = h.main_at(b);
 
     // B's sync after the turn met the conflict: the remote is A's, B's
-    // commit is kept (main and a backup ref), and the reminder has the
-    // recipe.
+    // commit is kept (main and a backup ref), and the reminder names what
+    // the agent can run (the operator's recipe is in the README).
     assert_eq!(h.remote_main(), remote_before);
     let pending = std::fs::read_to_string(
         h.agent_dir(b)
@@ -230,14 +230,8 @@ fn the_same_line_edited_on_two_hosts_conflicts_and_the_recipe_converges() {
     )
     .unwrap();
     assert!(pending.contains("MEMORY GIT CONFLICT"), "{pending}");
-    assert!(
-        pending.contains("git pull --rebase origin main"),
-        "{pending}"
-    );
-    assert!(
-        pending.contains("GIT_EDITOR=true git rebase --continue"),
-        "{pending}"
-    );
+    assert!(pending.contains("repair_conflict"), "{pending}");
+    assert!(!pending.contains("git pull"), "{pending}");
     let v = h.sync(b);
     assert_eq!(v["status"], "conflict", "{v}");
     let backup = v["backup_ref"].as_str().unwrap().to_string();

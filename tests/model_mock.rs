@@ -448,7 +448,8 @@ fn scripted_turns_in_order_across_instances() {
         ModelError::Transient {
             status: Some(500),
             message: "boom".into(),
-            retry_after_ms: None
+            retry_after_ms: None,
+            hint: None,
         }
     );
     let e3 = second.complete(&req, &mut |_| {}).unwrap_err();

@@ -479,7 +479,8 @@ fn openai_500_is_transient_with_retry_after() {
         ModelError::Transient {
             status: Some(500),
             message: "upstream exploded".into(),
-            retry_after_ms: Some(2000)
+            retry_after_ms: Some(2000),
+            hint: None,
         }
     );
     let e = openai_error(429, r#"{"error":{"message":"slow down"}}"#, vec![]);
@@ -755,7 +756,8 @@ fn anthropic_error_statuses_and_events() {
         ModelError::Transient {
             status: Some(529),
             message: "Overloaded".into(),
-            retry_after_ms: None
+            retry_after_ms: None,
+            hint: None,
         }
     );
     let too_long = anthropic_error(Reply::status(
@@ -875,4 +877,116 @@ fn keyless_local_server_gets_no_auth_header() {
     assert_eq!(r.unwrap().parts, vec![Part::text("ok")]);
     let seen = server.join().unwrap();
     assert!(!seen[0].headers.contains_key("authorization"));
+}
+
+// ---------------------------------------------------------------------------
+// Unreachable and silent servers (issue 31 §4)
+
+/// A port on this machine nobody listens on.
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A refused connection said `io: Connection refused` with a hint that
+/// blamed overload. It names the URL tried, says it refused, and hints at
+/// `base_url` (and the variable that sets it), for both providers.
+#[test]
+fn a_refused_connection_names_the_url_and_hints_at_base_url() {
+    let port = closed_port();
+    let cases = [
+        (
+            "openai/x",
+            openai_cfg(&format!("http://127.0.0.1:{port}")),
+            "[providers.openai]",
+            "OPENAI_BASE_URL",
+        ),
+        (
+            "anthropic/x",
+            anthropic_cfg(&format!("http://127.0.0.1:{port}")),
+            "[providers.anthropic]",
+            "ANTHROPIC_BASE_URL",
+        ),
+    ];
+    for (handle, cfg, table, var) in cases {
+        let model = open_model(handle, &cfg).unwrap();
+        let (r, _) = run(&*model, &request(handle, vec![Message::user("x")]));
+        let e = r.unwrap_err();
+        let ModelError::Transient { message, hint, .. } = &e else {
+            panic!("{handle}: {e:?}")
+        };
+        assert!(
+            message.contains(&format!("http://127.0.0.1:{port}")) && message.contains("refused"),
+            "{handle}: {message}"
+        );
+        let hint = hint.as_deref().unwrap_or_default();
+        assert!(
+            hint.contains("base_url") && hint.contains(table) && hint.contains(var),
+            "{handle}: {hint}"
+        );
+        assert!(!hint.contains("overloaded"), "{hint}");
+    }
+}
+
+/// A server that accepts the connection and never answers; the sockets it
+/// accepted are kept open for the test's life.
+fn silent_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// `timeout_secs` in a `[providers.*]` table (an unknown field before) is
+/// how long a request may take: a server that never answers fails the
+/// request after it, saying it timed out and naming the setting.
+#[test]
+fn a_request_that_never_answers_times_out_after_timeout_secs() {
+    let base = silent_server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\ntimeout_secs = 1\n\n\
+             [providers.anthropic]\nbase_url = \"{base}\"\napi_key = \"k\"\ntimeout_secs = 2\n"
+        ),
+    )
+    .unwrap();
+    let cfg = ProviderConfig::load_from(&path, &|_| None).unwrap();
+    assert_eq!(cfg.openai.timeout_secs, 1);
+    assert_eq!(cfg.anthropic.timeout_secs, 2);
+    assert_eq!(config(&[]).openai.timeout_secs, 300, "the default");
+    for (handle, secs) in [("openai/x", 1u64), ("anthropic/x", 2)] {
+        let model = open_model(handle, &cfg).unwrap();
+        let began = Instant::now();
+        let (r, _) = run(&*model, &request(handle, vec![Message::user("x")]));
+        let took = began.elapsed();
+        assert!(
+            took >= Duration::from_secs(secs) && took < Duration::from_secs(secs + 5),
+            "{handle}: {took:?}"
+        );
+        let e = r.unwrap_err();
+        assert!(e.is_transient(), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("timed out") && text.contains(&format!("{secs} s")),
+            "{handle}: {text}"
+        );
+        let ModelError::Transient { hint, .. } = &e else {
+            unreachable!()
+        };
+        assert!(
+            hint.as_deref().unwrap_or_default().contains("timeout_secs"),
+            "{hint:?}"
+        );
+    }
+    std::fs::write(&path, "[providers.openai]\ntimeout_secs = 0\n").unwrap();
+    let e = ProviderConfig::load_from(&path, &|_| None).unwrap_err();
+    assert!(e.to_string().contains("timeout_secs"), "{e}");
 }

@@ -8,6 +8,7 @@ pub mod conversation;
 pub mod index;
 pub mod prompt_cache;
 pub mod record;
+pub mod reminders;
 pub mod runtime;
 pub mod skills;
 pub mod store;

@@ -84,24 +84,34 @@ fn valid_revision(
     let short = |o: git2::Oid| o.to_string()[..7].to_string();
     for oid in walk.skip(1).take(FALLBACK_DEPTH).flatten() {
         if audit_revision(repo, &oid.to_string(), &opts).is_ok_and(|r| r.is_ok()) {
-            let notice = format!(
-                "MEMORY REVISION INVALID: HEAD ({}) does not pass the memory validator: {failure}\n\n\
-                 Your system prompt shows the last valid revision, {}, so memory committed after it is \
-                 not shown. Fix the files named above and commit; the next valid commit is shown again.",
-                short(head),
-                short(oid)
-            );
+            let notice = invalid_revision_notice(&short(head), &failure, Some(&short(oid)));
             return Ok((oid, Some(notice)));
         }
     }
     // Nothing valid to fall back to: HEAD as it is, and say so.
-    let notice = format!(
-        "MEMORY REVISION INVALID: HEAD ({}) does not pass the memory validator: {failure}\n\n\
-         No earlier valid revision was found, so your system prompt shows HEAD as it is. Fix the \
-         files named above and commit.",
-        short(head)
-    );
-    Ok((head, Some(notice)))
+    Ok((
+        head,
+        Some(invalid_revision_notice(&short(head), &failure, None)),
+    ))
+}
+
+/// The `MEMORY REVISION INVALID` reminder: HEAD fails the validator with
+/// `failure`; the prompt shows revision `shown` (or HEAD as it is).
+pub(crate) fn invalid_revision_notice(head: &str, failure: &str, shown: Option<&str>) -> String {
+    let what = match shown {
+        Some(rev) => format!(
+            "Your system prompt shows the last valid revision, {rev}, so memory committed after it is \
+             not shown. Fix the files named above and commit; the next valid commit is shown again."
+        ),
+        None => {
+            "No earlier valid revision was found, so your system prompt shows HEAD as it is. Fix \
+                 the files named above and commit."
+                .to_string()
+        }
+    };
+    format!(
+        "MEMORY REVISION INVALID: HEAD ({head}) does not pass the memory validator: {failure}\n\n{what}"
+    )
 }
 
 /// Compile the agent's prompt now.

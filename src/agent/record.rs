@@ -41,6 +41,42 @@ pub struct AgentRecord {
     /// `sliding_window_percentage`); the defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_settings: Option<super::context::compact::CompactionSettings>,
+    /// Where `model` came from (`agent show` says); absent in records
+    /// made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_source: Option<ModelSource>,
+}
+
+/// Where an agent's model was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSource {
+    /// `agent create --model`.
+    Flag,
+    /// `[model] default` in `config.toml` when the agent was created.
+    Config,
+    /// Nothing named one: the built-in default.
+    Builtin,
+    /// `agent set-model`.
+    SetModel,
+    /// A value a newer version wrote.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ModelSource {
+    /// How `agent show` says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ModelSource::Flag => "from --model",
+            ModelSource::Config => "from [model] default in config.toml",
+            ModelSource::Builtin => {
+                "the built-in default: neither --model nor [model] default in config.toml named one"
+            }
+            ModelSource::SetModel => "set with `agent set-model`",
+            ModelSource::Unknown => "recorded by another version",
+        }
+    }
 }
 
 /// Bounds on a record read from elsewhere (a remote, an archive): generous
@@ -134,6 +170,7 @@ mod tests {
             sandbox_uid: None,
             quota: None,
             compaction_settings: None,
+            model_source: None,
         }
     }
 

@@ -55,7 +55,7 @@ pub fn wrap_reminder(text: &str) -> String {
     format!("<system-reminder>\n{}\n</system-reminder>", text.trim_end())
 }
 
-fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
+pub(crate) fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
     format!(
         "Agent info:\n- Agent ID (also AGENT_ID): {}\n- Conversation ID (also CONVERSATION_ID): {}\n- Memory directory (also MEMORY_DIR): {}\n- Agent name: {}",
         record.id,
@@ -162,6 +162,7 @@ pub fn run_turn(
         channel: channel.clone(),
         worktree: None,
         read_only: false,
+        read_roots: Vec::new(),
     };
     let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
     let mut usage = Usage::default();
@@ -354,9 +355,13 @@ fn append_reminder(conv: &mut Conversation, kind: &str, text: &str) -> Result<()
 /// What to do about a model failure, when the message alone does not say.
 fn hint_for(e: &ModelFailure) -> Option<String> {
     match e {
-        ModelFailure::Transient { .. } => {
-            Some("the provider may be overloaded or unreachable; try again shortly".into())
+        ModelFailure::Transient { hint: Some(h), .. } => Some(h.clone()),
+        ModelFailure::Transient { status: Some(_), .. } => {
+            Some("the provider may be overloaded; try again shortly".into())
         }
+        ModelFailure::Transient { .. } => Some(
+            "the provider could not be reached or stopped answering; try again shortly".into(),
+        ),
         ModelFailure::ContextOverflow { .. } => Some(
             "nothing more could be compacted or trimmed; send a shorter message, or give the conversation a larger window (`chat --context-window N`, `agent create --context-window N`) or the agent a shorter system prompt".into(),
         ),
@@ -420,9 +425,10 @@ fn after_turn(agent: &AgentPaths, conv: &Conversation, head_at_start: Option<&st
             .filter(|s| s.path().map(|p| p != ".git").unwrap_or(true))
             .count();
         if n > 0 {
-            let text = format!(
-                "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\nMemory directory: {}\nStatus: {n} uncommitted memory change(s).\n\nCommit these memory changes (the memory tool commits for you; files edited by other means need a commit) when appropriate.",
-                agent.memory_dir().display()
+            let text = super::reminders::commit_needed(
+                &agent.memory_dir(),
+                &format!("{n} uncommitted memory change(s)."),
+                "",
             );
             let _ = conv.queue_reminder("memory-commit-needed", &text);
         }
@@ -463,6 +469,7 @@ fn complete_with_retries(
     emit: &mut dyn FnMut(&TurnEvent),
 ) -> Result<ModelResponse, ModelFailure> {
     let mut attempt = 0;
+    let began = std::time::Instant::now();
     loop {
         let result = {
             let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
@@ -483,6 +490,24 @@ fn complete_with_retries(
                 let backoff = 200u64 << (attempt - 1);
                 let wait = retry_after_ms.unwrap_or(backoff).min(60_000);
                 std::thread::sleep(Duration::from_millis(wait));
+            }
+            Err(ModelFailure::Transient {
+                status,
+                message,
+                retry_after_ms,
+                hint,
+            }) if attempt > 0 => {
+                // The retry policy is spent: say how long it all took.
+                return Err(ModelFailure::Transient {
+                    status,
+                    message: format!(
+                        "{message} (gave up after {} attempts in {:.1} s)",
+                        attempt + 1,
+                        began.elapsed().as_secs_f64()
+                    ),
+                    retry_after_ms,
+                    hint,
+                });
             }
             Err(e) => return Err(e),
         }

@@ -8,7 +8,7 @@ use rand::RngCore;
 use time::OffsetDateTime;
 
 use super::index;
-use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT};
+use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::hook::{self, HookError};
@@ -140,6 +140,20 @@ pub fn create_with_settings(
     model: Option<&str>,
     model_settings: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AgentRecord, StoreError> {
+    let chosen = model.map(|m| (m, ModelSource::Flag));
+    create_choosing(home, name, system, quota, chosen, model_settings)
+}
+
+/// [`create_with_settings`], with where the model came from (`None`: the
+/// built-in default).
+pub fn create_choosing(
+    home: &Home,
+    name: &str,
+    system: Option<String>,
+    quota: Option<crate::sandbox::volume::Quota>,
+    model: Option<(&str, ModelSource)>,
+    model_settings: serde_json::Map<String, serde_json::Value>,
+) -> Result<AgentRecord, StoreError> {
     check_name(name)?;
     let _names = lock_names(home)?;
     if list_all(home)?.name_taken(name, None) {
@@ -152,12 +166,13 @@ pub fn create_with_settings(
         description: None,
         system: system.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()),
         tags: Vec::new(),
-        model: model.unwrap_or(DEFAULT_MODEL).to_string(),
+        model: model.map_or(DEFAULT_MODEL, |(m, _)| m).to_string(),
         model_settings,
         created_at: iso_timestamp(OffsetDateTime::now_utc()),
         sandbox_uid: None,
         quota,
         compaction_settings: None,
+        model_source: Some(model.map_or(ModelSource::Builtin, |(_, s)| s)),
     };
     let staging = home.agent_staging(&record.id)?;
     match build_agent_dir(&staging, &record) {
@@ -277,6 +292,7 @@ pub fn set_model(
     let (mut record, paths) = find(home, Some(selector))?;
     let old = std::mem::replace(&mut record.model, model.to_string());
     if old != record.model {
+        record.model_source = Some(ModelSource::SetModel);
         save(&paths, &record)?;
     }
     Ok((old, record))

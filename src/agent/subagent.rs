@@ -62,6 +62,17 @@ fn fetch_task(channel: &Arc<Mutex<Client>>) -> Result<SubagentTask, SubagentErro
     serde_json::from_value(value).map_err(|e| SubagentError::Task(e.to_string()))
 }
 
+/// What a sub-agent's `Read` may read besides its memory: a reflection's
+/// payload files (its prompt names them; its profile grants them
+/// read-only).
+fn read_roots(agent: &AgentPaths, task: &SubagentTask) -> Vec<PathBuf> {
+    if task.kind == crate::protocol::task::KIND_REFLECTION {
+        vec![agent.reflection_payloads_dir()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The step loop: one model request per step; tool calls run and their
 /// results go back; a response without tool calls ends the run.
 pub fn run_task(
@@ -77,6 +88,7 @@ pub fn run_task(
         channel: channel.clone(),
         worktree: (!task.memory_dir.is_empty()).then(|| PathBuf::from(&task.memory_dir)),
         read_only: task.memory_dir.is_empty(),
+        read_roots: read_roots(agent, task),
     };
     let specs = tools::specs_named(&task.tools, task.context_window);
     // A forked sub-agent starts from its parent conversation's context

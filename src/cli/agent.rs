@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{self, field as f};
+use crate::agent::record::ModelSource;
 use crate::agent::{archive, store};
 
 #[derive(Debug, Subcommand)]
@@ -21,8 +22,9 @@ pub enum AgentCommand {
     Create {
         /// A unique, human-readable name.
         name: String,
-        /// The model its turns use: `mock` (default), `mock/scripted`,
-        /// `openai/<model>` or `anthropic/<model>`.
+        /// The model its turns use: `mock`, `mock/scripted`,
+        /// `openai/<model>` or `anthropic/<model>` (default: `[model]
+        /// default` of config.toml, else `mock`).
         #[arg(long, value_name = "M")]
         model: Option<String>,
         /// Read the raw system prompt from this file (may contain {CORE_MEMORY}).
@@ -177,6 +179,28 @@ pub enum AgentCommand {
     },
 }
 
+/// The model a new agent gets, and why: `--model`, else `[model] default`
+/// of `config.toml` (a broken file is an error, not a silent `mock`), else
+/// `None` (the built-in default).
+fn chosen_model(
+    home: &crate::paths::Home,
+    flag: Option<&str>,
+) -> anyhow::Result<Option<(String, ModelSource)>> {
+    if let Some(m) = flag {
+        return Ok(Some((model_handle(m)?, ModelSource::Flag)));
+    }
+    let cfg = crate::model::ProviderConfig::load(home)
+        .context("the agent was not created: config.toml")?;
+    match cfg.default_model.as_deref() {
+        Some(m) => {
+            let handle = model_handle(m)
+                .with_context(|| format!("[model] default = {m:?} in config.toml"))?;
+            Ok(Some((handle, ModelSource::Config)))
+        }
+        None => Ok(None),
+    }
+}
+
 /// A model handle checked for form (`mock`, `mock/scripted`,
 /// `openai/<model>`, `anthropic/<model>`), trimmed.
 fn model_handle(model: &str) -> anyhow::Result<String> {
@@ -196,7 +220,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             context_window,
             json,
         } => {
-            let model = model.as_deref().map(model_handle).transpose()?;
+            let model = chosen_model(&home, model.as_deref())?;
             // Read-only: a refused create leaves nothing behind.
             if crate::remote::root_from_env().is_some()
                 && !store::list_all(&home)?.name_taken(name, None)
@@ -235,12 +259,12 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                     })
                 }
             };
-            let record = store::create_with_settings(
+            let record = store::create_choosing(
                 &home,
                 name,
                 system,
                 quota,
-                model.as_deref(),
+                model.as_ref().map(|(m, source)| (m.as_str(), *source)),
                 model_settings,
             )?;
             if *json {
@@ -381,7 +405,13 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
     } else {
         println!("id:         {}", f(&record.id));
         println!("name:       {}", f(&record.name));
-        println!("model:      {}", f(&record.model));
+        println!(
+            "model:      {} ({})",
+            f(&record.model),
+            record
+                .model_source
+                .map_or("recorded at creation", ModelSource::describe)
+        );
         println!(
             "created:    {}",
             f(&output::display_stored_time(&record.created_at))

@@ -331,7 +331,10 @@ fn interactive(
             let _ = std::fs::create_dir_all(dir);
         }
         if let Err(e) = rl.save_history(h) {
-            tracing::warn!("cannot save the chat history to {}: {e}", h.display());
+            super::style::eprint_warning(&format!(
+                "cannot save the chat history to {}: {e}",
+                h.display()
+            ));
         }
     }
     runner.close();

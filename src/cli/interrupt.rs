@@ -43,7 +43,9 @@ pub fn install() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-            tracing::warn!("cannot handle SIGINT/SIGTERM; Ctrl-C ends the command at once");
+            super::style::eprint_warning(
+                "cannot handle SIGINT/SIGTERM; Ctrl-C ends the command at once",
+            );
             return;
         };
         let spawned = std::thread::Builder::new()
@@ -54,7 +56,7 @@ pub fn install() {
                 }
             });
         if let Err(e) = spawned {
-            tracing::warn!("cannot start the signal thread: {e}");
+            super::style::eprint_warning(&format!("cannot start the signal thread: {e}"));
         }
     });
 }

@@ -5,20 +5,80 @@
 //! only if the kernel took part of it), so on an `O_APPEND` file records
 //! never interleave.
 
+//!
+//! At default verbosity (no `-v`, no `RUST_LOG`) a command's stderr carries
+//! only the program's own messages: once the process runs an embedded
+//! supervisor, log records — a child that failed as expected, a reflection
+//! that will be retried — go to the home's `supervisor.log`, where the
+//! daemon's go ([`divert_quiet_records`]). `-v` and `RUST_LOG` keep them on
+//! stderr.
+
+use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use tracing_subscriber::fmt::MakeWriter;
 
-/// Make a [`Record`] per log event, written to stderr when it ends.
+/// Whether nobody asked to see log records (set by `init_logging`).
+static QUIET: AtomicBool = AtomicBool::new(false);
+/// Where records go instead of stderr, once diverted.
+static SINK: RwLock<Option<Arc<File>>> = RwLock::new(None);
+
+/// Say that this process's user asked for no log records on stderr.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// When records are unwanted on stderr, send them to `log` (appended,
+/// private) from now on. Best effort: if the file cannot be opened they
+/// stay on stderr rather than vanish.
+pub fn divert_quiet_records(log: &Path) {
+    if !QUIET.load(Ordering::Relaxed) {
+        return;
+    }
+    let opened = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log);
+    if let (Ok(file), Ok(mut sink)) = (opened, SINK.write()) {
+        *sink = Some(Arc::new(file));
+    }
+}
+
+/// Make a [`Record`] per log event, written to stderr (or the diverted
+/// log) when it ends.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WholeRecords;
 
 impl<'a> MakeWriter<'a> for WholeRecords {
-    type Writer = Record<std::io::Stderr>;
+    type Writer = Record<Target>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        Record::new(std::io::stderr())
+        let sink = SINK.read().ok().and_then(|s| s.clone());
+        Record::new(match sink {
+            Some(file) => Target::File(file),
+            None => Target::Stderr(std::io::stderr()),
+        })
+    }
+}
+
+/// Where one record goes.
+pub enum Target {
+    Stderr(std::io::Stderr),
+    File(Arc<File>),
+}
+
+impl AsFd for Target {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Target::Stderr(e) => e.as_fd(),
+            Target::File(f) => f.as_fd(),
+        }
     }
 }
 

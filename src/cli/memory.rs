@@ -70,6 +70,20 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The uncommitted changes of an agent's memory: every path whose
+    /// working-tree file differs from HEAD (modified, added, deleted,
+    /// untracked), as the supervisor sees them. An agent commits them with
+    /// its memory tool (`commit`); you with `memory commit`.
+    #[command(after_help = "Examples:
+  mini-letta memory status
+  mini-letta memory status -a owl --json")]
+    Status {
+        #[command(flatten)]
+        target: AgentArg,
+        /// Print {"agent", "name", "head", "dirty": [path, …]}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate the staged tree (default) or a revision with the MemFS
     /// validator; exit 0 when valid, 1 with the validator's block on stderr
     /// when not, 2 when the repository cannot be read. This is what the
@@ -302,6 +316,7 @@ pub fn run(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
         MemoryCommand::Compile(args) => compile(cli, args),
         MemoryCommand::Show { target, path, json } => show(cli, target, path, *json),
         MemoryCommand::Tree { target, json } => tree(cli, target, *json),
+        MemoryCommand::Status { target, json } => status(cli, target, *json),
         MemoryCommand::Validate(args) => Ok(validate_cmd(cli, args)),
         MemoryCommand::Create {
             target,
@@ -711,6 +726,44 @@ fn read_only_at_head(head: &crate::memfs::snapshot::Head<'_>, path: &str) -> boo
         .read_only_files
         .iter()
         .any(|g| Glob::new(g).is_match(path))
+}
+
+/// `memory status`: the checkout's uncommitted paths, read through
+/// descriptors as the supervisor reads them (never libgit2's status,
+/// which opens the agent's files by path).
+fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
+    let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    let repo = repo::open_agent(&paths)?;
+    let st = crate::memfs::worktree_status::worktree_status(&repo)
+        .with_context(|| format!("cannot read {}", paths.memory_dir().display()))?;
+    if json {
+        output::json(&serde_json::json!({
+            "agent": record.id,
+            "name": record.name,
+            "head": st.head,
+            "dirty": st.dirty,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let head = st.head.as_deref().map_or("no commit yet".to_string(), |h| {
+        format!("HEAD {}", h.chars().take(7).collect::<String>())
+    });
+    if st.dirty.is_empty() {
+        println!(
+            "{}: no uncommitted changes ({head})",
+            output::field(&record.name)
+        );
+    } else {
+        println!(
+            "{}: {} uncommitted change(s) ({head}):",
+            output::field(&record.name),
+            st.dirty.len()
+        );
+        for p in &st.dirty {
+            println!("  {}", output::field(p));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Serialize)]

@@ -7,7 +7,7 @@ mod chat;
 pub(crate) mod context;
 mod doctor;
 mod interrupt;
-mod logging;
+pub(crate) mod logging;
 mod memory;
 mod output;
 mod palace;
@@ -16,7 +16,7 @@ mod recall;
 mod reflect;
 mod sandbox;
 mod spinner;
-mod style;
+pub(crate) mod style;
 mod supervisor;
 mod sync;
 mod terminal;
@@ -163,7 +163,7 @@ impl Cli {
         // Quota volumes do not survive a reboot: mount what is missing
         // before anything reads an agent (root only; one stat otherwise).
         if let Err(e) = crate::sandbox::volume::ensure_mounted(&home) {
-            tracing::warn!("cannot mount the agents' quota volumes: {e}");
+            style::eprint_warning(&format!("cannot mount the agents' quota volumes: {e}"));
         }
         Ok(home)
     }
@@ -190,6 +190,7 @@ pub(crate) fn init_logging(verbose: u8) {
         .then(|| std::env::var_os(EnvFilter::DEFAULT_ENV))
         .flatten()
         .and_then(|_| EnvFilter::try_from_default_env().ok());
+    logging::set_quiet(verbose == 0 && std::env::var_os(EnvFilter::DEFAULT_ENV).is_none());
     let _ = match from_env {
         Some(filter) => fmt.with_env_filter(filter).try_init(),
         None => fmt.with_max_level(level).try_init(),

@@ -14,7 +14,7 @@
 use serde_json::{Value, json};
 
 use super::config::EndpointConfig;
-use super::http::{agent_for, is_context_overflow, parse_arguments, post_json_stream};
+use super::http::{Site, agent_for, is_context_overflow, parse_arguments, post_json_stream};
 use super::sse::feed_events;
 use super::{
     Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Role, StopKind, Usage,
@@ -31,6 +31,7 @@ pub struct AnthropicModel {
     base_url: String,
     api_key: Option<String>,
     agent: ureq::Agent,
+    site: Site,
 }
 
 impl std::fmt::Debug for AnthropicModel {
@@ -46,11 +47,17 @@ impl std::fmt::Debug for AnthropicModel {
 impl AnthropicModel {
     /// `model` is the provider's own name (`claude-sonnet-4-5`).
     pub fn new(model: &str, endpoint: &EndpointConfig) -> Self {
+        let site = Site {
+            provider: "anthropic",
+            base_url_env: "ANTHROPIC_BASE_URL",
+            timeout: std::time::Duration::from_secs(endpoint.timeout_secs),
+        };
         Self {
             model: model.to_string(),
             base_url: endpoint.base_url.trim_end_matches('/').to_string(),
             api_key: endpoint.api_key.clone(),
-            agent: agent_for(&endpoint.base_url),
+            agent: agent_for(&endpoint.base_url, &site),
+            site,
         }
     }
 }
@@ -67,7 +74,7 @@ impl Model for AnthropicModel {
             headers.push(("x-api-key", k.as_str()));
         }
         let url = format!("{}/v1/messages", self.base_url);
-        let reader = post_json_stream(&self.agent, &url, &headers, &body)?;
+        let reader = post_json_stream(&self.agent, &url, &headers, &body, &self.site)?;
         read_stream(&self.model, reader, on_event)
     }
 }
@@ -349,6 +356,7 @@ impl Accumulator {
                     status: None,
                     message: "the provider stream ended without a stop reason".into(),
                     retry_after_ms: None,
+                    hint: None,
                 });
             }
         };
@@ -379,6 +387,7 @@ fn stream_error(err: &Value) -> ModelError {
                 status: None,
                 message: format!("{kind}: {message}"),
                 retry_after_ms: None,
+                hint: None,
             }
         }
         _ => ModelError::Fatal {

@@ -11,6 +11,7 @@
 //! base_url = "https://api.openai.com/v1"   # else $OPENAI_BASE_URL, else this default
 //! api_key_env = "OPENAI_API_KEY"           # variable holding the key (the default)
 //! # api_key = "sk-..."        # discouraged (a secret in a file), but allowed; wins over the env
+//! timeout_secs = 300          # one request's limit, answer streamed included (the default)
 //!
 //! [providers.anthropic]
 //! base_url = "https://api.anthropic.com"   # else $ANTHROPIC_BASE_URL, else this default
@@ -71,7 +72,14 @@ pub struct EndpointConfig {
     pub api_key: Option<String>,
     /// The variable the key is read from (named in error messages).
     pub api_key_env: String,
+    /// How long one request may take, connecting to the end of the
+    /// streamed answer (`timeout_secs`; [`DEFAULT_TIMEOUT_SECS`]).
+    pub timeout_secs: u64,
 }
+
+/// A request's time limit when `timeout_secs` says none (letta-code's
+/// default is five minutes too).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 
 /// Everything the model factory needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +145,7 @@ struct EndpointSection {
     base_url: Option<String>,
     api_key_env: Option<String>,
     api_key: Option<String>,
+    timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,6 +248,7 @@ impl ProviderConfig {
             base_url: url.to_string(),
             api_key: None,
             api_key_env: env_name.to_string(),
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
         };
         Self {
             default_model: None,
@@ -290,10 +300,15 @@ fn endpoint(
         .api_key
         .filter(|k| !k.trim().is_empty())
         .or_else(|| env(&api_key_env));
+    let timeout_secs = section.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout_secs == 0 {
+        return Err("timeout_secs must be greater than 0".into());
+    }
     Ok(EndpointConfig {
         base_url,
         api_key,
         api_key_env,
+        timeout_secs,
     })
 }
 

@@ -13,8 +13,27 @@ use serde_json::Value;
 use super::ModelError;
 use super::config::is_loopback_url;
 
-/// Provider request timeout (letta-code's default is 5 minutes too).
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// A provider's requests: which `[providers.*]` table configures them (named
+/// in errors, so the fix is findable) and how long one may take
+/// (`timeout_secs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Site {
+    /// `openai` or `anthropic`.
+    pub provider: &'static str,
+    /// The variable that sets its base URL when the file does not.
+    pub base_url_env: &'static str,
+    pub timeout: Duration,
+}
+
+impl Site {
+    fn base_url_hint(&self) -> String {
+        format!(
+            "is the server running? If it listens elsewhere, set base_url in [providers.{}] of \
+config.toml (or ${})",
+            self.provider, self.base_url_env
+        )
+    }
+}
 /// How much of an error body is read.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 
@@ -39,10 +58,10 @@ pub(crate) fn is_context_overflow(message: &str) -> bool {
 /// A `ureq` agent that hands back error statuses as responses, with the
 /// provider timeout. Loopback servers are reached directly, never through a
 /// proxy from the environment.
-pub(crate) fn agent_for(base_url: &str) -> ureq::Agent {
+pub(crate) fn agent_for(base_url: &str, site: &Site) -> ureq::Agent {
     let mut b = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(REQUEST_TIMEOUT));
+        .timeout_global(Some(site.timeout));
     if is_loopback_url(base_url) {
         b = b.proxy(None);
     }
@@ -56,6 +75,7 @@ pub(crate) fn post_json_stream(
     url: &str,
     headers: &[(&str, &str)],
     body: &Value,
+    site: &Site,
 ) -> Result<impl Read + use<>, ModelError> {
     let payload = serde_json::to_vec(body)
         .map_err(|e| ModelError::fatal(format!("cannot encode the request: {e}")))?;
@@ -66,7 +86,9 @@ pub(crate) fn post_json_stream(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = req.send(&payload[..]).map_err(transport_error)?;
+    let resp = req
+        .send(&payload[..])
+        .map_err(|e| transport_error(e, url, site))?;
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
         return Ok(resp.into_body().into_reader());
@@ -93,6 +115,7 @@ pub(crate) fn status_error(status: u16, body: &str, retry_after_ms: Option<u64>)
             status: Some(status),
             message,
             retry_after_ms,
+            hint: None,
         };
     }
     ModelError::Fatal {
@@ -120,18 +143,45 @@ pub(crate) fn error_message(body: &str) -> String {
     trimmed.chars().take(2000).collect()
 }
 
-/// Maps a failure to reach the server or read from it.
-pub(crate) fn transport_error(e: ureq::Error) -> ModelError {
+/// Maps a failure to reach the server at `url`: what happened, to which
+/// URL, and (in the hint) the setting that fixes it. All are worth a retry.
+pub(crate) fn transport_error(e: ureq::Error, url: &str, site: &Site) -> ModelError {
+    use std::io::ErrorKind;
     use ureq::Error as E;
+    let transient = |message: String, hint: Option<String>| ModelError::Transient {
+        status: None,
+        message,
+        retry_after_ms: None,
+        hint,
+    };
+    let timed_out = || {
+        let secs = site.timeout.as_secs();
+        transient(
+            format!("no answer from {url} within {secs} s: the request timed out"),
+            Some(format!(
+                "the server took the connection but did not answer; if it is only slow, raise \
+timeout_secs in [providers.{}] of config.toml",
+                site.provider
+            )),
+        )
+    };
     match e {
-        E::Io(_) | E::Timeout(_) | E::HostNotFound | E::ConnectionFailed | E::Protocol(_) => {
-            ModelError::Transient {
-                status: None,
-                message: e.to_string(),
-                retry_after_ms: None,
-            }
-        }
-        other => ModelError::fatal(format!("HTTP request failed: {other}")),
+        E::Timeout(_) => timed_out(),
+        E::Io(io) if io.kind() == ErrorKind::TimedOut => timed_out(),
+        E::Io(io) if io.kind() == ErrorKind::ConnectionRefused => transient(
+            format!("connection refused by {url}: nothing listens there"),
+            Some(site.base_url_hint()),
+        ),
+        E::ConnectionFailed => transient(
+            format!("cannot connect to {url}"),
+            Some(site.base_url_hint()),
+        ),
+        E::HostNotFound => transient(
+            format!("the host of {url} was not found"),
+            Some(site.base_url_hint()),
+        ),
+        e @ (E::Io(_) | E::Protocol(_)) => transient(format!("{url}: {e}"), None),
+        other => ModelError::fatal(format!("HTTP request to {url} failed: {other}")),
     }
 }
 
@@ -141,6 +191,7 @@ pub(crate) fn stream_read_error(e: &std::io::Error) -> ModelError {
         status: None,
         message: format!("reading the response stream failed: {e}"),
         retry_after_ms: None,
+        hint: None,
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `忘掉: X` / `forget: X` | `memory str_replace human.md old_string X, new_string ""` (deletes the lines containing X) |
 //! | `记住: X` / `remember: X` | `memory insert human.md insert_text "- X"` |
 //! | `设定: X` | `memory insert persona.md insert_text "- X"` |
+//! | `提交记忆` / `commit your memory` (start) | `memory commit` (every uncommitted edit) |
 //! | `后台记住: X` / `in the background, remember: X` | `memory delegate instruction "记住: X"` (a memory worker) |
 //! | `回忆: X` / `recall: X` | `recall_search {"query": X, "subagent": true}` (a recall sub-agent) |
 //! | `<reflection-integration branch="B">…` (an explicit-mode integration turn) | `memory merge branch B`, or, when its `<reflection-merge-instructions>` say `do not merge` / `不要合并`, the text `不合并：…` |
@@ -160,6 +161,7 @@ enum Rule {
     Rename,
     Delegate,
     Recall,
+    Commit,
 }
 
 const RULE_PATTERNS: &[(Rule, &str)] = &[
@@ -181,6 +183,8 @@ const RULE_PATTERNS: &[(Rule, &str)] = &[
     (Rule::Remember, r"记住[:：]\s*(.+)"),
     (Rule::Remember, r"(?i)remember:\s*(.+)"),
     (Rule::Persona, r"设定[:：]\s*(.+)"),
+    (Rule::Commit, r"^提交记忆"),
+    (Rule::Commit, r"(?i)^commit (your )?memory"),
 ];
 
 /// Compiled rules, in priority order. Patterns are constants (a unit test
@@ -303,6 +307,10 @@ fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
                            "reason": format!("delegate: remember {x}")}),
                 )
             }
+            Rule::Commit => (
+                "memory",
+                json!({"command": "commit", "reason": "commit the pending memory edits"}),
+            ),
             Rule::Rename => {
                 let (x, y) = (clean_capture(group(1)), clean_capture(group(2)));
                 (

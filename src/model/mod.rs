@@ -70,11 +70,13 @@ mod tests {
                 status: Some(503),
                 message: "overloaded".into(),
                 retry_after_ms: Some(1500),
+                hint: None,
             },
             ModelError::Transient {
                 status: None,
                 message: "reset".into(),
                 retry_after_ms: None,
+                hint: None,
             },
             ModelError::ContextOverflow {
                 message: "too long".into(),

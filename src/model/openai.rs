@@ -14,7 +14,7 @@
 use serde_json::{Value, json};
 
 use super::config::EndpointConfig;
-use super::http::{agent_for, is_context_overflow, parse_arguments, post_json_stream};
+use super::http::{Site, agent_for, is_context_overflow, parse_arguments, post_json_stream};
 use super::sse::feed_events;
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Role, StopKind,
@@ -27,6 +27,7 @@ pub struct OpenAiModel {
     base_url: String,
     api_key: Option<String>,
     agent: ureq::Agent,
+    site: Site,
 }
 
 impl std::fmt::Debug for OpenAiModel {
@@ -42,11 +43,17 @@ impl std::fmt::Debug for OpenAiModel {
 impl OpenAiModel {
     /// `model` is the provider's own name (`gpt-4o-mini`, `llama3.2`).
     pub fn new(model: &str, endpoint: &EndpointConfig) -> Self {
+        let site = Site {
+            provider: "openai",
+            base_url_env: "OPENAI_BASE_URL",
+            timeout: std::time::Duration::from_secs(endpoint.timeout_secs),
+        };
         Self {
             model: model.to_string(),
             base_url: endpoint.base_url.trim_end_matches('/').to_string(),
             api_key: endpoint.api_key.clone(),
-            agent: agent_for(&endpoint.base_url),
+            agent: agent_for(&endpoint.base_url, &site),
+            site,
         }
     }
 }
@@ -64,7 +71,7 @@ impl Model for OpenAiModel {
             headers.push(("authorization", a.as_str()));
         }
         let url = format!("{}/chat/completions", self.base_url);
-        let reader = post_json_stream(&self.agent, &url, &headers, &body)?;
+        let reader = post_json_stream(&self.agent, &url, &headers, &body, &self.site)?;
         read_stream(&self.model, reader, on_event)
     }
 }
@@ -228,6 +235,7 @@ impl Accumulator {
                     status: None,
                     message,
                     retry_after_ms: None,
+                    hint: None,
                 }
             });
         }
@@ -339,6 +347,7 @@ impl Accumulator {
                     status: None,
                     message: "the provider stream ended without a stop reason".into(),
                     retry_after_ms: None,
+                    hint: None,
                 });
             }
         };

@@ -162,6 +162,12 @@ pub enum Call {
     /// conversation it started for it.
     #[serde(rename = "memory.merge")]
     MemoryMerge { branch: String },
+    /// From an agent child, after a sync conflict: set the local commits
+    /// aside, have a repair worker re-apply them onto the remote's memory,
+    /// check that it did and sync (`memory.sync` with `repair`, for the
+    /// child's own agent and the supervisor's remote). Answered when done.
+    #[serde(rename = "memory.repair")]
+    MemoryRepair {},
     /// Sync an agent's memory with its remote (`MINI_LETTA_REMOTE_ROOT`):
     /// fetch, fast-forward or rebase (backup ref first), validate, push;
     /// never force. Under the agent's memory lease.
@@ -233,6 +239,7 @@ impl Call {
             Call::WorkerStart { .. } => "worker.start",
             Call::RecallDelegate { .. } => "recall.delegate",
             Call::MemoryMerge { .. } => "memory.merge",
+            Call::MemoryRepair {} => "memory.repair",
             Call::MemorySync { .. } => "memory.sync",
         }
     }
@@ -446,6 +453,7 @@ pub const METHODS: &[&str] = &[
     "recall.delegate",
     "memory.merge",
     "memory.sync",
+    "memory.repair",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -185,6 +185,10 @@ pub enum ModelFailure {
         status: Option<u16>,
         message: String,
         retry_after_ms: Option<u64>,
+        /// What to do about it, when the provider knows better than a
+        /// generic "try again" (a refused connection: check `base_url`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
     },
     /// The request does not fit the model's context window.
     #[error("context window exceeded: {message}")]

@@ -111,10 +111,12 @@ $MEMORY_DIR and never edit anything outside it.
 str_replace, insert, delete, rename, update_description) and commits each \
 change on your worktree's branch, and Read, which reads a file.
 * The payload is a manifest (JSON) listing one transcript file per \
-conversation (`payload_path`). Read every listed file. Check a file's size \
-first (`wc -c`) and read it whole only if it is at most 15000 bytes; \
-otherwise read it in pieces. Slices marked `replay` were reflected on before \
-and are context for spotting duplicates and contradictions only.
+conversation (`payload_path`); the transcripts are also inline below, in \
+full unless a notice says otherwise. Read a file the inline copy cuts short \
+with Read: whole if its size (given with it, in characters) is at most \
+15000, otherwise in pieces (`offset` and `limit`, in lines). Slices marked \
+`replay` were reflected on before and are context for spotting duplicates \
+and contradictions only.
 
 Memory layout
 * A root MEMORY.md is an index with no frontmatter; it links the other files.
@@ -140,8 +142,8 @@ in step. Make at most one skill change (update, extend, deprecate, split or \
 create), or none.
 4. Review your edits: no secrets, nothing stale, links that resolve, \
 frontmatter intact, indexes up to date.
-5. Commit: every `memory` call commits its change, with its `reason` as the \
-message, so say in it what was learned. If nothing needs to change, make no \
+5. Commit: every `memory` call commits its change, its `reason` in the \
+commit message, so say in it what was learned. If nothing needs to change, make no \
 call. If a call is refused (the validator's message says why), fix the cause \
 and retry once, then report the failure. Uncommitted edits are discarded.
 
@@ -529,7 +531,7 @@ change nothing and say why.
 * $MEMORY_DIR is a private git worktree of the primary agent's memory. Work \
 only there; uncommitted work is discarded when you finish, and your commits \
 are merged into the primary agent's memory afterwards.
-* Your tools: `memory` (edit a file and commit the change, with `reason` as \
+* Your tools: `memory` (edit a file and commit the change, with `reason` in \
 its message) and Read. Read a file before you edit it.
 * Keep corrections quoted in the assignment verbatim. Update existing entries \
 in place instead of appending near-duplicates; keep MEMORY.md indexes in \

@@ -56,6 +56,7 @@ pub async fn handle(
             remote_root,
             repair,
         } => rpc::memory_sync(state, agent, remote_root, repair).await,
+        Call::MemoryRepair {} => rpc::memory_repair(state, peer).await,
     }
 }
 

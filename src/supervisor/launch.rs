@@ -572,6 +572,11 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         ChildState::Killed { signal } => {
             tracing::warn!(child = id, agent = %agent_id, role = %role, pid, signal, "child killed by a signal")
         }
+        // A command's exit status is its result, reported to whoever ran
+        // it (`sandbox run`, a Bash call): not a warning.
+        ChildState::Exited { code } if *code != 0 && role == "tool" => {
+            tracing::info!(child = id, agent = %agent_id, role = %role, pid, code, "command exited non-zero")
+        }
         ChildState::Exited { code } if *code != 0 => {
             tracing::warn!(child = id, agent = %agent_id, role = %role, pid, code, "child failed")
         }

@@ -162,11 +162,14 @@ impl Bound {
                 _ = state.requests.wait() => {}
                 _ = state.stop.cancelled() => {}
                 _ = tokio::time::sleep(limit) => {
-                    tracing::warn!(
-                        requests = state.requests.len(),
+                    let why = format!(
                         "stopped waiting after {}s for the work of other commands on this command's supervisor: their turns are stopped, memory-worker instructions not yet applied are kept for the next supervisor",
                         limit.as_secs()
                     );
+                    // Only an embedded supervisor drains: this is a message
+                    // to the person whose command it ran in, and a record.
+                    crate::cli::style::eprint_warning(&why);
+                    tracing::warn!(requests = state.requests.len(), "{why}");
                 }
             }
             state.requests.reopen();

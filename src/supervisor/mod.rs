@@ -11,6 +11,8 @@ pub mod children;
 pub mod conn;
 pub mod connection;
 pub mod dispatch;
+#[cfg(test)]
+mod instructions;
 pub mod launch;
 pub mod leases;
 pub mod listener;
@@ -130,7 +132,7 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
         return Ok(Started::AlreadyRunning(c.server_pid));
     }
     pidfile::ensure_private_dir(&home.run_dir()).map_err(listener::ServeError::from)?;
-    let log_path = home.run_dir().join("supervisor.log");
+    let log_path = home.supervisor_log();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -249,7 +251,8 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, Superviso
         remove_stale_files(home);
         return Ok(Some(Stopped::Terminated(pid)));
     }
-    tracing::warn!(
+    // `supervisor stop` reports the kill itself (`Stopped::Killed`).
+    tracing::info!(
         pid,
         "supervisor ignored the stop request and SIGTERM; killing it"
     );
@@ -313,15 +316,16 @@ impl Session {
             // finishing its last turns. Its socket answers soon, or it goes.
             if !told && began.elapsed() > Duration::from_secs(2) {
                 told = true;
-                tracing::warn!(
+                // The user's own message (this runs in the CLI's process).
+                crate::cli::style::eprint_warning(&format!(
                     "waiting for the supervisor of {} (another command is starting or finishing it)",
                     home.root().display()
-                );
+                ));
             }
             if began.elapsed() > SHARED_START_WAIT {
                 return Err(SupervisorError::StartTimeout(
                     SHARED_START_WAIT,
-                    home.run_dir().join("supervisor.log").display().to_string(),
+                    home.supervisor_log().display().to_string(),
                 ));
             }
             std::thread::sleep(Duration::from_millis(15));
@@ -363,6 +367,9 @@ impl Session {
         match rx.recv() {
             Ok(Ok(state)) => {
                 tracing::debug!("no supervisor running: started an embedded one");
+                // Its records are the daemon's kind: they go where the
+                // daemon's go unless the user asked to see them.
+                crate::cli::logging::divert_quiet_records(&home.supervisor_log());
                 let client = match connect(home) {
                     Ok(c) => c,
                     Err(e) => {

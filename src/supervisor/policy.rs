@@ -56,6 +56,7 @@ pub const TABLE: &[(&str, [bool; 6])] = &[
     ("recall.delegate", [false, true, false, false, false, false]),
     ("memory.merge", [false, true, false, false, false, false]),
     ("memory.sync", [true, false, false, false, false, false]),
+    ("memory.repair", [false, true, false, false, false, false]),
 ];
 
 /// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown
@@ -115,6 +116,10 @@ mod tests {
             ("recall", "model.complete", true),
             ("recall", "recall.delegate", false),
             ("agent", "recall.delegate", true),
+            ("agent", "memory.repair", true),
+            ("tool", "memory.repair", false),
+            ("memory-worker", "memory.repair", false),
+            ("cli", "memory.repair", false),
             ("reflection", "model.complete", true),
             ("cli", "turn.event", false),
             ("cli", "child.spawn", true),

@@ -34,8 +34,10 @@ use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstat
 
 /// Model responses a reflection or worker may use.
 const SUBAGENT_MAX_STEPS: u32 = 12;
-/// The tools a sub-agent is offered.
-const SUBAGENT_TOOLS: &[&str] = &["memory", "Read"];
+/// The tools a reflection or memory worker is offered.
+pub(crate) const SUBAGENT_TOOLS: &[&str] = &["memory", "Read"];
+/// The tools a recall sub-agent is offered.
+pub(crate) const RECALL_TOOLS: &[&str] = &["recall_search"];
 
 /// Who asked for a reflection.
 #[derive(Debug, Clone)]
@@ -1510,7 +1512,7 @@ pub async fn recall_delegate(
         fork_conversation: Some(conversation),
         context_window: subagent_window(state, &record, None),
         max_steps: RECALL_MAX_STEPS,
-        tools: vec!["recall_search".into()],
+        tools: RECALL_TOOLS.iter().map(|t| t.to_string()).collect(),
     };
     let spawn = match subagent_spawn(&record, &paths, "recall", isolation.clone()) {
         Ok(s) => s,

@@ -542,6 +542,28 @@ pub async fn memory_sync(
     }
 }
 
+/// `memory.repair`: an agent child hands its sync conflict to a repair
+/// worker — the way out of a `MEMORY GIT CONFLICT` that works from its
+/// sandbox, where git cannot run. It is `memory.sync` with `repair` for the
+/// child's own agent (from the child table, never the frame) against the
+/// supervisor's remote; the memory tool holds no lease meanwhile (the
+/// repair worker needs it).
+pub async fn memory_repair(state: &Arc<State>, peer: &Peer) -> Outcome {
+    let Peer::Child { agent, .. } = peer else {
+        return error(
+            ErrorCode::Forbidden,
+            super::policy::refusal("cli", "memory.repair"),
+        );
+    };
+    if crate::remote::root_from_env().is_none() {
+        return error(
+            ErrorCode::Unavailable,
+            "no remote is configured for this supervisor (MINI_LETTA_REMOTE_ROOT): there is no sync conflict to repair",
+        );
+    }
+    memory_sync(state, Some(agent.clone()), None, true).await
+}
+
 /// After a turn's commits or a merge: when a remote is configured (the
 /// supervisor's `MINI_LETTA_REMOTE_ROOT`) and `main` has commits the remote
 /// lacks, sync under the memory lease. A sync that needs the agent's or an
@@ -597,60 +619,27 @@ pub async fn sync_after(
     }
 }
 
-/// The reminder a sync outcome leaves for the agent, if it needs one:
-/// `MEMORY GIT CONFLICT` with the book's recipe, `MEMORY COMMIT NEEDED`, or
-/// `MEMORY SYNC FAILED`. `memory_dir` is the checkout on the host, where an
-/// operator would run the recipe.
+/// The reminder a sync outcome leaves for the agent, if it needs one
+/// (`agent::reminders`). `memory_dir` is the checkout on the host.
 fn sync_reminder(
     o: &crate::memfs::sync::SyncOutcome,
     memory_dir: &std::path::Path,
 ) -> Option<(&'static str, String)> {
+    use crate::agent::reminders;
     use crate::memfs::sync::SyncStatus;
-    let dir = memory_dir.display();
     let status = &o.message;
-    let agent = memory_dir
-        .parent()
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     match o.status {
         SyncStatus::Conflict => Some((
             "memory-git-conflict",
-            format!(
-                "MEMORY GIT CONFLICT: Your memory changes could not be synced: they conflict with \
-changes another host pushed to the remote.\n\
-Memory directory: {dir}\n\
-Status: {status}\n\
-Your local memory is unchanged{}. To resolve it in the memory directory: \
-`git pull --rebase origin main`, edit the conflicting files, `git add` them, then \
-`GIT_EDITOR=true git rebase --continue` (with GIT_DIR naming the memory.git beside it, \
-never the checkout's `.git` pointer); the next sync pushes the result. Or hand it to \
-a repair worker: `mini-letta sync -a {agent} --repair` re-applies your change onto the \
-remote's memory.",
-                o.backup_ref
-                    .as_deref()
-                    .map(|r| format!(" (backup ref {r})"))
-                    .unwrap_or_default()
-            ),
+            reminders::git_conflict(memory_dir, status, o.backup_ref.as_deref()),
         )),
         SyncStatus::Dirty => Some((
             "memory-commit-needed",
-            format!(
-                "MEMORY COMMIT NEEDED: The memory repository has uncommitted changes.\n\
-Memory directory: {dir}\n\
-Status: {status}\n\
-Commit these memory changes with your memory tool; the next sync pushes them."
-            ),
+            reminders::commit_needed(memory_dir, status, "The next sync pushes them."),
         )),
         SyncStatus::Invalid | SyncStatus::PushFailed => Some((
             "memory-sync-failed",
-            format!(
-                "MEMORY SYNC FAILED: Your memory changes could not be pushed to the remote.\n\
-Memory directory: {dir}\n\
-Status: {status}\n\
-Nothing was lost: the commits stay in local memory, and the next sync after a \
-change tries again."
-            ),
+            reminders::sync_failed(memory_dir, status),
         )),
         _ => None,
     }

@@ -19,6 +19,40 @@ pub(super) const TOOL: Tool = Tool {
     run,
 };
 
+/// The commands of the tool, as its schema lists them. Reminders and
+/// prompts that tell the agent to run one name it from here.
+pub const COMMANDS: &[&str] = &[
+    "create",
+    "str_replace",
+    "insert",
+    "delete",
+    "rename",
+    "update_description",
+    "commit",
+    "delegate",
+    "merge",
+    REPAIR_CONFLICT,
+];
+
+/// Commit edits already in the memory directory (made with Bash, Write or
+/// Edit): the named `file_paths`, else every uncommitted change.
+pub const COMMIT: &str = "commit";
+
+/// The supervisor method a command ends in: what decides which roles may
+/// run it (`supervisor::policy`). The edits and `commit` are commits.
+pub fn method(command: &str) -> &'static str {
+    match command {
+        "delegate" => "worker.start",
+        "merge" => "memory.merge",
+        REPAIR_CONFLICT => "memory.repair",
+        _ => "memory.commit",
+    }
+}
+
+/// Hand a sync conflict to a repair worker (the agent's own way out of a
+/// `MEMORY GIT CONFLICT`: git cannot run in its sandbox).
+pub const REPAIR_CONFLICT: &str = "repair_conflict";
+
 fn spec() -> ToolSpec {
     ToolSpec {
         name: TOOL.name.into(),
@@ -31,9 +65,10 @@ fn spec() -> ToolSpec {
         parameters: json!({
             "type": "object",
             "properties": {
-                "command": {"type": "string", "enum": ["create", "str_replace", "insert", "delete", "rename", "update_description", "delegate", "merge"]},
-                "reason": {"type": "string", "description": "Why: becomes part of the commit record."},
+                "command": {"type": "string", "enum": COMMANDS},
+                "reason": {"type": "string", "description": "The commit message."},
                 "file_path": {"type": "string"},
+                "file_paths": {"type": "array"},
                 "old_path": {"type": "string"},
                 "new_path": {"type": "string"},
                 "old_string": {"type": "string"},
@@ -49,8 +84,9 @@ fn spec() -> ToolSpec {
     }
 }
 
-/// A writer whose commits go through the supervisor.
-fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
+/// A writer whose commits go through the supervisor; the call's `reason`
+/// is the body of each commit message (the subject names the operation).
+fn writer(ctx: &ToolContext, reason: Option<&str>) -> Result<Writer, OpError> {
     let repo = match &ctx.worktree {
         // The git directory is root's: opened as the supervisor opens it
         // (its admin directory, read-only here), not through `.git`.
@@ -66,11 +102,19 @@ fn writer(ctx: &ToolContext) -> Result<Writer, OpError> {
         None => repo::open_agent(&ctx.agent).map_err(|e| OpError::Refused(e.to_string()))?,
     };
     let channel = ctx.channel.clone();
+    let reason = reason
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
     Writer::with_remote_commit(
         repo,
         Box::new(move |paths: &[String], message: &str| {
+            let message = match &reason {
+                Some(r) => format!("{message}\n\n{r}"),
+                None => message.to_string(),
+            };
             let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-            match client.memory_commit(paths.to_vec(), message.to_string()) {
+            match client.memory_commit(paths.to_vec(), message) {
                 Ok(c) => Ok(CommitOutcome {
                     commit: c
                         .commit
@@ -101,28 +145,146 @@ fn memory_path(ctx: &ToolContext, p: &str) -> String {
 fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let s = |k: &str| string(args, k);
     let Some(command) = s("command") else {
-        return ToolOutput::err(
-            "memory: 'command' must be one of create, str_replace, insert, delete, rename, update_description",
-        );
+        return ToolOutput::err(format!(
+            "memory: 'command' must be one of {}",
+            COMMANDS.join(", ")
+        ));
     };
-    if command == "delegate" {
-        return delegate(ctx, args);
+    match command {
+        "delegate" => return delegate(ctx, args),
+        "merge" => return merge(ctx, args),
+        REPAIR_CONFLICT => return repair_conflict(ctx),
+        _ => {}
     }
-    if command == "merge" {
-        return merge(ctx, args);
-    }
+    let act = || match command {
+        COMMIT => commit(ctx, args),
+        _ => edit(ctx, args, command),
+    };
     // A worktree is the sub-agent's alone.
     if ctx.worktree.is_some() {
-        return edit(ctx, args, command);
+        return act();
     }
     // Other turns of this agent edit the same working tree: hold the
     // agent's memory lease from the first read to the commit.
     if let Err(e) = lease(ctx, Call::MemoryLease { agent: None }) {
         return ToolOutput::err(format!("memory {command}: {e}"));
     }
-    let out = edit(ctx, args, command);
+    let out = act();
     let _ = lease(ctx, Call::MemoryRelease {});
     out
+}
+
+/// The paths a `commit` names (`file_paths`, or one `file_path`), relative
+/// to the memory directory; `None` when it names none.
+fn named_paths(ctx: &ToolContext, args: &Args) -> Result<Option<Vec<String>>, String> {
+    if let Some(list) = args.get("file_paths").filter(|v| !v.is_null()) {
+        let Some(items) = list.as_array() else {
+            return Err("memory commit: 'file_paths' must be a list of strings".into());
+        };
+        let mut paths = Vec::with_capacity(items.len());
+        for item in items {
+            let Some(p) = item.as_str() else {
+                return Err("memory commit: 'file_paths' must be a list of strings".into());
+            };
+            paths.push(memory_path(ctx, p));
+        }
+        return Ok((!paths.is_empty()).then_some(paths));
+    }
+    Ok(string(args, "file_path").map(|p| vec![memory_path(ctx, p)]))
+}
+
+/// `commit`: commit what is already changed in the memory directory (edits
+/// made with Bash, Write or Edit), through the supervisor, which validates
+/// it like every memory commit; `reason` is the message. Without paths,
+/// every uncommitted change — as the supervisor sees the checkout (the
+/// caller's worktree for a sub-agent), never a list the tool makes up.
+fn commit(ctx: &ToolContext, args: &Args) -> ToolOutput {
+    let Some(reason) = string(args, "reason")
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+    else {
+        return ToolOutput::err(
+            "memory commit: 'reason' must be a non-empty string: it is the commit message",
+        );
+    };
+    let named = match named_paths(ctx, args) {
+        Ok(n) => n,
+        Err(e) => return ToolOutput::err(e),
+    };
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    let paths = match named {
+        Some(p) => p,
+        None => match client.call(Call::MemoryStatus { agent: None }) {
+            Ok(v) => v["dirty"]
+                .as_array()
+                .map(|d| {
+                    d.iter()
+                        .filter_map(|p| p.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Err(ClientError::Remote(body)) => {
+                return ToolOutput::err(format!("memory commit: {}", body.message));
+            }
+            Err(e) => {
+                return ToolOutput::err(format!("memory commit: cannot reach the supervisor: {e}"));
+            }
+        },
+    };
+    if paths.is_empty() {
+        return ToolOutput::ok(
+            "Memory commit: nothing to commit, the memory has no uncommitted change.",
+        );
+    }
+    match client.memory_commit(paths.clone(), reason.to_string()) {
+        Ok(c) => match c.commit {
+            Some(id) => ToolOutput::ok(format!(
+                "Memory committed ({}): {}.",
+                id.chars().take(7).collect::<String>(),
+                if c.changed.is_empty() {
+                    paths.join(", ")
+                } else {
+                    c.changed.join(", ")
+                }
+            )),
+            None => ToolOutput::ok(format!(
+                "Memory commit: nothing changed in {}.",
+                paths.join(", ")
+            )),
+        },
+        Err(ClientError::Remote(body)) => ToolOutput::err(format!(
+            "memory commit: refused: {}",
+            body.message.trim_end()
+        )),
+        Err(e) => ToolOutput::err(format!("memory commit: cannot reach the supervisor: {e}")),
+    }
+}
+
+/// `repair_conflict`: after a `MEMORY GIT CONFLICT`, the supervisor sets
+/// the local commits aside, moves memory to the remote's and has a repair
+/// worker re-apply them; it checks the repair (every local change carried
+/// over) and syncs. The call waits for that and reports how it ended.
+fn repair_conflict(ctx: &ToolContext) -> ToolOutput {
+    let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
+    match client.call(Call::MemoryRepair {}) {
+        Ok(v) => {
+            let status = v["status"].as_str().unwrap_or("?");
+            let message = v["message"].as_str().unwrap_or("");
+            let ok = matches!(status, "pushed" | "clean" | "skipped");
+            let text = format!("Memory sync after the repair: {status}: {message}");
+            if ok {
+                ToolOutput::ok(text)
+            } else {
+                ToolOutput::err(text)
+            }
+        }
+        Err(ClientError::Remote(body)) => {
+            ToolOutput::err(format!("memory {REPAIR_CONFLICT}: {}", body.message))
+        }
+        Err(e) => ToolOutput::err(format!(
+            "memory {REPAIR_CONFLICT}: cannot reach the supervisor: {e}"
+        )),
+    }
 }
 
 /// `delegate`: start a memory worker with a self-contained instruction; it
@@ -193,7 +355,7 @@ fn lease(ctx: &ToolContext, call: Call) -> Result<(), String> {
 
 fn edit(ctx: &ToolContext, args: &Args, command: &str) -> ToolOutput {
     let s = |k: &str| string(args, k);
-    let w = match writer(ctx) {
+    let w = match writer(ctx, s("reason")) {
         Ok(w) => w,
         Err(e) => return ToolOutput::err(e.to_string()),
     };
@@ -228,7 +390,8 @@ fn edit(ctx: &ToolContext, args: &Args, command: &str) -> ToolOutput {
         "rename" => (|| w.rename(&path("old_path")?, &path("new_path")?))(),
         "update_description" => (|| w.set_description(&path("file_path")?, need("description")?))(),
         other => Err(OpError::Refused(format!(
-            "memory: unknown command {other:?} (create, str_replace, insert, delete, rename, update_description)"
+            "memory: unknown command {other:?} ({})",
+            COMMANDS.join(", ")
         ))),
     };
     match result {

@@ -26,6 +26,10 @@ pub mod schemas;
 mod write;
 
 pub use bash::{BASH_DEFAULT_TIMEOUT_MS, BASH_MAX_TIMEOUT_MS, OUTPUT_LIMIT};
+pub use memory::{
+    COMMANDS as MEMORY_COMMANDS, COMMIT as MEMORY_COMMIT,
+    REPAIR_CONFLICT as MEMORY_REPAIR_CONFLICT, method as memory_command_method,
+};
 pub use recall_search::line as recall_line;
 pub use schemas::Schemas;
 
@@ -67,6 +71,10 @@ pub struct ToolContext {
     /// A sub-agent whose view of the agent is read-only (recall): tools
     /// read what is on disk and write nothing.
     pub read_only: bool,
+    /// Directories `Read` may read besides the memory directory and the
+    /// workspace (a reflection's payloads, which its prompt tells it to
+    /// read); never written by any tool.
+    pub read_roots: Vec<PathBuf>,
 }
 
 impl ToolContext {
@@ -101,6 +109,11 @@ const TOOLS: &[Tool] = &[
     edit::TOOL,
     recall_search::TOOL,
 ];
+
+/// Every tool's name, in the order the model is shown them.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    TOOLS.iter().map(|t| t.name)
+}
 
 /// Every tool's full schema.
 pub fn specs() -> Vec<ToolSpec> {
@@ -175,6 +188,26 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// File tools act only in the workspace and the own memory directory.
 fn allowed_path(ctx: &ToolContext, p: &str) -> Result<PathBuf, ToolOutput> {
+    let roots: Vec<PathBuf> = [Some(ctx.memory_dir()), ctx.workspace.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    inside_roots(p, &roots)
+}
+
+/// What `Read` may read: [`allowed_path`]'s directories and the context's
+/// `read_roots`.
+fn readable_path(ctx: &ToolContext, p: &str) -> Result<PathBuf, ToolOutput> {
+    let mut roots: Vec<PathBuf> = [Some(ctx.memory_dir()), ctx.workspace.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    roots.extend(ctx.read_roots.iter().cloned());
+    inside_roots(p, &roots)
+}
+
+/// `p`, when it is absolute, has no `..` and resolves below one of `roots`.
+fn inside_roots(p: &str, roots: &[PathBuf]) -> Result<PathBuf, ToolOutput> {
     let path = Path::new(p);
     if !path.is_absolute() {
         return Err(ToolOutput::err(format!("{p}: file_path must be absolute")));
@@ -185,10 +218,6 @@ fn allowed_path(ctx: &ToolContext, p: &str) -> Result<PathBuf, ToolOutput> {
     {
         return Err(ToolOutput::err(format!("{p}: '..' is not allowed")));
     }
-    let roots: Vec<PathBuf> = [Some(ctx.memory_dir()), ctx.workspace.clone()]
-        .into_iter()
-        .flatten()
-        .collect();
     // Resolve symlinks of the existing part so a link cannot lead outside.
     let existing = path.ancestors().find(|a| a.exists()).unwrap_or(path);
     let real = existing
@@ -222,6 +251,23 @@ mod tests {
         for t in TOOLS {
             assert_eq!((t.spec)().name, t.name);
         }
+    }
+
+    /// A reflection is told to read its payload files: `Read` reaches its
+    /// extra roots, and nothing beside them.
+    #[test]
+    fn read_roots_are_readable_and_only_they() {
+        let t = tempfile::tempdir().expect("tmp");
+        let payloads = t.path().join("reflections/payloads");
+        std::fs::create_dir_all(payloads.join("l1")).expect("mkdir");
+        std::fs::write(payloads.join("l1/c.json"), "[]").expect("write");
+        std::fs::write(t.path().join("secret"), "x").expect("write");
+        let file = payloads.join("l1/c.json");
+        let file = file.to_str().expect("utf-8");
+        assert!(inside_roots(file, std::slice::from_ref(&payloads)).is_ok());
+        assert!(inside_roots(file, &[t.path().join("memory")]).is_err());
+        let outside = t.path().join("reflections/payloads/../../secret");
+        assert!(inside_roots(outside.to_str().expect("utf-8"), &[payloads]).is_err());
     }
 
     #[test]

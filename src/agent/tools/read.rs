@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, allowed_path, string, truncate};
+use super::{Args, Tool, ToolContext, ToolOutput, readable_path, string, truncate};
 use crate::protocol::messages::ToolSpec;
 
 pub(super) const TOOL: Tool = Tool {
@@ -41,7 +41,7 @@ fn run(ctx: &ToolContext, args: &Args) -> ToolOutput {
 }
 
 fn read(ctx: &ToolContext, p: &str, offset: Option<u64>, limit: Option<u64>) -> ToolOutput {
-    let path = match allowed_path(ctx, p) {
+    let path = match readable_path(ctx, p) {
         Ok(p) => p,
         Err(e) => return e,
     };

@@ -106,13 +106,43 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
     }
 }
 
+/// Whether a part is a harness reminder (not the user's own words).
+fn is_reminder(p: &Part) -> bool {
+    matches!(p, Part::Text { text } if text.starts_with("<system-reminder>"))
+}
+
+/// What a reminder is, in a few words: its title (`MEMORY COMMIT NEEDED`)
+/// or `memory update`.
+fn reminder_title(p: &Part) -> String {
+    let Part::Text { text } = p else {
+        return String::new();
+    };
+    let body = text.trim_start_matches("<system-reminder>").trim_start();
+    if body.starts_with("<memory_update") {
+        return "memory update".into();
+    }
+    let first = body.lines().next().unwrap_or_default();
+    let title = first.split(':').next().unwrap_or_default().trim();
+    clip(first_line(title), 60)
+}
+
 /// A stored message as one line: `[id] Role: what it holds`, system
-/// reminders left out.
+/// reminders left out — or named, when they are all it holds (a turn that
+/// carried only reminders).
 pub fn message(m: &StoredMessage) -> String {
+    if !m.parts.is_empty() && m.parts.iter().all(is_reminder) {
+        let titles: Vec<String> = m.parts.iter().map(reminder_title).collect();
+        return format!(
+            "[{}] {:?}: (reminders only: {})",
+            clean(&m.id),
+            m.role,
+            titles.join(", ")
+        );
+    }
     let parts: Vec<String> = m
         .parts
         .iter()
-        .filter(|p| !matches!(p, Part::Text { text } if text.starts_with("<system-reminder>")))
+        .filter(|p| !is_reminder(p))
         .map(|p| match p {
             Part::Text { text } => clean(text).into_owned(),
             Part::ToolCall {
@@ -400,6 +430,41 @@ mod tests {
             panic!("a tool call shows")
         };
         assert!(!n.contains('\x1b'), "{n:?}");
+    }
+
+    /// A turn that carried only reminders showed as an empty `User:`
+    /// line in `attach`; it says what it carried.
+    #[test]
+    fn a_reminder_only_message_says_what_it_carried() {
+        let m = StoredMessage::new(
+            "m9".into(),
+            Role::User,
+            vec![
+                Part::text(
+                    "<system-reminder>\nMEMORY COMMIT NEEDED: The memory repository has \
+                     uncommitted changes.\n\nMemory directory: /x\n</system-reminder>",
+                ),
+                Part::text(
+                    "<system-reminder>\n<memory_update>\n<human>\n- x\n</human>\n</memory_update>\n</system-reminder>",
+                ),
+            ],
+        );
+        assert_eq!(
+            message(&m),
+            "[m9] User: (reminders only: MEMORY COMMIT NEEDED, memory update)"
+        );
+        let hidden = StoredMessage::new(
+            "m10".into(),
+            Role::User,
+            vec![Part::text(
+                "<system-reminder>\n\x1b[2Jodd\n</system-reminder>",
+            )],
+        );
+        let line = message(&hidden);
+        assert!(
+            !line.contains('\x1b') && line.contains("reminders only"),
+            "{line:?}"
+        );
     }
 
     #[test]
