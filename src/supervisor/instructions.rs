@@ -355,8 +355,10 @@ mod tests {
         use crate::protocol::messages::Role;
         use crate::reflection::payload::{SelectOptions, select_and_write};
         use crate::reflection::testutil::say;
-        let agent = AgentPaths::from_dir(&tmp.join("agents/r1"));
-        std::fs::create_dir_all(agent.dir()).expect("agent dir");
+        // A real agent: the reflector's system prompt holds its memory.
+        let home = crate::paths::Home::at(tmp);
+        let record = crate::agent::store::create(&home, "r1", None).expect("create");
+        let agent = home.agent(&record.id).expect("paths");
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "- I prefer tea");
         say(&mut conv, Role::Assistant, "Noted.");
@@ -364,10 +366,12 @@ mod tests {
             user_instruction: Some("only tea".into()),
             ..Default::default()
         };
-        let m = select_and_write(&agent, "r1", &opts, time::OffsetDateTime::now_utc())
+        let m = select_and_write(&agent, &record.id, &opts, time::OffsetDateTime::now_utc())
             .expect("select")
             .expect("a payload");
-        prompt::build(&agent, &m, wt).expect("prompt")
+        let repo = crate::memfs::repo::open_agent(&agent).expect("repo");
+        let base = repo.head().expect("head").target().expect("commit");
+        prompt::build(&agent, &m, wt, base).expect("prompt")
     }
 
     /// Issue 31 §2: each reminder and sub-agent prompt names only tools and
