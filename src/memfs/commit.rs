@@ -29,6 +29,7 @@ use std::time::Duration;
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Odb, Oid, Repository, Signature};
 
 use crate::agentfs::{Dir, FsError, Kind, Stat};
+use crate::retry::Policy;
 
 use super::hook::{self, EnsureMode, HookError};
 use super::lock::{LockError, RepoLock};
@@ -637,34 +638,41 @@ fn changed_paths(
     out.into_iter().collect()
 }
 
-/// Give the on-disk index the committed entries for the named paths only,
-/// retrying briefly while someone else (a person's `git add`) holds
-/// `index.lock`.
+/// Give the on-disk index the committed entries for the named paths only.
 fn update_disk_index(
     repo: &Repository,
     specs: &BTreeSet<String>,
     staged: &[IndexEntry],
 ) -> Result<(), git2::Error> {
-    let mut delays = [25u64, 50, 100, 200].into_iter();
-    loop {
-        let result = (|| {
-            let mut index = repo.index()?;
-            index.read(true)?;
-            for spec in specs {
-                remove_from_index(&mut index, spec)?;
-            }
-            for entry in staged {
-                index.add(entry)?;
-            }
-            index.write()
-        })();
-        match (result, delays.next()) {
-            (Err(e), Some(ms)) if e.code() == git2::ErrorCode::Locked => {
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            (r, _) => return r,
+    edit_index(repo, |index| {
+        for spec in specs {
+            remove_from_index(index, spec)?;
         }
-    }
+        for entry in staged {
+            index.add(entry)?;
+        }
+        Ok(())
+    })
+}
+
+/// How long a writer waits for someone else's `index.lock` (a person's
+/// `git add`): 25, 50, 100 and 200 ms, then the index is left as it is.
+pub(crate) const INDEX_LOCK_WAIT: Policy =
+    Policy::backoff(5, Duration::from_millis(25), Duration::from_millis(200));
+
+/// Read the on-disk index afresh, apply `edit` and write it, trying again
+/// while someone else holds `index.lock` ([`INDEX_LOCK_WAIT`]).
+pub(crate) fn edit_index(
+    repo: &Repository,
+    mut edit: impl FnMut(&mut Index) -> Result<(), git2::Error>,
+) -> Result<(), git2::Error> {
+    let once = || {
+        let mut index = repo.index()?;
+        index.read(true)?;
+        edit(&mut index)?;
+        index.write()
+    };
+    INDEX_LOCK_WAIT.run(|e| e.code() == git2::ErrorCode::Locked, once)
 }
 
 #[cfg(test)]

@@ -6,13 +6,12 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::Duration;
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
 use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::memfs::commit::CommitOptions;
+use crate::memfs::commit::{CommitOptions, edit_index};
 use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::AgentPaths;
 
@@ -431,33 +430,23 @@ fn make_parents<'a>(root: &Dir, path: &'a str) -> Result<(Dir, &'a str), Worktre
     Ok((dir, leaf))
 }
 
-/// Replace the index entries of `changed` with `entries`, retrying briefly
-/// while someone else holds `index.lock`.
+/// Replace the index entries of `changed` with `entries` (waiting briefly
+/// for someone else's `index.lock`).
 fn write_index(
     repo: &Repository,
     changed: &[String],
     entries: &[IndexEntry],
 ) -> Result<(), WorktreeError> {
-    let mut delays = [25u64, 50, 100, 200].into_iter();
-    loop {
-        let result = (|| {
-            let mut index = repo.index()?;
-            index.read(true)?;
-            for path in changed {
-                remove_entry(&mut index, path)?;
-            }
-            for entry in entries {
-                index.add(entry)?;
-            }
-            index.write()
-        })();
-        match (result, delays.next()) {
-            (Err(e), Some(ms)) if e.code() == git2::ErrorCode::Locked => {
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            (r, _) => return r.map_err(git("update the memory index")),
+    edit_index(repo, |index| {
+        for path in changed {
+            remove_entry(index, path)?;
         }
-    }
+        for entry in entries {
+            index.add(entry)?;
+        }
+        Ok(())
+    })
+    .map_err(git("update the memory index"))
 }
 
 fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
