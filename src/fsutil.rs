@@ -121,7 +121,10 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert!(e.to_string().contains("the test lock"), "{e}");
         let took = began.elapsed();
-        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(2), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(50) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
         let letting_go = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
             drop(held);

@@ -225,7 +225,11 @@ mod tests {
     fn flaky(fails: u32, calls: &mut u32) -> impl FnMut() -> Result<u32, u32> + '_ {
         move || {
             *calls += 1;
-            if *calls > fails { Ok(*calls) } else { Err(*calls) }
+            if *calls > fails {
+                Ok(*calls)
+            } else {
+                Err(*calls)
+            }
         }
     }
 

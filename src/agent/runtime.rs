@@ -21,12 +21,12 @@ use super::prompt_cache::{self, PromptError};
 use super::record::AgentRecord;
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
-use crate::retry::{Policy, Spent, Verdict};
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::messages::{
     Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, Usage,
 };
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::retry::{Policy, Spent, Verdict};
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;
