@@ -134,7 +134,13 @@ fn a_briefly_held_index_lock_is_waited_for() {
         assert!(out.commit.is_some());
         began.elapsed()
     };
-    let clean = || Repository::open(&mem).unwrap().statuses(None).unwrap().is_empty();
+    let clean = || {
+        Repository::open(&mem)
+            .unwrap()
+            .statuses(None)
+            .unwrap()
+            .is_empty()
+    };
 
     std::fs::write(&lock, "").unwrap();
     let holder = {
@@ -146,7 +152,10 @@ fn a_briefly_held_index_lock_is_waited_for() {
     };
     commit(1);
     holder.join().unwrap();
-    assert!(clean(), "the index was not updated after the lock was let go");
+    assert!(
+        clean(),
+        "the index was not updated after the lock was let go"
+    );
 
     std::fs::write(&lock, "").unwrap();
     let took = commit(2);
