@@ -994,8 +994,16 @@ fn a_request_that_never_answers_times_out_after_timeout_secs() {
 // ---------------------------------------------------------------------------
 // How a streamed answer stopped, and errors inside a stream (both readers)
 
-/// What a reader made of `stream`: the stop kind and the tool calls it
-/// announced, or the error's kind and text.
+/// What a reader made of a stream: the stop kind, the tool calls kept and
+/// those announced; or whether the error is transient, whether it is an
+/// overflow, and its text.
+type ReadOutcome = Result<(StopKind, usize, usize), (bool, bool, String)>;
+
+fn cut_short() -> ReadOutcome {
+    let m = "transient model error: the provider stream ended without a stop reason";
+    Err((true, false, m.into()))
+}
+
 fn read_with(
     read: fn(
         &str,
@@ -1003,7 +1011,7 @@ fn read_with(
         &mut dyn FnMut(ModelEvent),
     ) -> Result<ModelResponse, ModelError>,
     stream: &[String],
-) -> Result<(StopKind, usize, usize), (bool, bool, String)> {
+) -> ReadOutcome {
     let body = std::io::Cursor::new(stream.concat().into_bytes());
     let mut announced = 0;
     let r = read("m", body, &mut |e| {
@@ -1035,7 +1043,7 @@ fn openai_stop_kinds_and_stream_errors() {
         json!({"tool_calls":[{"index":0,"id":"k","function":{"name":"Bash","arguments":"{}"}}]});
     let done = "data: [DONE]\n\n".to_string();
     let text = chunk(json!({"content":"x"}), Value::Null);
-    let cases: Vec<(Vec<String>, Result<(StopKind, usize, usize), ()>)> = vec![
+    let cases: Vec<(Vec<String>, ReadOutcome)> = vec![
         (
             vec![
                 text.clone(),
@@ -1064,22 +1072,10 @@ fn openai_stop_kinds_and_stream_errors() {
             vec![chunk(call.clone(), Value::Null)],
             Ok((StopKind::ToolUse, 1, 1)),
         ),
-        (vec![text.clone()], Err(())),
+        (vec![text.clone()], cut_short()),
     ];
     for (stream, want) in cases {
-        let got = read_with(read_stream, &stream);
-        match want {
-            Ok(w) => assert_eq!(got, Ok(w), "{stream:?}"),
-            Err(()) => assert_eq!(
-                got,
-                Err((
-                    true,
-                    false,
-                    "transient model error: the provider stream ended without a stop reason".into()
-                )),
-                "{stream:?}"
-            ),
-        }
+        assert_eq!(read_with(read_stream, &stream), want, "{stream:?}");
     }
     let error = |message: &str| data(json!({"error":{"message":message,"type":"x"}}));
     let got = read_with(
@@ -1117,48 +1113,36 @@ fn anthropic_stop_kinds_and_stream_errors() {
         )
     };
     let end = event("message_stop", json!({"type":"message_stop"}));
-    let cases: Vec<(Vec<String>, Option<(StopKind, usize, usize)>)> = vec![
+    let cases: Vec<(Vec<String>, ReadOutcome)> = vec![
         (
             vec![start.clone(), stop("max_tokens"), end.clone()],
-            Some((StopKind::MaxTokens, 0, 0)),
+            Ok((StopKind::MaxTokens, 0, 0)),
         ),
         (
             vec![start.clone(), tool.clone(), close.clone(), stop("tool_use")],
-            Some((StopKind::ToolUse, 1, 1)),
+            Ok((StopKind::ToolUse, 1, 1)),
         ),
         (
             vec![start.clone(), tool.clone(), close.clone(), stop("end_turn")],
-            Some((StopKind::ToolUse, 1, 1)),
+            Ok((StopKind::ToolUse, 1, 1)),
         ),
         (
             vec![start.clone(), stop("end_turn"), end.clone()],
-            Some((StopKind::EndTurn, 0, 0)),
+            Ok((StopKind::EndTurn, 0, 0)),
         ),
         (
             vec![start.clone(), end.clone()],
-            Some((StopKind::EndTurn, 0, 0)),
+            Ok((StopKind::EndTurn, 0, 0)),
         ),
         // A block never closed is kept, not announced.
         (
             vec![start.clone(), tool.clone()],
-            Some((StopKind::ToolUse, 1, 0)),
+            Ok((StopKind::ToolUse, 1, 0)),
         ),
-        (vec![start.clone()], None),
+        (vec![start.clone()], cut_short()),
     ];
     for (stream, want) in cases {
-        let got = read_with(read_stream, &stream);
-        match want {
-            Some(w) => assert_eq!(got, Ok(w), "{stream:?}"),
-            None => assert_eq!(
-                got,
-                Err((
-                    true,
-                    false,
-                    "transient model error: the provider stream ended without a stop reason".into()
-                )),
-                "{stream:?}"
-            ),
-        }
+        assert_eq!(read_with(read_stream, &stream), want, "{stream:?}");
     }
     let error = |kind: &str, message: &str| {
         event(
@@ -1166,40 +1150,25 @@ fn anthropic_stop_kinds_and_stream_errors() {
             json!({"type":"error","error":{"type":kind,"message":message}}),
         )
     };
-    let got = read_with(
-        read_stream,
-        &[start.clone(), error("overloaded_error", "busy")],
-    );
-    assert_eq!(
-        got,
-        Err((
-            true,
-            false,
-            "transient model error: overloaded_error: busy".into()
-        ))
-    );
-    let got = read_with(
-        read_stream,
-        &[start.clone(), error("invalid_request_error", "no")],
-    );
-    assert_eq!(
-        got,
-        Err((
-            false,
-            false,
-            "model error: invalid_request_error: no".into()
-        ))
-    );
-    let got = read_with(
-        read_stream,
-        &[error("invalid_request_error", "prompt is too long")],
-    );
-    assert_eq!(
-        got,
-        Err((
-            false,
-            true,
-            "context window exceeded: prompt is too long".into()
-        ))
-    );
+    let errors = [
+        (
+            ("overloaded_error", "busy"),
+            (true, false),
+            "transient model error: overloaded_error: busy",
+        ),
+        (
+            ("invalid_request_error", "no"),
+            (false, false),
+            "model error: invalid_request_error: no",
+        ),
+        (
+            ("invalid_request_error", "prompt is too long"),
+            (false, true),
+            "context window exceeded: prompt is too long",
+        ),
+    ];
+    for ((kind, message), (transient, overflow), shown) in errors {
+        let got = read_with(read_stream, &[start.clone(), error(kind, message)]);
+        assert_eq!(got, Err((transient, overflow, shown.to_string())));
+    }
 }

@@ -416,7 +416,7 @@ pub fn commit_paths(
 
     // The commit is made; the index only gets the same entries for the
     // named paths. A failure here cannot undo the commit, so it is logged.
-    if let Err(e) = update_disk_index(repo, &specs, &staged) {
+    if let Err(e) = replace_index_entries(repo, &specs, remove_from_index, &staged) {
         tracing::warn!(
             "committed {id}, but could not update the index for {:?}: {e}",
             specs
@@ -638,38 +638,29 @@ fn changed_paths(
     out.into_iter().collect()
 }
 
-/// Give the on-disk index the committed entries for the named paths only.
-fn update_disk_index(
-    repo: &Repository,
-    specs: &BTreeSet<String>,
-    staged: &[IndexEntry],
-) -> Result<(), git2::Error> {
-    edit_index(repo, |index| {
-        for spec in specs {
-            remove_from_index(index, spec)?;
-        }
-        for entry in staged {
-            index.add(entry)?;
-        }
-        Ok(())
-    })
-}
-
 /// How long a writer waits for someone else's `index.lock` (a person's
 /// `git add`): 25, 50, 100 and 200 ms, then the index is left as it is.
 pub(crate) const INDEX_LOCK_WAIT: Policy =
     Policy::backoff(5, Duration::from_millis(25), Duration::from_millis(200));
 
-/// Read the on-disk index afresh, apply `edit` and write it, trying again
-/// while someone else holds `index.lock` ([`INDEX_LOCK_WAIT`]).
-pub(crate) fn edit_index(
+/// Give the on-disk index `entries` in place of what it holds for `paths`
+/// (each taken out by `remove`), read afresh and written whole; someone
+/// else's `index.lock` is waited for ([`INDEX_LOCK_WAIT`]).
+pub(crate) fn replace_index_entries<'p>(
     repo: &Repository,
-    mut edit: impl FnMut(&mut Index) -> Result<(), git2::Error>,
+    paths: impl IntoIterator<Item = &'p String> + Copy,
+    remove: fn(&mut Index, &str) -> Result<(), git2::Error>,
+    entries: &[IndexEntry],
 ) -> Result<(), git2::Error> {
     let once = || {
         let mut index = repo.index()?;
         index.read(true)?;
-        edit(&mut index)?;
+        for path in paths {
+            remove(&mut index, path)?;
+        }
+        for entry in entries {
+            index.add(entry)?;
+        }
         index.write()
     };
     INDEX_LOCK_WAIT.run(|e| e.code() == git2::ErrorCode::Locked, once)

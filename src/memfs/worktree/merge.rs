@@ -11,7 +11,7 @@ use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
 use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::memfs::commit::{CommitOptions, edit_index};
+use crate::memfs::commit::{CommitOptions, replace_index_entries};
 use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::AgentPaths;
 
@@ -389,7 +389,8 @@ pub(crate) fn update_checkout(
             path: path.as_bytes().to_vec(),
         });
     }
-    write_index(repo, changed, &entries)
+    replace_index_entries(repo, changed, remove_entry, &entries)
+        .map_err(git("update the memory index"))
 }
 
 /// Remove the file or symlink at `path` (if any) and then every parent
@@ -428,25 +429,6 @@ fn make_parents<'a>(root: &Dir, path: &'a str) -> Result<(Dir, &'a str), Worktre
         dir = dir.create_dir(seg, 0o755)?;
     }
     Ok((dir, leaf))
-}
-
-/// Replace the index entries of `changed` with `entries` (waiting briefly
-/// for someone else's `index.lock`).
-fn write_index(
-    repo: &Repository,
-    changed: &[String],
-    entries: &[IndexEntry],
-) -> Result<(), WorktreeError> {
-    edit_index(repo, |index| {
-        for path in changed {
-            remove_entry(index, path)?;
-        }
-        for entry in entries {
-            index.add(entry)?;
-        }
-        Ok(())
-    })
-    .map_err(git("update the memory index"))
 }
 
 fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
