@@ -1004,14 +1004,14 @@ fn cut_short() -> ReadOutcome {
     Err((true, false, m.into()))
 }
 
-fn read_with(
-    read: fn(
-        &str,
-        std::io::Cursor<Vec<u8>>,
-        &mut dyn FnMut(ModelEvent),
-    ) -> Result<ModelResponse, ModelError>,
-    stream: &[String],
-) -> ReadOutcome {
+/// `openai::read_stream` or `anthropic::read_stream`.
+type StreamReader = fn(
+    &str,
+    std::io::Cursor<Vec<u8>>,
+    &mut dyn FnMut(ModelEvent),
+) -> Result<ModelResponse, ModelError>;
+
+fn read_with(read: StreamReader, stream: &[String]) -> ReadOutcome {
     let body = std::io::Cursor::new(stream.concat().into_bytes());
     let mut announced = 0;
     let r = read("m", body, &mut |e| {
