@@ -42,6 +42,8 @@ use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::{Gid, Uid};
 
+pub mod temp_name;
+
 /// Why an operation below a directory descriptor was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -607,13 +609,7 @@ impl Dir {
         single(name).ok_or_else(|| FsError::BadName {
             path: self.shown(name),
         })?;
-        let mut tmp = OsString::from(".");
-        tmp.push(name);
-        tmp.push(format!(
-            ".tmp-{}-{:016x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
+        let tmp = temp_name::temp_name(name);
         let io = |source| FsError::Io {
             path: self.shown(&tmp),
             source,
@@ -656,13 +652,7 @@ impl Dir {
         single(name).ok_or_else(|| FsError::BadName {
             path: self.shown(name),
         })?;
-        let mut tmp = OsString::from(".");
-        tmp.push(name);
-        tmp.push(format!(
-            ".tmp-{}-{:016x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
+        let tmp = temp_name::temp_name(name);
         nix::unistd::symlinkat(target.as_ref(), &self.fd, tmp.as_os_str())
             .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
         let done = (|| {

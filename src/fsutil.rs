@@ -41,27 +41,29 @@ pub fn atomic_write_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Re
 /// same uid can hold such a lock, so a holder that never lets go costs a
 /// bounded wait, then a `TimedOut` error naming `what` it held).
 pub fn flock_bounded(
-    mut file: std::fs::File,
+    file: std::fs::File,
     wait: std::time::Duration,
     what: &str,
 ) -> std::io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::errno::Errno;
     use nix::fcntl::{Flock, FlockArg};
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => return Ok(locked),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("another process held {what} for {wait:?}"),
-                ));
-            }
-            Err((_, e)) => return Err(e.into()),
-        }
+    // `Flock::lock` takes the file and hands it back on failure.
+    let mut file = Some(file);
+    let once = || {
+        let f = file.take().ok_or(Errno::EBADF)?;
+        Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(f, e)| {
+            file = Some(f);
+            e
+        })
+    };
+    let policy = crate::retry::Policy::polling(std::time::Duration::from_millis(5), wait);
+    match policy.run(|e| *e == Errno::EWOULDBLOCK, once) {
+        Ok(locked) => Ok(locked),
+        Err(Errno::EWOULDBLOCK) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("another process held {what} for {wait:?}"),
+        )),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -103,5 +105,31 @@ mod tests {
         assert_eq!(got.len(), 64 * 1024);
         assert!(got.iter().all(|b| *b == got[0]), "torn file");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// A lock held elsewhere is waited for while it is let go in time, and
+    /// turns into a `TimedOut` naming what was held when it is not.
+    #[test]
+    fn a_held_lock_is_waited_for_within_the_bound() {
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lock");
+        let open = || File::options().create(true).append(true).open(&p).unwrap();
+        let held = flock_bounded(open(), Duration::ZERO, "x").unwrap();
+        let began = Instant::now();
+        let e = flock_bounded(open(), Duration::from_millis(50), "the test lock").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("the test lock"), "{e}");
+        let took = began.elapsed();
+        assert!(
+            took >= Duration::from_millis(50) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            drop(held);
+        });
+        assert!(flock_bounded(open(), Duration::from_secs(5), "x").is_ok());
+        letting_go.join().unwrap();
     }
 }

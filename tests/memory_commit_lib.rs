@@ -112,3 +112,54 @@ fn threads_in_one_process_commit_without_losing_any() {
     let statuses = repository.statuses(None).unwrap();
     assert_eq!(statuses.len(), 0);
 }
+
+/// Someone else's `git add` holding `index.lock` for a moment does not cost
+/// the commit its index update: the update waits for the lock and the tree
+/// reads clean after. Held past the wait, the commit still stands (the index
+/// is only a mirror) and the wait stays bounded.
+#[test]
+fn a_briefly_held_index_lock_is_waited_for() {
+    let (dir, mem) = new_repo();
+    let repository = repo::open(&mem).unwrap();
+    let lock = dir.path().join("memory.git/index.lock");
+    let commit = |n: u32| {
+        std::fs::write(
+            mem.join("held.md"),
+            format!("---\nname: H\ndescription: d\n---\n{n}\n"),
+        )
+        .unwrap();
+        let opts = CommitOptions::for_repo(&repository, false);
+        let began = std::time::Instant::now();
+        let out = commit_paths(&repository, &["held.md".into()], "held", &sig(), &opts).unwrap();
+        assert!(out.commit.is_some());
+        began.elapsed()
+    };
+    let clean = || {
+        Repository::open(&mem)
+            .unwrap()
+            .statuses(None)
+            .unwrap()
+            .is_empty()
+    };
+
+    std::fs::write(&lock, "").unwrap();
+    let holder = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+    commit(1);
+    holder.join().unwrap();
+    assert!(
+        clean(),
+        "the index was not updated after the lock was let go"
+    );
+
+    std::fs::write(&lock, "").unwrap();
+    let took = commit(2);
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    assert!(!clean(), "the index changed under someone else's lock");
+    std::fs::remove_file(&lock).unwrap();
+}

@@ -990,3 +990,185 @@ fn a_request_that_never_answers_times_out_after_timeout_secs() {
     let e = ProviderConfig::load_from(&path, &|_| None).unwrap_err();
     assert!(e.to_string().contains("timeout_secs"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// How a streamed answer stopped, and errors inside a stream (both readers)
+
+/// What a reader made of a stream: the stop kind, the tool calls kept and
+/// those announced; or whether the error is transient, whether it is an
+/// overflow, and its text.
+type ReadOutcome = Result<(StopKind, usize, usize), (bool, bool, String)>;
+
+fn cut_short() -> ReadOutcome {
+    let m = "transient model error: the provider stream ended without a stop reason";
+    Err((true, false, m.into()))
+}
+
+/// `openai::read_stream` or `anthropic::read_stream`.
+type StreamReader = fn(
+    &str,
+    std::io::Cursor<Vec<u8>>,
+    &mut dyn FnMut(ModelEvent),
+) -> Result<ModelResponse, ModelError>;
+
+fn read_with(read: StreamReader, stream: &[String]) -> ReadOutcome {
+    let body = std::io::Cursor::new(stream.concat().into_bytes());
+    let mut announced = 0;
+    let r = read("m", body, &mut |e| {
+        announced += usize::from(matches!(e, ModelEvent::ToolCall { .. }));
+    });
+    match r {
+        Ok(r) => {
+            let calls = r
+                .parts
+                .iter()
+                .filter(|p| matches!(p, Part::ToolCall { .. }));
+            Ok((r.stop, calls.count(), announced))
+        }
+        Err(e) => Err((
+            e.is_transient(),
+            matches!(e, ModelError::ContextOverflow { .. }),
+            e.to_string(),
+        )),
+    }
+}
+
+#[test]
+fn openai_stop_kinds_and_stream_errors() {
+    use mini_letta::model::openai::read_stream;
+    let chunk = |delta: Value, finish: Value| {
+        data(json!({"id":"c1","choices":[{"index":0,"delta":delta,"finish_reason":finish}]}))
+    };
+    let call =
+        json!({"tool_calls":[{"index":0,"id":"k","function":{"name":"Bash","arguments":"{}"}}]});
+    let done = "data: [DONE]\n\n".to_string();
+    let text = chunk(json!({"content":"x"}), Value::Null);
+    let cases: Vec<(Vec<String>, ReadOutcome)> = vec![
+        (
+            vec![
+                text.clone(),
+                chunk(json!({}), json!("length")),
+                done.clone(),
+            ],
+            Ok((StopKind::MaxTokens, 0, 0)),
+        ),
+        (
+            vec![chunk(call.clone(), json!("tool_calls"))],
+            Ok((StopKind::ToolUse, 1, 1)),
+        ),
+        (
+            vec![chunk(call.clone(), json!("stop"))],
+            Ok((StopKind::ToolUse, 1, 1)),
+        ),
+        (
+            vec![text.clone(), chunk(json!({}), json!("odd"))],
+            Ok((StopKind::EndTurn, 0, 0)),
+        ),
+        (
+            vec![text.clone(), done.clone()],
+            Ok((StopKind::EndTurn, 0, 0)),
+        ),
+        (
+            vec![chunk(call.clone(), Value::Null)],
+            Ok((StopKind::ToolUse, 1, 1)),
+        ),
+        (vec![text.clone()], cut_short()),
+    ];
+    for (stream, want) in cases {
+        assert_eq!(read_with(read_stream, &stream), want, "{stream:?}");
+    }
+    let error = |message: &str| data(json!({"error":{"message":message,"type":"x"}}));
+    let got = read_with(
+        read_stream,
+        &[text.clone(), error("maximum context length is 8k")],
+    );
+    assert_eq!(got.map_err(|e| (e.0, e.1)), Err((false, true)));
+    let got = read_with(read_stream, &[error("server melted")]);
+    assert!(
+        matches!(got, Err((true, false, ref m)) if m.contains("server melted")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn anthropic_stop_kinds_and_stream_errors() {
+    use mini_letta::model::anthropic::read_stream;
+    let start = event(
+        "message_start",
+        json!({"type":"message_start","message":{"id":"m1"}}),
+    );
+    let tool = event(
+        "content_block_start",
+        json!({"type":"content_block_start","index":0,
+               "content_block":{"type":"tool_use","id":"t","name":"Bash","input":{}}}),
+    );
+    let close = event(
+        "content_block_stop",
+        json!({"type":"content_block_stop","index":0}),
+    );
+    let stop = |r: &str| {
+        event(
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":r}}),
+        )
+    };
+    let end = event("message_stop", json!({"type":"message_stop"}));
+    let cases: Vec<(Vec<String>, ReadOutcome)> = vec![
+        (
+            vec![start.clone(), stop("max_tokens"), end.clone()],
+            Ok((StopKind::MaxTokens, 0, 0)),
+        ),
+        (
+            vec![start.clone(), tool.clone(), close.clone(), stop("tool_use")],
+            Ok((StopKind::ToolUse, 1, 1)),
+        ),
+        (
+            vec![start.clone(), tool.clone(), close.clone(), stop("end_turn")],
+            Ok((StopKind::ToolUse, 1, 1)),
+        ),
+        (
+            vec![start.clone(), stop("end_turn"), end.clone()],
+            Ok((StopKind::EndTurn, 0, 0)),
+        ),
+        (
+            vec![start.clone(), end.clone()],
+            Ok((StopKind::EndTurn, 0, 0)),
+        ),
+        // A block never closed is kept, not announced.
+        (
+            vec![start.clone(), tool.clone()],
+            Ok((StopKind::ToolUse, 1, 0)),
+        ),
+        (vec![start.clone()], cut_short()),
+    ];
+    for (stream, want) in cases {
+        assert_eq!(read_with(read_stream, &stream), want, "{stream:?}");
+    }
+    let error = |kind: &str, message: &str| {
+        event(
+            "error",
+            json!({"type":"error","error":{"type":kind,"message":message}}),
+        )
+    };
+    let errors = [
+        (
+            ("overloaded_error", "busy"),
+            (true, false),
+            "transient model error: overloaded_error: busy",
+        ),
+        (
+            ("invalid_request_error", "no"),
+            (false, false),
+            "model error: invalid_request_error: no",
+        ),
+        (
+            ("invalid_request_error", "prompt is too long"),
+            (false, true),
+            "context window exceeded: prompt is too long",
+        ),
+    ];
+    for ((kind, message), (transient, overflow), shown) in errors {
+        let got = read_with(read_stream, &[start.clone(), error(kind, message)]);
+        assert_eq!(got, Err((transient, overflow, shown.to_string())));
+    }
+}

@@ -26,6 +26,7 @@ use crate::protocol::messages::{
     Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, Usage,
 };
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::retry::{Policy, Spent, Verdict};
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;
@@ -462,55 +463,65 @@ pub fn broken_links_text(agent: &AgentPaths, broken: &[crate::memfs::links::Brok
     )
 }
 
+/// How a transient model failure is retried: [`MAX_RETRIES`] times, after
+/// 200, 400 and 800 ms, or after the pause the server asked for (at most a
+/// minute).
+const MODEL_RETRY: Policy = Policy::backoff(
+    MAX_RETRIES + 1,
+    Duration::from_millis(200),
+    Duration::from_secs(60),
+);
+
 /// Ask the supervisor for a completion, retrying transient failures.
 fn complete_with_retries(
     channel: &Arc<Mutex<Client>>,
     request: &ModelRequest,
     emit: &mut dyn FnMut(&TurnEvent),
 ) -> Result<ModelResponse, ModelFailure> {
-    let mut attempt = 0;
-    let began = std::time::Instant::now();
-    loop {
-        let result = {
-            let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-            client.model_complete(request, |text| {
-                emit(&TurnEvent::TextDelta {
-                    text: text.to_string(),
-                })
+    // Both the tries (text deltas) and the verdicts (retry notes) emit.
+    let emit = std::cell::RefCell::new(emit);
+    let once = || {
+        let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
+        client.model_complete(request, |text| {
+            (emit.borrow_mut())(&TurnEvent::TextDelta {
+                text: text.to_string(),
             })
+        })
+    };
+    let judge = |err: &ModelFailure, attempt| {
+        let ModelFailure::Transient { retry_after_ms, .. } = err else {
+            return Verdict::GiveUp;
         };
-        match result {
-            Ok(r) => return Ok(r),
-            Err(err @ ModelFailure::Transient { retry_after_ms, .. }) if attempt < MAX_RETRIES => {
-                attempt += 1;
-                emit(&TurnEvent::Retry {
-                    attempt,
-                    error: err.to_string(),
-                });
-                let backoff = 200u64 << (attempt - 1);
-                let wait = retry_after_ms.unwrap_or(backoff).min(60_000);
-                std::thread::sleep(Duration::from_millis(wait));
-            }
-            Err(ModelFailure::Transient {
-                status,
-                message,
-                retry_after_ms,
-                hint,
-            }) if attempt > 0 => {
-                // The retry policy is spent: say how long it all took.
-                return Err(ModelFailure::Transient {
-                    status,
-                    message: format!(
-                        "{message} (gave up after {} attempts in {:.1} s)",
-                        attempt + 1,
-                        began.elapsed().as_secs_f64()
-                    ),
-                    retry_after_ms,
-                    hint,
-                });
-            }
-            Err(e) => return Err(e),
-        }
+        (emit.borrow_mut())(&TurnEvent::Retry {
+            attempt,
+            error: err.to_string(),
+        });
+        retry_after_ms.map_or(Verdict::Retry, |ms| {
+            Verdict::RetryAfter(Duration::from_millis(ms))
+        })
+    };
+    MODEL_RETRY.run_with(once, judge).map_err(gave_up)
+}
+
+/// A retried failure that stayed: say how long it all took.
+fn gave_up(spent: Spent<ModelFailure>) -> ModelFailure {
+    match spent.error {
+        ModelFailure::Transient {
+            status,
+            message,
+            retry_after_ms,
+            hint,
+        } if spent.tries > 1 => ModelFailure::Transient {
+            status,
+            message: format!(
+                "{message} (gave up after {} attempts in {:.1} s)",
+                spent.tries,
+                spent.elapsed.as_secs_f64()
+            ),
+            retry_after_ms,
+            hint,
+        },
+        e => e,
     }
 }
 

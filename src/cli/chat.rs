@@ -396,13 +396,12 @@ impl TurnRunner {
         on_event: &mut dyn FnMut(&TurnEvent),
     ) -> anyhow::Result<TurnEvent> {
         let _guard = interrupt::begin_turn(&self.home, Some(&self.agent), &self.conversation);
-        let mut attempts = 0;
-        loop {
+        let once = || {
             let agent = self.agent.clone();
             let (isolation, workspace) = (self.isolation.clone(), self.workspace.clone());
             let conversation = self.conversation.clone();
             let session = self.session()?;
-            match turn(
+            let done = turn(
                 session,
                 &agent,
                 &isolation,
@@ -410,17 +409,23 @@ impl TurnRunner {
                 &conversation,
                 input,
                 on_event,
-            ) {
-                Err(e) if e.is::<NotTaken>() && attempts < 3 => {
-                    attempts += 1;
-                    tracing::debug!("{e}; sending the turn again");
-                    if let Some(s) = self.session.take() {
-                        s.close();
-                    }
-                }
-                other => return other,
+            );
+            // Its supervisor went away: the next try opens a new session.
+            if done.as_ref().is_err_and(|e| e.is::<NotTaken>())
+                && let Some(s) = self.session.take()
+            {
+                s.close();
             }
-        }
+            done
+        };
+        let not_taken = |e: &anyhow::Error| {
+            let again = e.is::<NotTaken>();
+            if again {
+                tracing::debug!("{e}; sending the turn again");
+            }
+            again
+        };
+        crate::supervisor::RESEND_NOT_TAKEN.run(not_taken, once)
     }
 
     /// Stop the embedded supervisor, if this command ran one (after the

@@ -29,6 +29,7 @@ use std::time::Duration;
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Odb, Oid, Repository, Signature};
 
 use crate::agentfs::{Dir, FsError, Kind, Stat};
+use crate::retry::Policy;
 
 use super::hook::{self, EnsureMode, HookError};
 use super::lock::{LockError, RepoLock};
@@ -415,7 +416,7 @@ pub fn commit_paths(
 
     // The commit is made; the index only gets the same entries for the
     // named paths. A failure here cannot undo the commit, so it is logged.
-    if let Err(e) = update_disk_index(repo, &specs, &staged) {
+    if let Err(e) = replace_index_entries(repo, &specs, remove_from_index, &staged) {
         tracing::warn!(
             "committed {id}, but could not update the index for {:?}: {e}",
             specs
@@ -637,34 +638,32 @@ fn changed_paths(
     out.into_iter().collect()
 }
 
-/// Give the on-disk index the committed entries for the named paths only,
-/// retrying briefly while someone else (a person's `git add`) holds
-/// `index.lock`.
-fn update_disk_index(
+/// How long a writer waits for someone else's `index.lock` (a person's
+/// `git add`): 25, 50, 100 and 200 ms, then the index is left as it is.
+pub(crate) const INDEX_LOCK_WAIT: Policy =
+    Policy::backoff(5, Duration::from_millis(25), Duration::from_millis(200));
+
+/// Give the on-disk index `entries` in place of what it holds for `paths`
+/// (each taken out by `remove`), read afresh and written whole; someone
+/// else's `index.lock` is waited for ([`INDEX_LOCK_WAIT`]).
+pub(crate) fn replace_index_entries<'p>(
     repo: &Repository,
-    specs: &BTreeSet<String>,
-    staged: &[IndexEntry],
+    paths: impl IntoIterator<Item = &'p String> + Copy,
+    remove: fn(&mut Index, &str) -> Result<(), git2::Error>,
+    entries: &[IndexEntry],
 ) -> Result<(), git2::Error> {
-    let mut delays = [25u64, 50, 100, 200].into_iter();
-    loop {
-        let result = (|| {
-            let mut index = repo.index()?;
-            index.read(true)?;
-            for spec in specs {
-                remove_from_index(&mut index, spec)?;
-            }
-            for entry in staged {
-                index.add(entry)?;
-            }
-            index.write()
-        })();
-        match (result, delays.next()) {
-            (Err(e), Some(ms)) if e.code() == git2::ErrorCode::Locked => {
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            (r, _) => return r,
+    let once = || {
+        let mut index = repo.index()?;
+        index.read(true)?;
+        for path in paths {
+            remove(&mut index, path)?;
         }
-    }
+        for entry in entries {
+            index.add(entry)?;
+        }
+        index.write()
+    };
+    INDEX_LOCK_WAIT.run(|e| e.code() == git2::ErrorCode::Locked, once)
 }
 
 #[cfg(test)]

@@ -13,124 +13,82 @@
 
 use serde_json::{Value, json};
 
-use super::config::EndpointConfig;
-use super::http::{Site, agent_for, is_context_overflow, parse_arguments, post_json_stream};
-use super::sse::feed_events;
-use super::{
-    Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Role, StopKind, Usage,
-};
+use super::answer::{Answer, Assembler, OnEvent, Reply, parse_arguments, read_answer};
+use super::http::{HttpModel, Wire, WireFormat, reported_error};
+use super::{ModelError, ModelEvent, ModelRequest, Part, Role, StopKind};
 
 /// The API version sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `max_tokens` when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// A Claude model.
-pub struct AnthropicModel {
-    model: String,
-    base_url: String,
-    api_key: Option<String>,
-    agent: ureq::Agent,
-    site: Site,
-}
+/// A Claude model (`AnthropicModel::new(model, endpoint)`, `model` being the
+/// provider's own name: `claude-sonnet-4-5`).
+pub type AnthropicModel = HttpModel<Messages>;
 
-impl std::fmt::Debug for AnthropicModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicModel")
-            .field("model", &self.model)
-            .field("base_url", &self.base_url)
-            .field("has_key", &self.api_key.is_some())
-            .finish()
+/// The Messages wire format.
+#[derive(Debug)]
+pub struct Messages;
+
+impl WireFormat for Messages {
+    const WIRE: Wire = Wire::new("anthropic", "ANTHROPIC_BASE_URL", "/v1/messages");
+
+    fn headers(api_key: Option<&str>) -> Vec<(&'static str, String)> {
+        let version = ("anthropic-version", ANTHROPIC_VERSION.to_string());
+        let key = api_key.map(|k| ("x-api-key", k.to_string()));
+        std::iter::once(version).chain(key).collect()
     }
-}
 
-impl AnthropicModel {
-    /// `model` is the provider's own name (`claude-sonnet-4-5`).
-    pub fn new(model: &str, endpoint: &EndpointConfig) -> Self {
-        let site = Site {
-            provider: "anthropic",
-            base_url_env: "ANTHROPIC_BASE_URL",
-            timeout: std::time::Duration::from_secs(endpoint.timeout_secs),
-        };
-        Self {
-            model: model.to_string(),
-            base_url: endpoint.base_url.trim_end_matches('/').to_string(),
-            api_key: endpoint.api_key.clone(),
-            agent: agent_for(&endpoint.base_url, &site),
-            site,
+    fn request_body(model: &str, request: &ModelRequest) -> Value {
+        let mut messages: Vec<Value> = Vec::new();
+        for m in &request.messages {
+            let role = match m.role {
+                Role::Assistant => "assistant",
+                Role::User | Role::Tool => "user",
+            };
+            let blocks: Vec<Value> = m.parts.iter().filter_map(block).collect();
+            if blocks.is_empty() {
+                continue;
+            }
+            match messages.last_mut() {
+                Some(last) if last["role"] == role => {
+                    if let Some(content) = last["content"].as_array_mut() {
+                        content.extend(blocks);
+                    }
+                }
+                _ => messages.push(json!({"role": role, "content": blocks})),
+            }
         }
+        let mut body = json!({
+            "model": model,
+            "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            "messages": messages,
+            "stream": true,
+        });
+        if !request.system.is_empty() {
+            body["system"] = json!(request.system);
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        body
     }
-}
 
-impl Model for AnthropicModel {
-    fn complete(
-        &self,
-        request: &ModelRequest,
-        on_event: &mut dyn FnMut(ModelEvent),
-    ) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&self.model, request);
-        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION)];
-        if let Some(k) = &self.api_key {
-            headers.push(("x-api-key", k.as_str()));
-        }
-        let url = format!("{}/v1/messages", self.base_url);
-        let reader = post_json_stream(&self.agent, &url, &headers, &body, &self.site)?;
-        read_stream(&self.model, reader, on_event)
+    fn answer(model: &str) -> impl Assembler {
+        Accumulator::new(model)
     }
 }
 
 /// Read a Messages event stream (the body of a streaming response) into
 /// the response it describes; deltas reach `on_event` as they arrive.
 /// Whatever the server sends, this answers or fails — it never panics.
-pub fn read_stream(
-    model: &str,
-    body: impl std::io::Read,
-    on_event: &mut dyn FnMut(ModelEvent),
-) -> Result<ModelResponse, ModelError> {
-    let mut acc = Accumulator::new(model);
-    feed_events(body, |data| acc.feed(data, on_event))?;
-    acc.finish()
-}
-
-/// The JSON body of a Messages request.
-pub fn request_body(model: &str, request: &ModelRequest) -> Value {
-    let mut messages: Vec<Value> = Vec::new();
-    for m in &request.messages {
-        let role = match m.role {
-            Role::Assistant => "assistant",
-            Role::User | Role::Tool => "user",
-        };
-        let blocks: Vec<Value> = m.parts.iter().filter_map(block).collect();
-        if blocks.is_empty() {
-            continue;
-        }
-        match messages.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(content) = last["content"].as_array_mut() {
-                    content.extend(blocks);
-                }
-            }
-            _ => messages.push(json!({"role": role, "content": blocks})),
-        }
-    }
-    let mut body = json!({
-        "model": model,
-        "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        "messages": messages,
-        "stream": true,
-    });
-    if !request.system.is_empty() {
-        body["system"] = json!(request.system);
-    }
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
-        body["tools"] = Value::Array(tools);
-    }
-    body
+pub fn read_stream(model: &str, body: impl std::io::Read, on_event: OnEvent<'_>) -> Reply {
+    read_answer(Accumulator::new(model), body, on_event)
 }
 
 fn block(p: &Part) -> Option<Value> {
@@ -173,34 +131,16 @@ enum Block {
 
 /// Assembles a streamed answer.
 struct Accumulator {
-    model: String,
-    response_id: String,
+    answer: Answer,
+    /// The blocks still open, by index.
     blocks: Vec<(u64, Block)>,
-    parts: Vec<Part>,
     stop: Option<String>,
-    usage: Usage,
     stopped: bool,
 }
 
-impl Accumulator {
-    fn new(model: &str) -> Self {
-        Self {
-            model: model.to_string(),
-            response_id: String::new(),
-            blocks: Vec::new(),
-            parts: Vec::new(),
-            stop: None,
-            usage: Usage::default(),
-            stopped: false,
-        }
-    }
-
+impl Assembler for Accumulator {
     /// Takes one event's data; returns true at `message_stop`.
-    fn feed(
-        &mut self,
-        data: &str,
-        on_event: &mut dyn FnMut(ModelEvent),
-    ) -> Result<bool, ModelError> {
+    fn feed(&mut self, data: &str, on_event: OnEvent<'_>) -> Result<bool, ModelError> {
         let data = data.trim();
         if data.is_empty() {
             return Ok(false);
@@ -212,10 +152,10 @@ impl Accumulator {
             "message_start" => {
                 let msg = ev.get("message").unwrap_or(&Value::Null);
                 if let Some(id) = msg.get("id").and_then(Value::as_str) {
-                    self.response_id = id.to_string();
+                    self.answer.response_id = id.to_string();
                 }
                 if let Some(m) = msg.get("model").and_then(Value::as_str) {
-                    self.model = m.to_string();
+                    self.answer.model = m.to_string();
                 }
                 self.add_usage(msg.get("usage"));
             }
@@ -285,28 +225,52 @@ impl Accumulator {
         Ok(false)
     }
 
+    fn finish(mut self, _: OnEvent<'_>) -> Reply {
+        // Blocks never closed (a server that skips content_block_stop) are
+        // kept but not announced.
+        let open = std::mem::take(&mut self.blocks);
+        let mut ignore = |_| {};
+        for (_, b) in open {
+            self.close(b, &mut ignore);
+        }
+        let (stop, stopped) = (self.stop, self.stopped);
+        self.answer
+            .finish("anthropic", stop.as_deref(), stop_named, stopped)
+    }
+}
+
+impl Accumulator {
+    fn new(model: &str) -> Self {
+        Self {
+            answer: Answer::new(model),
+            blocks: Vec::new(),
+            stop: None,
+            stopped: false,
+        }
+    }
+
     fn add_usage(&mut self, u: Option<&Value>) {
         let Some(u) = u.filter(|u| u.is_object()) else {
             return;
         };
         let get = |k: &str| u.get(k).and_then(Value::as_u64);
         if let Some(n) = get("input_tokens") {
-            self.usage.input_tokens = n;
+            self.answer.usage.input_tokens = n;
         }
         if let Some(n) = get("output_tokens") {
-            self.usage.output_tokens = n;
+            self.answer.usage.output_tokens = n;
         }
         if let Some(n) = get("cache_read_input_tokens") {
-            self.usage.cache_read_tokens = n;
+            self.answer.usage.cache_read_tokens = n;
         }
         if let Some(n) = get("cache_creation_input_tokens") {
-            self.usage.cache_write_tokens = n;
+            self.answer.usage.cache_write_tokens = n;
         }
     }
 
-    fn close(&mut self, block: Block, on_event: &mut dyn FnMut(ModelEvent)) {
+    fn close(&mut self, block: Block, on_event: OnEvent<'_>) {
         match block {
-            Block::Text(text) if !text.is_empty() => self.parts.push(Part::Text { text }),
+            Block::Text(text) if !text.is_empty() => self.answer.parts.push(Part::Text { text }),
             Block::Tool {
                 id,
                 name,
@@ -318,81 +282,28 @@ impl Accumulator {
                 } else {
                     parse_arguments(&json)
                 };
-                on_event(ModelEvent::ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: arguments.clone(),
-                });
-                self.parts.push(Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                });
+                self.answer.add_tool_call(id, name, arguments, on_event);
             }
             _ => {}
         }
     }
+}
 
-    fn finish(mut self) -> Result<ModelResponse, ModelError> {
-        // Blocks never closed (a server that skips content_block_stop).
-        let open = std::mem::take(&mut self.blocks);
-        let mut ignore = |_: ModelEvent| {};
-        for (_, b) in open {
-            self.close(b, &mut ignore);
-        }
-        let has_calls = self
-            .parts
-            .iter()
-            .any(|p| matches!(p, Part::ToolCall { .. }));
-        let stop = match self.stop.as_deref() {
-            Some("max_tokens") => StopKind::MaxTokens,
-            Some("tool_use") => StopKind::ToolUse,
-            Some(_) if has_calls => StopKind::ToolUse,
-            Some(_) => StopKind::EndTurn,
-            None if has_calls => StopKind::ToolUse,
-            None if self.stopped => StopKind::EndTurn,
-            None => {
-                return Err(ModelError::Transient {
-                    status: None,
-                    message: "the provider stream ended without a stop reason".into(),
-                    retry_after_ms: None,
-                    hint: None,
-                });
-            }
-        };
-        Ok(ModelResponse {
-            parts: self.parts,
-            usage: self.usage,
-            stop,
-            response_id: self.response_id,
-            model: format!("anthropic/{}", self.model),
-        })
+/// What the format's own `stop_reason`s mean.
+fn stop_named(reason: &str) -> Option<StopKind> {
+    match reason {
+        "max_tokens" => Some(StopKind::MaxTokens),
+        "tool_use" => Some(StopKind::ToolUse),
+        _ => None,
     }
 }
 
 /// An `error` event: overloaded and API errors are worth a retry.
 fn stream_error(err: &Value) -> ModelError {
     let kind = err.get("type").and_then(Value::as_str).unwrap_or("");
-    let message = err
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| err.to_string());
-    if is_context_overflow(&message) {
-        return ModelError::ContextOverflow { message };
-    }
-    match kind {
-        "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" | "" => {
-            ModelError::Transient {
-                status: None,
-                message: format!("{kind}: {message}"),
-                retry_after_ms: None,
-                hint: None,
-            }
-        }
-        _ => ModelError::Fatal {
-            status: None,
-            message: format!("{kind}: {message}"),
-        },
-    }
+    let retry = matches!(
+        kind,
+        "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" | ""
+    );
+    reported_error(err, Some(kind), retry)
 }

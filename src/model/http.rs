@@ -2,27 +2,122 @@
 //! model, a streamed POST whose body is read incrementally, and the mapping
 //! of failures onto [`ModelError`] so that the agent loop can tell what to
 //! retry (429/5xx/transport), what to compact (context overflow) and what to
-//! report (everything else). The trait is blocking; the supervisor calls it
-//! from `spawn_blocking`, so a sync client is the simple, honest choice.
+//! report (everything else). A provider module supplies only its
+//! [`WireFormat`]; [`HttpModel`] does the rest. The trait is blocking; the
+//! supervisor calls it from `spawn_blocking`, so a sync client is the simple,
+//! honest choice. (Transient failures are retried by the agent loop, which
+//! tells the user of each retry: see `agent::runtime`.)
 
 use std::io::Read;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::ModelError;
-use super::config::is_loopback_url;
+use super::answer::{Assembler, read_answer};
+use super::config::{EndpointConfig, is_loopback_url};
+use super::{Model, ModelError, ModelEvent, ModelRequest, ModelResponse};
+
+/// What a provider's module supplies: its wire format. Everything between
+/// (the agent, the POST, timeouts, the mapping of failures) is shared.
+pub trait WireFormat: 'static {
+    /// Its provider and where its requests go.
+    const WIRE: Wire;
+    /// The headers a request carries besides content type and accept: the
+    /// key (when there is one) and any version the API wants.
+    fn headers(api_key: Option<&str>) -> Vec<(&'static str, String)>;
+    /// The JSON body of a streamed request.
+    fn request_body(model: &str, request: &ModelRequest) -> Value;
+    /// A reader of one streamed answer from `model`.
+    fn answer(model: &str) -> impl Assembler;
+}
+
+/// A wire format's provider and path.
+#[derive(Debug, Clone, Copy)]
+pub struct Wire {
+    /// The `[providers.*]` table, and the handle's prefix (`openai`).
+    provider: &'static str,
+    /// The variable that sets its base URL when the file does not.
+    base_url_env: &'static str,
+    /// Where requests go, below the base URL (`/chat/completions`).
+    path: &'static str,
+}
+
+impl Wire {
+    pub const fn new(
+        provider: &'static str,
+        base_url_env: &'static str,
+        path: &'static str,
+    ) -> Self {
+        Self {
+            provider,
+            base_url_env,
+            path,
+        }
+    }
+}
+
+/// A model behind an HTTP provider speaking `W`.
+pub struct HttpModel<W> {
+    model: String,
+    base_url: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+    site: Site,
+    wire: PhantomData<fn() -> W>,
+}
+
+impl<W: WireFormat> HttpModel<W> {
+    /// `model` is the provider's own name (`gpt-4o-mini`, `claude-sonnet-4-5`).
+    pub fn new(model: &str, endpoint: &EndpointConfig) -> Self {
+        let site = Site {
+            wire: W::WIRE,
+            timeout: Duration::from_secs(endpoint.timeout_secs),
+        };
+        Self {
+            model: model.to_string(),
+            base_url: endpoint.base_url.trim_end_matches('/').to_string(),
+            api_key: endpoint.api_key.clone(),
+            agent: agent_for(&endpoint.base_url, &site),
+            site,
+            wire: PhantomData,
+        }
+    }
+}
+
+impl<W: WireFormat> Model for HttpModel<W> {
+    fn complete(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut dyn FnMut(ModelEvent),
+    ) -> Result<ModelResponse, ModelError> {
+        let body = W::request_body(&self.model, request);
+        let headers = W::headers(self.api_key.as_deref());
+        let url = format!("{}{}", self.base_url, W::WIRE.path);
+        let reader = post_json_stream(&self.agent, &url, &headers, &body, &self.site)?;
+        read_answer(W::answer(&self.model), reader, on_event)
+    }
+}
+
+impl<W: WireFormat> std::fmt::Debug for HttpModel<W> {
+    // Never the key itself.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpModel")
+            .field("provider", &W::WIRE.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("has_key", &self.api_key.is_some())
+            .finish()
+    }
+}
 
 /// A provider's requests: which `[providers.*]` table configures them (named
 /// in errors, so the fix is findable) and how long one may take
 /// (`timeout_secs`).
 #[derive(Debug, Clone)]
-pub(crate) struct Site {
-    /// `openai` or `anthropic`.
-    pub provider: &'static str,
-    /// The variable that sets its base URL when the file does not.
-    pub base_url_env: &'static str,
-    pub timeout: Duration,
+struct Site {
+    wire: Wire,
+    timeout: Duration,
 }
 
 impl Site {
@@ -30,10 +125,11 @@ impl Site {
         format!(
             "is the server running? If it listens elsewhere, set base_url in [providers.{}] of \
 config.toml (or ${})",
-            self.provider, self.base_url_env
+            self.wire.provider, self.wire.base_url_env
         )
     }
 }
+
 /// How much of an error body is read.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 
@@ -58,7 +154,7 @@ pub(crate) fn is_context_overflow(message: &str) -> bool {
 /// A `ureq` agent that hands back error statuses as responses, with the
 /// provider timeout. Loopback servers are reached directly, never through a
 /// proxy from the environment.
-pub(crate) fn agent_for(base_url: &str, site: &Site) -> ureq::Agent {
+fn agent_for(base_url: &str, site: &Site) -> ureq::Agent {
     let mut b = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(site.timeout));
@@ -70,10 +166,10 @@ pub(crate) fn agent_for(base_url: &str, site: &Site) -> ureq::Agent {
 
 /// POSTs `body` as JSON and returns a reader of the (streamed) response
 /// body, or the error the status and body describe.
-pub(crate) fn post_json_stream(
+fn post_json_stream(
     agent: &ureq::Agent,
     url: &str,
-    headers: &[(&str, &str)],
+    headers: &[(&'static str, String)],
     body: &Value,
     site: &Site,
 ) -> Result<impl Read + use<>, ModelError> {
@@ -84,7 +180,7 @@ pub(crate) fn post_json_stream(
         .header("content-type", "application/json")
         .header("accept", "text/event-stream");
     for (k, v) in headers {
-        req = req.header(*k, *v);
+        req = req.header(*k, v);
     }
     let resp = req
         .send(&payload[..])
@@ -145,7 +241,7 @@ pub(crate) fn error_message(body: &str) -> String {
 
 /// Maps a failure to reach the server at `url`: what happened, to which
 /// URL, and (in the hint) the setting that fixes it. All are worth a retry.
-pub(crate) fn transport_error(e: ureq::Error, url: &str, site: &Site) -> ModelError {
+fn transport_error(e: ureq::Error, url: &str, site: &Site) -> ModelError {
     use std::io::ErrorKind;
     use ureq::Error as E;
     let transient = |message: String, hint: Option<String>| ModelError::Transient {
@@ -161,7 +257,7 @@ pub(crate) fn transport_error(e: ureq::Error, url: &str, site: &Site) -> ModelEr
             Some(format!(
                 "the server took the connection but did not answer; if it is only slow, raise \
 timeout_secs in [providers.{}] of config.toml",
-                site.provider
+                site.wire.provider
             )),
         )
     };
@@ -195,6 +291,48 @@ pub(crate) fn stream_read_error(e: &std::io::Error) -> ModelError {
     }
 }
 
+/// An error the server reported inside the stream (`err`, its error
+/// object): a prompt that did not fit is an overflow whatever its kind;
+/// otherwise `retry` (the wire format's verdict on the kind) decides, and
+/// `kind`, when given, is named before the message.
+pub(crate) fn reported_error(err: &Value, kind: Option<&str>, retry: bool) -> ModelError {
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| err.to_string());
+    if is_context_overflow(&message) {
+        return ModelError::ContextOverflow { message };
+    }
+    let message = match kind {
+        Some(kind) => format!("{kind}: {message}"),
+        None => message,
+    };
+    if !retry {
+        return ModelError::Fatal {
+            status: None,
+            message,
+        };
+    }
+    ModelError::Transient {
+        status: None,
+        message,
+        retry_after_ms: None,
+        hint: None,
+    }
+}
+
+/// A stream that ended before the answer said how it stopped: cut short,
+/// worth another try.
+pub(crate) fn ended_early() -> ModelError {
+    ModelError::Transient {
+        status: None,
+        message: "the provider stream ended without a stop reason".into(),
+        retry_after_ms: None,
+        hint: None,
+    }
+}
+
 /// `retry-after-ms` (OpenAI) or `retry-after` in seconds.
 fn retry_after_ms(headers: &ureq::http::HeaderMap) -> Option<u64> {
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(str::trim);
@@ -206,11 +344,29 @@ fn retry_after_ms(headers: &ureq::http::HeaderMap) -> Option<u64> {
         .map(|s| (s.max(0.0) * 1000.0) as u64)
 }
 
-/// Parses accumulated tool-call arguments: empty → `{}`, valid JSON → the
-/// value, anything else → the raw string (the runtime reports a tool error).
-pub(crate) fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(Default::default());
+#[cfg(test)]
+mod tests {
+    use super::super::openai::OpenAiModel;
+    use super::*;
+
+    /// A model's debug form names its provider and endpoint, never its key.
+    #[test]
+    fn debug_output_holds_no_key() {
+        let endpoint = EndpointConfig {
+            base_url: "http://127.0.0.1:9/v1/".into(),
+            api_key: Some("sk-never-shown-1234".into()),
+            api_key_env: "OPENAI_API_KEY".into(),
+            timeout_secs: 5,
+        };
+        let shown = format!("{:?}", OpenAiModel::new("gpt-x", &endpoint));
+        assert!(!shown.contains("sk-never-shown"), "{shown}");
+        for part in [
+            "openai",
+            "gpt-x",
+            "http://127.0.0.1:9/v1\"",
+            "has_key: true",
+        ] {
+            assert!(shown.contains(part), "{part} not in {shown}");
+        }
     }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
 }

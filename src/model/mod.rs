@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod answer;
 pub mod anthropic;
 pub mod config;
 pub mod factory;

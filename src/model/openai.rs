@@ -13,112 +13,69 @@
 
 use serde_json::{Value, json};
 
-use super::config::EndpointConfig;
-use super::http::{Site, agent_for, is_context_overflow, parse_arguments, post_json_stream};
-use super::sse::feed_events;
-use super::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Role, StopKind,
-    Usage,
-};
+use super::answer::{Answer, Assembler, OnEvent, Reply, parse_arguments, read_answer};
+use super::http::{HttpModel, Wire, WireFormat, reported_error};
+use super::{Message, ModelError, ModelEvent, ModelRequest, Part, Role, StopKind};
 
-/// An OpenAI-compatible chat model.
-pub struct OpenAiModel {
-    model: String,
-    base_url: String,
-    api_key: Option<String>,
-    agent: ureq::Agent,
-    site: Site,
-}
+/// An OpenAI-compatible chat model (`OpenAiModel::new(model, endpoint)`,
+/// `model` being the provider's own name: `gpt-4o-mini`, `llama3.2`).
+pub type OpenAiModel = HttpModel<ChatCompletions>;
 
-impl std::fmt::Debug for OpenAiModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiModel")
-            .field("model", &self.model)
-            .field("base_url", &self.base_url)
-            .field("has_key", &self.api_key.is_some())
-            .finish()
+/// The Chat Completions wire format.
+#[derive(Debug)]
+pub struct ChatCompletions;
+
+impl WireFormat for ChatCompletions {
+    const WIRE: Wire = Wire::new("openai", "OPENAI_BASE_URL", "/chat/completions");
+
+    fn headers(api_key: Option<&str>) -> Vec<(&'static str, String)> {
+        api_key
+            .map(|k| ("authorization", format!("Bearer {k}")))
+            .into_iter()
+            .collect()
     }
-}
 
-impl OpenAiModel {
-    /// `model` is the provider's own name (`gpt-4o-mini`, `llama3.2`).
-    pub fn new(model: &str, endpoint: &EndpointConfig) -> Self {
-        let site = Site {
-            provider: "openai",
-            base_url_env: "OPENAI_BASE_URL",
-            timeout: std::time::Duration::from_secs(endpoint.timeout_secs),
-        };
-        Self {
-            model: model.to_string(),
-            base_url: endpoint.base_url.trim_end_matches('/').to_string(),
-            api_key: endpoint.api_key.clone(),
-            agent: agent_for(&endpoint.base_url, &site),
-            site,
+    fn request_body(model: &str, request: &ModelRequest) -> Value {
+        let mut messages = Vec::new();
+        if !request.system.is_empty() {
+            messages.push(json!({"role": "system", "content": request.system}));
         }
+        for m in &request.messages {
+            map_message(m, &mut messages);
+        }
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        if let Some(n) = request.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        body
     }
-}
 
-impl Model for OpenAiModel {
-    fn complete(
-        &self,
-        request: &ModelRequest,
-        on_event: &mut dyn FnMut(ModelEvent),
-    ) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&self.model, request);
-        let auth = self.api_key.as_ref().map(|k| format!("Bearer {k}"));
-        let mut headers = Vec::new();
-        if let Some(a) = &auth {
-            headers.push(("authorization", a.as_str()));
-        }
-        let url = format!("{}/chat/completions", self.base_url);
-        let reader = post_json_stream(&self.agent, &url, &headers, &body, &self.site)?;
-        read_stream(&self.model, reader, on_event)
+    fn answer(model: &str) -> impl Assembler {
+        Accumulator::new(model)
     }
 }
 
 /// Read a Chat Completions event stream (the body of a streaming response)
 /// into the response it describes; deltas reach `on_event` as they arrive.
 /// Whatever the server sends, this answers or fails — it never panics.
-pub fn read_stream(
-    model: &str,
-    body: impl std::io::Read,
-    on_event: &mut dyn FnMut(ModelEvent),
-) -> Result<ModelResponse, ModelError> {
-    let mut acc = Accumulator::new(model);
-    feed_events(body, |data| acc.feed(data, on_event))?;
-    acc.finish(on_event)
-}
-
-/// The JSON body of a Chat Completions request.
-pub fn request_body(model: &str, request: &ModelRequest) -> Value {
-    let mut messages = Vec::new();
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
-    }
-    for m in &request.messages {
-        map_message(m, &mut messages);
-    }
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
-        body["tools"] = Value::Array(tools);
-    }
-    if let Some(n) = request.max_tokens {
-        body["max_tokens"] = json!(n);
-    }
-    body
+pub fn read_stream(model: &str, body: impl std::io::Read, on_event: OnEvent<'_>) -> Reply {
+    read_answer(Accumulator::new(model), body, on_event)
 }
 
 fn map_message(m: &Message, out: &mut Vec<Value>) {
@@ -184,34 +141,17 @@ struct PendingCall {
 
 /// Assembles a streamed answer.
 struct Accumulator {
-    model: String,
-    response_id: String,
+    answer: Answer,
+    /// The text so far (it comes before the tool calls).
     text: String,
     calls: Vec<PendingCall>,
     finish: Option<String>,
-    usage: Usage,
     done: bool,
 }
 
-impl Accumulator {
-    fn new(model: &str) -> Self {
-        Self {
-            model: model.to_string(),
-            response_id: String::new(),
-            text: String::new(),
-            calls: Vec::new(),
-            finish: None,
-            usage: Usage::default(),
-            done: false,
-        }
-    }
-
+impl Assembler for Accumulator {
     /// Takes one `data:` payload; returns true at `[DONE]`.
-    fn feed(
-        &mut self,
-        data: &str,
-        on_event: &mut dyn FnMut(ModelEvent),
-    ) -> Result<bool, ModelError> {
+    fn feed(&mut self, data: &str, on_event: OnEvent<'_>) -> Result<bool, ModelError> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -223,37 +163,25 @@ impl Accumulator {
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| ModelError::fatal(format!("unparsable stream chunk ({e}): {data}")))?;
         if let Some(err) = chunk.get("error") {
-            let message = err
-                .get("message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| err.to_string());
-            return Err(if is_context_overflow(&message) {
-                ModelError::ContextOverflow { message }
-            } else {
-                ModelError::Transient {
-                    status: None,
-                    message,
-                    retry_after_ms: None,
-                    hint: None,
-                }
-            });
+            // Whatever its kind: a server that fails mid-stream may answer
+            // the next request.
+            return Err(reported_error(err, None, true));
         }
         if let Some(id) = chunk.get("id").and_then(Value::as_str)
-            && self.response_id.is_empty()
+            && self.answer.response_id.is_empty()
         {
-            self.response_id = id.to_string();
+            self.answer.response_id = id.to_string();
         }
         if let Some(m) = chunk.get("model").and_then(Value::as_str)
             && !m.is_empty()
         {
-            self.model = m.to_string();
+            self.answer.model = m.to_string();
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-            self.usage.input_tokens = n(u.get("prompt_tokens"));
-            self.usage.output_tokens = n(u.get("completion_tokens"));
-            self.usage.cache_read_tokens = n(u
+            self.answer.usage.input_tokens = n(u.get("prompt_tokens"));
+            self.answer.usage.output_tokens = n(u.get("completion_tokens"));
+            self.answer.usage.cache_read_tokens = n(u
                 .get("prompt_tokens_details")
                 .and_then(|d| d.get("cached_tokens")));
         }
@@ -279,6 +207,37 @@ impl Accumulator {
             self.finish = Some(r.to_string());
         }
         Ok(false)
+    }
+
+    fn finish(mut self, on_event: OnEvent<'_>) -> Reply {
+        if !self.text.is_empty() {
+            let text = std::mem::take(&mut self.text);
+            self.answer.parts.push(Part::Text { text });
+        }
+        let named = self.calls.into_iter().filter(|c| !c.name.is_empty());
+        for (n, c) in (1..).zip(named) {
+            let id = if c.id.is_empty() {
+                format!("call_{}_{n}", self.answer.response_id)
+            } else {
+                c.id
+            };
+            let arguments = parse_arguments(&c.arguments);
+            self.answer.add_tool_call(id, c.name, arguments, on_event);
+        }
+        let reason = self.finish.as_deref();
+        self.answer.finish("openai", reason, stop_named, self.done)
+    }
+}
+
+impl Accumulator {
+    fn new(model: &str) -> Self {
+        Self {
+            answer: Answer::new(model),
+            text: String::new(),
+            calls: Vec::new(),
+            finish: None,
+            done: false,
+        }
     }
 
     fn add_fragment(&mut self, c: &Value) {
@@ -308,55 +267,13 @@ impl Accumulator {
             _ => {}
         }
     }
+}
 
-    fn finish(self, on_event: &mut dyn FnMut(ModelEvent)) -> Result<ModelResponse, ModelError> {
-        let mut parts = Vec::new();
-        if !self.text.is_empty() {
-            parts.push(Part::Text { text: self.text });
-        }
-        let mut n = 0;
-        for c in self.calls.into_iter().filter(|c| !c.name.is_empty()) {
-            n += 1;
-            let id = if c.id.is_empty() {
-                format!("call_{}_{n}", self.response_id)
-            } else {
-                c.id
-            };
-            let arguments = parse_arguments(&c.arguments);
-            on_event(ModelEvent::ToolCall {
-                id: id.clone(),
-                name: c.name.clone(),
-                arguments: arguments.clone(),
-            });
-            parts.push(Part::ToolCall {
-                id,
-                name: c.name,
-                arguments,
-            });
-        }
-        let has_calls = n > 0;
-        let stop = match self.finish.as_deref() {
-            Some("length") => StopKind::MaxTokens,
-            Some("tool_calls") | Some("function_call") => StopKind::ToolUse,
-            Some(_) if has_calls => StopKind::ToolUse,
-            Some(_) => StopKind::EndTurn,
-            None if has_calls => StopKind::ToolUse,
-            None if self.done => StopKind::EndTurn,
-            None => {
-                return Err(ModelError::Transient {
-                    status: None,
-                    message: "the provider stream ended without a stop reason".into(),
-                    retry_after_ms: None,
-                    hint: None,
-                });
-            }
-        };
-        Ok(ModelResponse {
-            parts,
-            usage: self.usage,
-            stop,
-            response_id: self.response_id,
-            model: format!("openai/{}", self.model),
-        })
+/// What the format's own `finish_reason`s mean.
+fn stop_named(reason: &str) -> Option<StopKind> {
+    match reason {
+        "length" => Some(StopKind::MaxTokens),
+        "tool_calls" | "function_call" => Some(StopKind::ToolUse),
+        _ => None,
     }
 }

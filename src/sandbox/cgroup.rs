@@ -30,7 +30,7 @@ use super::report::CgroupInfo;
 const CPU_PERIOD_US: u64 = 100_000;
 /// Attempts at making a child's group while another supervisor's sweep may
 /// remove the empty parent under it.
-const MAKE_ATTEMPTS: usize = 8;
+const MAKE_ATTEMPTS: u32 = 8;
 
 /// The supervisor that made a child's group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,19 +160,16 @@ fn prepare_under(
 /// Make `leaf` and its parents; an empty parent removed meanwhile by a
 /// sweep is made again.
 fn make_leaf(leaf: &Path) -> std::io::Result<()> {
-    let mut last = None;
-    for _ in 0..MAKE_ATTEMPTS {
-        match std::fs::create_dir_all(leaf) {
-            Ok(()) if leaf.is_dir() => return Ok(()),
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => last = Some(e),
-            Err(e) => return Err(with_path(leaf, e)),
+    let once = || {
+        std::fs::create_dir_all(leaf)?;
+        match leaf.is_dir() {
+            true => Ok(()),
+            false => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
         }
-    }
-    Err(with_path(
-        leaf,
-        last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)),
-    ))
+    };
+    crate::retry::Policy::immediate(MAKE_ATTEMPTS)
+        .run(|e| e.kind() == std::io::ErrorKind::NotFound, once)
+        .map_err(|e| with_path(leaf, e))
 }
 
 /// Write the limits a group of `kind` (`v2`, or the v1 controller) has.

@@ -54,6 +54,10 @@ pub enum SupervisorError {
     Harden(String),
 }
 
+/// A request or turn a draining supervisor did not take is sent again, at
+/// once, to the next one: up to three times.
+pub const RESEND_NOT_TAKEN: crate::retry::Policy = crate::retry::Policy::immediate(4);
+
 fn runtime() -> Result<tokio::runtime::Runtime, SupervisorError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -404,23 +408,23 @@ impl Session {
 
     /// One request on a session of its own, closed after. A request a
     /// draining supervisor did not take (`not_taken`) is sent again on a
-    /// new session (the next supervisor), up to three times.
+    /// new session (the next supervisor) ([`RESEND_NOT_TAKEN`]).
     pub fn call_once(home: &Home, call: Call) -> Result<serde_json::Value, SupervisorError> {
-        let mut attempts = 0;
-        loop {
+        let not_taken = |e: &SupervisorError| {
+            let again = matches!(e, SupervisorError::Client(c)
+                if c.code() == Some(crate::protocol::ErrorCode::NotTaken));
+            if again {
+                tracing::debug!("{e}; sending it again");
+            }
+            again
+        };
+        let once = || {
             let mut session = Self::open(home)?;
             let result = session.client.call(call.clone());
             session.close();
-            match result {
-                Err(e)
-                    if e.code() == Some(crate::protocol::ErrorCode::NotTaken) && attempts < 3 =>
-                {
-                    attempts += 1;
-                    tracing::debug!("{e}; sending it again");
-                }
-                other => return Ok(other?),
-            }
-        }
+            Ok(result?)
+        };
+        RESEND_NOT_TAKEN.run(not_taken, once)
     }
 
     pub fn is_embedded(&self) -> bool {

@@ -53,15 +53,16 @@ impl PidFile {
     pub fn acquire(path: &Path) -> Result<Self, PidFileError> {
         // A departing supervisor unlinks the file under its lock; if we
         // locked such an unlinked inode, try again on the new file.
-        for _ in 0..100 {
-            if let Some(p) = Self::try_acquire(path)? {
-                return Ok(p);
-            }
-        }
-        Err(PidFileError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other("pid file keeps being replaced"),
-        })
+        // (`None`: the file was replaced under us.)
+        let once = || Self::try_acquire(path).map_err(Some)?.ok_or(None);
+        crate::retry::Policy::immediate(100)
+            .run(Option::is_none, once)
+            .map_err(|e| {
+                e.unwrap_or_else(|| PidFileError::Io {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::other("pid file keeps being replaced"),
+                })
+            })
     }
 
     fn try_acquire(path: &Path) -> Result<Option<Self>, PidFileError> {

@@ -32,6 +32,7 @@ use git2::{Oid, Repository};
 
 use super::merge::{diff_paths, snapshot_of as snapshot, update_checkout};
 use super::{WorktreeError, git};
+use crate::agentfs::temp_name::is_temp_name;
 use crate::memfs::validate::TreeSnapshot;
 use crate::memfs::worktree_status::{checkout_blobs, worktree_status};
 use crate::paths::MemoryGitDir;
@@ -217,26 +218,20 @@ fn write_journal(path: &Path, old: Oid, new: Oid) -> Result<(), WorktreeError> {
 }
 
 /// Whether `path` is the temporary file a checkout write of one of
-/// `changed` makes beside it (`<dir>/.<name>.tmp-<pid>-<16 hex digits>`).
+/// `changed` makes beside it (see [`write_temp_target`]).
 fn is_temp_of(path: &str, changed: &[String]) -> bool {
     write_temp_target(path).is_some_and(|target| changed.contains(&target))
 }
 
-/// The path a write's temporary file (`<dir>/.<name>.tmp-<pid>-<16 hex
-/// digits>`, the shape every writer of ours uses) was to replace.
+/// The path a write's temporary file (the shape of
+/// [`crate::agentfs::temp_name`], the one every writer of ours uses) was to
+/// replace.
 pub(crate) fn write_temp_target(path: &str) -> Option<String> {
     let (dir, name) = match path.rsplit_once('/') {
         Some((d, n)) => (format!("{d}/"), n),
         None => (String::new(), path),
     };
-    let (base, tag) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
-    let well_formed = tag.split_once('-').is_some_and(|(pid, hex)| {
-        !pid.is_empty()
-            && pid.bytes().all(|b| b.is_ascii_digit())
-            && hex.len() == 16
-            && hex.bytes().all(|b| b.is_ascii_hexdigit())
-    });
-    (well_formed && !base.is_empty()).then(|| format!("{dir}{base}"))
+    is_temp_name(name).map(|target| format!("{dir}{target}"))
 }
 
 #[cfg(test)]

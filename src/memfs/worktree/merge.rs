@@ -6,13 +6,12 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::Duration;
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
 use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::memfs::commit::CommitOptions;
+use crate::memfs::commit::{CommitOptions, replace_index_entries};
 use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::AgentPaths;
 
@@ -390,7 +389,8 @@ pub(crate) fn update_checkout(
             path: path.as_bytes().to_vec(),
         });
     }
-    write_index(repo, changed, &entries)
+    replace_index_entries(repo, changed, remove_entry, &entries)
+        .map_err(git("update the memory index"))
 }
 
 /// Remove the file or symlink at `path` (if any) and then every parent
@@ -429,35 +429,6 @@ fn make_parents<'a>(root: &Dir, path: &'a str) -> Result<(Dir, &'a str), Worktre
         dir = dir.create_dir(seg, 0o755)?;
     }
     Ok((dir, leaf))
-}
-
-/// Replace the index entries of `changed` with `entries`, retrying briefly
-/// while someone else holds `index.lock`.
-fn write_index(
-    repo: &Repository,
-    changed: &[String],
-    entries: &[IndexEntry],
-) -> Result<(), WorktreeError> {
-    let mut delays = [25u64, 50, 100, 200].into_iter();
-    loop {
-        let result = (|| {
-            let mut index = repo.index()?;
-            index.read(true)?;
-            for path in changed {
-                remove_entry(&mut index, path)?;
-            }
-            for entry in entries {
-                index.add(entry)?;
-            }
-            index.write()
-        })();
-        match (result, delays.next()) {
-            (Err(e), Some(ms)) if e.code() == git2::ErrorCode::Locked => {
-                std::thread::sleep(Duration::from_millis(ms));
-            }
-            (r, _) => return r.map_err(git("update the memory index")),
-        }
-    }
 }
 
 fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
