@@ -7,6 +7,7 @@
 pub mod collate;
 pub mod commit;
 pub mod compiler;
+pub mod fence;
 pub mod frontmatter;
 pub mod gitcli;
 pub mod hook;
@@ -23,6 +24,7 @@ pub mod snapshot;
 pub mod sync;
 pub mod template;
 pub mod text;
+pub mod transport;
 pub mod validate;
 pub mod worktree;
 pub mod worktree_status;

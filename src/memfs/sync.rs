@@ -25,10 +25,12 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository, Sort};
 
 use crate::memfs::commit::CommitOptions;
+use crate::memfs::fence::{self, FENCE_REF, FENCE_TRACKING_REF, Fence};
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::remote_repo::{self, RemoteRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
+use crate::memfs::transport::{self, Pushed, Update, Wanted};
 use crate::memfs::validate::{
     TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
 };
@@ -67,6 +69,9 @@ pub enum SyncStatus {
     Invalid,
     /// The remote refused the push (also after one fetch + rebase retry).
     PushFailed,
+    /// In a cluster: this host no longer owns the agent (etcd says so, or
+    /// the remote's fence is another owner's); nothing was pushed.
+    OwnershipLost,
 }
 
 /// The result of [`sync`].
@@ -268,50 +273,29 @@ pub fn remote_agents(remote_root: &str) -> Vec<String> {
     ids
 }
 
-/// Fetch the remote `main` into [`REMOTE_TRACKING_REF`]; `None` when the
-/// remote has no `main` yet.
-fn fetch(repo: &Repository, git_dir: &Path, url: &str) -> Result<Option<Oid>, SyncError> {
-    let refspec = format!("refs/heads/{MAIN_BRANCH}");
-    // `+` only on our own tracking ref: it mirrors whatever the remote has.
-    // One git process: a remote without `main` (made, never pushed to) is
-    // told apart by git's own message rather than by a separate ls-remote.
-    let spec = format!("+{refspec}:{REMOTE_TRACKING_REF}");
-    let fetched = gitcli::fetch(git_dir, url, &[&spec])?;
-    if !fetched.ok && fetched.stderr.contains("couldn't find remote ref") {
-        return Ok(None);
-    }
-    fetched.checked("fetch")?;
-    let id = repo
-        .refname_to_id(REMOTE_TRACKING_REF)
-        .map_err(git("read the fetched remote main"))?;
-    Ok(Some(id))
-}
-
-enum Push {
-    Done,
-    Rejected(String),
-    Failed(String),
-}
-
-/// Push local `main` to the remote `main`, never forced.
-fn push(git_dir: &Path, url: &str) -> Result<Push, SyncError> {
-    let spec = format!("{LOCAL_MAIN}:refs/heads/{MAIN_BRANCH}");
-    let run = gitcli::run(Some(git_dir), &["push", "--porcelain", "--", url, &spec])?;
-    if run.ok {
-        return Ok(Push::Done);
-    }
-    let text = format!("{}{}", run.stdout, run.stderr);
-    let message = run.stderr.trim().to_string();
-    // A remote that moved meanwhile is worth one fetch + rebase; anything
-    // else (auth, hooks, network) is not.
-    if ["[rejected]", "non-fast-forward", "fetch first"]
-        .iter()
-        .any(|w| text.contains(w))
-    {
-        Ok(Push::Rejected(message))
-    } else {
-        Ok(Push::Failed(message))
-    }
+/// Fetch the remote `main` into [`REMOTE_TRACKING_REF`] and, when
+/// `fenced`, its fence into [`FENCE_TRACKING_REF`]: `(main, fence)`, each
+/// `None` when the remote has none yet.
+fn fetch(
+    repo: &Repository,
+    git_dir: &Path,
+    url: &str,
+    fenced: bool,
+) -> Result<(Option<Oid>, Option<Oid>), SyncError> {
+    let main = Wanted {
+        remote: LOCAL_MAIN,
+        tracking: REMOTE_TRACKING_REF,
+    };
+    let fence = Wanted {
+        remote: FENCE_REF,
+        tracking: FENCE_TRACKING_REF,
+    };
+    let wanted: &[Wanted<'_>] = if fenced { &[main, fence] } else { &[main] };
+    let tips = transport::fetch(repo, git_dir, url, wanted)?;
+    Ok((
+        tips.first().copied().flatten(),
+        tips.get(1).copied().flatten(),
+    ))
 }
 
 fn main_tip(repo: &Repository) -> Result<Oid, SyncError> {
@@ -538,9 +522,16 @@ fn move_main(
 /// tool, a checkout update): untracked, of our writers' exact shape, and
 /// never renamed into place. Called under the memory lease and the
 /// repository lock, when no writer of ours is running, so they are dead
-/// ones'; left alone they would keep the checkout dirty forever.
-fn drop_dead_write_temps(repo: &Repository, agent: &AgentPaths) -> Result<(), SyncError> {
-    let dirty = worktree_status(repo)?.dirty;
+/// ones'; left alone they would keep the checkout dirty forever. `dirty`
+/// is the checkout's status; whether anything was removed.
+fn drop_dead_write_temps(
+    repo: &Repository,
+    agent: &AgentPaths,
+    dirty: &[String],
+) -> Result<bool, SyncError> {
+    if !dirty.iter().any(|p| write_temp_target(p).is_some()) {
+        return Ok(false);
+    }
     let index = repo.index().map_err(git("read the index"))?;
     let dead: Vec<&String> = dirty
         .iter()
@@ -548,7 +539,7 @@ fn drop_dead_write_temps(repo: &Repository, agent: &AgentPaths) -> Result<(), Sy
         .filter(|p| index.get_path(Path::new(p.as_str()), 0).is_none())
         .collect();
     if dead.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let root = crate::agentfs::Dir::open(&agent.memory_dir())
         .map_err(|e| SyncError::Worktree(e.into()))?;
@@ -560,7 +551,7 @@ fn drop_dead_write_temps(repo: &Repository, agent: &AgentPaths) -> Result<(), Sy
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `main` has commits the remote was not last seen to have (or
@@ -729,6 +720,27 @@ pub fn sync(
     agent_id: &str,
     remote_root: Option<&str>,
 ) -> Result<SyncOutcome, SyncError> {
+    sync_with(agent, agent_id, remote_root, None)
+}
+
+/// [`sync`] for an agent this host owns in a cluster (issue 35): the
+/// remote's fence is fetched and judged, and every push moves it with
+/// `main`, after `fence` confirmed ownership ([`crate::memfs::fence`]).
+pub fn sync_fenced(
+    agent: &AgentPaths,
+    agent_id: &str,
+    remote_root: Option<&str>,
+    fence: &dyn Fence,
+) -> Result<SyncOutcome, SyncError> {
+    sync_with(agent, agent_id, remote_root, Some(fence))
+}
+
+fn sync_with(
+    agent: &AgentPaths,
+    agent_id: &str,
+    remote_root: Option<&str>,
+    fence: Option<&dyn Fence>,
+) -> Result<SyncOutcome, SyncError> {
     let Some(root) = remote_root.filter(|r| !r.is_empty()) else {
         return Ok(SyncOutcome::new(
             SyncStatus::Skipped,
@@ -744,18 +756,7 @@ pub fn sync(
     drop_stale_locks(&repo);
     advance::recover(&repo, &agent.memory_dir())?;
 
-    drop_dead_write_temps(&repo, agent)?;
-    let status = worktree_status(&repo)?;
-    if !status.dirty.is_empty() {
-        let mut out = SyncOutcome::new(
-            SyncStatus::Dirty,
-            format!(
-                "{} uncommitted memory change(s): commit them first ({})",
-                status.dirty.len(),
-                status.dirty.join(", ")
-            ),
-        );
-        out.local = status.head;
+    if let Some(out) = dirty_outcome(&repo, agent)? {
         return Ok(out);
     }
 
@@ -772,6 +773,7 @@ pub fn sync(
         git_dir: &git_dir,
         url: &url,
         backup_ref: None,
+        fence,
     };
     let mut last_rejection = String::new();
     for attempt in 0..2 {
@@ -789,6 +791,29 @@ pub fn sync(
     Ok(out)
 }
 
+/// The `dirty` outcome when the checkout has uncommitted changes (after
+/// the temporary files of dead writes are removed), else `None`. One
+/// status of the checkout in the common case: it is most of a no-op's cost.
+fn dirty_outcome(repo: &Repository, agent: &AgentPaths) -> Result<Option<SyncOutcome>, SyncError> {
+    let mut status = worktree_status(repo)?;
+    if drop_dead_write_temps(repo, agent, &status.dirty)? {
+        status = worktree_status(repo)?;
+    }
+    if status.dirty.is_empty() {
+        return Ok(None);
+    }
+    let mut out = SyncOutcome::new(
+        SyncStatus::Dirty,
+        format!(
+            "{} uncommitted memory change(s): commit them first ({})",
+            status.dirty.len(),
+            status.dirty.join(", ")
+        ),
+    );
+    out.local = status.head;
+    Ok(Some(out))
+}
+
 /// One sync's state across its attempts (a rejected push is retried once
 /// after a new fetch).
 struct Run<'a> {
@@ -797,6 +822,17 @@ struct Run<'a> {
     git_dir: &'a Path,
     url: &'a str,
     backup_ref: Option<String>,
+    /// In a cluster: the fence every push carries.
+    fence: Option<&'a dyn Fence>,
+}
+
+/// How a push of [`Run::push_with_fence`] ended.
+enum Pushing {
+    Done,
+    /// etcd no longer confirms this host's ownership (why).
+    Lost(String),
+    Rejected(String),
+    Failed(String),
 }
 
 /// What the local `main` becomes before the push.
@@ -819,7 +855,16 @@ impl Run<'_> {
     /// Fetch, reconcile, validate, push. `Err(rejection)` asks for another
     /// attempt; on the `last` one a rejection is a `push_failed` outcome.
     fn attempt(&mut self, last: bool) -> Result<Result<SyncOutcome, String>, SyncError> {
-        let remote = fetch(self.repo, self.git_dir, self.url)?;
+        let (remote, remote_fence) =
+            fetch(self.repo, self.git_dir, self.url, self.fence.is_some())?;
+        if let Some(f) = self.fence {
+            if let Err(why) = fence::may_push_over(self.repo, remote_fence, f) {
+                return self.lost(&why, remote).map(Ok);
+            }
+            if f.takeover() {
+                return self.take_over(remote, remote_fence, last);
+            }
+        }
         let local = main_tip(self.repo)?;
         let (to_push, rebased) = match self.plan(local, remote)? {
             Plan::End(out) => return Ok(Ok(out)),
@@ -842,18 +887,13 @@ impl Run<'_> {
             )?;
         }
         let n = count_between(self.repo, to_push, remote)?;
-        match push(self.git_dir, self.url)? {
-            Push::Done => {
-                // A push by URL moves no tracking ref: record what the
-                // remote now has, so "pending" means new commits only.
-                if let Err(e) = self.repo.reference(
-                    REMOTE_TRACKING_REF,
-                    to_push,
-                    true,
-                    "mini-letta sync: pushed",
-                ) {
-                    tracing::warn!("pushed, but cannot record the remote main: {e}");
-                }
+        let main = Update {
+            name: LOCAL_MAIN,
+            old: remote,
+            new: to_push,
+        };
+        match self.push_with_fence(main, remote_fence)? {
+            Pushing::Done => {
                 let what = if rebased {
                     "rebased and pushed"
                 } else {
@@ -867,10 +907,159 @@ impl Run<'_> {
                 out.pushed_commits = n;
                 Ok(Ok(out))
             }
-            Push::Rejected(message) if !last => Ok(Err(message)),
-            Push::Rejected(message) | Push::Failed(message) => Ok(Ok(self.finish(
+            Pushing::Lost(why) => self.lost(&why, remote).map(Ok),
+            Pushing::Rejected(message) if !last => Ok(Err(message)),
+            Pushing::Rejected(message) | Pushing::Failed(message) => Ok(Ok(self.finish(
                 SyncStatus::PushFailed,
                 format!("push to {} failed: {message}", self.url),
+                remote,
+            ))),
+        }
+    }
+
+    /// Push `main` — with, in a cluster, a new fence commit over
+    /// `remote_fence`, once etcd confirmed ownership — and record what the
+    /// remote now has (a push by URL or in-process moves no tracking ref),
+    /// so "pending" means new commits only.
+    fn push_with_fence(
+        &self,
+        main: Update<'_>,
+        remote_fence: Option<Oid>,
+    ) -> Result<Pushing, SyncError> {
+        let mut updates = vec![main];
+        if let Some(f) = self.fence {
+            if let Err(why) = f.confirm() {
+                return Ok(Pushing::Lost(why));
+            }
+            let stamped = fence::commit(self.repo, remote_fence, &f.stamp())
+                .map_err(git("write the fence commit"))?;
+            updates.push(Update {
+                name: FENCE_REF,
+                old: remote_fence,
+                new: stamped,
+            });
+        }
+        match transport::push(self.repo, self.git_dir, self.url, &updates)? {
+            Pushed::Done => {}
+            Pushed::Rejected(m) => return Ok(Pushing::Rejected(m)),
+            Pushed::Failed(m) => return Ok(Pushing::Failed(m)),
+        }
+        for (u, tracking) in updates
+            .iter()
+            .zip([REMOTE_TRACKING_REF, FENCE_TRACKING_REF])
+        {
+            if let Err(e) = self
+                .repo
+                .reference(tracking, u.new, true, "mini-letta sync: pushed")
+            {
+                tracing::warn!("pushed, but cannot record the remote's {}: {e}", u.name);
+            }
+        }
+        Ok(Pushing::Done)
+    }
+
+    /// The outcome of a sync that found this host no longer owns the
+    /// agent: nothing pushed, and local commits the remote lacks kept
+    /// under a backup ref (they were never acknowledged; the next owner's
+    /// history is not built on them).
+    fn lost(&mut self, why: &str, remote: Option<Oid>) -> Result<SyncOutcome, SyncError> {
+        let local = main_tip(self.repo)?;
+        let unpushed = match remote {
+            Some(r) => r != local && !self.descends(r, local)?,
+            None => true,
+        };
+        if unpushed && self.backup_ref.is_none() {
+            self.backup_ref = Some(write_backup(self.repo, local)?);
+        }
+        let kept = match &self.backup_ref {
+            Some(b) => format!("; local commits are kept under {b}"),
+            None => String::new(),
+        };
+        tracing::warn!("ownership lost: {why}");
+        Ok(self.finish(
+            SyncStatus::OwnershipLost,
+            format!("ownership of this agent was lost: {why}; nothing was pushed{kept}"),
+            remote,
+        ))
+    }
+
+    fn descends(&self, a: Oid, b: Oid) -> Result<bool, SyncError> {
+        self.repo
+            .graph_descendant_of(a, b)
+            .map_err(git("compare histories"))
+    }
+
+    /// A new owner's first sync: `main` becomes the remote's (validated;
+    /// local commits the remote lacks were never acknowledged by anyone and
+    /// are set aside under a backup ref), then this host's claim — a fence
+    /// commit of its epoch — is pushed. A remote without `main` gets this
+    /// host's.
+    fn take_over(
+        &mut self,
+        remote: Option<Oid>,
+        remote_fence: Option<Oid>,
+        last: bool,
+    ) -> Result<Result<SyncOutcome, String>, SyncError> {
+        let local = main_tip(self.repo)?;
+        let mut said = String::from("took the agent over");
+        let main = match remote {
+            None => Update {
+                name: LOCAL_MAIN,
+                old: None,
+                new: local,
+            },
+            Some(r) => {
+                if r != local {
+                    if let Some(why) = accept_from_remote(self.repo, r, Some(local))? {
+                        return Ok(Ok(self.finish(
+                            SyncStatus::Invalid,
+                            format!(
+                                "the remote's memory is refused; local main is unchanged:\n{why}"
+                            ),
+                            Some(r),
+                        )));
+                    }
+                    if !self.descends(r, local)? && self.backup_ref.is_none() {
+                        let backup = write_backup(self.repo, local)?;
+                        said.push_str(&format!(
+                            "; local commits the remote lacks are kept under {backup}"
+                        ));
+                        self.backup_ref = Some(backup);
+                    }
+                    move_main(
+                        self.repo,
+                        self.agent,
+                        local,
+                        r,
+                        "mini-letta sync: take over at the remote's main",
+                    )?;
+                }
+                Update {
+                    name: LOCAL_MAIN,
+                    old: Some(r),
+                    new: r,
+                }
+            }
+        };
+        let published = main.old.is_none();
+        match self.push_with_fence(main, remote_fence)? {
+            Pushing::Done => {
+                let (status, what) = if published {
+                    (SyncStatus::Pushed, "; published its memory")
+                } else {
+                    (SyncStatus::Clean, "; main is the remote's")
+                };
+                let mut out = self.finish(status, format!("{said}{what}"), Some(main.new));
+                if published {
+                    out.pushed_commits = count_between(self.repo, main.new, None)?;
+                }
+                Ok(Ok(out))
+            }
+            Pushing::Lost(why) => self.lost(&why, remote).map(Ok),
+            Pushing::Rejected(message) if !last => Ok(Err(message)),
+            Pushing::Rejected(message) | Pushing::Failed(message) => Ok(Ok(self.finish(
+                SyncStatus::PushFailed,
+                format!("the claim on {} failed: {message}", self.url),
                 remote,
             ))),
         }
@@ -894,17 +1083,13 @@ impl Run<'_> {
             );
             return Ok(Plan::End(out));
         }
-        let descends = |a, b| {
-            repo.graph_descendant_of(a, b)
-                .map_err(git("compare histories"))
-        };
-        if descends(local, r)? {
+        if self.descends(local, r)? {
             return Ok(Plan::Push {
                 tip: local,
                 rebased: false,
             });
         }
-        if descends(r, local)? {
+        if self.descends(r, local)? {
             return self.fast_forward(local, r).map(Plan::End);
         }
         if repo.merge_base(local, r).is_err() {
@@ -1312,9 +1497,17 @@ mod tests {
         sync(&a.paths, &a.id, Some(&root_s)).unwrap();
         let before = remote_tip(&url);
         commit_file(&b, "b.md", &md("b", "fact from B"));
-        // B's push without fetching is what a sync racing A would attempt.
-        let pushed = push(&b.paths.memory_git_dir(), &url).unwrap();
-        assert!(matches!(pushed, Push::Rejected(_)));
+        // B's push without fetching is what a sync racing A would attempt:
+        // from the remote main B last saw.
+        let repo = open_agent(&b.paths).unwrap();
+        let seen = repo.refname_to_id(REMOTE_TRACKING_REF).ok();
+        let update = Update {
+            name: LOCAL_MAIN,
+            old: seen,
+            new: tip(&b),
+        };
+        let pushed = transport::push(&repo, &b.paths.memory_git_dir(), &url, &[update]).unwrap();
+        assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
         assert_eq!(remote_tip(&url), before);
         let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
@@ -1340,8 +1533,9 @@ mod tests {
         sync(&a.paths, &a.id, Some(&root_s)).unwrap();
         let repo = open_agent(&b.paths).unwrap();
         let old = tip(&b);
-        let new = fetch(&repo, &b.paths.memory_git_dir(), &url)
+        let new = fetch(&repo, &b.paths.memory_git_dir(), &url, false)
             .unwrap()
+            .0
             .unwrap();
         std::fs::write(journal_path(&repo), format!("{old} {new}\n")).unwrap();
         repo.reference(LOCAL_MAIN, new, true, "test: killed")

@@ -1,0 +1,390 @@
+//! How sync reaches a remote: a fetch of named refs into tracking refs, and
+//! a push of ref updates that succeeds only when every ref is still what
+//! was fetched (compare-and-swap) and moves forward.
+//!
+//! A *directory* remote is reached in-process with git2: no process starts
+//! (a `git fetch` + `git push` pair costs six: two gits, the shell and the
+//! `upload-pack`/`receive-pack` each runs), objects are copied straight from
+//! one object database to the other — loose for a small change, as one
+//! pack for a large one — and the remote's refs are updated under its own
+//! ref locks, the ones `git receive-pack` takes, so a git pushing there at
+//! the same time waits or fails rather than being overwritten. Nothing of
+//! the remote runs: no hook, no configuration of its is obeyed beyond
+//! libgit2's reading. The repository is opened sealed (`repo::open_bare`),
+//! after `remote_repo::check` (the caller's `sync::agent_url`).
+//!
+//! A *URL* remote goes through the git CLI (`gitcli`), so the operator's
+//! credential helpers and ssh configuration apply; several updates are one
+//! `--atomic` push.
+
+use std::io::Write;
+use std::path::Path;
+
+use git2::{ObjectType, Odb, Oid, Repository};
+
+use crate::memfs::gitcli;
+use crate::memfs::repo::open_bare;
+use crate::memfs::sync::{SyncError, is_url};
+
+/// Objects copied one by one at most; more go as one pack (git's own
+/// `transfer.unpackLimit` default).
+const LOOSE_LIMIT: usize = 100;
+
+/// A remote ref to fetch: its name there and the tracking ref it lands on.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub remote: &'a str,
+    pub tracking: &'a str,
+}
+
+/// One ref update of a push: `name` from `old` (`None`: absent) to `new`.
+#[derive(Debug, Clone, Copy)]
+pub struct Update<'a> {
+    pub name: &'a str,
+    pub old: Option<Oid>,
+    pub new: Oid,
+}
+
+/// How a push ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    Done,
+    /// The remote moved meanwhile (or is being written): worth a new fetch.
+    Rejected(String),
+    /// Anything else (auth, network, a refusing remote): not worth a retry.
+    Failed(String),
+}
+
+fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
+    move |source| SyncError::Git { what, source }
+}
+
+/// Fetch `wanted` from `url` into their tracking refs. Each tip in the
+/// answer is the remote ref's value, `None` when the remote lacks it (its
+/// tracking ref is then left as it was).
+pub fn fetch(
+    repo: &Repository,
+    git_dir: &Path,
+    url: &str,
+    wanted: &[Wanted<'_>],
+) -> Result<Vec<Option<Oid>>, SyncError> {
+    if is_url(url) {
+        fetch_cli(repo, git_dir, url, wanted)
+    } else {
+        fetch_dir(repo, Path::new(url), wanted)
+    }
+}
+
+/// Apply `updates` to `url` (all or none on a directory remote and with
+/// `--atomic` on a URL). The caller checked that each `new` descends from
+/// its `old`; a directory push checks it again under the remote's locks.
+pub fn push(
+    repo: &Repository,
+    git_dir: &Path,
+    url: &str,
+    updates: &[Update<'_>],
+) -> Result<Pushed, SyncError> {
+    let updates: Vec<Update<'_>> = updates
+        .iter()
+        .copied()
+        .filter(|u| u.old != Some(u.new))
+        .collect();
+    if updates.is_empty() {
+        return Ok(Pushed::Done);
+    }
+    if is_url(url) {
+        push_cli(git_dir, url, &updates)
+    } else {
+        push_dir(repo, Path::new(url), &updates)
+    }
+}
+
+/// The value of `name` in `repo` (symbolic refs resolved), `None` when absent.
+fn read_ref(repo: &Repository, name: &str) -> Result<Option<Oid>, SyncError> {
+    match repo.find_reference(name) {
+        Ok(r) => {
+            let r = r.resolve().map_err(git("resolve a remote ref"))?;
+            Ok(r.target())
+        }
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git("read a remote ref")(e)),
+    }
+}
+
+fn fetch_dir(
+    repo: &Repository,
+    remote_dir: &Path,
+    wanted: &[Wanted<'_>],
+) -> Result<Vec<Option<Oid>>, SyncError> {
+    let remote = open_bare(remote_dir)?;
+    let tips: Vec<Option<Oid>> = wanted
+        .iter()
+        .map(|w| read_ref(&remote, w.remote))
+        .collect::<Result<_, _>>()?;
+    let local_odb = repo.odb().map_err(git("open the object database"))?;
+    let missing: Vec<Oid> = tips
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|t| !local_odb.exists(*t))
+        .collect();
+    if !missing.is_empty() {
+        // What both sides have: the tracking refs as last fetched.
+        let remote_odb = remote.odb().map_err(git("open the remote's objects"))?;
+        let haves: Vec<Oid> = wanted
+            .iter()
+            .filter_map(|w| repo.refname_to_id(w.tracking).ok())
+            .chain(repo.refname_to_id("refs/heads/main").ok())
+            .filter(|h| remote_odb.exists(*h))
+            .collect();
+        copy_objects(&remote, repo, &missing, &haves)?;
+    }
+    for (w, tip) in wanted.iter().zip(&tips) {
+        if let Some(t) = tip {
+            repo.reference(w.tracking, *t, true, "mini-letta sync: fetched")
+                .map_err(git("record the fetched remote ref"))?;
+        }
+    }
+    Ok(tips)
+}
+
+fn push_dir(
+    repo: &Repository,
+    remote_dir: &Path,
+    updates: &[Update<'_>],
+) -> Result<Pushed, SyncError> {
+    let remote = open_bare(remote_dir)?;
+    let remote_odb = remote.odb().map_err(git("open the remote's objects"))?;
+    let tips: Vec<Oid> = updates.iter().map(|u| u.new).collect();
+    let haves: Vec<Oid> = updates
+        .iter()
+        .filter_map(|u| u.old)
+        .filter(|o| remote_odb.exists(*o))
+        .collect();
+    // Objects first: no ref may ever name something the remote lacks.
+    copy_objects(repo, &remote, &tips, &haves)?;
+    let mut tx = remote
+        .transaction()
+        .map_err(git("lock the remote's refs"))?;
+    for u in updates {
+        if let Err(e) = tx.lock_ref(u.name) {
+            // Held by another writer (a git receive-pack, another host).
+            return Ok(Pushed::Rejected(format!(
+                "{} is being updated: {e}",
+                u.name
+            )));
+        }
+    }
+    // Under the locks: each ref must still be what was fetched, and move
+    // forward from it.
+    for u in updates {
+        let now = read_ref(&remote, u.name)?;
+        if now != u.old {
+            return Ok(Pushed::Rejected(format!(
+                "{} moved on the remote since it was fetched",
+                u.name
+            )));
+        }
+        if let Some(old) = u.old
+            && !repo
+                .graph_descendant_of(u.new, old)
+                .map_err(git("compare histories"))?
+        {
+            return Ok(Pushed::Rejected(format!(
+                "{} would not be a fast-forward",
+                u.name
+            )));
+        }
+    }
+    let sig = git2::Signature::now("mini-letta", "mini-letta@localhost")
+        .map_err(git("sign the ref update"))?;
+    for u in updates {
+        tx.set_target(u.name, u.new, Some(&sig), "mini-letta sync: push")
+            .map_err(git("update a remote ref"))?;
+    }
+    tx.commit().map_err(git("update the remote's refs"))?;
+    Ok(Pushed::Done)
+}
+
+/// Copy into `to` every object reachable from `tips` in `from` and not
+/// from `haves` (which both have).
+fn copy_objects(
+    from: &Repository,
+    to: &Repository,
+    tips: &[Oid],
+    haves: &[Oid],
+) -> Result<(), SyncError> {
+    let src = from.odb().map_err(git("open the object database"))?;
+    let dst = to.odb().map_err(git("open the object database"))?;
+    match missing_objects(from, &dst, tips, haves)? {
+        Some(objects) => {
+            for (id, kind) in objects {
+                let obj = src.read(id).map_err(git("read an object"))?;
+                let written = dst
+                    .write(kind, obj.data())
+                    .map_err(git("write an object"))?;
+                if written != id {
+                    return Err(git("copy an object")(git2::Error::from_str(&format!(
+                        "object {id} hashes to {written}"
+                    ))));
+                }
+            }
+            Ok(())
+        }
+        None => copy_as_pack(from, &dst, tips, haves),
+    }
+}
+
+/// The objects `dst` lacks among those reachable from `tips` but not
+/// `haves`, in an order where nothing precedes what it names last —
+/// `None` once there are more than [`LOOSE_LIMIT`] (a pack is better).
+/// A tree `dst` already has is not entered: all it names is there too.
+fn missing_objects(
+    from: &Repository,
+    dst: &Odb<'_>,
+    tips: &[Oid],
+    haves: &[Oid],
+) -> Result<Option<Vec<(Oid, ObjectType)>>, SyncError> {
+    let mut walk = from.revwalk().map_err(git("walk history"))?;
+    for t in tips {
+        walk.push(*t).map_err(git("walk history"))?;
+    }
+    for h in haves {
+        walk.hide(*h).map_err(git("walk history"))?;
+    }
+    let mut found = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for id in walk {
+        let id = id.map_err(git("walk history"))?;
+        if dst.exists(id) {
+            continue;
+        }
+        let commit = from.find_commit(id).map_err(git("read a commit"))?;
+        let mut trees = vec![commit.tree_id()];
+        found.push((id, ObjectType::Commit));
+        while let Some(tree_id) = trees.pop() {
+            if !seen.insert(tree_id) || dst.exists(tree_id) {
+                continue;
+            }
+            found.push((tree_id, ObjectType::Tree));
+            let tree = from.find_tree(tree_id).map_err(git("read a tree"))?;
+            for entry in tree.iter() {
+                match entry.kind() {
+                    Some(ObjectType::Tree) => trees.push(entry.id()),
+                    Some(ObjectType::Blob) => {
+                        if seen.insert(entry.id()) && !dst.exists(entry.id()) {
+                            found.push((entry.id(), ObjectType::Blob));
+                        }
+                    }
+                    // A gitlink names nothing here.
+                    _ => {}
+                }
+            }
+            if found.len() > LOOSE_LIMIT {
+                return Ok(None);
+            }
+        }
+    }
+    // Blobs and trees before the commits that name them.
+    found.reverse();
+    Ok(Some(found))
+}
+
+/// Copy the objects as one pack, indexed into `dst` by libgit2's indexer
+/// (which hashes every object it receives).
+fn copy_as_pack(
+    from: &Repository,
+    dst: &Odb<'_>,
+    tips: &[Oid],
+    haves: &[Oid],
+) -> Result<(), SyncError> {
+    let mut walk = from.revwalk().map_err(git("walk history"))?;
+    for t in tips {
+        walk.push(*t).map_err(git("walk history"))?;
+    }
+    for h in haves {
+        walk.hide(*h).map_err(git("walk history"))?;
+    }
+    let mut pack = from.packbuilder().map_err(git("build a pack"))?;
+    pack.insert_walk(&mut walk).map_err(git("build a pack"))?;
+    let mut writer = dst.packwriter().map_err(git("write a pack"))?;
+    let mut failed = None;
+    pack.foreach(|chunk| match writer.write_all(chunk) {
+        Ok(()) => true,
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    })
+    .map_err(git("write a pack"))?;
+    if let Some(e) = failed {
+        return Err(git("write a pack")(git2::Error::from_str(&e.to_string())));
+    }
+    writer.commit().map_err(git("index a pack"))?;
+    Ok(())
+}
+
+fn fetch_cli(
+    repo: &Repository,
+    git_dir: &Path,
+    url: &str,
+    wanted: &[Wanted<'_>],
+) -> Result<Vec<Option<Oid>>, SyncError> {
+    // `+` only on our own tracking refs: they mirror whatever the remote
+    // has. A missing `main` is told apart by git's own message.
+    let specs: Vec<String> = wanted
+        .iter()
+        .map(|w| format!("+{}:{}", w.remote, w.tracking))
+        .collect();
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    let fetched = gitcli::fetch(git_dir, url, &specs)?;
+    if !fetched.ok && fetched.stderr.contains("couldn't find remote ref") {
+        // Which one: ask for each alone (a fresh remote has none at all).
+        if wanted.len() > 1 {
+            let mut tips = Vec::new();
+            for w in wanted {
+                tips.extend(fetch_cli(repo, git_dir, url, std::slice::from_ref(w))?);
+            }
+            return Ok(tips);
+        }
+        return Ok(vec![None]);
+    }
+    fetched.checked("fetch")?;
+    wanted
+        .iter()
+        .map(|w| {
+            repo.refname_to_id(w.tracking)
+                .map(Some)
+                .map_err(git("read a fetched ref"))
+        })
+        .collect()
+}
+
+fn push_cli(git_dir: &Path, url: &str, updates: &[Update<'_>]) -> Result<Pushed, SyncError> {
+    let specs: Vec<String> = updates
+        .iter()
+        .map(|u| format!("{}:{}", u.new, u.name))
+        .collect();
+    let mut args = vec!["push", "--porcelain"];
+    if updates.len() > 1 {
+        args.push("--atomic");
+    }
+    args.extend(["--", url]);
+    args.extend(specs.iter().map(String::as_str));
+    let run = gitcli::run(Some(git_dir), &args)?;
+    if run.ok {
+        return Ok(Pushed::Done);
+    }
+    let text = format!("{}{}", run.stdout, run.stderr);
+    let message = run.stderr.trim().to_string();
+    // A remote that moved meanwhile is worth one fetch + rebase; anything
+    // else (auth, hooks, network) is not.
+    if ["[rejected]", "non-fast-forward", "fetch first"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
+        Ok(Pushed::Rejected(message))
+    } else {
+        Ok(Pushed::Failed(message))
+    }
+}
