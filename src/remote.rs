@@ -469,7 +469,20 @@ pub fn sync_agent(
     record: &AgentRecord,
     root: Option<&str>,
 ) -> Result<SyncOutcome, SyncError> {
-    let mut outcome = sync::sync(agent, &record.id, root)?;
+    sync_agent_fenced(agent, record, root, None)
+}
+
+/// [`sync_agent`], fenced in a cluster ([`sync::sync_fenced`]).
+pub fn sync_agent_fenced(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    root: Option<&str>,
+    fence: Option<&dyn crate::memfs::fence::Fence>,
+) -> Result<SyncOutcome, SyncError> {
+    let mut outcome = match fence {
+        Some(f) => sync::sync_fenced(agent, &record.id, root, f)?,
+        None => sync::sync(agent, &record.id, root)?,
+    };
     let reached = matches!(
         outcome.status,
         sync::SyncStatus::Pushed | sync::SyncStatus::Clean

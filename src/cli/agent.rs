@@ -94,6 +94,16 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// In a cluster: give back an agent this host owns, so another host may
+    /// take it at once (a clean `supervisor stop` gives back all of them).
+    #[command(after_help = "Examples:\n  mini-letta agent release alice")]
+    Release {
+        /// Agent id or name.
+        agent: String,
+        /// Print {"agent", "name", "released", "host"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write an agent to a .tar.gz archive (to move or back it up).
     ///
     /// The archive holds its record (without its sandbox uid), memory
@@ -317,6 +327,24 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             }
         }
         AgentCommand::Delete { agent, yes, json } => delete(&home, agent, *yes, *json)?,
+        AgentCommand::Release { agent, json } => {
+            let v = crate::supervisor::Session::call_once(
+                &home,
+                crate::protocol::Call::AgentRelease {
+                    agent: Some(agent.clone()),
+                },
+            )?;
+            if *json {
+                output::json(&v)?;
+            } else {
+                println!(
+                    "released agent {} ({}): host {} owns it no more",
+                    f(v["name"].as_str().unwrap_or_default()),
+                    f(v["agent"].as_str().unwrap_or_default()),
+                    f(v["host"].as_str().unwrap_or_default())
+                );
+            }
+        }
         AgentCommand::Export {
             agent,
             output: out,

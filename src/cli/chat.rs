@@ -96,6 +96,11 @@ pub struct ChatArgs {
     /// conversation is compacted above window − min(16384, window / 5).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     context_window: Option<u64>,
+    /// In a cluster: when another host owns the agent, wait up to SECS
+    /// seconds for its ownership to end (its lease to expire, or a
+    /// release) instead of being refused.
+    #[arg(long, value_name = "SECS")]
+    wait_owner: Option<u64>,
 }
 
 /// The windows a CLI passes to a turn from its environment:
@@ -180,7 +185,8 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         args.isolation.clone(),
         workspace.clone(),
         args.conversation.clone(),
-    );
+    )
+    .wait_owner(args.wait_owner);
     let input = |text: &str, recompile: bool, new_session: bool| TurnInput {
         text: text.to_string(),
         conversation: args.conversation.clone(),
@@ -350,6 +356,8 @@ pub struct TurnRunner {
     isolation: String,
     workspace: Option<PathBuf>,
     conversation: String,
+    /// `chat --wait-owner`.
+    wait_owner: Option<u64>,
 }
 
 /// A turn the supervisor never read (it went away first): safe to send
@@ -374,7 +382,14 @@ impl TurnRunner {
             isolation,
             workspace,
             conversation,
+            wait_owner: None,
         }
+    }
+
+    /// In a cluster, wait up to `secs` for another owner (`--wait-owner`).
+    pub(crate) fn wait_owner(mut self, secs: Option<u64>) -> Self {
+        self.wait_owner = secs;
+        self
     }
 
     fn session(&mut self) -> anyhow::Result<&mut Session> {
@@ -400,11 +415,12 @@ impl TurnRunner {
             let agent = self.agent.clone();
             let (isolation, workspace) = (self.isolation.clone(), self.workspace.clone());
             let conversation = self.conversation.clone();
+            let wait_owner = self.wait_owner;
             let session = self.session()?;
             let done = turn(
                 session,
                 &agent,
-                &isolation,
+                (&isolation, wait_owner),
                 workspace.as_deref(),
                 &conversation,
                 input,
@@ -449,7 +465,7 @@ const CHILD_ERR_LINE: usize = 64 * 1024;
 fn turn(
     session: &mut Session,
     agent: &str,
-    isolation: &str,
+    (isolation, wait_owner): (&str, Option<u64>),
     workspace: Option<&std::path::Path>,
     conversation: &str,
     input: &TurnInput,
@@ -488,6 +504,7 @@ fn turn(
             conversation: conversation.to_string(),
             context_window: input.context_window_override,
             reflection_context_window: input.reflection_context_window,
+            wait_owner_secs: wait_owner,
         }),
         &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
     );

@@ -4,6 +4,7 @@
 mod agent;
 pub(crate) mod channel;
 mod chat;
+mod cluster;
 pub(crate) mod context;
 mod doctor;
 mod interrupt;
@@ -99,6 +100,10 @@ enum Command {
     /// Sync an agent's memory with its remote ($MINI_LETTA_REMOTE_ROOT):
     /// fetch, fast-forward or rebase, validate, push (never forced).
     Sync(sync::SyncArgs),
+    /// Several hosts under one etcd (see docs/cluster.md): the hosts, and
+    /// which one owns each agent.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Find what is wrong with agents (git state, validation, sizes, links,
     /// reflection, locks, worktrees, sync, sandbox, recall) and how to fix it.
     Doctor(doctor::DoctorArgs),
@@ -309,6 +314,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Recall(cmd) => recall::run(cli, cmd),
         Command::Reflect(args) => reflect::run(cli, args),
         Command::Sync(args) => sync::run(cli, args),
+        Command::Cluster(cmd) => cluster::run(cli, cmd),
         Command::Doctor(args) => doctor::run(cli, args),
         Command::Palace(cmd) => palace::run(cli, cmd),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),

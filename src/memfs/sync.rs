@@ -814,6 +814,56 @@ fn dirty_outcome(repo: &Repository, agent: &AgentPaths) -> Result<Option<SyncOut
     Ok(Some(out))
 }
 
+/// A backup ref of local `main` when it has commits `remote` (the remote
+/// `main` as last seen) lacks: commits a host that lost an agent made were
+/// never acknowledged, and the next owner's history is not built on them
+/// — but nothing is ever lost.
+fn keep_unpushed(repo: &Repository, remote: Option<Oid>) -> Result<Option<String>, SyncError> {
+    let local = main_tip(repo)?;
+    let unpushed = match remote {
+        Some(r) => {
+            r != local
+                && !repo
+                    .graph_descendant_of(r, local)
+                    .map_err(git("compare histories"))?
+        }
+        None => true,
+    };
+    Ok(if unpushed {
+        Some(write_backup(repo, local)?)
+    } else {
+        None
+    })
+}
+
+fn lost_outcome(why: &str, backup_ref: Option<&str>) -> SyncOutcome {
+    let kept = match backup_ref {
+        Some(b) => format!("; local commits are kept under {b}"),
+        None => String::new(),
+    };
+    tracing::warn!("ownership lost: {why}");
+    let mut out = SyncOutcome::new(
+        SyncStatus::OwnershipLost,
+        format!("ownership of this agent was lost: {why}; nothing was pushed{kept}"),
+    );
+    out.backup_ref = backup_ref.map(str::to_string);
+    out
+}
+
+/// A sync refused before it starts because this host no longer owns the
+/// agent (its lease is gone): nothing is fetched or pushed, and commits
+/// the remote was not seen to have are kept under a backup ref.
+pub fn ownership_lost(agent: &AgentPaths, why: &str) -> Result<SyncOutcome, SyncError> {
+    let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
+    let repo = open_agent(agent)?;
+    let seen = repo.refname_to_id(REMOTE_TRACKING_REF).ok();
+    let backup = keep_unpushed(&repo, seen)?;
+    let mut out = lost_outcome(why, backup.as_deref());
+    out.local = main_tip(&repo).ok().map(|o| o.to_string());
+    out.remote = seen.map(|o| o.to_string());
+    Ok(out)
+}
+
 /// One sync's state across its attempts (a rejected push is retried once
 /// after a new fetch).
 struct Run<'a> {
@@ -959,28 +1009,15 @@ impl Run<'_> {
     }
 
     /// The outcome of a sync that found this host no longer owns the
-    /// agent: nothing pushed, and local commits the remote lacks kept
-    /// under a backup ref (they were never acknowledged; the next owner's
-    /// history is not built on them).
+    /// agent ([`lost_outcome`]).
     fn lost(&mut self, why: &str, remote: Option<Oid>) -> Result<SyncOutcome, SyncError> {
-        let local = main_tip(self.repo)?;
-        let unpushed = match remote {
-            Some(r) => r != local && !self.descends(r, local)?,
-            None => true,
-        };
-        if unpushed && self.backup_ref.is_none() {
-            self.backup_ref = Some(write_backup(self.repo, local)?);
+        if self.backup_ref.is_none() {
+            self.backup_ref = keep_unpushed(self.repo, remote)?;
         }
-        let kept = match &self.backup_ref {
-            Some(b) => format!("; local commits are kept under {b}"),
-            None => String::new(),
-        };
-        tracing::warn!("ownership lost: {why}");
-        Ok(self.finish(
-            SyncStatus::OwnershipLost,
-            format!("ownership of this agent was lost: {why}; nothing was pushed{kept}"),
-            remote,
-        ))
+        let mut out = lost_outcome(why, self.backup_ref.as_deref());
+        out.local = main_tip(self.repo).ok().map(|o| o.to_string());
+        out.remote = remote.map(|o| o.to_string());
+        Ok(out)
     }
 
     fn descends(&self, a: Oid, b: Oid) -> Result<bool, SyncError> {

@@ -168,6 +168,13 @@ pub enum Call {
     /// child's own agent and the supervisor's remote). Answered when done.
     #[serde(rename = "memory.repair")]
     MemoryRepair {},
+    /// In a cluster: give back an agent this host owns (its owner key is
+    /// deleted), so another host may take it at once.
+    #[serde(rename = "agent.release")]
+    AgentRelease {
+        #[serde(default)]
+        agent: Option<String>,
+    },
     /// Sync an agent's memory with its remote (`MINI_LETTA_REMOTE_ROOT`):
     /// fetch, fast-forward or rebase (backup ref first), validate, push;
     /// never force. Under the agent's memory lease.
@@ -241,6 +248,7 @@ impl Call {
             Call::MemoryMerge { .. } => "memory.merge",
             Call::MemoryRepair {} => "memory.repair",
             Call::MemorySync { .. } => "memory.sync",
+            Call::AgentRelease { .. } => "agent.release",
         }
     }
 }
@@ -328,6 +336,10 @@ pub struct TurnParams {
     /// window of a reflection this turn triggers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reflection_context_window: Option<u64>,
+    /// In a cluster: wait this many seconds for another host's ownership
+    /// of the agent to end (`chat --wait-owner`) instead of being refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_owner_secs: Option<u64>,
 }
 
 fn default_conversation() -> String {
@@ -454,6 +466,7 @@ pub const METHODS: &[&str] = &[
     "memory.merge",
     "memory.sync",
     "memory.repair",
+    "agent.release",
 ];
 
 /// Decode one line (without its newline) into a client frame, telling apart

@@ -57,6 +57,7 @@ pub async fn handle(
             repair,
         } => rpc::memory_sync(state, agent, remote_root, repair).await,
         Call::MemoryRepair {} => rpc::memory_repair(state, peer).await,
+        Call::AgentRelease { agent } => super::cluster::release(state, agent).await,
     }
 }
 

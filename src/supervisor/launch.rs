@@ -250,6 +250,9 @@ async fn try_run_turn(
         Ok((record, agent, model))
     })
     .await?;
+    // In a cluster, only the agent's owner runs its turns (issue 35).
+    let wait = params.wait_owner_secs.map(std::time::Duration::from_secs);
+    super::cluster::own(state, &record.id, wait).await?;
     let conversation = params.conversation.clone();
     let slot = match state.turns.try_acquire(&record.id, &conversation) {
         Some(slot) => slot,
@@ -340,6 +343,7 @@ async fn try_run_turn(
     } else {
         super::rpc::sync_after(state, &record.id, Some(conversation.clone())).await
     };
+    super::cluster::acknowledged(state, synced.as_ref())?;
     // A finished turn may trigger a reflection (spec §5.1); it runs on
     // under the supervisor while the caller gets its answer.
     let reflection = if cancelled {

@@ -33,6 +33,8 @@ pub enum ServeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Cluster(#[from] super::cluster::ClusterStartError),
 }
 
 /// A bound, running supervisor (before its accept loop is driven).
@@ -46,6 +48,8 @@ pub struct Bound {
 /// Take the home's pid file and bind the control socket (mode 0600 before
 /// anyone can connect, inside a 0700 directory).
 pub fn bind(home: &Home) -> Result<Bound, ServeError> {
+    // A bad cluster configuration stops the start: never run unfenced.
+    let cluster = super::cluster::Cluster::load(home)?;
     ensure_private_dir(&home.run_dir())?;
     let pid = PidFile::acquire(&home.supervisor_pid_file())?;
     if pid.reclaimed {
@@ -87,8 +91,10 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
             source: std::io::Error::other(e.to_string()),
         });
     }
+    let mut state = State::new(home.clone(), sandbox, launcher);
+    state.cluster = cluster;
     Ok(Bound {
-        state: Arc::new(State::new(home.clone(), sandbox, launcher)),
+        state: Arc::new(state),
         listener,
         _pid: pid,
         socket,
@@ -126,6 +132,7 @@ impl Bound {
         // worktrees) is cleaned before any launch can start.
         let home = state.home.clone();
         let _ = tokio::task::spawn_blocking(move || super::reflect::recover(&home)).await;
+        super::cluster::start(&state).await;
         super::reflect::resume_workers(&state);
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
@@ -284,6 +291,8 @@ async fn shutdown(state: &Arc<State>) {
             "requests still running at exit"
         );
     }
+    // Then, and only then, the agents it owns are given back.
+    super::cluster::stop(state).await;
 }
 
 /// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.

@@ -8,6 +8,7 @@
 //! ends.
 
 pub mod children;
+pub mod cluster;
 pub mod conn;
 pub mod connection;
 pub mod dispatch;

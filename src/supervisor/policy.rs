@@ -57,6 +57,7 @@ pub const TABLE: &[(&str, [bool; 6])] = &[
     ("memory.merge", [false, true, false, false, false, false]),
     ("memory.sync", [true, false, false, false, false, false]),
     ("memory.repair", [false, true, false, false, false, false]),
+    ("agent.release", [true, false, false, false, false, false]),
 ];
 
 /// Whether `peer` (`"cli"` or a child role) may call `method`. Unknown

@@ -179,6 +179,13 @@ pub async fn memory_lease(
         Ok(a) => a,
         Err(o) => return o,
     };
+    // An operator's memory edit changes the agent: in a cluster only its
+    // owner may (a turn's child was let in when its turn was).
+    if matches!(peer, Peer::Cli)
+        && let Err(o) = super::cluster::own(state, &agent, None).await
+    {
+        return o;
+    }
     let taken = tokio::select! {
         t = state.leases.take(&agent, holder, LEASE_WAIT) => t,
         _ = conn.gone.cancelled() => return error(ErrorCode::Unavailable, "the caller went away"),
@@ -484,14 +491,21 @@ pub async fn memory_sync(
         Ok(f) => f,
         Err(o) => return o,
     };
+    // A sync pushes: in a cluster, only the owner's. A clone is this
+    // host's own copy: made, it is answered as is when another host owns
+    // the agent (its turns are refused, naming the owner).
+    if let Err(o) = super::cluster::own(state, &record.id, None).await {
+        return if cloned { cloned_only(&record, o) } else { o };
+    }
     let _lease = match state.leases.hold(&record.id, LEASE_WAIT).await {
         Ok(l) => l,
         Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
     };
     let synced = record.clone();
     let repair_root = root.clone();
+    let fencing = super::cluster::fencing(state, &record.id);
     let result = on_agent_thread(state, &record.id, move || {
-        let out = crate::remote::sync_agent(&paths, &synced, root.as_deref())?;
+        let out = super::cluster::sync_agent(&paths, &synced, root.as_deref(), &fencing)?;
         let aside = if repair && out.status == crate::memfs::sync::SyncStatus::Conflict {
             crate::memfs::sync::set_aside_for_repair(&paths)?
         } else {
@@ -542,6 +556,26 @@ pub async fn memory_sync(
     }
 }
 
+/// The answer to a `memory.sync` that cloned an agent another host owns:
+/// the clone stands, nothing was synced (`refused` says why).
+fn cloned_only(record: &crate::agent::record::AgentRecord, refused: Outcome) -> Outcome {
+    let why = match &refused {
+        Outcome::Error(e) => e.message.clone(),
+        Outcome::Result(_) => String::new(),
+    };
+    Outcome::Result(json!({
+        "status": "clean",
+        "message": format!(
+            "cloned agent {} ({}) from the remote; not synced: {why}",
+            record.name, record.id
+        ),
+        "agent": record.id,
+        "name": record.name,
+        "cloned": true,
+        "pushed_commits": 0,
+    }))
+}
+
 /// `memory.repair`: an agent child hands its sync conflict to a repair
 /// worker — the way out of a `MEMORY GIT CONFLICT` that works from its
 /// sandbox, where git cannot run. It is `memory.sync` with `repair` for the
@@ -585,13 +619,14 @@ pub async fn sync_after(
     }
     let _lease = state.leases.hold(agent_id, LEASE_WAIT).await.ok()?;
     let id = agent_id.to_string();
+    let fencing = super::cluster::fencing(state, agent_id);
     let outcome = on_agent_thread(state, agent_id, move || {
         let outcome = store::load(&paths)
             .map_err(|e| crate::memfs::sync::SyncError::Io {
                 path: paths.agent_json(),
                 source: std::io::Error::other(e.to_string()),
             })
-            .and_then(|record| crate::remote::sync_agent(&paths, &record, Some(&root)));
+            .and_then(|record| super::cluster::sync_agent(&paths, &record, Some(&root), &fencing));
         if let (Ok(o), Some(conv)) = (&outcome, &conversation)
             && let Some((rid, text)) = sync_reminder(o, &paths.memory_dir())
             && let Ok(Some(c)) =

@@ -88,6 +88,8 @@ pub struct State {
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
     pub subagents: super::subagents::Running,
+    /// Several hosts (issue 35): who owns which agent, through etcd.
+    pub cluster: super::cluster::Cluster,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -123,6 +125,7 @@ impl State {
             agent_slots: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             subagents: Default::default(),
+            cluster: Default::default(),
         }
     }
 

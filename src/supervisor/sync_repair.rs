@@ -94,9 +94,10 @@ async fn repair(
         Ok(p) => (p.clone(), record.clone(), aside.clone()),
         Err(e) => return kept(conflict, format!("cannot check the repair: {e}")),
     };
+    let fencing = super::cluster::fencing(state, &record.id);
     let result = tokio::task::spawn_blocking(move || {
         let missing = sync::not_carried_over(&paths, &checked)?;
-        let out = crate::remote::sync_agent(&paths, &synced, root.as_deref())?;
+        let out = super::cluster::sync_agent(&paths, &synced, root.as_deref(), &fencing)?;
         Ok::<_, sync::SyncError>((missing, out))
     })
     .await;

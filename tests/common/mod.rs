@@ -228,6 +228,8 @@ pub fn require_root(test: &str) -> bool {
             "{test} needs root (it chowns and checks ownership)"
         ))
 }
+pub mod cluster;
+pub mod etcd;
 pub mod http;
 pub mod pty;
 pub mod remote;

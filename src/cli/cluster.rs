@@ -1,0 +1,97 @@
+//! `mini-letta cluster status`: who is in the cluster and who owns what,
+//! read straight from etcd (no supervisor needed). Host ids and owners
+//! come from etcd and are shown through the output layer.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::Cli;
+use super::output;
+use crate::agent::store;
+use crate::cluster::ClusterConfig;
+use crate::cluster::status::{Status, read_blocking};
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// The hosts etcd knows (alive or not, agents owned) and each agent's
+    /// owner: this home's agents, and every agent another host owns.
+    #[command(
+        after_help = "Examples:\n  mini-letta cluster status\n  mini-letta cluster status --json"
+    )]
+    Status {
+        /// Print {"host", "etcd", "hosts": [{"id", "alive", "agents"}],
+        /// "agents": [{"id", "name", "owner", "epoch"}]}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
+    let ClusterCommand::Status { json } = cmd;
+    let home = cli.home()?;
+    let cfg = ClusterConfig::load(&home)?.with_context(|| {
+        format!(
+            "no cluster is configured: set {} (or [cluster] etcd in {})",
+            crate::cluster::config::ETCD_ENV,
+            home.config_file().display()
+        )
+    })?;
+    let status = read_blocking(&cfg)?;
+    let local = store::list(&home).unwrap_or_default();
+    let name_of = |id: &str| local.iter().find(|a| a.id == id).map(|a| a.name.clone());
+    // This home's agents first (owned or not), then the others etcd names.
+    let mut agents: Vec<serde_json::Value> = local
+        .iter()
+        .map(|a| agent_row(&status, &a.id, Some(a.name.clone())))
+        .collect();
+    for a in &status.agents {
+        if name_of(&a.id).is_none() {
+            agents.push(agent_row(&status, &a.id, None));
+        }
+    }
+    if *json {
+        output::json(&json!({
+            "host": status.host,
+            "etcd": status.etcd,
+            "hosts": status.hosts,
+            "agents": agents,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "this host: {}; etcd: {}",
+        output::field(&status.host),
+        output::field(&status.etcd.join(","))
+    );
+    let mut hosts = output::Table::new(&["HOST", "ALIVE", "AGENTS"]).right(2);
+    for h in &status.hosts {
+        hosts.row(vec![
+            h.id.clone(),
+            if h.alive { "yes" } else { "no" }.into(),
+            h.agents.to_string(),
+        ]);
+    }
+    hosts.print()?;
+    println!();
+    let mut table = output::Table::new(&["AGENT", "NAME", "OWNER"]);
+    for a in &agents {
+        let cell = |k: &str| a[k].as_str().unwrap_or("-").to_string();
+        table.row(vec![cell("id"), cell("name"), cell("owner")]);
+    }
+    table.print()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One agent's row: its owner (`null` when none) and epoch.
+fn agent_row(status: &Status, id: &str, name: Option<String>) -> serde_json::Value {
+    let owned = status.agents.iter().find(|a| a.id == id);
+    json!({
+        "id": id,
+        "name": name,
+        "owner": owned.map(|a| a.owner.clone()),
+        "epoch": owned.map(|a| a.epoch),
+    })
+}

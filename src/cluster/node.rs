@@ -1,0 +1,478 @@
+//! One clustered supervisor in etcd: its lease (granted, kept alive on the
+//! supervisor's runtime, re-granted after a loss), its host registration,
+//! and the agents it owns.
+//!
+//! Fail closed: every etcd request is bounded ([`Node::op_timeout`]) and
+//! asks for a leader (a member cut off from the quorum answers at once
+//! that it has none); no live lease, no etcd answer — no ownership, and the
+//! caller refuses its turn naming etcd. The lease is trusted locally only
+//! until the last keep-alive's send time plus its TTL (monotonic time, so
+//! a paused process wakes up knowing it may have lost it).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::events::{Change, owner_changed};
+use super::{ClusterConfig, ClusterError, host_key, member_key, owner_key};
+use crate::paths::Home;
+
+/// The lease this host holds, and until when it is surely alive.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    id: i64,
+    valid_until: Instant,
+}
+
+/// What [`Node::own`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owned {
+    /// This host already owned the agent (in epoch `.0`).
+    Already(i64),
+    /// This host just took it (epoch `.0`): the caller must take the
+    /// remote over before anything else ([`crate::memfs::fence`]).
+    Taken(i64),
+}
+
+impl Owned {
+    pub fn epoch(self) -> i64 {
+        match self {
+            Owned::Already(e) | Owned::Taken(e) => e,
+        }
+    }
+}
+
+/// A clustered supervisor's membership and ownership.
+pub struct Node {
+    cfg: ClusterConfig,
+    home: Home,
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    lease: Mutex<Option<Lease>>,
+    /// Agents owned, with the epoch each was taken in.
+    owned: Mutex<HashMap<String, i64>>,
+    stop: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Node {
+    /// Connect (lazily: etcd may be down now) and start keeping a lease on
+    /// the current runtime. Registration happens in the background; until
+    /// it has, every ownership request fails naming etcd.
+    pub async fn start(home: &Home, cfg: ClusterConfig) -> Result<Arc<Self>, ClusterError> {
+        let timeout = op_timeout(cfg.lease_secs);
+        let options = ConnectOptions::new()
+            .with_timeout(timeout)
+            .with_connect_timeout(timeout)
+            .with_require_leader(true);
+        let client = Client::connect(&cfg.endpoints, Some(options))
+            .await
+            .map_err(|e| etcd_error(&cfg, "cannot be reached", e))?;
+        let node = Arc::new(Self {
+            cfg,
+            home: home.clone(),
+            client,
+            runtime: tokio::runtime::Handle::current(),
+            lease: Mutex::new(None),
+            owned: Mutex::new(HashMap::new()),
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(node.clone().maintain());
+        Ok(node)
+    }
+
+    pub fn host_id(&self) -> &str {
+        &self.cfg.host_id
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
+    }
+
+    /// How long one etcd request may take.
+    pub fn op_timeout(&self) -> Duration {
+        op_timeout(self.cfg.lease_secs)
+    }
+
+    fn fail(&self, what: &str, e: impl std::fmt::Display) -> ClusterError {
+        etcd_error(&self.cfg, what, e)
+    }
+
+    /// The lease, if it is surely alive now.
+    fn live_lease(&self) -> Result<i64, ClusterError> {
+        match *lock(&self.lease) {
+            Some(l) if Instant::now() < l.valid_until => Ok(l.id),
+            Some(_) => Err(self.fail(
+                "no longer confirms this host's lease",
+                "its keep-alive went unanswered for the lease's length (no quorum, or this process was paused)",
+            )),
+            None => Err(self.fail(
+                "has not granted this host a lease",
+                "unreachable or without quorum",
+            )),
+        }
+    }
+
+    /// Keep a lease and the host's registration for as long as the node
+    /// runs: register, then keep alive every third of the TTL; a lease
+    /// lost (expired, or not confirmed in time) drops every ownership and
+    /// registration starts over.
+    async fn maintain(self: Arc<Self>) {
+        let ttl = Duration::from_secs(self.cfg.lease_secs);
+        loop {
+            let has = lock(&self.lease).is_some();
+            let pause = if has {
+                match self.keep_alive().await {
+                    Ok(()) => ttl / 3,
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        if self.live_lease().is_err() {
+                            self.lose_lease();
+                        }
+                        Duration::from_millis(250)
+                    }
+                }
+            } else {
+                match self.register().await {
+                    Ok(()) => ttl / 3,
+                    Err(e) => {
+                        tracing::warn!("cannot register this host in the cluster: {e}");
+                        Duration::from_secs(1)
+                    }
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Grant a lease and register this host under it. Another live
+    /// supervisor with the same host id (or this one's predecessor, whose
+    /// lease has not expired yet) holds the host key: then give the new
+    /// lease back and try again later.
+    async fn register(&self) -> Result<(), ClusterError> {
+        let mut client = self.client.clone();
+        let sent = Instant::now();
+        let ttl = self.cfg.lease_secs as i64;
+        let granted = self
+            .bounded(client.lease_grant(ttl, None))
+            .await
+            .map_err(|e| self.fail("refused a lease", e))?;
+        let id = granted.id();
+        let key = host_key(&self.cfg.host_id);
+        let now = crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc());
+        let value = serde_json::json!({
+            "host": self.cfg.host_id, "pid": std::process::id(), "registered_at": now,
+        })
+        .to_string();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(id))),
+                TxnOp::put(
+                    member_key(&self.cfg.host_id),
+                    serde_json::json!({"host": self.cfg.host_id, "registered_at": now}).to_string(),
+                    None,
+                ),
+            ]);
+        let done = self
+            .bounded(client.txn(txn))
+            .await
+            .map_err(|e| self.fail("did not register this host", e))?;
+        if !done.succeeded() {
+            let _ = self.bounded(client.lease_revoke(id)).await;
+            return Err(ClusterError::Config(format!(
+                "host id {} is registered by another live supervisor (or by this host's previous one, until its lease of {ttl} s expires)",
+                self.cfg.host_id
+            )));
+        }
+        *lock(&self.lease) = Some(Lease {
+            id,
+            valid_until: sent + Duration::from_secs(ttl as u64),
+        });
+        tracing::info!(host = %self.cfg.host_id, lease = id, "registered in the cluster");
+        Ok(())
+    }
+
+    /// One keep-alive round trip; the lease is trusted until its send time
+    /// plus the TTL etcd answers. A TTL of 0 means etcd let it expire.
+    async fn keep_alive(&self) -> Result<(), ClusterError> {
+        let Some(lease) = *lock(&self.lease) else {
+            return Ok(());
+        };
+        let mut client = self.client.clone();
+        let sent = Instant::now();
+        let answered = self
+            .bounded(async {
+                let (mut keeper, mut stream) = client.lease_keep_alive(lease.id).await?;
+                keeper.keep_alive().await?;
+                stream.message().await
+            })
+            .await
+            .map_err(|e| self.fail("did not renew this host's lease", e))?;
+        match answered {
+            Some(r) if r.ttl() > 0 => {
+                let mut held = lock(&self.lease);
+                if let Some(l) = held.as_mut()
+                    && l.id == lease.id
+                {
+                    l.valid_until = sent + Duration::from_secs(r.ttl() as u64);
+                }
+                Ok(())
+            }
+            _ => {
+                tracing::warn!(lease = lease.id, "etcd let this host's lease expire");
+                self.lose_lease();
+                Ok(())
+            }
+        }
+    }
+
+    /// The lease is gone: so is every ownership under it.
+    fn lose_lease(&self) {
+        lock(&self.lease).take();
+        let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
+        for (agent, epoch) in owned {
+            owner_changed(&self.home, &agent, &self.cfg.host_id, Change::Lost, epoch);
+        }
+    }
+
+    /// Run an etcd request within [`Self::op_timeout`].
+    async fn bounded<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.op_timeout(), f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {} ms (no quorum?)",
+                self.op_timeout().as_millis()
+            )),
+        }
+    }
+
+    /// Own `agent`: confirm this host's ownership, or take it when nobody
+    /// owns it (the key created under this host's lease only if absent).
+    /// Another owner is [`ClusterError::NotOwner`]; etcd not answering,
+    /// within a few tries, is [`ClusterError::Etcd`].
+    pub async fn own(&self, agent: &str) -> Result<Owned, ClusterError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.own_once(agent).await {
+                Err(ClusterError::Etcd { .. }) if tries < 3 && !self.stop.is_cancelled() => {
+                    // A leader election takes about one election timeout.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn own_once(&self, agent: &str) -> Result<Owned, ClusterError> {
+        let lease = self.live_lease()?;
+        let key = owner_key(agent);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                self.cfg.host_id.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let mut client = self.client.clone();
+        let done = self
+            .bounded(client.txn(txn))
+            .await
+            .map_err(|e| self.fail("did not answer who owns the agent", e))?;
+        if done.succeeded() {
+            let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
+            lock(&self.owned).insert(agent.to_string(), epoch);
+            owner_changed(&self.home, agent, &self.cfg.host_id, Change::Taken, epoch);
+            return Ok(Owned::Taken(epoch));
+        }
+        let Some(kv) = first_kv(&done.op_responses()) else {
+            // Deleted between the compare and the read: ask again.
+            return Err(self.fail("changed the owner key while it was read", "retrying"));
+        };
+        let owner = String::from_utf8_lossy(kv.value()).into_owned();
+        if kv.lease() == lease && owner == self.cfg.host_id {
+            let epoch = kv.create_revision();
+            lock(&self.owned).insert(agent.to_string(), epoch);
+            return Ok(Owned::Already(epoch));
+        }
+        self.forget(agent, Change::Lost);
+        Err(ClusterError::NotOwner {
+            agent: agent.to_string(),
+            owner,
+        })
+    }
+
+    /// The epoch this host owns `agent` in, by its own record (no etcd
+    /// request; a fenced push confirms with [`Self::confirm`]).
+    pub fn epoch(&self, agent: &str) -> Option<i64> {
+        self.live_lease().ok()?;
+        lock(&self.owned).get(agent).copied()
+    }
+
+    /// Whether etcd still says this host owns `agent` in `epoch`: the owner
+    /// key has that create revision, this host's value and its lease.
+    pub async fn confirm(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
+        let lease = self.live_lease()?;
+        let key = owner_key(agent);
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, epoch),
+                Compare::lease(key.clone(), CompareOp::Equal, lease),
+                Compare::value(key.clone(), CompareOp::Equal, self.cfg.host_id.clone()),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let mut client = self.client.clone();
+        let done = self
+            .bounded(client.txn(txn))
+            .await
+            .map_err(|e| self.fail("did not confirm this host's ownership", e))?;
+        if done.succeeded() {
+            return Ok(());
+        }
+        self.forget(agent, Change::Lost);
+        match first_kv(&done.op_responses()) {
+            Some(kv) => Err(ClusterError::NotOwner {
+                agent: agent.to_string(),
+                owner: String::from_utf8_lossy(kv.value()).into_owned(),
+            }),
+            None => Err(ClusterError::NotOwned {
+                host: self.cfg.host_id.clone(),
+                agent: agent.to_string(),
+            }),
+        }
+    }
+
+    /// [`Self::confirm`] from a blocking thread (a sync runs on one).
+    pub fn confirm_blocking(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
+        self.runtime.block_on(self.confirm(agent, epoch))
+    }
+
+    /// Give `agent` back: its owner key is deleted if it is still this
+    /// host's. Another owner is named.
+    pub async fn release(&self, agent: &str) -> Result<(), ClusterError> {
+        let lease = self.live_lease()?;
+        let key = owner_key(agent);
+        let txn = Txn::new()
+            .when([
+                Compare::lease(key.clone(), CompareOp::Equal, lease),
+                Compare::value(key.clone(), CompareOp::Equal, self.cfg.host_id.clone()),
+            ])
+            .and_then([TxnOp::delete(key.clone(), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let mut client = self.client.clone();
+        let done = self
+            .bounded(client.txn(txn))
+            .await
+            .map_err(|e| self.fail("did not release the agent", e))?;
+        if done.succeeded() {
+            self.forget(agent, Change::Released);
+            return Ok(());
+        }
+        self.forget(agent, Change::Lost);
+        match first_kv(&done.op_responses()) {
+            Some(kv) => Err(ClusterError::NotOwner {
+                agent: agent.to_string(),
+                owner: String::from_utf8_lossy(kv.value()).into_owned(),
+            }),
+            None => Err(ClusterError::NotOwned {
+                host: self.cfg.host_id.clone(),
+                agent: agent.to_string(),
+            }),
+        }
+    }
+
+    /// Drop `agent` from this host's record, noting why.
+    fn forget(&self, agent: &str, change: Change) {
+        if let Some(epoch) = lock(&self.owned).remove(agent) {
+            owner_changed(&self.home, agent, &self.cfg.host_id, change, epoch);
+        }
+    }
+
+    /// Stop keeping the lease and give it back (a clean stop): etcd
+    /// deletes the host key and every owner key under it at once.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let lease = lock(&self.lease).take();
+        let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
+        if let Some(l) = lease {
+            let mut client = self.client.clone();
+            match self.bounded(client.lease_revoke(l.id)).await {
+                Ok(_) => {
+                    for (agent, epoch) in &owned {
+                        owner_changed(
+                            &self.home,
+                            agent,
+                            &self.cfg.host_id,
+                            Change::Released,
+                            *epoch,
+                        );
+                    }
+                    tracing::info!(host = %self.cfg.host_id, "left the cluster");
+                }
+                Err(e) => {
+                    tracing::warn!("cannot give the lease back ({e}); it expires by itself");
+                    for (agent, epoch) in &owned {
+                        owner_changed(&self.home, agent, &self.cfg.host_id, Change::Lost, *epoch);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The cluster as etcd sees it now.
+    pub async fn status(&self) -> Result<super::status::Status, ClusterError> {
+        super::status::read(&self.cfg, self.client.clone()).await
+    }
+
+    /// Who owns `agent` now, if anyone.
+    pub async fn owner_of(&self, agent: &str) -> Result<Option<String>, ClusterError> {
+        let mut client = self.client.clone();
+        let got = self
+            .bounded(client.get(owner_key(agent), Some(GetOptions::new())))
+            .await
+            .map_err(|e| self.fail("did not say who owns the agent", e))?;
+        Ok(got
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+    }
+}
+
+/// The first key-value of a transaction's `get` branch.
+fn first_kv(responses: &[TxnOpResponse]) -> Option<etcd_client::KeyValue> {
+    responses.iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    })
+}
+
+/// A third of the lease, between one and five seconds: etcd must answer
+/// well within the lease, and a refusal must come in bounded time.
+fn op_timeout(lease_secs: u64) -> Duration {
+    Duration::from_millis((lease_secs * 1000 / 3).clamp(1000, 5000))
+}
+
+fn etcd_error(cfg: &ClusterConfig, what: &str, e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::Etcd {
+        endpoints: cfg.endpoints.join(","),
+        what: what.to_string(),
+        message: e.to_string(),
+    }
+}

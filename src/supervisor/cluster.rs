@@ -1,0 +1,344 @@
+//! The supervisor's side of a cluster (issue 35): its node, started with it
+//! and given back at a clean stop; the ownership gate before a turn, a sync
+//! or an operator's memory edit; the take-over a new owner runs before
+//! anything else; fenced syncs; and `agent.release`.
+//!
+//! Without `[cluster]` / `MINI_LETTA_ETCD` every function here lets
+//! everything through unchanged.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::leases::LEASE_WAIT;
+use super::state::{State, blocking, error};
+use crate::agent::record::AgentRecord;
+use crate::agent::store;
+use crate::cluster::{ClusterConfig, ClusterError, Node, Owned, shown};
+use crate::memfs::fence::{Fence, Stamp};
+use crate::memfs::sync::{SyncError, SyncOutcome, SyncStatus};
+use crate::paths::AgentPaths;
+use crate::protocol::{ErrorCode, Outcome};
+
+/// The supervisor's cluster: its configuration (read at start) and, once
+/// started, its node.
+#[derive(Default)]
+pub struct Cluster {
+    config: Option<ClusterConfig>,
+    node: OnceLock<Arc<Node>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterStartError {
+    #[error(transparent)]
+    Config(#[from] ClusterError),
+    #[error(
+        "a clustered supervisor needs the shared remote: set {} (acknowledged memory must be durable elsewhere)",
+        crate::memfs::sync::REMOTE_ROOT_ENV
+    )]
+    NoRemote,
+}
+
+impl Cluster {
+    /// The home's cluster configuration; a cluster without a remote root
+    /// is refused (nothing could be fenced or made durable).
+    pub fn load(home: &crate::paths::Home) -> Result<Self, ClusterStartError> {
+        let config = ClusterConfig::load(home)?;
+        if config.is_some() && crate::remote::root_from_env().is_none() {
+            return Err(ClusterStartError::NoRemote);
+        }
+        Ok(Self {
+            config,
+            node: OnceLock::new(),
+        })
+    }
+
+    pub fn node(&self) -> Option<&Arc<Node>> {
+        self.node.get()
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.is_some()
+    }
+}
+
+/// Join the cluster, when one is configured (the lease is granted and kept
+/// in the background).
+pub async fn start(state: &Arc<State>) {
+    let Some(cfg) = state.cluster.config.clone() else {
+        return;
+    };
+    match Node::start(&state.home, cfg).await {
+        Ok(node) => {
+            let _ = state.cluster.node.set(node);
+        }
+        // Every ownership request is then refused, naming etcd.
+        Err(e) => tracing::error!("cannot join the cluster: {e}"),
+    }
+}
+
+/// At a clean stop: give the lease back, and with it every agent owned.
+pub async fn stop(state: &Arc<State>) {
+    if let Some(node) = state.cluster.node() {
+        node.shutdown().await;
+    }
+}
+
+/// How long a one-shot command's supervisor waits for its first lease.
+fn registration_wait(node: &Node) -> Duration {
+    Duration::from_secs(node.config().lease_secs + 2)
+}
+
+/// Before anything changes agent `agent`'s memory or conversations: own
+/// it. `Ok` when this host owns it (after taking the remote over, when it
+/// just took it); otherwise a refusal naming the owner host or etcd. With
+/// `wait`, another owner (or etcd) is waited for that long.
+pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Result<(), Outcome> {
+    if !state.cluster.enabled() {
+        return Ok(());
+    }
+    let Some(node) = state.cluster.node().cloned() else {
+        return Err(refusal(
+            agent,
+            &ClusterError::Etcd {
+                endpoints: String::new(),
+                what: "could not be joined".into(),
+                message: "see the supervisor's log".into(),
+            },
+        ));
+    };
+    let began = Instant::now();
+    let deadline = began + wait.unwrap_or_default().max(registration_wait(&node));
+    let waited = began + wait.unwrap_or_default();
+    loop {
+        let failure = match node.own(agent).await {
+            Ok(Owned::Already(_)) => return Ok(()),
+            Ok(Owned::Taken(epoch)) => return take_over(state, &node, agent, epoch).await,
+            Err(e) => e,
+        };
+        // Not registered yet (a supervisor just started): its lease comes
+        // within moments; another owner: only with `wait`.
+        let may_wait = match &failure {
+            ClusterError::NotOwner { .. } => Instant::now() < waited,
+            ClusterError::Etcd { .. } => Instant::now() < deadline,
+            _ => false,
+        };
+        if !may_wait || state.is_stopping() {
+            return Err(refusal(agent, &failure));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The error a refused caller gets.
+fn refusal(agent: &str, e: &ClusterError) -> Outcome {
+    let message = match e {
+        ClusterError::NotOwner { owner, .. } => format!(
+            "agent {agent} is owned by host {}: it runs there (wait for it with `chat --wait-owner SECS`, or release it there with `agent release`)",
+            shown(owner)
+        ),
+        ClusterError::Etcd { .. } => {
+            format!("refusing to change agent {agent} unfenced: {e}")
+        }
+        other => format!("cannot own agent {agent}: {other}"),
+    };
+    error(ErrorCode::Unavailable, message)
+}
+
+/// A new owner's first step: the fenced take-over sync (the remote's
+/// memory becomes `main`, this host's claim is pushed). On failure the
+/// agent is given back, so another host may have it.
+async fn take_over(
+    state: &Arc<State>,
+    node: &Arc<Node>,
+    agent: &str,
+    epoch: i64,
+) -> Result<(), Outcome> {
+    let lease = state
+        .leases
+        .hold(agent, LEASE_WAIT)
+        .await
+        .map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;
+    let (home, id) = (state.home.clone(), agent.to_string());
+    let fence = NodeFence {
+        node: node.clone(),
+        agent: agent.to_string(),
+        epoch,
+        takeover: true,
+    };
+    let root = crate::remote::root_from_env();
+    let synced = blocking(move || {
+        let run = || -> Result<SyncOutcome, SyncError> {
+            let paths = home.agent(&id)?;
+            let record = load(&paths)?;
+            crate::remote::sync_agent_fenced(&paths, &record, root.as_deref(), Some(&fence))
+        };
+        Ok(run())
+    })
+    .await?;
+    drop(lease);
+    let why = match synced {
+        Ok(out) if matches!(out.status, SyncStatus::Pushed | SyncStatus::Clean) => {
+            tracing::info!(agent, epoch, message = %out.message, "took the agent over");
+            return Ok(());
+        }
+        Ok(out) => out.message,
+        Err(e) => e.to_string(),
+    };
+    if let Err(e) = node.release(agent).await {
+        tracing::warn!(
+            agent,
+            "cannot give the agent back after a failed take-over: {e}"
+        );
+    }
+    Err(error(
+        ErrorCode::Unavailable,
+        format!("cannot take agent {agent} over from the remote: {why}"),
+    ))
+}
+
+fn load(paths: &AgentPaths) -> Result<AgentRecord, SyncError> {
+    store::load(paths).map_err(|e| SyncError::Io {
+        path: paths.agent_json(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// How a sync of one agent is fenced.
+pub enum Fencing {
+    /// No cluster.
+    Off,
+    On(NodeFence),
+    /// This host does not own the agent (any more): no sync may push.
+    Lost(String),
+}
+
+/// The fencing of a sync of `agent` now (this host's own record; the push
+/// itself confirms with etcd).
+pub fn fencing(state: &State, agent: &str) -> Fencing {
+    if !state.cluster.enabled() {
+        return Fencing::Off;
+    }
+    let Some(node) = state.cluster.node() else {
+        return Fencing::Lost("this supervisor could not join the cluster".into());
+    };
+    match node.epoch(agent) {
+        Some(epoch) => Fencing::On(NodeFence {
+            node: node.clone(),
+            agent: agent.to_string(),
+            epoch,
+            takeover: false,
+        }),
+        None => Fencing::Lost(format!(
+            "host {} no longer holds it (its etcd lease expired or another host took it)",
+            node.host_id()
+        )),
+    }
+}
+
+/// [`crate::remote::sync_agent`] under `fencing` (blocking).
+pub fn sync_agent(
+    paths: &AgentPaths,
+    record: &AgentRecord,
+    root: Option<&str>,
+    fencing: &Fencing,
+) -> Result<SyncOutcome, SyncError> {
+    match fencing {
+        Fencing::Off => crate::remote::sync_agent(paths, record, root),
+        Fencing::On(f) => crate::remote::sync_agent_fenced(paths, record, root, Some(f)),
+        Fencing::Lost(why) => crate::memfs::sync::ownership_lost(paths, why),
+    }
+}
+
+/// In a cluster, a turn that committed is acknowledged only once its
+/// memory is on the remote: `synced` (the sync after the turn) must have
+/// pushed it (or found nothing to push).
+pub fn acknowledged(state: &State, synced: Option<&Value>) -> Result<(), Outcome> {
+    if !state.cluster.enabled() {
+        return Ok(());
+    }
+    let Some(s) = synced else {
+        return Ok(());
+    };
+    if matches!(s["status"].as_str(), Some("pushed" | "clean" | "skipped")) {
+        return Ok(());
+    }
+    Err(error(
+        ErrorCode::Unavailable,
+        format!(
+            "the turn's memory was not pushed, so it is not acknowledged: {}",
+            s["message"].as_str().unwrap_or("the sync failed")
+        ),
+    ))
+}
+
+/// `agent.release`: give an agent this host owns back.
+pub async fn release(state: &Arc<State>, agent: Option<String>) -> Outcome {
+    let Some(node) = state.cluster.node().cloned() else {
+        return error(
+            ErrorCode::Unavailable,
+            "this supervisor is not in a cluster (set MINI_LETTA_ETCD or [cluster] etcd)",
+        );
+    };
+    let st = state.clone();
+    let found = blocking(move || {
+        store::find(&st.home, agent.as_deref())
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))
+    })
+    .await;
+    let (record, _) = match found {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    // Not while one of its turns or syncs is changing it.
+    let lease = match state.leases.hold(&record.id, LEASE_WAIT).await {
+        Ok(l) => l,
+        Err(e) => return error(ErrorCode::Unavailable, e.to_string()),
+    };
+    let released = node.release(&record.id).await;
+    drop(lease);
+    match released {
+        Ok(()) => Outcome::Result(json!({
+            "agent": record.id, "name": record.name, "released": true, "host": node.host_id(),
+        })),
+        Err(ClusterError::NotOwner { owner, .. }) => error(
+            ErrorCode::Forbidden,
+            format!(
+                "agent {} is owned by host {}, not this one ({}): release it there",
+                record.name,
+                shown(&owner),
+                node.host_id()
+            ),
+        ),
+        Err(e) => error(ErrorCode::Unavailable, e.to_string()),
+    }
+}
+
+/// A sync's fence for an agent this host owns: its stamp, and etcd's word
+/// before each push.
+pub struct NodeFence {
+    node: Arc<Node>,
+    agent: String,
+    epoch: i64,
+    takeover: bool,
+}
+
+impl Fence for NodeFence {
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            host: self.node.host_id().to_string(),
+            epoch: self.epoch,
+        }
+    }
+
+    fn confirm(&self) -> Result<(), String> {
+        self.node
+            .confirm_blocking(&self.agent, self.epoch)
+            .map_err(|e| e.to_string())
+    }
+
+    fn takeover(&self) -> bool {
+        self.takeover
+    }
+}

@@ -1,0 +1,179 @@
+//! Several hosts under one etcd cluster (issue 35): a real three-member
+//! etcd on loopback and two supervisors with separate homes sharing a
+//! directory remote. One host owns an agent at a time; the other is
+//! refused naming it, takes over when the owner's lease expires (with
+//! everything the owner acknowledged), the old owner comes back to a
+//! refusal, and without an etcd quorum nothing runs and nothing is pushed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::cluster::{Hosts, LEASE, signal};
+use common::etcd::Etcd;
+use common::remote::main_of;
+use common::*;
+use serde_json::Value;
+
+fn owner_of(status: &Value, id: &str) -> Value {
+    status["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == id)
+        .map(|a| a["owner"].clone())
+        .unwrap_or(Value::Null)
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}{}", stdout(o), stderr(o));
+    stdout(o)
+}
+
+#[test]
+fn one_owner_at_a_time_failover_fencing_and_quorum() {
+    if !confinement_or_skip("cluster") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster") else {
+        return;
+    };
+    let mut h = Hosts::new(etcd);
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+
+    // A's turn: A owns the agent, and what it acknowledged is on the remote.
+    ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
+    assert_eq!(h.owner_key(&id), "host-a");
+    let s = h.status(&h.b);
+    assert_eq!(owner_of(&s, &id), "host-a", "{s}");
+    assert!(h.remote_file(&id, "human.md").contains("我住在杭州"));
+
+    // B is refused, naming A (it clones the agent first: that is local).
+    let o = h.chat(&h.b, &[], "你知道我什么？");
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("host-a"), "{}", stderr(&o));
+    let remote_before = main_of(&h.bare(&id));
+
+    // A learns one more thing; acknowledged means on the remote.
+    ok(&h.chat(&h.a, &[], "记住: 我喜欢绿茶"));
+    assert_ne!(main_of(&h.bare(&id)), remote_before);
+    assert!(h.remote_file(&id, "human.md").contains("我喜欢绿茶"));
+
+    // A's supervisor stops answering: B takes over once A's lease is gone,
+    // and knows what A acknowledged.
+    signal(a_pid, nix::sys::signal::Signal::SIGSTOP);
+    let began = Instant::now();
+    let o = h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？");
+    let took = began.elapsed();
+    let answer = ok(&o);
+    assert!(answer.contains("我喜欢绿茶"), "{answer}");
+    assert!(
+        took < Duration::from_secs(LEASE + 6),
+        "B answered after {took:?} (lease {LEASE} s)"
+    );
+    assert_eq!(h.owner_key(&id), "host-b");
+    ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
+    let b_history = main_of(&h.bare(&id));
+    assert!(h.remote_file(&id, "human.md").contains("我养了一只猫"));
+
+    // A wakes up: its next turn is refused, and the remote is B's, untouched.
+    signal(a_pid, nix::sys::signal::Signal::SIGCONT);
+    let o = h.chat(&h.a, &[], "记住: 我喜欢咖啡");
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("host-b"), "{}", stderr(&o));
+    assert_eq!(main_of(&h.bare(&id)), b_history);
+    assert!(!h.remote_file(&id, "human.md").contains("我喜欢咖啡"));
+    let s = h.status(&h.a);
+    assert_eq!(owner_of(&s, &id), "host-b", "{s}");
+    let hosts = s["hosts"].as_array().unwrap();
+    let b_row = hosts.iter().find(|r| r["id"] == "host-b").unwrap();
+    assert_eq!(b_row["alive"], true, "{s}");
+    assert_eq!(b_row["agents"], 1, "{s}");
+
+    // One member down: turns still work.
+    h.etcd.kill(0);
+    ok(&h.chat(&h.b, &[], "记住: 我会弹钢琴"));
+    assert!(h.remote_file(&id, "human.md").contains("我会弹钢琴"));
+
+    // Two down: refused within a bounded time, naming etcd; nothing pushed.
+    h.etcd.kill(1);
+    let before = main_of(&h.bare(&id));
+    let began = Instant::now();
+    let o = h.chat(&h.b, &[], "记住: 我会游泳");
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("etcd"), "{}", stderr(&o));
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(main_of(&h.bare(&id)), before);
+    let b_memory = h.b.home.path().join(format!("agents/{id}/memory/human.md"));
+    assert!(
+        !std::fs::read_to_string(b_memory)
+            .unwrap()
+            .contains("我会游泳")
+    );
+}
+
+#[test]
+fn release_and_clean_stop_give_the_agent_back() {
+    if !confinement_or_skip("cluster release") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster release") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    h.start(&h.a);
+    h.start(&h.b);
+    ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
+    assert_eq!(h.owner_key(&id), "host-a");
+
+    // `agent release`: B may take it at once.
+    let o = h.on(&h.a, &["agent", "release", "agent-demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(h.owner_key(&id), "");
+    ok(&h.chat(&h.b, &[], "记住: 我喜欢绿茶"));
+    assert_eq!(h.owner_key(&id), "host-b");
+
+    // A host that does not own it cannot release it.
+    let o = h.on(&h.a, &["agent", "release", "agent-demo"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("host-b"), "{}", stderr(&o));
+
+    // A clean stop releases what it owned: A takes over without waiting.
+    let o = h.on(&h.b, &["supervisor", "stop"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(h.owner_key(&id), "");
+    let s = h.status(&h.a);
+    let b_row = s["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "host-b")
+        .cloned()
+        .unwrap();
+    assert_eq!(b_row["alive"], false, "{s}");
+    let began = Instant::now();
+    let answer = ok(&h.chat(&h.a, &[], "你知道我什么？"));
+    assert!(answer.contains("我喜欢绿茶"), "{answer}");
+    assert!(
+        began.elapsed() < Duration::from_secs(LEASE),
+        "waited for a lease"
+    );
+}
+
+/// Nothing configured: no etcd, no ownership, the commands say so.
+#[test]
+fn without_a_cluster_nothing_changes() {
+    let home = open_home();
+    let o = run(home.path(), &["cluster", "status", "--json"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("MINI_LETTA_ETCD"), "{}", stderr(&o));
+}

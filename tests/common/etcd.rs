@@ -1,0 +1,185 @@
+//! A real etcd cluster for the tests: three members (Debian's `etcd-server`)
+//! on loopback, random free ports, temporary data directories, fast
+//! elections; killed (and removed) on drop. Members can be killed one by
+//! one to take the quorum away.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One member: its client URL and process (`None` once killed).
+pub struct Member {
+    pub name: String,
+    pub client_url: String,
+    child: Option<Child>,
+}
+
+/// A three-member etcd cluster on loopback.
+pub struct Etcd {
+    pub members: Vec<Member>,
+    _data: tempfile::TempDir,
+}
+
+/// The etcd server binary, when installed.
+pub fn binary() -> Option<PathBuf> {
+    ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// A port nobody listens on right now (the listener is closed again; the
+/// member binds it a moment later).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+impl Etcd {
+    /// Start three members and wait until the cluster answers (`None`,
+    /// after a loud skip, when etcd is not installed).
+    pub fn start(test: &str) -> Option<Self> {
+        let Some(bin) = binary() else {
+            super::skip(&format!(
+                "{test}: etcd is not installed (apt-get install etcd-server)"
+            ));
+            return None;
+        };
+        let data = tempfile::tempdir().unwrap();
+        let peers: Vec<(String, u16, u16)> = (0..3)
+            .map(|i| (format!("m{i}"), free_port(), free_port()))
+            .collect();
+        let initial: Vec<String> = peers
+            .iter()
+            .map(|(n, _, p)| format!("{n}=http://127.0.0.1:{p}"))
+            .collect();
+        let initial = initial.join(",");
+        let token = format!("mini-letta-test-{}", std::process::id());
+        let mut members = Vec::new();
+        for (name, client, peer) in &peers {
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(data.path().join(format!("{name}.log"))).unwrap();
+            let child = Command::new(&bin)
+                .args(["--name", name])
+                .arg("--data-dir")
+                .arg(data.path().join(name))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", &token])
+                // Fast elections: a killed leader is replaced in about a
+                // second, and leases may be as short as two seconds.
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                .env_remove("ETCD_NAME")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            members.push(Member {
+                name: name.clone(),
+                client_url,
+                child: Some(child),
+            });
+        }
+        let etcd = Self {
+            members,
+            _data: data,
+        };
+        assert!(
+            etcd.wait_healthy(Duration::from_secs(30)),
+            "the etcd cluster did not become healthy: {}",
+            etcd.logs()
+        );
+        Some(etcd)
+    }
+
+    /// The comma-separated client URLs (`MINI_LETTA_ETCD`), of every member.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Whether `etcdctl endpoint health` passes for every live member.
+    pub fn wait_healthy(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| m.client_url.clone())
+            .collect();
+        while Instant::now() < deadline {
+            let o = self.ctl(&live.join(","), &["endpoint", "health"]);
+            if o.status.success() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// `etcdctl` (API v3) against `endpoints`.
+    pub fn ctl(&self, endpoints: &str, args: &[&str]) -> std::process::Output {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoints, "--command-timeout", "3s"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The value of `key` read from the live members ("" when absent).
+    pub fn get(&self, key: &str) -> String {
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| m.client_url.clone())
+            .collect();
+        let o = self.ctl(&live.join(","), &["get", "--print-value-only", key]);
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    /// Kill member `i` (SIGKILL) and reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Every member's log, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for m in &self.members {
+            let p = self._data.path().join(format!("{}.log", m.name));
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            all.push_str(&format!("--- {} ---\n", m.name));
+            for l in tail.into_iter().rev() {
+                all.push_str(l);
+                all.push('\n');
+            }
+        }
+        all
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
