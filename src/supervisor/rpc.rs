@@ -475,8 +475,16 @@ pub async fn memory_sync(
                 let Some(root) = clone_root else {
                     return Err(not_found(store::StoreError::NotFound(sel)));
                 };
-                let record = crate::remote::clone(&home, &root, &sel)
-                    .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+                let record = match crate::remote::clone(&home, &root, &sel) {
+                    Ok(r) => r,
+                    // Another command's clone of it just finished first.
+                    Err(crate::remote::RemoteError::AlreadyHere(id)) => {
+                        return store::find(&home, Some(&id))
+                            .map(|f| (f, false))
+                            .map_err(not_found);
+                    }
+                    Err(e) => return Err(error(ErrorCode::NotFound, e.to_string())),
+                };
                 tracing::info!(agent = %record.id, name = %record.name, "cloned from the remote");
                 let paths = home
                     .agent(&record.id)

@@ -8,16 +8,19 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One member: its client URL and process (`None` once killed).
+/// One member: its client URL, how it is started, and its process
+/// (`None` while killed).
 pub struct Member {
     pub name: String,
     pub client_url: String,
+    args: Vec<String>,
     child: Option<Child>,
 }
 
 /// A three-member etcd cluster on loopback.
 pub struct Etcd {
     pub members: Vec<Member>,
+    bin: PathBuf,
     _data: tempfile::TempDir,
 }
 
@@ -62,37 +65,51 @@ impl Etcd {
         for (name, client, peer) in &peers {
             let client_url = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = std::fs::File::create(data.path().join(format!("{name}.log"))).unwrap();
-            let child = Command::new(&bin)
-                .args(["--name", name])
-                .arg("--data-dir")
-                .arg(data.path().join(name))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &initial])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", &token])
+            let data_dir = data.path().join(name).display().to_string();
+            let args: Vec<String> = [
+                "--name",
+                name,
+                "--data-dir",
+                &data_dir,
+                "--listen-client-urls",
+                &client_url,
+                "--advertise-client-urls",
+                &client_url,
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+                "--initial-cluster",
+                &initial,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &token,
                 // Fast elections: a killed leader is replaced in about a
                 // second, and leases may be as short as two seconds.
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-                .env_remove("ETCD_NAME")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
             members.push(Member {
                 name: name.clone(),
                 client_url,
-                child: Some(child),
+                args,
+                child: None,
             });
         }
-        let etcd = Self {
+        let mut etcd = Self {
             members,
+            bin,
             _data: data,
         };
+        for i in 0..3 {
+            etcd.restart(i);
+        }
         assert!(
             etcd.wait_healthy(Duration::from_secs(30)),
             "the etcd cluster did not become healthy: {}",
@@ -149,6 +166,34 @@ impl Etcd {
             .collect();
         let o = self.ctl(&live.join(","), &["get", "--print-value-only", key]);
         String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    /// (Re)start member `i` with its data directory: a member killed
+    /// before rejoins the cluster (its data says it is a member already).
+    pub fn restart(&mut self, i: usize) {
+        if self.members[i].child.is_some() {
+            return;
+        }
+        let m = &self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._data.path().join(format!("{}.log", m.name)))
+            .unwrap();
+        let child = Command::new(&self.bin)
+            .args(&m.args)
+            .env_remove("ETCD_NAME")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.members[i].child = Some(child);
+    }
+
+    /// Whether member `i` runs.
+    pub fn is_up(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
     }
 
     /// Kill member `i` (SIGKILL) and reap it.
