@@ -176,6 +176,8 @@ struct Tally {
     gave_up: u64,
     failed: BTreeMap<String, u64>,
     releases: u64,
+    /// Asked of a host that did not own the agent (or etcd was down).
+    releases_refused: u64,
     faults: BTreeMap<&'static str, u64>,
 }
 
@@ -316,8 +318,11 @@ fn client(
         let name = world.agents[i].0.clone();
         if rng.below(100) < 8 {
             let o = world.run(h, &["agent", "release", &name], Duration::from_secs(20));
+            let mut t = tally.lock().unwrap();
             if o.status.success() {
-                tally.lock().unwrap().releases += 1;
+                t.releases += 1;
+            } else {
+                t.releases_refused += 1;
             }
             continue;
         }
@@ -329,10 +334,13 @@ fn client(
     }
 }
 
+/// What ends a fault (a SIGCONT, a restart), run when it is due.
+type Undo = Box<dyn FnOnce(&World)>;
+
 /// Faults until `within` has passed.
 fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Duration) {
     let end = Instant::now() + within;
-    let mut pending: Vec<(Instant, Box<dyn FnOnce(&World)>)> = Vec::new();
+    let mut pending: Vec<(Instant, Undo)> = Vec::new();
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(1500 + rng.below(2500)));
         let now = Instant::now();

@@ -93,6 +93,13 @@ fn one_owner_at_a_time_failover_fencing_and_quorum() {
     let b_row = hosts.iter().find(|r| r["id"] == "host-b").unwrap();
     assert_eq!(b_row["alive"], true, "{s}");
     assert_eq!(b_row["agents"], 1, "{s}");
+    // Palace shows the owner.
+    let site = tempfile::tempdir().unwrap();
+    let out = site.path().join("site");
+    ok(&h.on(&h.a, &["palace", "export", out.to_str().unwrap()]));
+    let index = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(index.contains("<th>Owner</th>"), "{index}");
+    assert!(index.contains("<td>host-b</td>"), "{index}");
 
     // One member down: turns still work.
     h.etcd.kill(0);

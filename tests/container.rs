@@ -277,6 +277,17 @@ fn compose_file_has_two_hosts_sharing_one_remote() {
         second.contains("condition: service_completed_successfully"),
         "{second}"
     );
+    // With ownership: three etcd members, both hosts in the cluster under
+    // host ids of their own.
+    for m in ["etcd0", "etcd1", "etcd2"] {
+        let member = service(m);
+        assert!(member.contains(&format!("NAME: {m}")), "{member}");
+    }
+    let cluster = "MINI_LETTA_ETCD: http://etcd0:2379,http://etcd1:2379,http://etcd2:2379";
+    for (s, id) in [(&seed, "seed"), (&second, "second")] {
+        assert!(s.contains(cluster), "{s}");
+        assert!(s.contains(&format!("MINI_LETTA_HOST_ID: {id}")), "{s}");
+    }
     // Named volumes, and default container security.
     let volumes = &text[text.find("\nvolumes:\n").expect("top-level volumes")..];
     for v in ["data1:", "data2:", "remote:"] {

@@ -271,10 +271,10 @@ fn missing_objects(
             for entry in tree.iter() {
                 match entry.kind() {
                     Some(ObjectType::Tree) => trees.push(entry.id()),
-                    Some(ObjectType::Blob) => {
-                        if seen.insert(entry.id()) && !dst.exists(entry.id()) {
-                            found.push((entry.id(), ObjectType::Blob));
-                        }
+                    Some(ObjectType::Blob)
+                        if seen.insert(entry.id()) && !dst.exists(entry.id()) =>
+                    {
+                        found.push((entry.id(), ObjectType::Blob));
                     }
                     // A gitlink names nothing here.
                     _ => {}

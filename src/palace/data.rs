@@ -109,6 +109,9 @@ pub struct AgentSummary {
     pub sandbox_level: String,
     /// The newest of the last commit and the last conversation write.
     pub last_activity: Option<String>,
+    /// In a cluster: the host that owns it (`-` when none, `?` when etcd
+    /// did not answer); `None` without a cluster.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -261,6 +264,15 @@ fn failed_workers(paths: &AgentPaths) -> Vec<FailedWorker> {
         .collect()
 }
 
+/// Who owns which agent, when a cluster is configured (read from etcd,
+/// bounded: a page never waits long for it).
+fn cluster_owners(
+    home: &Home,
+) -> Option<Result<crate::cluster::status::Status, crate::cluster::ClusterError>> {
+    let cfg = crate::cluster::ClusterConfig::load(home).ok()??;
+    Some(crate::cluster::status::read_blocking(&cfg))
+}
+
 fn internal(e: impl std::fmt::Display) -> PalaceError {
     PalaceError::Internal(e.to_string())
 }
@@ -291,6 +303,7 @@ impl Site {
     /// The agents shown (all, or the one `-a` named).
     pub fn agents(&self) -> Result<Vec<AgentSummary>, PalaceError> {
         let listing = store::list_all(&self.home).map_err(internal)?;
+        let owners = cluster_owners(&self.home);
         let mut out = Vec::new();
         for r in listing.agents {
             if self.only.as_deref().is_some_and(|o| o != r.id) {
@@ -299,6 +312,10 @@ impl Site {
             let paths = self.home.agent(&r.id).map_err(internal)?;
             out.push(AgentSummary {
                 last_activity: last_activity(&paths),
+                owner: owners.as_ref().map(|o| match o {
+                    Ok(status) => status.owner_of(&r.id).unwrap_or("-").to_string(),
+                    Err(_) => "?".to_string(),
+                }),
                 id: r.id,
                 name: r.name,
                 model: r.model,

@@ -100,8 +100,12 @@ pub fn agents(page: &Page, list: &[AgentSummary]) -> String {
     let body = html! {
         h1 { "Agents" }
         @if list.is_empty() { p { "No agents." } } @else {
+            @let clustered = list.iter().any(|a| a.owner.is_some());
             table {
-                tr { th { "Name" } th { "Id" } th { "Model" } th { "Sandbox" } th { "Last activity" } }
+                tr {
+                    th { "Name" } th { "Id" } th { "Model" } th { "Sandbox" } th { "Last activity" }
+                    @if clustered { th { "Owner" } }
+                }
                 @for a in list {
                     tr {
                         td { a href={ (page.agent_base(&a.id)) "index.html" } { (a.name) } }
@@ -109,6 +113,7 @@ pub fn agents(page: &Page, list: &[AgentSummary]) -> String {
                         td { (a.model) }
                         td { (a.sandbox_level) }
                         td { (a.last_activity.as_deref().unwrap_or("-")) }
+                        @if clustered { td { (a.owner.as_deref().unwrap_or("-")) } }
                     }
                 }
             }
