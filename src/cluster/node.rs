@@ -54,6 +54,9 @@ pub struct Node {
     client: Client,
     runtime: tokio::runtime::Handle,
     lease: Mutex<Option<Lease>>,
+    /// Whether a lease was ever granted (before that, a caller may wait
+    /// for the first registration rather than be refused at once).
+    registered: std::sync::atomic::AtomicBool,
     /// Agents owned, with the epoch each was taken in.
     owned: Mutex<HashMap<String, i64>>,
     stop: CancellationToken,
@@ -82,11 +85,17 @@ impl Node {
             client,
             runtime: tokio::runtime::Handle::current(),
             lease: Mutex::new(None),
+            registered: Default::default(),
             owned: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
         });
         tokio::spawn(node.clone().maintain());
         Ok(node)
+    }
+
+    /// Whether this node was ever registered (granted a lease).
+    pub fn has_registered(&self) -> bool {
+        self.registered.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn host_id(&self) -> &str {
@@ -200,6 +209,8 @@ impl Node {
             id,
             valid_until: sent + Duration::from_secs(ttl as u64),
         });
+        self.registered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(host = %self.cfg.host_id, lease = id, "registered in the cluster");
         Ok(())
     }

@@ -388,3 +388,205 @@ fn push_cli(git_dir: &Path, url: &str, updates: &[Update<'_>]) -> Result<Pushed,
         Ok(Pushed::Failed(message))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::path::PathBuf;
+
+    fn commit(repo: &Repository, parent: Option<Oid>, text: &str) -> Oid {
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        tb.insert("a.md", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let parent = parent.map(|p| repo.find_commit(p).unwrap());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(None, &sig, &sig, text, &tree, &parents)
+            .unwrap()
+    }
+
+    /// A local repository and a bare remote, both holding `main` = one
+    /// commit, and a fence ref on the remote.
+    fn pair() -> (tempfile::TempDir, Repository, PathBuf, Oid, Oid) {
+        let dir = tempfile::tempdir().unwrap();
+        let local = Repository::init_bare(dir.path().join("local.git")).unwrap();
+        let remote_dir = dir.path().join("remote.git");
+        Repository::init_bare(&remote_dir).unwrap();
+        let base = commit(&local, None, "base");
+        let fence = commit(&local, None, "fence");
+        let url = remote_dir.to_str().unwrap().to_string();
+        let first = [
+            Update {
+                name: "refs/heads/main",
+                old: None,
+                new: base,
+            },
+            Update {
+                name: "refs/mini-letta/fence",
+                old: None,
+                new: fence,
+            },
+        ];
+        assert_eq!(
+            push(&local, local.path(), &url, &first).unwrap(),
+            Pushed::Done
+        );
+        (dir, local, remote_dir, base, fence)
+    }
+
+    fn remote_ref(dir: &Path, name: &str) -> Option<Oid> {
+        Repository::open_bare(dir).unwrap().refname_to_id(name).ok()
+    }
+
+    #[test]
+    fn a_push_moves_every_ref_or_none() {
+        let (_d, local, remote_dir, base, fence) = pair();
+        let url = remote_dir.to_str().unwrap();
+        let next = commit(&local, Some(base), "next");
+        let stale_fence = commit(&local, None, "not the remote's fence");
+        let new_fence = commit(&local, Some(stale_fence), "over the wrong fence");
+        // The fence was not what this pusher fetched: main must not move.
+        let refused = push(
+            &local,
+            local.path(),
+            url,
+            &[
+                Update {
+                    name: "refs/heads/main",
+                    old: Some(base),
+                    new: next,
+                },
+                Update {
+                    name: "refs/mini-letta/fence",
+                    old: Some(stale_fence),
+                    new: new_fence,
+                },
+            ],
+        )
+        .unwrap();
+        assert!(matches!(refused, Pushed::Rejected(_)), "{refused:?}");
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(base));
+        assert_eq!(
+            remote_ref(&remote_dir, "refs/mini-letta/fence"),
+            Some(fence)
+        );
+        // Over the right one both move, and the objects are there.
+        let good_fence = commit(&local, Some(fence), "over the remote's fence");
+        let done = push(
+            &local,
+            local.path(),
+            url,
+            &[
+                Update {
+                    name: "refs/heads/main",
+                    old: Some(base),
+                    new: next,
+                },
+                Update {
+                    name: "refs/mini-letta/fence",
+                    old: Some(fence),
+                    new: good_fence,
+                },
+            ],
+        )
+        .unwrap();
+        assert_eq!(done, Pushed::Done);
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(next));
+        let remote = Repository::open_bare(&remote_dir).unwrap();
+        assert!(remote.find_commit(next).unwrap().tree().is_ok());
+    }
+
+    #[test]
+    fn a_ref_locked_by_another_writer_is_a_rejection() {
+        let (_d, local, remote_dir, base, _fence) = pair();
+        let next = commit(&local, Some(base), "next");
+        // A git receive-pack (or another host) is updating main.
+        std::fs::write(remote_dir.join("refs/heads/main.lock"), "").unwrap();
+        let pushed = push(
+            &local,
+            local.path(),
+            remote_dir.to_str().unwrap(),
+            &[Update {
+                name: "refs/heads/main",
+                old: Some(base),
+                new: next,
+            }],
+        )
+        .unwrap();
+        assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
+        std::fs::remove_file(remote_dir.join("refs/heads/main.lock")).unwrap();
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(base));
+    }
+
+    #[test]
+    fn a_push_that_is_no_fast_forward_is_refused_even_when_old_matches() {
+        let (_d, local, remote_dir, base, _fence) = pair();
+        // A commit not descending from the remote's main.
+        let other = commit(&local, None, "unrelated");
+        let pushed = push(
+            &local,
+            local.path(),
+            remote_dir.to_str().unwrap(),
+            &[Update {
+                name: "refs/heads/main",
+                old: Some(base),
+                new: other,
+            }],
+        )
+        .unwrap();
+        assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(base));
+    }
+
+    #[test]
+    fn fetch_copies_a_large_history_as_a_pack_and_a_small_one_loose() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote_dir = dir.path().join("remote.git");
+        let remote = Repository::init_bare(&remote_dir).unwrap();
+        let mut tip = commit(&remote, None, "0");
+        for i in 1..150 {
+            tip = commit(&remote, Some(tip), &i.to_string());
+        }
+        remote.reference("refs/heads/main", tip, true, "t").unwrap();
+        let local = Repository::init_bare(dir.path().join("local.git")).unwrap();
+        let wanted = [Wanted {
+            remote: "refs/heads/main",
+            tracking: "refs/remotes/origin/main",
+        }];
+        let url = remote_dir.to_str().unwrap();
+        let tips = fetch(&local, local.path(), url, &wanted).unwrap();
+        assert_eq!(tips, vec![Some(tip)]);
+        let packs = |r: &Repository| {
+            std::fs::read_dir(r.path().join("objects/pack"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        assert!(packs(&local) >= 2, "a pack and its index");
+        let mut walk = local.revwalk().unwrap();
+        walk.push(tip).unwrap();
+        assert_eq!(walk.count(), 150);
+        // One more commit comes loose.
+        let more = commit(&remote, Some(tip), "one more");
+        remote
+            .reference("refs/heads/main", more, true, "t")
+            .unwrap();
+        let before = packs(&local);
+        assert_eq!(
+            fetch(&local, local.path(), url, &wanted).unwrap(),
+            vec![Some(more)]
+        );
+        assert_eq!(packs(&local), before);
+        assert!(local.find_commit(more).unwrap().tree().is_ok());
+        // A remote without the ref: `None`, the tracking ref kept.
+        let absent = [Wanted {
+            remote: "refs/mini-letta/fence",
+            tracking: "refs/remotes/origin/fence",
+        }];
+        assert_eq!(
+            fetch(&local, local.path(), url, &absent).unwrap(),
+            vec![None]
+        );
+    }
+}

@@ -27,6 +27,10 @@ use crate::protocol::{ErrorCode, Outcome};
 pub struct Cluster {
     config: Option<ClusterConfig>,
     node: OnceLock<Arc<Node>>,
+    /// One ownership check per agent at a time: a second turn waits for
+    /// the first one's take-over instead of running on memory not yet
+    /// brought to the remote's.
+    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +54,13 @@ impl Cluster {
         }
         Ok(Self {
             config,
-            node: OnceLock::new(),
+            ..Self::default()
         })
+    }
+
+    fn gate(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.entry(agent.to_string()).or_default().clone()
     }
 
     pub fn node(&self) -> Option<&Arc<Node>> {
@@ -108,6 +117,8 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
             },
         ));
     };
+    let gate = state.cluster.gate(agent);
+    let _one_at_a_time = gate.lock().await;
     let began = Instant::now();
     let deadline = began + wait.unwrap_or_default().max(registration_wait(&node));
     let waited = began + wait.unwrap_or_default();
@@ -118,10 +129,12 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
             Err(e) => e,
         };
         // Not registered yet (a supervisor just started): its lease comes
-        // within moments; another owner: only with `wait`.
+        // within moments; etcd without quorum, or another owner: only with
+        // `wait` — otherwise refused now (fail closed, in bounded time).
         let may_wait = match &failure {
             ClusterError::NotOwner { .. } => Instant::now() < waited,
-            ClusterError::Etcd { .. } => Instant::now() < deadline,
+            ClusterError::Etcd { .. } if !node.has_registered() => Instant::now() < deadline,
+            ClusterError::Etcd { .. } => Instant::now() < waited,
             _ => false,
         };
         if !may_wait || state.is_stopping() {

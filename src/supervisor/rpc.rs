@@ -625,7 +625,15 @@ pub async fn sync_after(
     if !pending {
         return None;
     }
-    let _lease = state.leases.hold(agent_id, LEASE_WAIT).await.ok()?;
+    let _lease = match state.leases.hold(agent_id, LEASE_WAIT).await {
+        Ok(l) => l,
+        // Said, not swallowed: in a cluster an unpushed turn is not
+        // acknowledged (`cluster::acknowledged`).
+        Err(e) => {
+            tracing::warn!(agent = %agent_id, "memory sync skipped: {e}");
+            return Some(json!({ "status": "push_failed", "message": e.to_string() }));
+        }
+    };
     let id = agent_id.to_string();
     let fencing = super::cluster::fencing(state, agent_id);
     let outcome = on_agent_thread(state, agent_id, move || {
@@ -657,7 +665,7 @@ pub async fn sync_after(
         }
         Err(e) => {
             tracing::warn!(agent = %agent_id, "memory sync task failed: {e}");
-            None
+            Some(json!({ "status": "push_failed", "message": e }))
         }
     }
 }

@@ -107,3 +107,49 @@ fn a_stale_owner_back_from_a_pause_pushes_nothing() {
     );
     assert!(!refs.trim().is_empty(), "no backup ref holds {stale}");
 }
+
+/// etcd's data is not trusted (threat model, attacker 3): an owner key
+/// planted with terminal escapes is shown visibly — in the refusal of a
+/// turn and in `cluster status` — and the agent is still refused.
+#[test]
+fn an_owner_planted_with_escapes_never_reaches_the_terminal_raw() {
+    let Some(etcd) = Etcd::start("planted owner") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let id = create_agent(h.b.home.path(), &["agent-demo"]);
+    let evil = "evil\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let put = h.etcd.ctl(
+        &h.etcd.endpoints(),
+        &["put", &mini_letta::cluster::owner_key(&id), evil],
+    );
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+
+    let o = h.chat(&h.b, &[], "hi");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(err.contains("is owned by host"), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert!(err.contains("evil"), "{err}");
+
+    let o = h.on(&h.b, &["cluster", "status"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("evil"), "{out}");
+    // JSON keeps the bytes exactly (escaped as JSON).
+    let o = h.on(&h.b, &["cluster", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(row["owner"], evil);
+}
