@@ -7,9 +7,11 @@
 //! * `memfs::sync::sync` after one small local commit (`pushed`; only the
 //!   sync is timed, not the commit);
 //! * the plain git CLI doing the same in a normal checkout cloned from the
-//!   same bare repository. Our sync runs `git ls-remote` + `git fetch`,
-//!   compares the histories, and only when local is ahead validates and runs
-//!   `git push`. The git equivalent timed here is `git fetch origin` followed
+//!   same bare repository. Our sync reaches a directory remote in-process
+//!   (`memfs::transport`: no git process; the remote's path check first),
+//!   reads the remote `main`, compares the histories, and only when local is
+//!   ahead validates, copies the new objects and moves the remote ref under
+//!   its lock. The git equivalent timed here is `git fetch origin` followed
 //!   by `git push origin main`: the fetch brings the remote tip, and the
 //!   push does the comparison itself (it refuses a non-fast-forward, and
 //!   with nothing new it still asks the remote for its refs and reports
