@@ -125,6 +125,12 @@ impl Writer {
         })
     }
 
+    /// Roll over past `bytes` instead (tests; the variable sets it too).
+    pub fn rotate_at(mut self, bytes: u64) -> Self {
+        self.rotate_at = bytes.max(1);
+        self
+    }
+
     /// Look at the tail now (at start): a torn last line is noted with a
     /// `torn` record. Returns the note when there was one.
     pub fn recover(&mut self) -> Result<Option<TornNote>, AuditError> {

@@ -71,10 +71,15 @@ pub struct Log {
 }
 
 impl Log {
-    /// Open the home's log, note a torn tail, and start the writer.
-    pub fn start(home: &crate::paths::Home) -> Result<(Log, Option<TornNote>), AuditError> {
+    /// Open the home's log, note a torn tail, append `first` (durably,
+    /// before anything else can), and start the writer.
+    pub fn start(
+        home: &crate::paths::Home,
+        first: &[Entry],
+    ) -> Result<(Log, Option<TornNote>), AuditError> {
         let mut writer = Writer::open(home)?;
         let torn = writer.recover()?;
+        writer.append(first)?;
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
         std::thread::Builder::new()
             .name("audit-writer".into())

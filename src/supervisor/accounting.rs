@@ -40,15 +40,13 @@ impl Accounting {
             tracing::warn!("AUDIT LOG OFF (MINI_LETTA_AUDIT=off): nothing this supervisor does is recorded");
             Log::off()
         } else {
-            let (log, torn) = Log::start(home)?;
+            let started = Entry::new(kind::START, None, Some("supervisor"))
+                .with("pid", std::process::id())
+                .with("version", env!("CARGO_PKG_VERSION"));
+            let (log, torn) = Log::start(home, &[started])?;
             if let Some(t) = torn {
                 tracing::warn!(after_seq = t.after_seq, bytes = t.bytes, noted_by = t.noted_by, "the audit log ended in a torn line (a crash while appending): kept, and noted by a torn record");
             }
-            log.append_blocking(
-                Entry::new(kind::START, None, Some("supervisor"))
-                    .with("pid", std::process::id())
-                    .with("version", env!("CARGO_PKG_VERSION")),
-            )?;
             log
         };
         Ok(Accounting::with_log(log))
