@@ -23,7 +23,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn run(home: &Path, env: &[(&str, &str)], args: &[&str]) {
     let mut c = Command::new(bin());
-    c.args(args).env("MINI_LETTA_HOME", home).env_remove("RUST_LOG");
+    c.args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -76,7 +78,11 @@ fn main() {
     let script_path = h.join("script.json");
     script(&script_path, runs * rounds * 2 + 1);
     let s = script_path.display().to_string();
-    run(h, &[], &["agent", "create", "bench", "--model", "mock/scripted"]);
+    run(
+        h,
+        &[],
+        &["agent", "create", "bench", "--model", "mock/scripted"],
+    );
     let on = [("MINI_LETTA_SCRIPTED_MODEL", s.as_str())];
     let off = [
         ("MINI_LETTA_SCRIPTED_MODEL", s.as_str()),
@@ -89,7 +95,9 @@ fn main() {
         without.push(turns(h, &off, runs));
     }
     let (w, wo) = (median(with), median(without));
-    println!("one scripted turn (Bash + memory commit + 3 model calls; {runs} runs x {rounds} rounds, medians):");
+    println!(
+        "one scripted turn (Bash + memory commit + 3 model calls; {runs} runs x {rounds} rounds, medians):"
+    );
     println!("  audit log on   {w:>7.1} ms");
     println!("  audit log off  {wo:>7.1} ms");
     println!("  ratio on/off   {:>7.3}", w / wo);

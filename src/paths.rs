@@ -858,4 +858,3 @@ impl Programs {
         Ok(found)
     }
 }
-

@@ -52,7 +52,12 @@ impl Period {
         let day = now.date();
         match self {
             Period::Day => (
-                format!("{:04}-{:02}-{:02}", day.year(), u8::from(day.month()), day.day()),
+                format!(
+                    "{:04}-{:02}-{:02}",
+                    day.year(),
+                    u8::from(day.month()),
+                    day.day()
+                ),
                 day.next_day().map(|d| d.midnight().assume_utc()),
             ),
             Period::Month => {
@@ -121,7 +126,9 @@ pub fn set(home: &Home, agent: &str, budget: Option<Budget>) -> Result<(), Audit
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
         .map_err(io)?;
-    f.write_all(&bytes).and_then(|()| f.sync_all()).map_err(io)?;
+    f.write_all(&bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(io)?;
     std::fs::rename(&tmp, &path).map_err(io)?;
     Ok(())
 }
@@ -263,7 +270,11 @@ mod tests {
         };
         let r = check(Some(month), &spent, "a", "owl", now).unwrap();
         assert_eq!(r.used, 55);
-        assert!(r.message.contains("resets at 2025-07-01T00:00:00"), "{}", r.message);
+        assert!(
+            r.message.contains("resets at 2025-07-01T00:00:00"),
+            "{}",
+            r.message
+        );
         assert!(check(None, &spent, "a", "owl", now).is_none());
     }
 }

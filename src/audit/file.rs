@@ -143,7 +143,12 @@ impl Writer {
     pub fn append(&mut self, entries: &[Entry]) -> Result<Vec<Appended>, AuditError> {
         let (appended, torn) = self.locked(entries)?;
         if let Some(t) = torn {
-            tracing::warn!(after_seq = t.after_seq, bytes = t.bytes, noted_by = t.noted_by, "the audit log ended in a torn line (a crash while appending); kept and noted");
+            tracing::warn!(
+                after_seq = t.after_seq,
+                bytes = t.bytes,
+                noted_by = t.noted_by,
+                "the audit log ended in a torn line (a crash while appending); kept and noted"
+            );
         }
         Ok(appended)
     }
@@ -393,13 +398,12 @@ fn previous_file_tail(home: &Home) -> Result<Tail, AuditError> {
     }
 }
 
+/// A file's last complete line, and the torn line after it, if any.
+pub type LastLine = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// The last complete line of a file and, when the file does not end in a
 /// newline, what follows it (a torn line).
-pub fn last_line(
-    file: &mut File,
-    path: &Path,
-    size: u64,
-) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), AuditError> {
+pub fn last_line(file: &mut File, path: &Path, size: u64) -> Result<LastLine, AuditError> {
     if size == 0 {
         return Ok((None, None));
     }

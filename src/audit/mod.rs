@@ -191,10 +191,7 @@ pub fn append(
     let mut entry = Entry::new(kind, agent, role);
     entry.fields = fields;
     let mut writer = Writer::open(home)?;
-    writer
-        .append(&[entry])?
-        .pop()
-        .ok_or(AuditError::Closed)
+    writer.append(&[entry])?.pop().ok_or(AuditError::Closed)
 }
 
 /// The sha256 (hex) of a tool call's arguments as the child reported them.

@@ -52,9 +52,14 @@ pub struct View {
 
 impl Filter {
     pub fn matches(&self, v: &View) -> bool {
-        self.agent.as_ref().is_none_or(|a| v.agent.as_ref() == Some(a))
+        self.agent
+            .as_ref()
+            .is_none_or(|a| v.agent.as_ref() == Some(a))
             && self.kind.as_ref().is_none_or(|k| &v.kind == k)
-            && self.since.as_ref().is_none_or(|s| v.time.as_str() >= s.as_str())
+            && self
+                .since
+                .as_ref()
+                .is_none_or(|s| v.time.as_str() >= s.as_str())
     }
 }
 
@@ -203,7 +208,10 @@ mod tests {
             parse_since("2025-01-31T12:00:00+01:00").unwrap(),
             "2025-01-31T11:00:00.000000Z"
         );
-        assert_eq!(parse_since("2025-01-31").unwrap(), "2025-01-31T00:00:00.000000Z");
+        assert_eq!(
+            parse_since("2025-01-31").unwrap(),
+            "2025-01-31T00:00:00.000000Z"
+        );
         let hour_ago = parse_since("1h").unwrap();
         assert!(hour_ago < record::now());
         assert!(parse_since("yesterday").is_err());

@@ -140,7 +140,9 @@ fn clip_value(v: &Value) -> Value {
             Value::Array(kept)
         }
         Value::Array(items) => Value::Array(items.iter().map(clip_value).collect()),
-        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), clip_value(v))).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), clip_value(v))).collect())
+        }
         other => other.clone(),
     }
 }
@@ -177,7 +179,10 @@ mod tests {
         let (seq, prev) = header(&line).unwrap();
         assert_eq!((seq, prev), (7, [0xab; 32]));
         let v: Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(v["seq"], 7, "a field named seq cannot override the writer's");
+        assert_eq!(
+            v["seq"], 7,
+            "a field named seq cannot override the writer's"
+        );
         assert_eq!(v["kind"], "model");
         assert_eq!(v["input_tokens"], 3);
     }

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -26,7 +26,11 @@ pub enum Problem {
     /// The first record is not number 1, or its `prev` is not 64 zeros.
     BadStart { seq: u64 },
     /// The line after record `after` is not a record at all.
-    NotARecord { after: u64, file: PathBuf, line: u64 },
+    NotARecord {
+        after: u64,
+        file: PathBuf,
+        line: u64,
+    },
     /// The last line has no newline (a crash while appending); the
     /// supervisor notes it at its next start.
     TornTail { after: u64, bytes: u64 },
@@ -61,7 +65,10 @@ impl std::fmt::Display for Problem {
                 "record seq {seq} is missing or out of place: seq {found} follows seq {after}"
             ),
             Problem::OutOfOrder { seq, after } => {
-                write!(f, "record seq {seq} is out of order: it follows seq {after}")
+                write!(
+                    f,
+                    "record seq {seq} is out of order: it follows seq {after}"
+                )
             }
             Problem::BadStart { seq } => write!(
                 f,
@@ -205,11 +212,11 @@ fn walk_file(
 }
 
 /// One line.
-fn step(walk: &mut Walk, line: &[u8], path: &PathBuf, line_no: u64) -> Result<(), Problem> {
+fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), Problem> {
     let after = walk.report.last_seq;
     let not_a_record = || Problem::NotARecord {
         after,
-        file: path.clone(),
+        file: path.to_path_buf(),
         line: line_no,
     };
     let Some((seq, prev)) = record::header(line) else {
@@ -224,7 +231,7 @@ fn step(walk: &mut Walk, line: &[u8], path: &PathBuf, line_no: u64) -> Result<()
         if !notes_torn(line, &torn) {
             return Err(Problem::NotARecord {
                 after,
-                file: path.clone(),
+                file: path.to_path_buf(),
                 line: line_no - 1,
             });
         }

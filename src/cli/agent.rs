@@ -66,8 +66,10 @@ pub enum AgentCommand {
     /// Set the agent's token budget: a turn that would start with it spent
     /// is refused before any model call; a turn crossing it stops after
     /// the model call under way. Its sub-agents count against it.
-    #[command(after_help = "Examples:\n  mini-letta agent set-budget owl --tokens 200000 --period day\n  \
-                            mini-letta agent set-budget owl --clear")]
+    #[command(
+        after_help = "Examples:\n  mini-letta agent set-budget owl --tokens 200000 --period day\n  \
+                            mini-letta agent set-budget owl --clear"
+    )]
     SetBudget {
         /// Agent id or name.
         agent: String,

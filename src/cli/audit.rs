@@ -95,14 +95,23 @@ pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
             kind,
             since,
             json,
-        } => log_cmd(&home, agent.as_deref(), kind.clone(), since.as_deref(), *json),
+        } => log_cmd(
+            &home,
+            agent.as_deref(),
+            kind.clone(),
+            since.as_deref(),
+            *json,
+        ),
     }
 }
 
 fn verify_cmd(home: &Home, head: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let want = match head {
         Some(h) => Some(record::parse_hex32(h.trim().as_bytes()).with_context(|| {
-            format!("--head {:?} is not a sha256 in lowercase hex (64 digits)", h)
+            format!(
+                "--head {:?} is not a sha256 in lowercase hex (64 digits)",
+                h
+            )
         })?),
         None => None,
     };
@@ -219,7 +228,10 @@ fn details(line: &[u8]) -> String {
     };
     m.iter()
         .filter(|(k, v)| {
-            !matches!(k.as_str(), "seq" | "prev" | "time" | "kind" | "agent" | "role") && !v.is_null()
+            !matches!(
+                k.as_str(),
+                "seq" | "prev" | "time" | "kind" | "agent" | "role"
+            ) && !v.is_null()
         })
         .map(|(k, v)| match v {
             Value::String(s) => format!("{k}={s}"),
@@ -260,7 +272,14 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut table = Table::new(&[
-        "AGENT", "NAME", "TURNS", "MODEL CALLS", "IN TOKENS", "OUT TOKENS", "TOOL CALLS", "CPU MS",
+        "AGENT",
+        "NAME",
+        "TURNS",
+        "MODEL CALLS",
+        "IN TOKENS",
+        "OUT TOKENS",
+        "TOOL CALLS",
+        "CPU MS",
         "PEAK MEMORY",
     ]);
     for u in by_agent.values() {
@@ -299,7 +318,13 @@ pub fn set_budget(
     let mut fields = Map::new();
     fields.insert("setting".into(), json!("budget"));
     fields.insert("value".into(), json!(new));
-    audit::append(home, audit::kind::CONFIG, Some(&record.id), Some("cli"), fields)?;
+    audit::append(
+        home,
+        audit::kind::CONFIG,
+        Some(&record.id),
+        Some("cli"),
+        fields,
+    )?;
     if json {
         output::json(&json!({ "agent": record.id, "name": record.name, "budget": new }))?;
     } else {

@@ -305,9 +305,8 @@ pub struct GroupUsage {
 /// Read a child's groups (the `cgroup.procs` files [`prepare`] returned),
 /// before they are released.
 pub fn usage(procs: &[PathBuf]) -> GroupUsage {
-    let read = |dir: &Path, file: &str| -> Option<String> {
-        std::fs::read_to_string(dir.join(file)).ok()
-    };
+    let read =
+        |dir: &Path, file: &str| -> Option<String> { std::fs::read_to_string(dir.join(file)).ok() };
     let number = |dir: &Path, file: &str| -> Option<u64> { read(dir, file)?.trim().parse().ok() };
     let mut u = GroupUsage::default();
     for leaf in procs.iter().filter_map(|p| p.parent()) {
@@ -426,4 +425,3 @@ mod tests {
         assert!(!root.join("agent-y").exists());
     }
 }
-

@@ -19,6 +19,9 @@ use crate::paths::Home;
 /// across all children; past this the oldest are forgotten.
 const MAX_OPEN_TOOL_CALLS: usize = 4096;
 
+/// A reported tool call: when, the tool, the sha256 of its arguments.
+type OpenCall = (Instant, String, String);
+
 /// What the supervisor keeps for the log.
 pub struct Accounting {
     pub log: Log,
@@ -27,7 +30,7 @@ pub struct Accounting {
     spent: Mutex<Option<Spent>>,
     /// (child, call id) → when the call was reported, tool name, sha256 of
     /// its arguments.
-    tools: Mutex<HashMap<(u64, String), (Instant, String, String)>>,
+    tools: Mutex<HashMap<(u64, String), OpenCall>>,
     /// Live children's cgroups (`ps` reads their figures).
     groups: Mutex<HashMap<u64, Vec<PathBuf>>>,
 }
@@ -37,7 +40,9 @@ impl Accounting {
     /// measuring its cost only) and record this supervisor's start.
     pub fn start(home: &Home) -> Result<Accounting, AuditError> {
         let log = if std::env::var("MINI_LETTA_AUDIT").as_deref() == Ok("off") {
-            tracing::warn!("AUDIT LOG OFF (MINI_LETTA_AUDIT=off): nothing this supervisor does is recorded");
+            tracing::warn!(
+                "AUDIT LOG OFF (MINI_LETTA_AUDIT=off): nothing this supervisor does is recorded"
+            );
             Log::off()
         } else {
             let started = Entry::new(kind::START, None, Some("supervisor"))
@@ -45,7 +50,12 @@ impl Accounting {
                 .with("version", env!("CARGO_PKG_VERSION"));
             let (log, torn) = Log::start(home, &[started])?;
             if let Some(t) = torn {
-                tracing::warn!(after_seq = t.after_seq, bytes = t.bytes, noted_by = t.noted_by, "the audit log ended in a torn line (a crash while appending): kept, and noted by a torn record");
+                tracing::warn!(
+                    after_seq = t.after_seq,
+                    bytes = t.bytes,
+                    noted_by = t.noted_by,
+                    "the audit log ended in a torn line (a crash while appending): kept, and noted by a torn record"
+                );
             }
             log
         };
@@ -173,7 +183,10 @@ impl Accounting {
                 let args = crate::audit::arguments_sha256(&event["arguments"]);
                 let mut tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
                 if tools.len() >= MAX_OPEN_TOOL_CALLS
-                    && let Some(oldest) = tools.iter().min_by_key(|(_, v)| v.0).map(|(k, _)| k.clone())
+                    && let Some(oldest) = tools
+                        .iter()
+                        .min_by_key(|(_, v)| v.0)
+                        .map(|(k, _)| k.clone())
                 {
                     tools.remove(&oldest);
                 }
@@ -245,7 +258,9 @@ impl Accounting {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(c, _), _| *c != child);
-        groups.map(|g| crate::sandbox::cgroup::usage(&g)).unwrap_or_default()
+        groups
+            .map(|g| crate::sandbox::cgroup::usage(&g))
+            .unwrap_or_default()
     }
 }
 
@@ -255,7 +270,9 @@ fn refusal_unreadable(e: &AuditError) -> Refusal {
         period: budget::Period::Total,
         used: 0,
         resets: None,
-        message: format!("cannot check the token budget ({e}): no model call is made until it can be"),
+        message: format!(
+            "cannot check the token budget ({e}): no model call is made until it can be"
+        ),
     }
 }
 
@@ -297,12 +314,18 @@ pub async fn note(state: &State, entry: Entry) {
 /// Append one record before acknowledging an action: the error to answer
 /// with when it cannot be.
 pub async fn record(state: &State, entry: Entry) -> Result<(), crate::protocol::Outcome> {
-    state.accounting.log.append(entry).await.map(drop).map_err(|e| {
-        super::state::error(
-            crate::protocol::ErrorCode::Internal,
-            format!("not acknowledged: {e}"),
-        )
-    })
+    state
+        .accounting
+        .log
+        .append(entry)
+        .await
+        .map(drop)
+        .map_err(|e| {
+            super::state::error(
+                crate::protocol::ErrorCode::Internal,
+                format!("not acknowledged: {e}"),
+            )
+        })
 }
 
 /// A method refused to a child.

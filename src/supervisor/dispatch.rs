@@ -23,7 +23,8 @@ pub async fn handle(
     conn: &Connection,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
-        super::accounting::denied(state, peer, call.method(), "outside the role's allow-list").await;
+        super::accounting::denied(state, peer, call.method(), "outside the role's allow-list")
+            .await;
         return refused;
     }
     match call {
@@ -90,10 +91,7 @@ fn supervisor_call(state: &State, call: Call) -> Outcome {
         Call::Status {} => Outcome::Result(status(state)),
         Call::Ps {} => {
             let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
-            let rows: Vec<Value> = rows
-                .into_iter()
-                .map(|r| with_figures(state, r))
-                .collect();
+            let rows: Vec<Value> = rows.into_iter().map(|r| with_figures(state, r)).collect();
             Outcome::Result(json!({ "children": rows }))
         }
         Call::Stop {} => {

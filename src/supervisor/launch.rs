@@ -269,11 +269,13 @@ async fn try_run_turn(
         // A spent budget refuses the turn before anything starts.
         st.accounting
             .check_budget(&st.home, &record.id, "agent", "turn_start")
-            .map_err(|r| Outcome::Error(crate::protocol::ErrorBody {
-                code: ErrorCode::Forbidden,
-                message: r.message.clone(),
-                data: serde_json::to_value(&r).ok(),
-            }))?;
+            .map_err(|r| {
+                Outcome::Error(crate::protocol::ErrorBody {
+                    code: ErrorCode::Forbidden,
+                    message: r.message.clone(),
+                    data: serde_json::to_value(&r).ok(),
+                })
+            })?;
         Ok((record, agent, model))
     })
     .await?;

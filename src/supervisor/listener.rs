@@ -89,11 +89,10 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     }
     // No audit log, no supervisor: every action is recorded or refused.
     let mut state = State::new(home.clone(), sandbox, launcher);
-    state.accounting =
-        super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
-            path: home.audit_log(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+    state.accounting = super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
+        path: home.audit_log(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     Ok(Bound {
         state: Arc::new(state),
         listener,

@@ -167,7 +167,9 @@ pub async fn memory_commit(
         Ok(Ok(v)) => {
             // A commit is acknowledged once it is in the log.
             if let Some(sha) = v["commit"].as_str() {
-                let entry = audited.with("sha", sha).with("changed", v["changed"].clone());
+                let entry = audited
+                    .with("sha", sha)
+                    .with("changed", v["changed"].clone());
                 if let Err(o) = super::accounting::record(state, entry).await {
                     return o;
                 }
@@ -327,7 +329,13 @@ pub async fn model_complete(
         let asked = request.model.trim();
         if !asked.is_empty() && asked != model {
             tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
-            super::accounting::denied(state, peer, "model.complete", "a model the child was not launched with").await;
+            super::accounting::denied(
+                state,
+                peer,
+                "model.complete",
+                "a model the child was not launched with",
+            )
+            .await;
             return error(
                 ErrorCode::Forbidden,
                 format!(
@@ -357,7 +365,9 @@ pub async fn model_complete(
         move || -> Result<ModelResponse, ModelError> {
             // The agent's budget, before every call of its turns and sub-agents.
             if let Some(agent) = &who_agent
-                && let Err(r) = st.accounting.check_budget(&home, agent, &role, "model_call")
+                && let Err(r) = st
+                    .accounting
+                    .check_budget(&home, agent, &role, "model_call")
             {
                 return Err(ModelError::fatal(r.message));
             }
@@ -377,7 +387,9 @@ pub async fn model_complete(
                     outcome.as_ref().map_err(String::as_str).copied(),
                     began.elapsed().as_millis() as u64,
                 )
-                .map_err(|e| ModelError::fatal(format!("the model call could not be recorded: {e}")))?;
+                .map_err(|e| {
+                    ModelError::fatal(format!("the model call could not be recorded: {e}"))
+                })?;
             answer
         },
     );

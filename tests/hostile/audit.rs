@@ -106,7 +106,8 @@ fn a_turn_leaves_spawn_tool_commit_and_model_records_on_a_chain_that_verifies() 
     let head = stdout(&o).trim().to_string();
     assert_eq!(head.len(), 40, "{}", stderr(&o));
     assert!(
-        mine.iter().any(|r| r["kind"] == "commit" && r["sha"] == json!(head)),
+        mine.iter()
+            .any(|r| r["kind"] == "commit" && r["sha"] == json!(head)),
         "the commit record names {head}: {mine:?}"
     );
     let tools: Vec<&&Value> = mine.iter().filter(|r| r["kind"] == "tool").collect();
@@ -121,7 +122,11 @@ fn a_turn_leaves_spawn_tool_commit_and_model_records_on_a_chain_that_verifies() 
     let independent = independent_head(&text);
     let (code, v) = verify(h, &[]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["head"], json!(independent), "the program and this test agree");
+    assert_eq!(
+        v["head"],
+        json!(independent),
+        "the program and this test agree"
+    );
     assert_eq!(v["records"], json!(recs.len()));
     let o = run(h, &["audit", "head"]);
     assert_eq!(stdout(&o).trim(), independent);
@@ -235,7 +240,10 @@ fn a_torn_last_line_is_reported_then_kept_and_noted_never_dropped() {
     let home_ = mini_letta::paths::Home::at(h);
     mini_letta::audit::append(&home_, "config", None, Some("cli"), f).unwrap();
     let now = std::fs::read_to_string(log_path(h)).unwrap();
-    assert!(now.contains(&format!("{torn}\n")), "the torn bytes are kept");
+    assert!(
+        now.contains(&format!("{torn}\n")),
+        "the torn bytes are kept"
+    );
     let (code, v) = verify(h, &[]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["torn"][0]["after"], json!(9), "{v}");
@@ -312,7 +320,12 @@ fn a_confined_command_cannot_append_truncate_or_replace_the_log() {
          (rm -f {log}); (ln -sf /dev/null {log}); \
          (echo '{{}}' > {dir}/budgets.json); exit 0"
     );
-    let o = run(h, &["sandbox", "run", "-a", "owl", "--", "/bin/sh", "-c", &attack]);
+    let o = run(
+        h,
+        &[
+            "sandbox", "run", "-a", "owl", "--", "/bin/sh", "-c", &attack,
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let after = std::fs::read(log_path(h)).unwrap();
     assert!(
@@ -324,7 +337,12 @@ fn a_confined_command_cannot_append_truncate_or_replace_the_log() {
     assert_eq!(code, 0, "{v}");
     // The attempt's own child is on the chain.
     let text = String::from_utf8(after).unwrap();
-    assert!(text.lines().filter(|l| l.contains("\"kind\":\"spawn\"")).count() >= 2);
+    assert!(
+        text.lines()
+            .filter(|l| l.contains("\"kind\":\"spawn\""))
+            .count()
+            >= 2
+    );
 }
 
 /// The scripted model's cursor: how many calls it has answered.
@@ -342,7 +360,18 @@ fn a_spent_budget_refuses_the_next_turn_before_any_model_call() {
     let home = open_home();
     let h = home.path();
     let id = create_agent(h, &["owl"]);
-    let o = run(h, &["agent", "set-budget", "owl", "--tokens", "1", "--period", "day"]);
+    let o = run(
+        h,
+        &[
+            "agent",
+            "set-budget",
+            "owl",
+            "--tokens",
+            "1",
+            "--period",
+            "day",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let script = h.join("script.json");
     std::fs::write(
@@ -371,7 +400,10 @@ fn a_spent_budget_refuses_the_next_turn_before_any_model_call() {
     assert_eq!(refusal["at"], "turn_start");
     assert_eq!(refusal["budget"], json!(1));
     assert!(refusal["used"].as_u64() > Some(1));
-    assert!(recs.iter().any(|r| r["kind"] == "config" && r["setting"] == "budget"));
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "config" && r["setting"] == "budget")
+    );
     assert_eq!(
         recs.iter().filter(|r| r["kind"] == "model").count(),
         1,
@@ -394,7 +426,18 @@ fn a_turn_crossing_its_budget_stops_after_the_call_under_way() {
     let home = open_home();
     let h = home.path();
     create_agent(h, &["owl"]);
-    let o = run(h, &["agent", "set-budget", "owl", "--tokens", "1", "--period", "total"]);
+    let o = run(
+        h,
+        &[
+            "agent",
+            "set-budget",
+            "owl",
+            "--tokens",
+            "1",
+            "--period",
+            "total",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let script = h.join("script.json");
     std::fs::write(
@@ -407,14 +450,22 @@ fn a_turn_crossing_its_budget_stops_after_the_call_under_way() {
     )
     .unwrap();
     let o = scripted_chat(h, "owl", &script, "go");
-    assert_eq!(calls_made(&script), 1, "the second call was refused: {}", stderr(&o));
+    assert_eq!(
+        calls_made(&script),
+        1,
+        "the second call was refused: {}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("token budget"), "{}", stderr(&o));
     let recs = records(h);
     let refusal = recs.iter().find(|r| r["kind"] == "budget").unwrap();
     assert_eq!(refusal["at"], "model_call");
     assert!(refusal["resets"].is_null(), "a total budget never resets");
     // The turn's child still ended cleanly and was recorded.
-    assert!(recs.iter().any(|r| r["kind"] == "exit" && r["role"] == "agent"));
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "exit" && r["role"] == "agent")
+    );
     let (code, v) = verify(h, &[]);
     assert_eq!(code, 0, "{v}");
 }

@@ -5,9 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod audit;
 #[path = "../common/mod.rs"]
 mod common;
-mod audit;
 mod import;
 mod leftovers;
 mod live_repo;
