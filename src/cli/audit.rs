@@ -31,6 +31,9 @@ pub enum AuditCommand {
         json: bool,
     },
     /// Print the current head: the sha256 of the last record's line.
+    #[command(after_help = "Examples:
+  mini-letta audit head > saved-head
+  mini-letta audit head --json")]
     Head {
         /// Print {"seq", "head"} as JSON.
         #[arg(long)]
@@ -41,8 +44,8 @@ pub enum AuditCommand {
   mini-letta audit log -a owl --kind model --since 1d
   mini-letta audit log --json | jq .kind")]
     Log {
-        /// Only this agent's records (id or name).
-        #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+        /// Only this agent's records (id or name; default: every agent).
+        #[arg(short = 'a', long = "agent", value_name = "A")]
         agent: Option<String>,
         /// Only records of this kind (spawn, exit, tool, commit, merge,
         /// sync, model, denied, budget, config, start, torn).
@@ -62,8 +65,8 @@ pub enum AuditCommand {
   mini-letta usage
   mini-letta usage -a owl --since 2025-01-01 --json")]
 pub struct UsageArgs {
-    /// Only this agent (id or name).
-    #[arg(short = 'a', long = "agent", value_name = "AGENT")]
+    /// Only this agent (id or name; default: every agent).
+    #[arg(short = 'a', long = "agent", value_name = "A")]
     agent: Option<String>,
     /// Only usage since T: an RFC 3339 time, a date, or an age (30m, 12h, 7d).
     #[arg(long, value_name = "T")]
