@@ -76,7 +76,8 @@ fn main() {
     let h = home.path();
     std::fs::set_permissions(h, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let script_path = h.join("script.json");
-    script(&script_path, runs * rounds * 2 + 1);
+    // Reflections after some turns take entries from the same script.
+    script(&script_path, (runs * rounds * 2 + 1) * 4);
     let s = script_path.display().to_string();
     run(
         h,
