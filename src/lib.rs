@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod agentfs;
+pub mod audit;
 pub mod child;
 pub mod cli;
 pub mod doctor;

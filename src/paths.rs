@@ -141,6 +141,32 @@ impl Home {
         self.root.join("remote")
     }
 
+    /// The audit log's directory: root's only (0700), so no agent uid
+    /// can open anything in it.
+    pub fn audit_dir(&self) -> PathBuf {
+        self.root.join("audit")
+    }
+
+    /// The hash-chained audit log being appended to.
+    pub fn audit_log(&self) -> PathBuf {
+        self.audit_dir().join("audit.jsonl")
+    }
+
+    /// Rolled-over audit log number `n` (1 is the oldest).
+    pub fn audit_rotated(&self, n: u64) -> PathBuf {
+        self.audit_dir().join(format!("audit-{n}.jsonl"))
+    }
+
+    /// `flock`ed by every appender around an append (and a rotation).
+    pub fn audit_lock(&self) -> PathBuf {
+        self.audit_dir().join("audit.lock")
+    }
+
+    /// Token budgets per agent: beside the log, where no agent writes.
+    pub fn budgets_file(&self) -> PathBuf {
+        self.audit_dir().join("budgets.json")
+    }
+
     /// Paths of one agent. The id is checked so that it can never name a
     /// directory outside `agents/`.
     pub fn agent(&self, id: &str) -> Result<AgentPaths, PathsError> {
@@ -685,6 +711,15 @@ impl MemoryGitDir {
     pub fn worktree_gitdir_file(&self, name: &str) -> Option<PathBuf> {
         Some(self.worktree_admin_dir(name)?.join("gitdir"))
     }
+}
+
+/// The number of a rolled-over audit log's file name (`audit-<n>.jsonl`).
+pub fn audit_rotated_number(name: &str) -> Option<u64> {
+    let n = name.strip_prefix("audit-")?.strip_suffix(".jsonl")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
 }
 
 #[cfg(test)]

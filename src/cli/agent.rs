@@ -63,6 +63,29 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Set the agent's token budget: a turn that would start with it spent
+    /// is refused before any model call; a turn crossing it stops after
+    /// the model call under way. Its sub-agents count against it.
+    #[command(
+        after_help = "Examples:\n  mini-letta agent set-budget owl --tokens 200000 --period day\n  \
+                            mini-letta agent set-budget owl --clear"
+    )]
+    SetBudget {
+        /// Agent id or name.
+        agent: String,
+        /// Input plus output tokens allowed per period.
+        #[arg(long, value_name = "N", required_unless_present = "clear")]
+        tokens: Option<u64>,
+        /// day (UTC), month (UTC) or total.
+        #[arg(long, value_name = "P", default_value = "day")]
+        period: crate::audit::budget::Period,
+        /// Remove the budget.
+        #[arg(long, conflicts_with = "tokens")]
+        clear: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Change the model an agent's turns use (from its next turn on).
     #[command(
         after_help = "Examples:\n  mini-letta agent set-model alice anthropic/claude-sonnet-4-5\n  \
@@ -301,9 +324,19 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        AgentCommand::SetBudget {
+            agent,
+            tokens,
+            period,
+            clear,
+            json,
+        } => {
+            return super::audit::set_budget(&home, agent, *tokens, *period, *clear, *json);
+        }
         AgentCommand::SetModel { agent, model, json } => {
             let model = model_handle(model)?;
             let (old, record) = store::set_model(&home, agent, &model)?;
+            super::audit::record_config(&home, &record.id, "model", json!(record.model))?;
             if *json {
                 output::json(&record)?;
             } else {

@@ -2,6 +2,7 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
+mod audit;
 pub(crate) mod channel;
 mod chat;
 pub(crate) mod context;
@@ -133,6 +134,13 @@ enum Command {
     /// Run commands confined as an agent's child would be.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// Check and read the tamper-evident audit log (every spawn, tool
+    /// call, commit, merge, sync, model call, refusal and policy change).
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
+    /// What each agent used (turns, model calls, tokens, tool calls, CPU,
+    /// peak memory), summed from the audit log.
+    Usage(audit::UsageArgs),
     /// Print a shell completion script for mini-letta on stdout.
     #[command(after_help = "Examples:
   mini-letta completions bash > /etc/bash_completion.d/mini-letta
@@ -313,6 +321,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Palace(cmd) => palace::run(cli, cmd),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
+        Command::Audit(cmd) => audit::run(cli, cmd),
+        Command::Usage(args) => audit::usage(cli, args),
         Command::Completions { shell } => completions(*shell),
         Command::Man { out } => man(out.as_deref()),
     }

@@ -135,6 +135,8 @@ pub struct MemoryView {
     pub head: Option<String>,
     pub files: Vec<MemoryFile>,
     pub conversations: Vec<ConvSummary>,
+    /// What the agent used, from the audit log (`None`: unreadable here).
+    pub usage: Option<crate::audit::read::Usage>,
 }
 
 #[derive(Debug, Clone)]
@@ -366,7 +368,15 @@ impl Site {
                 });
             }
         }
+        let filter = crate::audit::read::Filter {
+            agent: Some(agent.id.clone()),
+            ..Default::default()
+        };
+        let usage = crate::audit::read::usage(&self.home, &filter)
+            .ok()
+            .map(|mut u| u.remove(&agent.id).unwrap_or_default());
         Ok(MemoryView {
+            usage,
             conversations: conversations(&paths),
             agent,
             head: head.map(|h| h.to_string()),

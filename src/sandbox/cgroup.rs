@@ -290,6 +290,40 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}/{file}: {e}", dir.display())))
 }
 
+/// What a child's groups say it used so far (each figure when some
+/// group's files give it): CPU µs, memory now and at its peak, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupUsage {
+    pub cpu_us: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// Read a child's groups (the `cgroup.procs` files [`prepare`] returned),
+/// before they are released.
+pub fn usage(procs: &[PathBuf]) -> GroupUsage {
+    let read =
+        |dir: &Path, file: &str| -> Option<String> { std::fs::read_to_string(dir.join(file)).ok() };
+    let number = |dir: &Path, file: &str| -> Option<u64> { read(dir, file)?.trim().parse().ok() };
+    let mut u = GroupUsage::default();
+    for leaf in procs.iter().filter_map(|p| p.parent()) {
+        let cpu = read(leaf, "cpu.stat")
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .or_else(|| number(leaf, "cpuacct.usage").map(|ns: u64| ns / 1000));
+        u.cpu_us = u.cpu_us.max(cpu);
+        let now = number(leaf, "memory.current").or_else(|| number(leaf, "memory.usage_in_bytes"));
+        u.memory_bytes = u.memory_bytes.max(now);
+        let peak =
+            number(leaf, "memory.peak").or_else(|| number(leaf, "memory.max_usage_in_bytes"));
+        u.peak_memory_bytes = u.peak_memory_bytes.max(peak);
+    }
+    u
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

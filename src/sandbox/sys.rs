@@ -293,3 +293,35 @@ pub fn shm_remove(id: i32) -> io::Result<()> {
     // SAFETY: IPC_RMID takes no buffer.
     check(unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) }.into()).map(drop)
 }
+
+/// What an exited (not yet reaped) child used, with its reaped
+/// descendants: CPU time (user + system, µs) and peak resident set
+/// (bytes). `None` while it still runs. The child stays a zombie
+/// (`WNOWAIT`): whoever reaps it still gets its status.
+pub fn exited_usage(pidfd: BorrowedFd<'_>) -> io::Result<Option<(u64, u64)>> {
+    const P_PIDFD: libc::c_int = 3;
+    // SAFETY: zeroed siginfo and rusage are valid plain data for the kernel to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the raw waitid takes a fifth argument, the rusage to fill;
+    // both out-pointers outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_waitid,
+            P_PIDFD,
+            pidfd.as_raw_fd(),
+            &mut info as *mut libc::siginfo_t,
+            libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+            &mut usage as *mut libc::rusage,
+        )
+    };
+    check(r)?;
+    // SAFETY: waitid filled `info`; si_pid is 0 when no child was waitable.
+    if unsafe { info.si_pid() } == 0 {
+        return Ok(None);
+    }
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    let cpu = us(usage.ru_utime) + us(usage.ru_stime);
+    Ok(Some((cpu, (usage.ru_maxrss.max(0) as u64) * 1024)))
+}

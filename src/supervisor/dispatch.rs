@@ -23,6 +23,8 @@ pub async fn handle(
     conn: &Connection,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
+        super::accounting::denied(state, peer, call.method(), "outside the role's allow-list")
+            .await;
         return refused;
     }
     match call {
@@ -43,7 +45,14 @@ pub async fn handle(
             rpc::model_complete(state, peer, id, request, sender).await
         }
         Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
-        Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
+        Call::TurnEvent { ref event, .. } => {
+            // A tool call the child reports is recorded before it is taken.
+            if let Err(e) = state.accounting.turn_event(peer, event).await {
+                return error(ErrorCode::Internal, format!("not recorded: {e}"));
+            }
+            child_report(state, peer, call)
+        }
+        Call::Log { .. } => child_report(state, peer, call),
         Call::TaskGet {} => subagents::task_get(state, peer),
         Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
@@ -82,6 +91,7 @@ fn supervisor_call(state: &State, call: Call) -> Outcome {
         Call::Status {} => Outcome::Result(status(state)),
         Call::Ps {} => {
             let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
+            let rows: Vec<Value> = rows.into_iter().map(|r| with_figures(state, r)).collect();
             Outcome::Result(json!({ "children": rows }))
         }
         Call::Stop {} => {
@@ -172,4 +182,21 @@ fn status(state: &State) -> Value {
         "children_known": total,
         "cli_requests": state.cli_requests.load(std::sync::atomic::Ordering::Relaxed),
     })
+}
+
+/// A `ps` row, with a live child's current CPU and memory figures.
+fn with_figures(state: &State, row: super::children::ChildRow) -> Value {
+    let live = matches!(
+        row.state,
+        super::children::ChildState::Starting | super::children::ChildState::Running
+    );
+    let (id, pid) = (row.id, row.pid);
+    let mut v = serde_json::to_value(row).unwrap_or_default();
+    if live && let Some(o) = v.as_object_mut() {
+        let figures = state.accounting.live_figures(id, pid);
+        if let Some(f) = figures.as_object() {
+            o.extend(f.clone());
+        }
+    }
+    v
 }

@@ -129,6 +129,7 @@ pub async fn spawn_with(
     // The child's own cgroups: removed when it is reaped (or now, when it
     // cannot be started).
     let groups = plan.cgroup_procs.clone();
+    let uid = plan.uid;
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -158,6 +159,23 @@ pub async fn spawn_with(
             launched.started,
             wrapper_depth,
         );
+    // Recorded before its channel is served or its start acknowledged.
+    state.accounting.track(id, groups.clone());
+    let spawned = crate::audit::Entry::new(
+        crate::audit::kind::SPAWN,
+        Some(&record.id),
+        Some(&params.role),
+    )
+    .with("child", id)
+    .with("pid", launched.pid)
+    .with("uid", json!(uid))
+    .with("program", program_name(&params.argv))
+    .with("isolation", params.isolation.as_deref().unwrap_or("strict"))
+    .with("conversation", json!(sub.conversation));
+    if let Err(o) = super::accounting::record(state, spawned).await {
+        let _ = super::children::kill_child_tree(launched.pid);
+        return Err(o);
+    }
     // What this child may do is fixed here, from the operator's request
     // and the agent's record; nothing it sends later changes it.
     let peer = Peer::Child {
@@ -192,6 +210,7 @@ pub async fn spawn_with(
         agent_id,
         role,
         pid,
+        uid,
         groups,
     };
     tokio::spawn(reap(state.clone(), child, ended));
@@ -247,6 +266,16 @@ async fn try_run_turn(
             .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
         let model = model.unwrap_or_else(|| record.model.clone());
         check_model(&st.home, &model)?;
+        // A spent budget refuses the turn before anything starts.
+        st.accounting
+            .check_budget(&st.home, &record.id, "agent", "turn_start")
+            .map_err(|r| {
+                Outcome::Error(crate::protocol::ErrorBody {
+                    code: ErrorCode::Forbidden,
+                    message: r.message.clone(),
+                    data: serde_json::to_value(&r).ok(),
+                })
+            })?;
         Ok((record, agent, model))
     })
     .await?;
@@ -511,6 +540,7 @@ struct Ended {
     agent_id: String,
     role: String,
     pid: u32,
+    uid: Option<u32>,
     /// Its cgroups' `cgroup.procs` files (`sandbox::cgroup::prepare`).
     groups: Vec<PathBuf>,
 }
@@ -558,8 +588,12 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         agent_id,
         role,
         pid,
+        uid,
         groups,
     } = e;
+    let started = std::time::Instant::now();
+    // Read (without reaping) what it used, while it is still a zombie.
+    let used = super::accounting::exit_usage(child.id().unwrap_or(pid)).await;
     let ended = match child.wait().await {
         Ok(status) => ended_state(status),
         Err(e) => {
@@ -575,6 +609,12 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     }
     // Whatever it was doing, an ended child edits no memory.
     state.leases.release(super::leases::Holder::Child(id));
+    // Its groups' figures are read before they go; recorded before its
+    // exit is announced.
+    let group_usage = state.accounting.untrack(id);
+    let exited = exit_entry(&agent_id, &role, id, pid, uid, &ended, used, group_usage)
+        .with("duration_ms", started.elapsed().as_millis() as u64);
+    super::accounting::note(&state, exited).await;
     release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {
@@ -699,4 +739,43 @@ fn plan_child(
                 .map_err(|e| internal(&e))?;
     }
     Ok(launch)
+}
+
+/// The program a child runs, by its file name (no arguments: they may hold data).
+fn program_name(argv: &[String]) -> String {
+    argv.first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+        .unwrap_or_default()
+}
+
+/// The `exit` record of a child: status, and CPU and peak memory from its
+/// groups and its rusage (the larger of each: both are lower bounds).
+#[allow(clippy::too_many_arguments)]
+fn exit_entry(
+    agent: &str,
+    role: &str,
+    id: u64,
+    pid: u32,
+    uid: Option<u32>,
+    ended: &ChildState,
+    used: Option<(u64, u64)>,
+    groups: crate::sandbox::cgroup::GroupUsage,
+) -> crate::audit::Entry {
+    let (code, signal) = match ended {
+        ChildState::Exited { code } => (Some(*code), None),
+        ChildState::Killed { signal } => (None, Some(*signal)),
+        ChildState::Starting | ChildState::Running => (None, None),
+    };
+    let (rusage_cpu, rusage_peak) = used.unwrap_or((0, 0));
+    crate::audit::Entry::new(crate::audit::kind::EXIT, Some(agent), Some(role))
+        .with("child", id)
+        .with("pid", pid)
+        .with("uid", json!(uid))
+        .with("exit_code", json!(code))
+        .with("signal", json!(signal))
+        .with("cpu_us", groups.cpu_us.unwrap_or(0).max(rusage_cpu))
+        .with(
+            "peak_memory_bytes",
+            groups.peak_memory_bytes.unwrap_or(0).max(rusage_peak),
+        )
 }

@@ -87,8 +87,14 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
             source: std::io::Error::other(e.to_string()),
         });
     }
+    // No audit log, no supervisor: every action is recorded or refused.
+    let mut state = State::new(home.clone(), sandbox, launcher);
+    state.accounting = super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
+        path: home.audit_log(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     Ok(Bound {
-        state: Arc::new(State::new(home.clone(), sandbox, launcher)),
+        state: Arc::new(state),
         listener,
         _pid: pid,
         socket,

@@ -567,6 +567,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
     let result = result.unwrap_or_else(|v| v);
+    super::accounting::merged(state, &agent_id, "reflection", &result).await;
     // Published once the lock and the reservation are free: whoever reads
     // the result may launch the next reflection at once.
     let saved = result.clone();
@@ -1283,6 +1284,7 @@ async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd
         next_worker(st, id);
         return;
     };
+    super::accounting::merged(&st, &id, "memory-worker", &s.record).await;
     tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
     if s.record["status"] == json!("merged") {
         super::rpc::sync_after(&st, &id, None).await;
@@ -1812,6 +1814,7 @@ pub async fn memory_merge(
     drop(lease);
     match merged {
         Ok(v) => {
+            super::accounting::merged(state, agent, "agent", &v).await;
             state.subagents.with(agent, |a| {
                 if let Some(i) = a.integration.as_mut() {
                     i.merge = Some(v.clone());

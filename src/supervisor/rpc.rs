@@ -109,6 +109,14 @@ pub async fn memory_commit(
         }
     };
     let home = state.home.clone();
+    let audited = crate::audit::Entry::new(
+        crate::audit::kind::COMMIT,
+        Some(&agent),
+        Some(super::accounting::role_of(peer)),
+    )
+    .with("paths", json!(paths))
+    .with("message", message.clone())
+    .with("worktree", json!(worktree));
     let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
@@ -156,7 +164,18 @@ pub async fn memory_commit(
     })
     .await;
     match result {
-        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Ok(v)) => {
+            // A commit is acknowledged once it is in the log.
+            if let Some(sha) = v["commit"].as_str() {
+                let entry = audited
+                    .with("sha", sha)
+                    .with("changed", v["changed"].clone());
+                if let Err(o) = super::accounting::record(state, entry).await {
+                    return o;
+                }
+            }
+            Outcome::Result(v)
+        }
         Ok(Err(o)) => o,
         Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
     }
@@ -310,6 +329,13 @@ pub async fn model_complete(
         let asked = request.model.trim();
         if !asked.is_empty() && asked != model {
             tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
+            super::accounting::denied(
+                state,
+                peer,
+                "model.complete",
+                "a model the child was not launched with",
+            )
+            .await;
             return error(
                 ErrorCode::Forbidden,
                 format!(
@@ -332,30 +358,39 @@ pub async fn model_complete(
         Peer::Child { agent, .. } => agent.clone(),
         Peer::Cli => "cli".to_string(),
     };
+    let role = peer.kind().to_string();
     let call = on_agent_thread(
         state,
         &slot,
         move || -> Result<ModelResponse, ModelError> {
-            let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
-            let model = open_model(&request.model, &cfg)?;
-            // A summary (compaction) is not the turn's text: `attach`
-            // shows the compaction event instead.
-            let turn_text = request.purpose == crate::model::Purpose::Turn;
-            model.complete(&request, &mut |event| {
-                if let ModelEvent::TextDelta { text } = event {
-                    if turn_text {
-                        st.emit(Event::TurnDelta(TurnDelta {
-                            agent: who_agent.clone(),
-                            child: who_child,
-                            text: text.clone(),
-                        }));
-                    }
-                    sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
-                        request: id,
-                        text,
-                    })));
-                }
-            })
+            // The agent's budget, before every call of its turns and sub-agents.
+            if let Some(agent) = &who_agent
+                && let Err(r) = st
+                    .accounting
+                    .check_budget(&home, agent, &role, "model_call")
+            {
+                return Err(ModelError::fatal(r.message));
+            }
+            let began = std::time::Instant::now();
+            let answer = call_provider(&home, &request, &st, &who_agent, who_child, &sender, id);
+            // Recorded (durably) before the answer goes back to the child.
+            let outcome = answer.as_ref().map(|r| &r.usage).map_err(|e| e.to_string());
+            st.accounting
+                .model_called(
+                    who_agent.as_deref(),
+                    &role,
+                    &request.model,
+                    &serde_json::to_value(request.purpose)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    outcome.as_ref().map_err(String::as_str).copied(),
+                    began.elapsed().as_millis() as u64,
+                )
+                .map_err(|e| {
+                    ModelError::fatal(format!("the model call could not be recorded: {e}"))
+                })?;
+            answer
         },
     );
     // A stop does not wait for a provider that hangs: the caller gets an
@@ -520,6 +555,7 @@ pub async fn memory_sync(
     match result {
         Ok(Ok((outcome, aside))) => match serde_json::to_value(&outcome) {
             Ok(mut v) => {
+                super::accounting::synced(state, &record.id, &v).await;
                 if let Some(o) = v.as_object_mut() {
                     o.insert("repair_branch".into(), json!(aside));
                     o.insert("agent".into(), json!(record.id));
@@ -537,7 +573,11 @@ pub async fn memory_sync(
             }
             Err(e) => error(ErrorCode::Internal, e.to_string()),
         },
-        Ok(Err(e)) => error(ErrorCode::Internal, e.to_string()),
+        Ok(Err(e)) => {
+            let failed = json!({ "status": "failed", "message": e.to_string() });
+            super::accounting::synced(state, &record.id, &failed).await;
+            error(ErrorCode::Internal, e.to_string())
+        }
         Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
     }
 }
@@ -606,11 +646,17 @@ pub async fn sync_after(
     match outcome {
         Ok(Ok(o)) => {
             tracing::info!(agent = %agent_id, status = ?o.status, "memory synced after a change");
-            serde_json::to_value(&o).ok()
+            let v = serde_json::to_value(&o).ok();
+            if let Some(v) = &v {
+                super::accounting::synced(state, agent_id, v).await;
+            }
+            v
         }
         Ok(Err(e)) => {
             tracing::warn!(agent = %agent_id, "memory sync failed: {e}");
-            Some(json!({ "status": "push_failed", "message": e.to_string() }))
+            let v = json!({ "status": "push_failed", "message": e.to_string() });
+            super::accounting::synced(state, agent_id, &v).await;
+            Some(v)
         }
         Err(e) => {
             tracing::warn!(agent = %agent_id, "memory sync task failed: {e}");
@@ -643,4 +689,37 @@ fn sync_reminder(
         )),
         _ => None,
     }
+}
+
+/// One provider call, its text deltas streamed to the caller (and, for a
+/// turn's text, to subscribers). On a blocking thread.
+fn call_provider(
+    home: &crate::paths::Home,
+    request: &ModelRequest,
+    st: &State,
+    who_agent: &Option<String>,
+    who_child: Option<u64>,
+    sender: &FrameSender,
+    id: u64,
+) -> Result<ModelResponse, ModelError> {
+    let cfg = ProviderConfig::load(home).map_err(ModelError::from)?;
+    let model = open_model(&request.model, &cfg)?;
+    // A summary (compaction) is not the turn's text: `attach` shows the
+    // compaction event instead.
+    let turn_text = request.purpose == crate::model::Purpose::Turn;
+    model.complete(request, &mut |event| {
+        if let ModelEvent::TextDelta { text } = event {
+            if turn_text {
+                st.emit(Event::TurnDelta(TurnDelta {
+                    agent: who_agent.clone(),
+                    child: who_child,
+                    text: text.clone(),
+                }));
+            }
+            sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
+                request: id,
+                text,
+            })));
+        }
+    })
 }

@@ -88,6 +88,8 @@ pub struct State {
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
     pub subagents: super::subagents::Running,
+    /// The audit log's appender, budgets and usage figures.
+    pub accounting: super::accounting::Accounting,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -123,6 +125,7 @@ impl State {
             agent_slots: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             subagents: Default::default(),
+            accounting: super::accounting::Accounting::with_log(crate::audit::Log::off()),
         }
     }
 

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod audit;
 #[path = "../common/mod.rs"]
 mod common;
 mod import;
