@@ -29,11 +29,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use git2::Signature;
-use mini_letta::agent::store;
 use mini_letta::memfs::commit::{CommitOptions, commit_paths};
 use mini_letta::memfs::repo::open_agent;
 use mini_letta::memfs::sync::{SyncStatus, remote_url, sync};
 use mini_letta::paths::{AgentPaths, Home};
+use mini_letta::store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
 const FILES: usize = 500;

@@ -18,5 +18,6 @@ pub mod recall;
 pub mod reflection;
 pub mod remote;
 pub mod sandbox;
+pub mod store;
 pub mod supervisor;
 pub mod verify;

@@ -320,9 +320,9 @@ fn ownership_is_set_once_and_root_writes_are_born_the_agents() {
     let w = Writer::new(repo, sig(), opts).unwrap();
     // (replaced by a new inode, as every edit is)
     w.insert("human.md", "- likes tea", None).unwrap();
-    let mut c = mini_letta::agent::conversation::Conversation::open(&l.agent, "c1").unwrap();
+    let mut c = mini_letta::store::conversation::Conversation::open(&l.agent, "c1").unwrap();
     let id = c.next_id();
-    c.append(mini_letta::agent::conversation::StoredMessage::new(
+    c.append(mini_letta::store::conversation::StoredMessage::new(
         id,
         mini_letta::model::Role::User,
         vec![mini_letta::model::Part::Text { text: "hi".into() }],
@@ -694,9 +694,9 @@ fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
 /// rewritten, and a FIFO for a log must not hang it.
 #[test]
 fn conversation_files_are_never_written_through_a_swapped_symlink() {
-    use mini_letta::agent::cache::{CachedPrompt, store};
-    use mini_letta::agent::conversation::{Conversation, StoredMessage};
     use mini_letta::model::{Part, Role};
+    use mini_letta::store::cache::{CachedPrompt, store};
+    use mini_letta::store::conversation::{Conversation, StoredMessage};
     let l = Layout::new();
     let host = l.host().join("etc");
     let secret = l.host_secret("etc/messages.jsonl", "root's\n");

@@ -16,9 +16,6 @@ use time::format_description::well_known::Rfc3339;
 
 use super::context::fit::Fit;
 use super::context::{ContextError, MAX_OVERFLOW_RETRIES, TurnContext};
-use super::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
-use super::prompt_cache::{self, PromptError};
-use super::record::AgentRecord;
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
 use crate::protocol::client::{Client, ClientError};
@@ -26,6 +23,9 @@ use crate::protocol::messages::{
     Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, Usage,
 };
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::store::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
+use crate::store::prompt_cache::{self, PromptError};
+use crate::store::record::AgentRecord;
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;

@@ -10,8 +10,8 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{self, field as f};
-use crate::agent::record::ModelSource;
-use crate::agent::{archive, store};
+use crate::store::record::ModelSource;
+use crate::store::{self, archive};
 
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
@@ -243,7 +243,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 };
             // What another host or an import would refuse is refused here.
             if let (Some(text), Some(f)) = (&system, system_file) {
-                crate::agent::record::check_system(text)
+                crate::store::record::check_system(text)
                     .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
             }
             let default = crate::sandbox::volume::default_quota(&home)?;

@@ -23,15 +23,15 @@ use serde_json::json;
 use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
-use crate::agent::conversation;
-use crate::agent::conversation::lines::{Line, LinePos, LogLines};
 use crate::agent::runtime::{emit_json_line, run_turn};
-use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::events::ChildEnd;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
+use crate::store;
+use crate::store::conversation;
+use crate::store::conversation::lines::{Line, LinePos, LogLines};
 use crate::supervisor::Session;
 use render::{Detail, Printer};
 
@@ -255,7 +255,7 @@ const MAX_HISTORY_LINE: usize = 4096;
 fn interactive(
     runner: &mut TurnRunner,
     home: &Home,
-    record: &crate::agent::record::AgentRecord,
+    record: &crate::store::record::AgentRecord,
     args: &ChatArgs,
     input: &dyn Fn(&str, bool, bool) -> TurnInput,
 ) -> anyhow::Result<ExitCode> {
@@ -664,7 +664,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     // Following is reading: a conversation is never created by it.
     super::prompt::require_conversation(&agent, &record, &args.conversation)?;
-    let show = |m: &crate::agent::conversation::StoredMessage| {
+    let show = |m: &crate::store::conversation::StoredMessage| {
         if args.json {
             println!("{}", json!(m));
         } else {
@@ -822,11 +822,11 @@ pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     super::prompt::require_conversation(&agent, &record, &args.conversation)?;
-    let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
+    let conv = crate::store::conversation::Conversation::open(&agent, &args.conversation)?;
     let count = conv.context_ids()?.len() as u64;
     let prompt =
-        crate::agent::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
-    let cached = crate::agent::cache::load(&agent, &args.conversation)?;
+        crate::store::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
+    let cached = crate::store::cache::load(&agent, &args.conversation)?;
     if args.json {
         output::json(&cached)?;
     } else {

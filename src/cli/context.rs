@@ -12,10 +12,10 @@ use super::prompt::{DEFAULT_CONVERSATION, require_conversation};
 use super::{Cli, output};
 use crate::agent::context::compact::Mode;
 use crate::agent::context::report::{ContextReport, OperatorWindow, report};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::store;
+use crate::store::record::AgentRecord;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\

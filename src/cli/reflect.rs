@@ -118,7 +118,7 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     }) = &args.command
     {
         use crate::reflection::settings;
-        let (_, paths) = crate::agent::store::find(&home, agent.as_deref())?;
+        let (_, paths) = crate::store::find(&home, agent.as_deref())?;
         let mut s = settings::load(&paths)?;
         let changing = trigger.is_some()
             || step_count.is_some()

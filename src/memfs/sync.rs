@@ -1011,7 +1011,7 @@ mod tests {
     fn agent() -> Agent {
         let tmp = tempfile::tempdir().unwrap();
         let home = Home::at(tmp.path());
-        let record = crate::agent::store::create(&home, "syncer", None).unwrap();
+        let record = crate::store::create(&home, "syncer", None).unwrap();
         let paths = home.agent(&record.id).unwrap();
         Agent {
             _tmp: tmp,

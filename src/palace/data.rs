@@ -5,9 +5,9 @@
 use git2::{DiffFormat, DiffOptions, Oid, Repository, Sort};
 
 use super::{MAX_DIFF_BYTES, MAX_FILE_BYTES, MAX_HISTORY, PalaceError, check_agent_id};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
+use crate::store;
+use crate::store::record::AgentRecord;
 
 /// The home Palace looks into, and what it was started with.
 #[derive(Debug, Clone)]
@@ -193,7 +193,7 @@ pub struct ConversationView {
     pub agent: AgentRecord,
     pub id: String,
     pub messages: Vec<MessageView>,
-    pub system_prompt: Option<crate::agent::cache::CachedPrompt>,
+    pub system_prompt: Option<crate::store::cache::CachedPrompt>,
     pub tokens: Option<u64>,
     pub threshold: Option<u64>,
     pub window: Option<u64>,
@@ -489,7 +489,7 @@ impl Site {
         let (agent, paths) = self.agent(id)?;
         let bad = |e: &dyn std::fmt::Display| PalaceError::BadRequest(e.to_string());
         paths.conversation(conv).map_err(|e| bad(&e))?;
-        let c = crate::agent::conversation::Conversation::open_existing(&paths, conv)
+        let c = crate::store::conversation::Conversation::open_existing(&paths, conv)
             .map_err(internal)?
             .ok_or_else(|| PalaceError::NotFound(format!("no conversation {conv}")))?;
         let in_context: std::collections::HashSet<String> =
@@ -515,7 +515,7 @@ impl Site {
         Ok(ConversationView {
             id: conv.to_string(),
             messages,
-            system_prompt: crate::agent::cache::load(&paths, conv).ok().flatten(),
+            system_prompt: crate::store::cache::load(&paths, conv).ok().flatten(),
             tokens: context.as_ref().map(|r| r.tokens),
             threshold: context.as_ref().and_then(|r| r.window.threshold),
             window: context.as_ref().and_then(|r| r.window.context_window),
@@ -625,11 +625,11 @@ fn summary(repo: &Repository, oid: Oid) -> Result<CommitSummary, PalaceError> {
 }
 
 fn conversations(paths: &AgentPaths) -> Vec<ConvSummary> {
-    let ids = crate::agent::conversation::list_ids(paths).unwrap_or_default();
+    let ids = crate::store::conversation::list_ids(paths).unwrap_or_default();
     ids.into_iter()
         .filter_map(|id| {
             // Counted while streamed: no conversation is held whole.
-            let c = crate::agent::conversation::summary(paths, &id)
+            let c = crate::store::conversation::summary(paths, &id)
                 .ok()
                 .flatten()?;
             for w in c.report.warnings() {
@@ -649,7 +649,7 @@ fn last_activity(paths: &AgentPaths) -> Option<String> {
         let h = head(&repo)?;
         repo.find_commit(h).ok().map(|c| c.time().seconds())
     });
-    let log_time = crate::agent::conversation::list_ids(paths)
+    let log_time = crate::store::conversation::list_ids(paths)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|id| {

@@ -338,7 +338,7 @@ tool, or delegate the same instruction again to restart it; tell the user if it 
 fn remind_failed(agent: &AgentPaths, item: &QueuedWorker) {
     let conv = item.conversation.as_deref().unwrap_or("default");
     let left =
-        crate::agent::conversation::Conversation::open_existing(agent, conv).and_then(
+        crate::store::conversation::Conversation::open_existing(agent, conv).and_then(
             |c| match c {
                 Some(c) => c
                     .queue_reminder(&failed_reminder_id(item), &failed_reminder_text(item))

@@ -15,13 +15,13 @@ use super::conn::{PassedFds, split};
 use super::connection::serve_frames;
 use super::state::{Peer, State, blocking, error};
 use super::untrusted;
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::paths::AgentPaths;
 use crate::protocol::events::{ChildEnd, ChildExit, ChildStart};
 use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
+use crate::store;
+use crate::store::record::AgentRecord;
 
 /// `child.spawn`.
 pub async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) -> Outcome {

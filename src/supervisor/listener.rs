@@ -61,7 +61,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let listener = bind_private(&socket).map_err(io)?;
     let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
     if nix::unistd::geteuid().is_root() {
-        let uids = crate::agent::store::sandbox_uids(home).unwrap_or_default();
+        let uids = crate::store::sandbox_uids(home).unwrap_or_default();
         let n = crate::sandbox::identity::kill_leftovers(&uids);
         if n > 0 {
             tracing::warn!(
@@ -217,7 +217,7 @@ fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
     if !sandbox.cgroup.available {
         return;
     }
-    let agents: Vec<String> = crate::agent::store::list(home)
+    let agents: Vec<String> = crate::store::list(home)
         .unwrap_or_default()
         .into_iter()
         .map(|a| a.id)

@@ -19,9 +19,6 @@ use super::children::ChildState;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
-use crate::agent::conversation::lines::{Line, LinePos, LogLines};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, Label, MemoryWorktree};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
@@ -31,6 +28,9 @@ use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
 use crate::reflection::outcome::{self, Attempt, MergePart, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
+use crate::store;
+use crate::store::conversation::lines::{Line, LinePos, LogLines};
+use crate::store::record::AgentRecord;
 
 /// Model responses a reflection or worker may use.
 const SUBAGENT_MAX_STEPS: u32 = 12;
@@ -743,7 +743,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             .ok()
             .flatten();
         let mut conversations = Vec::new();
-        for conv in crate::agent::conversation::list_ids(&agent).unwrap_or_default() {
+        for conv in crate::store::conversation::list_ids(&agent).unwrap_or_default() {
             let st = rstate::load(&agent, &conv).unwrap_or_default();
             let mut v = serde_json::to_value(&st).unwrap_or_else(|_| json!({}));
             if let Some(o) = v.as_object_mut() {

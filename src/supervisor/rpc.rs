@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use super::conn::FrameSender;
 use super::leases::{Holder, LEASE_WAIT};
 use super::state::{Connection, Peer, State, blocking, error};
-use crate::agent::store;
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
 use crate::memfs::repo;
 use crate::model::{
@@ -17,6 +16,7 @@ use crate::model::{
 };
 use crate::protocol::events::{ModelDelta, TurnDelta};
 use crate::protocol::{ErrorBody, ErrorCode, Event, LogLevel, Outcome, ServerFrame};
+use crate::store;
 
 /// Blocking work (git, files, model calls) one agent may have running at
 /// once; more waits for a slot, so one agent whose work hangs cannot take
@@ -595,7 +595,7 @@ pub async fn sync_after(
         if let (Ok(o), Some(conv)) = (&outcome, &conversation)
             && let Some((rid, text)) = sync_reminder(o, &paths.memory_dir())
             && let Ok(Some(c)) =
-                crate::agent::conversation::Conversation::open_existing(&paths, conv)
+                crate::store::conversation::Conversation::open_existing(&paths, conv)
             && let Err(e) = c.queue_reminder(rid, &text)
         {
             tracing::warn!(agent = %id, "cannot leave the sync reminder: {e}");

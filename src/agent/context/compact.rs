@@ -23,8 +23,8 @@ use super::plan::{self, Plan, PlanError};
 use super::transcript::{
     self, ALL_PROMPT, CompactionStats, DEFAULT_CLIP_CHARS, LADDER, NO_MESSAGES, SLIDING_PROMPT,
 };
-use crate::agent::conversation::{Conversation, ConversationError, StoredMessage};
 use crate::protocol::messages::{ModelFailure, Part, Role};
+use crate::store::conversation::{Conversation, ConversationError, StoredMessage};
 
 /// How a compaction summarises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

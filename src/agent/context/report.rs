@@ -11,11 +11,12 @@ use super::ContextError;
 use super::compact::CompactionEvent;
 use super::estimate::{self, Estimate, is_summary};
 use super::window::{ResolvedWindow, WindowInputs};
-use crate::agent::conversation::Conversation;
-use crate::agent::record::AgentRecord;
+use crate::agent::tools;
 use crate::agent::tools::Schemas;
-use crate::agent::{cache, prompt_cache, tools};
 use crate::paths::AgentPaths;
+use crate::store::conversation::Conversation;
+use crate::store::record::AgentRecord;
+use crate::store::{cache, prompt_cache};
 
 /// What `mini-letta context --json` prints.
 #[derive(Debug, Clone, Serialize)]

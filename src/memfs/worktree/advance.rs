@@ -284,7 +284,7 @@ mod tests {
     fn a_move_touching_dot_git_is_refused_before_anything_moves() {
         let tmp = tempfile::tempdir().unwrap();
         let home = crate::paths::Home::at(tmp.path());
-        let record = crate::agent::store::create(&home, "mover", None).unwrap();
+        let record = crate::store::create(&home, "mover", None).unwrap();
         let paths = home.agent(&record.id).unwrap();
         let repo = crate::memfs::repo::open_agent(&paths).unwrap();
         let pointer = paths.memory_dir().join(".git");

@@ -221,8 +221,8 @@ fn overlaps(a: &str, b: &str) -> bool {
 /// The identity merge commits are made with: the agent's, as for its other
 /// memory commits, else a generic supervisor one.
 pub(crate) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
-    if let Ok(record) = crate::agent::store::load(agent)
-        && let Ok(sig) = crate::agent::store::agent_signature(&record)
+    if let Ok(record) = crate::store::load(agent)
+        && let Ok(sig) = crate::store::agent_signature(&record)
     {
         return Ok(sig);
     }

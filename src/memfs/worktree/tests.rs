@@ -17,7 +17,7 @@ use crate::paths::{AgentPaths, Home};
 fn agent() -> (tempfile::TempDir, AgentPaths) {
     let tmp = tempfile::tempdir().unwrap();
     let home = Home::at(tmp.path());
-    let record = crate::agent::store::create(&home, "wt", None).unwrap();
+    let record = crate::store::create(&home, "wt", None).unwrap();
     let paths = home.agent(&record.id).unwrap();
     (tmp, paths)
 }

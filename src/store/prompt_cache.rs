@@ -18,9 +18,9 @@
 
 use time::OffsetDateTime;
 
+use super::StoreError;
 use super::cache::{self, CachedPrompt};
 use super::record::AgentRecord;
-use super::store::StoreError;
 use crate::memfs::compiler::{CompileOptions, CompiledPrompt, compile_repo};
 use crate::memfs::repo::{self, RepoError};
 use crate::paths::AgentPaths;

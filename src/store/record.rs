@@ -40,7 +40,7 @@ pub struct AgentRecord {
     /// How its conversations are compacted (`mode`, `prompt`, `clip_chars`,
     /// `sliding_window_percentage`); the defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compaction_settings: Option<super::context::compact::CompactionSettings>,
+    pub compaction_settings: Option<crate::agent::context::compact::CompactionSettings>,
     /// Where `model` came from (`agent show` says); absent in records
     /// made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,7 +105,7 @@ impl AgentRecord {
         if self.name.is_empty() {
             return Err("the name is empty".into());
         }
-        check_field("name", &self.name, super::store::MAX_NAME_CHARS)?;
+        check_field("name", &self.name, super::MAX_NAME_CHARS)?;
         if let Some(d) = &self.description {
             check_field("description", d, MAX_DESCRIPTION_CHARS)?;
         }

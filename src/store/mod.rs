@@ -1,4 +1,17 @@
-//! Creating, listing and finding agents under a home directory.
+//! The agents' data: their records (`agent.json`), the name index, their
+//! conversations and logs, archives, and the cached system prompt. A
+//! library read by every process of the design (the CLI, the supervisor,
+//! the agent child, Palace); it uses memfs and paths and runs nothing.
+//!
+//! This file holds the store itself: creating, listing and finding agents
+//! under a home directory.
+
+pub mod archive;
+pub mod cache;
+pub mod conversation;
+pub mod index;
+pub mod prompt_cache;
+pub mod record;
 
 use std::fs;
 use std::path::PathBuf;
@@ -7,8 +20,7 @@ use git2::Signature;
 use rand::RngCore;
 use time::OffsetDateTime;
 
-use super::index;
-use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
+use self::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::hook::{self, HookError};
