@@ -20,6 +20,7 @@ use git2::Signature;
 use rand::RngCore;
 use time::OffsetDateTime;
 
+pub use self::record::MAX_NAME_CHARS;
 use self::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
@@ -240,9 +241,6 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
         why,
     })
 }
-
-/// The longest agent name, in characters.
-pub const MAX_NAME_CHARS: usize = 100;
 
 /// Held while agents' names change (create, rename, import): one process
 /// at a time checks a name is free and takes it. Released on drop.
