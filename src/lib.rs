@@ -5,6 +5,7 @@ pub mod agent;
 pub mod agentfs;
 pub mod child;
 pub mod cli;
+pub mod console;
 pub mod doctor;
 pub mod entry;
 pub mod fsutil;

@@ -168,7 +168,7 @@ impl Bound {
                     );
                     // Only an embedded supervisor drains: this is a message
                     // to the person whose command it ran in, and a record.
-                    crate::cli::style::eprint_warning(&why);
+                    crate::console::style::eprint_warning(&why);
                     tracing::warn!(requests = state.requests.len(), "{why}");
                 }
             }

@@ -317,7 +317,7 @@ impl Session {
             if !told && began.elapsed() > Duration::from_secs(2) {
                 told = true;
                 // The user's own message (this runs in the CLI's process).
-                crate::cli::style::eprint_warning(&format!(
+                crate::console::style::eprint_warning(&format!(
                     "waiting for the supervisor of {} (another command is starting or finishing it)",
                     home.root().display()
                 ));
@@ -369,7 +369,7 @@ impl Session {
                 tracing::debug!("no supervisor running: started an embedded one");
                 // Its records are the daemon's kind: they go where the
                 // daemon's go unless the user asked to see them.
-                crate::cli::logging::divert_quiet_records(&home.supervisor_log());
+                crate::console::logging::divert_quiet_records(&home.supervisor_log());
                 let client = match connect(home) {
                     Ok(c) => c,
                     Err(e) => {
