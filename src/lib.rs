@@ -7,7 +7,6 @@ pub mod child;
 pub mod cli;
 pub mod console;
 pub mod doctor;
-pub mod entry;
 pub mod fsutil;
 pub mod memfs;
 pub mod model;

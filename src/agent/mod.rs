@@ -2,7 +2,9 @@
 //! loop, tools, context and compaction, reminders, a sub-agent's step
 //! loop). Its data lives in `crate::store`.
 
+pub mod channel;
 pub mod context;
+pub mod program;
 pub mod reminders;
 pub mod runtime;
 pub mod skills;

@@ -14,7 +14,6 @@ use std::io::{BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -23,9 +22,8 @@ use serde_json::json;
 use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
-use crate::agent::runtime::{emit_json_line, run_turn};
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::client::{Client, ClientError};
+use crate::protocol::client::ClientError;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
@@ -580,56 +578,6 @@ fn turn(
             }
         )
     })
-}
-
-/// `mini-letta-agent turn`: run the turn read from stdin.
-pub fn agent_child(
-    agent_dir: &std::path::Path,
-    conversation: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    // A write past the file-size limit must be an error we report (and
-    // undo), not a signal that kills the turn half-way through a line.
-    // SAFETY: setting a signal to be ignored installs no handler code.
-    unsafe {
-        nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGXFSZ,
-            nix::sys::signal::SigHandler::SigIgn,
-        )
-    }
-    .context("cannot ignore SIGXFSZ")?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-    let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
-    // The supervisor serialises turns per conversation by the one it was
-    // asked for: the turn must be that one.
-    if let Some(c) = conversation
-        && c != input.conversation
-    {
-        bail!(
-            "the turn input names conversation {:?}, but this turn was started for {c:?}",
-            input.conversation
-        );
-    }
-    let agent = AgentPaths::from_dir(agent_dir);
-    let record = store::load(&agent)?;
-    let client = Arc::new(Mutex::new(Client::take_channel_env()?));
-    let channel = client.clone();
-    let conversation = input.conversation.clone();
-    // Events go to the CLI that started us (stdout) and, for `attach`, to
-    // the supervisor (which sees the text deltas itself).
-    let mut emit = |e: &TurnEvent| {
-        emit_json_line(e);
-        if !matches!(e, TurnEvent::TextDelta { .. })
-            && let Ok(mut c) = channel.try_lock()
-        {
-            let _ = c.send_request(Call::TurnEvent {
-                conversation: conversation.clone(),
-                event: json!(e),
-            });
-        }
-    };
-    run_turn(&agent, &record, &input, client.clone(), &mut emit)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,6 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
-pub(crate) mod channel;
 mod chat;
 pub(crate) mod context;
 mod doctor;
@@ -305,14 +304,6 @@ fn man(out: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     }
     write_pages(&cmd, dir)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The agent's turn inside its confined child (`mini-letta-agent turn`).
-pub(crate) fn agent_turn(
-    agent_dir: &std::path::Path,
-    conversation: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    chat::agent_child(agent_dir, conversation)
 }
 
 #[cfg(test)]
