@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod recall;
 pub mod reflection;
 pub mod remote;
+pub mod reports;
 pub mod sandbox;
 pub mod store;
 pub mod supervisor;

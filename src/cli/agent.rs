@@ -387,7 +387,8 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
     let (record, paths) = store::find(home, selector)?;
     let memory_dir = paths.memory_dir();
     let context =
-        super::context::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION);
+        crate::reports::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION)
+            .map_err(anyhow::Error::from);
     if json {
         let mut value = serde_json::to_value(&record)?;
         if let Some(obj) = value.as_object_mut() {

@@ -22,6 +22,7 @@ use serde_json::json;
 use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
+use crate::agent::context::window::env_windows;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::client::ClientError;
 use crate::protocol::events::ChildEnd;
@@ -94,18 +95,6 @@ pub struct ChatArgs {
     /// conversation is compacted above window − min(16384, window / 5).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     context_window: Option<u64>,
-}
-
-/// The windows a CLI passes to a turn from its environment:
-/// `MINI_LETTA_CONTEXT_WINDOW` and `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
-pub(crate) fn env_windows() -> anyhow::Result<(Option<u64>, Option<u64>)> {
-    use crate::agent::context::window::{
-        CONTEXT_WINDOW_ENV, REFLECTION_CONTEXT_WINDOW_ENV, env_window,
-    };
-    Ok((
-        env_window(CONTEXT_WINDOW_ENV)?,
-        env_window(REFLECTION_CONTEXT_WINDOW_ENV)?,
-    ))
 }
 
 /// Largest message read from stdin or a file.

@@ -3,7 +3,7 @@
 
 mod agent;
 mod chat;
-pub(crate) mod context;
+mod context;
 mod doctor;
 mod interrupt;
 mod memory;

@@ -198,7 +198,7 @@ pub struct ConversationView {
     pub threshold: Option<u64>,
     pub window: Option<u64>,
     pub compactions: usize,
-    pub last_compaction: Option<crate::agent::context::compact::CompactionEvent>,
+    pub last_compaction: Option<crate::reports::CompactionEvent>,
     pub steps_since_reflection: u64,
     pub reflected_through: Option<String>,
     pub last_reflection: Option<String>,
@@ -511,7 +511,7 @@ impl Site {
             c.messages(),
             state.reflected_through_message_id.as_deref(),
         );
-        let context = crate::cli::context::context_report(&self.home, &agent, &paths, conv).ok();
+        let context = crate::reports::context_report(&self.home, &agent, &paths, conv).ok();
         Ok(ConversationView {
             id: conv.to_string(),
             messages,

@@ -24,7 +24,6 @@ pub mod compact;
 pub mod estimate;
 pub mod fit;
 pub mod plan;
-pub mod report;
 pub mod transcript;
 pub mod window;
 
