@@ -103,7 +103,7 @@ fn leaf(pid: u32, started: u64) -> String {
 }
 
 fn start_time(pid: u32) -> u64 {
-    mini_letta::reflection::lock::process_start_time(pid).unwrap()
+    mini_letta::sandbox::identity::process_start_time(pid).unwrap()
 }
 
 /// A supervisor that died (SIGKILL, a crash) leaves its children's groups;
