@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::repo::{self, MAIN_BRANCH, RepoError};
 use crate::memfs::sync::{self, REMOTE_ROOT_ENV, REMOTE_TRACKING_REF, SyncError, SyncOutcome};
+use crate::memfs::worktree::WorktreeError;
 use crate::paths::{AgentPaths, CLONE_STAGING_PREFIX, Home, PathsError, is_valid_agent_id};
 use crate::store::record::AgentRecord;
 use crate::store::{self, StoreError};
@@ -469,7 +470,11 @@ pub fn sync_agent(
     record: &AgentRecord,
     root: Option<&str>,
 ) -> Result<SyncOutcome, SyncError> {
-    let mut outcome = sync::sync(agent, &record.id, root)?;
+    let committer = store::commit_signature(agent).map_err(|source| WorktreeError::Git {
+        what: "make a commit signature",
+        source,
+    })?;
+    let mut outcome = sync::sync(agent, &record.id, root, &committer)?;
     let reached = matches!(
         outcome.status,
         sync::SyncStatus::Pushed | sync::SyncStatus::Clean

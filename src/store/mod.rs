@@ -112,6 +112,19 @@ pub fn agent_signature(record: &AgentRecord) -> Result<Signature<'static>, Store
         .map_err(StoreError::Signature)
 }
 
+/// The identity merges and replayed commits made for an agent carry: the
+/// agent's, as for its other memory commits, else a generic supervisor one
+/// (a record that cannot be read, a name git refuses). memfs takes it from
+/// its caller: the memory core knows no agent.
+pub fn commit_signature(agent: &AgentPaths) -> Result<Signature<'static>, git2::Error> {
+    if let Ok(record) = load(agent)
+        && let Ok(sig) = agent_signature(&record)
+    {
+        return Ok(sig);
+    }
+    Signature::now("mini-letta", "mini-letta@mini-letta.local")
+}
+
 /// Create an agent: its directory, `agent.json`, and a memory repository with
 /// one initial commit. The directory is built under a temporary name and
 /// renamed into place, so a crash never leaves a half-made agent behind.

@@ -613,7 +613,9 @@ fn finish_reflection(
             ..FinalizeOptions::default()
         },
     };
-    let finalized = wt::finalize_reflection(&p.agent, &p.worktree, &opts);
+    let finalized = store::commit_signature(&p.agent)
+        .map_err(wt::git("make a commit signature"))
+        .and_then(|sig| wt::finalize_reflection(&p.agent, &p.worktree, &opts, &sig));
     let mut value = match finalized {
         Ok(f) => {
             let now = now();
@@ -1314,7 +1316,10 @@ fn integrate_and_settle(
     cancelled: bool,
 ) -> Settlement {
     let (a, w) = (&run.agent, &run.worktree);
-    let (mut record, status, checkout_dirty) = match wt::integrate_worker(a, w, cancelled) {
+    let integrated = store::commit_signature(a)
+        .map_err(wt::git("make a commit signature"))
+        .and_then(|sig| wt::integrate_worker(a, w, cancelled, &sig));
+    let (mut record, status, checkout_dirty) = match integrated {
         Ok(f) => {
             if let Some(r) = &run.item.repair {
                 // The repair's own commits carry the kept change now: the
@@ -1804,7 +1809,9 @@ pub async fn memory_merge(
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
         let (worktree, _) = wt::open(&paths, &p2.worktree)
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        let f = wt::merge_for_integration(&paths, &worktree, &p2.summary)
+        let f = store::commit_signature(&paths)
+            .map_err(wt::git("make a commit signature"))
+            .and_then(|sig| wt::merge_for_integration(&paths, &worktree, &p2.summary, &sig))
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
         serde_json::to_value(&f).map_err(|e| error(ErrorCode::Internal, e.to_string()))
     })

@@ -1,7 +1,7 @@
 //! Ending a memory worktree: the reflection ladder (spec §4.2), memory
 //! worker integration (§4.3), discarding and crash cleanup.
 
-use git2::{Oid, Repository};
+use git2::{Oid, Repository, Signature};
 
 use super::merge::{MergeOutcome, diff_paths, merge_into_main, snapshot_of};
 use super::{
@@ -120,6 +120,7 @@ pub fn merge_for_integration(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     summary: &str,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -145,7 +146,7 @@ pub fn merge_for_integration(
         _ => return Ok(out.done(FinalizeStatus::ParentDirty, PARENT_DIRTY)),
     }
     let message = format!("merge(reflection): {summary}");
-    match merge_into_main(&repo, agent, tip, &message, &[])? {
+    match merge_into_main(&repo, agent, tip, &message, &[], sig)? {
         MergeOutcome::Merged { commit, changed } => {
             let mut f = out.done(FinalizeStatus::Merged, integrated_by_agent(commit_count));
             f.merge_commit = Some(commit.to_string());
@@ -249,6 +250,7 @@ pub fn finalize_reflection(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     opts: &FinalizeOptions,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -324,7 +326,7 @@ pub fn finalize_reflection(
         return Ok(out.done(FinalizeStatus::Failed, summary));
     }
     // Row 5.
-    if let Err(e) = refresh_from_origin(&repo, agent) {
+    if let Err(e) = refresh_from_origin(&repo, agent, sig) {
         force_cleanup(&repo, agent, wt)?;
         let mut f = out.done(FinalizeStatus::Failed, REFRESH_FAILED);
         f.error = Some(e.to_string());
@@ -332,7 +334,7 @@ pub fn finalize_reflection(
     }
     // Rows 7 / 8.
     let message = format!("merge(reflection): {}", opts.summary);
-    match merge_into_main(&repo, agent, tip, &message, &[])? {
+    match merge_into_main(&repo, agent, tip, &message, &[], sig)? {
         MergeOutcome::Merged { commit, changed } => {
             let kept = clean_cleanup(&repo, agent, wt)?;
             let mut f = out.done(FinalizeStatus::Merged, merged(commit_count));
@@ -365,7 +367,11 @@ pub fn finalize_reflection(
 /// (merge commits are dropped, as `git rebase` does), so a conflict — the
 /// "abort" — leaves everything as it was. The checkout, known clean at this
 /// point, is then updated path by path.
-fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), WorktreeError> {
+fn refresh_from_origin(
+    repo: &Repository,
+    agent: &AgentPaths,
+    sig: &Signature<'_>,
+) -> Result<(), WorktreeError> {
     let remote = match repo.find_remote("origin") {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
@@ -403,7 +409,7 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
     let target = if is_ancestor(repo, ours, theirs)? {
         theirs
     } else {
-        rebase_in_memory(repo, agent, ours, theirs)?
+        rebase_in_memory(repo, ours, theirs, sig)?
     };
     // Only from the commit we looked at (a writer that slipped in makes
     // this fail instead of being lost), and never ahead of the checkout.
@@ -422,9 +428,9 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
 /// touched); returns the new tip. A conflict is an error.
 fn rebase_in_memory(
     repo: &Repository,
-    agent: &AgentPaths,
     ours: Oid,
     theirs: Oid,
+    sig: &Signature<'_>,
 ) -> Result<Oid, WorktreeError> {
     let what = "rebase main onto origin/main";
     let branch = repo.find_annotated_commit(ours).map_err(git(what))?;
@@ -434,7 +440,6 @@ fn rebase_in_memory(
     let mut rebase = repo
         .rebase(Some(&branch), Some(&upstream), None, Some(&mut opts))
         .map_err(git(what))?;
-    let sig = super::merge::signature(agent)?;
     let mut tip = theirs;
     while let Some(op) = rebase.next() {
         let op = op.map_err(git(what))?;
@@ -476,6 +481,7 @@ pub fn integrate_worker(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     cancelled: bool,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -523,7 +529,7 @@ pub fn integrate_worker(
             what: "read the memory checkout's status",
             source: git2::Error::from_str("status unavailable"),
         })
-        .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty));
+        .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty, sig));
     let outcome = match attempt {
         Ok(o) => o,
         Err(e) => {

@@ -218,20 +218,9 @@ fn overlaps(a: &str, b: &str) -> bool {
     a == b || below(a, b) || below(b, a)
 }
 
-/// The identity merge commits are made with: the agent's, as for its other
-/// memory commits, else a generic supervisor one.
-pub(crate) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
-    if let Ok(record) = crate::store::load(agent)
-        && let Ok(sig) = crate::store::agent_signature(&record)
-    {
-        return Ok(sig);
-    }
-    Signature::now("mini-letta", "mini-letta@mini-letta.local")
-        .map_err(git("make a commit signature"))
-}
-
 /// Merge `tip` into `main` with a real merge commit (parents: `main`'s
-/// `HEAD`, `tip`; never a fast-forward) whose message is `message`.
+/// `HEAD`, `tip`; never a fast-forward) whose message is `message`, made
+/// as `sig` (the caller's: memfs knows no agent).
 ///
 /// The merged tree is computed in memory; on a conflict, or when a path it
 /// changes overlaps one of `dirty` (paths dirty in the main checkout), or
@@ -244,6 +233,7 @@ pub(super) fn merge_into_main(
     tip: Oid,
     message: &str,
     dirty: &[String],
+    sig: &Signature<'_>,
 ) -> Result<MergeOutcome, WorktreeError> {
     let head = repo
         .head()
@@ -297,7 +287,6 @@ pub(super) fn merge_into_main(
         });
     }
 
-    let sig = signature(agent)?;
     let message = if message.ends_with('\n') {
         message.to_string()
     } else {
@@ -306,7 +295,7 @@ pub(super) fn merge_into_main(
     // The commit object first, then the checkout, then `main`: a checkout
     // that cannot follow (a full or read-only disk) leaves `main` unmoved.
     let commit = repo
-        .commit(None, &sig, &sig, &message, &tree, &[&head, &theirs])
+        .commit(None, sig, sig, &message, &tree, &[&head, &theirs])
         .map_err(git("write the merge commit"))?;
     let first_line = message.lines().next().unwrap_or("merge");
     super::advance::advance_main(
