@@ -1,6 +1,7 @@
 //! The data the model proxy carries: messages, tool specifications, model
 //! requests and responses, as they travel in `model.complete` and as the
-//! agent stores them. The providers (`crate::model`) speak these types too;
+//! agent stores them. The providers (the `model` module, above this one)
+//! speak these types too and own none of them;
 //! the agent child knows only these.
 
 use serde::{Deserialize, Serialize};
@@ -175,7 +176,8 @@ impl Message {
 /// Why a model request failed, as the wire carries it: the `data` of a
 /// `model.complete` error response (`{"kind":"transient",…}`), which is
 /// what the caller — the agent child — acts on. A provider's own error
-/// (`crate::model::ModelError`) is sent in exactly this shape.
+/// (`model::ModelError`, this type re-exported) is sent in exactly this
+/// shape: the wire owns it, the providers use it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelFailure {
