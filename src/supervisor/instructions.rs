@@ -318,7 +318,7 @@ mod tests {
             (
                 "MEMORY WORKER FAILED",
                 agent_role,
-                crate::reflection::outcome::failed_reminder_text(&item),
+                crate::reflection::queue::failed_reminder_text(&item),
             ),
             (
                 "integration turn",

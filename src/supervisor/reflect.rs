@@ -1059,14 +1059,14 @@ async fn settle_off_thread(
     agent_id: &str,
     item: &QueuedWorker,
     attempt: Attempt,
-) -> outcome::Settled {
+) -> queue::Settled {
     let (home, id, it) = (state.home.clone(), agent_id.to_string(), item.clone());
     let settled = off_thread(move || {
         let paths = home.agent(&id).map_err(failed)?;
-        Ok(outcome::settle(&paths, &it, attempt, Next::Retry))
+        Ok(queue::settle(&paths, &it, attempt, Next::Retry))
     })
     .await;
-    settled.unwrap_or_else(|v| outcome::Settled::Unrecorded {
+    settled.unwrap_or_else(|v| queue::Settled::Unrecorded {
         attempts: item.attempts.saturating_add(1),
         error: v.to_string(),
     })
@@ -1107,19 +1107,19 @@ async fn follow_up(
     agent_id: &str,
     item: &QueuedWorker,
     next: Next,
-    settled: &outcome::Settled,
+    settled: &queue::Settled,
 ) {
     if next != Next::Retry {
         return;
     }
     let (again, n) = match settled {
-        outcome::Settled::Gone => return,
-        outcome::Settled::Kept(k) if k.is_failed() => {
+        queue::Settled::Gone => return,
+        queue::Settled::Kept(k) if k.is_failed() => {
             tracing::error!(agent = %agent_id, item = %k.id, attempts = k.attempts, instruction = %log_excerpt(&k.instruction), "a memory worker failed too often: its instruction is kept, marked failed, and the agent is reminded");
             return;
         }
-        outcome::Settled::Kept(k) => ((**k).clone(), k.attempts),
-        outcome::Settled::Unrecorded { attempts, error } => {
+        queue::Settled::Kept(k) => ((**k).clone(), k.attempts),
+        queue::Settled::Unrecorded { attempts, error } => {
             tracing::warn!(agent = %agent_id, item = %item.id, "cannot record a failed memory worker run ({error}); it is tried again");
             if *attempts >= queue::MAX_ATTEMPTS {
                 tracing::error!(agent = %agent_id, item = %item.id, "a memory worker failed too often and its queue cannot be written: the instruction is left for the next supervisor");
@@ -1301,7 +1301,7 @@ struct Settlement {
     /// `reflections/last-worker.json`.
     record: Value,
     next: Next,
-    settled: outcome::Settled,
+    settled: queue::Settled,
     /// Its branch was kept after a conflict: a repair is due.
     conflicted: bool,
     branch: String,
@@ -1362,9 +1362,9 @@ fn integrate_and_settle(
     let merge = MergePart::from_finalized(&record);
     let next = outcome::next(&merge.status, checkout_dirty, task.status);
     let attempt = Attempt::new(run.item.next_run(), at, Some(merge.clone()), task.clone());
-    let settled = outcome::settle(a, &run.item, attempt.clone(), next);
+    let settled = queue::settle(a, &run.item, attempt.clone(), next);
     outcome::annotate(&mut record, &merge, &task);
-    outcome::describe(&mut record, &run.item, &attempt, next, &settled);
+    queue::describe(&mut record, &run.item, &attempt, next, &settled);
     if let Err(e) = crate::reflection::launch::save_last_worker_result(a, &record) {
         tracing::warn!("cannot record the memory worker's result: {e}");
     }
