@@ -41,10 +41,9 @@ const MAIN: &str = "refs/heads/main";
 #[cfg(test)]
 thread_local! {
     /// Test-only fault injection, as a full or read-only disk would fail:
-    /// the next move of the ref (step 3)...
+    /// the next move of the ref (step 3); the checkout's is
+    /// `merge::FAIL_CHECKOUT_AFTER`.
     pub(crate) static FAIL_NEXT_REF_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// ...or the next checkout update, after this many files were written.
-    pub(crate) static FAIL_CHECKOUT_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 /// Move `main` from `old` to `new` with the checkout at `work_tree` (see

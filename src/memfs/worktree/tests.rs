@@ -891,7 +891,7 @@ fn a_checkout_that_cannot_follow_a_merge_leaves_main_unmoved() {
         let (wt, before) = worker_with_two_files(&agent);
         let head_before = head(&agent);
         match fault {
-            "second file" => advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(1))),
+            "second file" => merge::FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(1))),
             _ => advance::FAIL_NEXT_REF_MOVE.with(|f| f.set(true)),
         }
         let done = integrate_worker(&agent, &wt, false, &sig(&agent)).unwrap();
