@@ -123,10 +123,10 @@ mod tests {
             program: "tool".into(),
             error: kind,
         };
-        let missing = exec(std::io::Error::from_raw_os_error(libc::ENOENT));
+        let missing = exec(std::io::Error::from(nix::errno::Errno::ENOENT));
         assert_eq!(missing.exit_code(), 127);
         assert_eq!(missing.to_string(), "sandbox run: command not found: tool");
-        let denied = exec(std::io::Error::from_raw_os_error(libc::EACCES));
+        let denied = exec(std::io::Error::from(nix::errno::Errno::EACCES));
         assert_eq!(denied.exit_code(), 126);
         assert_eq!(
             denied.to_string(),

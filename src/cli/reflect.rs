@@ -215,6 +215,14 @@ fn t(v: &Value) -> String {
     output::text(v.as_str().unwrap_or("")).into_owned()
 }
 
+/// A stored time of a supervisor answer, in the one display format.
+fn when(v: &Value) -> String {
+    match v.as_str() {
+        Some(s) => output::field(&output::display_stored_time(s)).into_owned(),
+        None => "-".to_string(),
+    }
+}
+
 fn print_result(v: &Value) {
     if !v["launched"].as_bool().unwrap_or(false) {
         println!(
@@ -275,7 +283,7 @@ fn print_status(v: &Value) {
         Some(b) => println!(
             "backoff:     {} ms, automatic launches wait until {}",
             b["delayMs"],
-            f(&b["retryAt"], "-")
+            when(&b["retryAt"])
         ),
         None => println!("backoff:     none"),
     }
@@ -297,7 +305,7 @@ fn print_status(v: &Value) {
         Some(l) => println!(
             "last result: {} at {}: {}",
             f(&l["status"], "-"),
-            f(&l["finishedAt"], "-"),
+            when(&l["finishedAt"]),
             t(&l["message"])
         ),
         None => println!("last result: none"),

@@ -1,13 +1,22 @@
 //! A blocking client of the protocol: used by the CLI on the control socket
 //! and by children on their inherited channel. Blocking (no async runtime)
-//! because children must stay single-threaded for confinement.
+//! because children must stay single-threaded for confinement, and a short
+//! CLI command should not pay for starting one.
+//!
+//! The socket is an `interprocess` local-socket stream. That crate has no
+//! descriptor passing, so the one request that carries descriptors
+//! (`turn.run` with the child's stdio, see [`Client::send_request_with_fds`])
+//! goes out through nix's `sendmsg` on the same socket.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use interprocess::local_socket::traits::Stream as _;
+use interprocess::local_socket::{GenericFilePath, Stream, ToFsName};
+use interprocess::os::unix::uds_local_socket;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use serde_json::Value;
 
@@ -53,7 +62,7 @@ impl ClientError {
 
 /// A connection speaking the protocol.
 pub struct Client {
-    stream: UnixStream,
+    stream: Stream,
     splitter: LineSplitter,
     pending: std::collections::VecDeque<Vec<u8>>,
     next_id: u64,
@@ -64,11 +73,14 @@ pub struct Client {
 impl Client {
     /// Connect to a control socket and exchange hellos.
     pub fn connect(socket: &Path) -> Result<Self, ClientError> {
-        let stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
-            path: socket.display().to_string(),
-            source,
-        })?;
-        Self::handshake(stream, PeerKind::Cli)
+        let stream = socket
+            .to_fs_name::<GenericFilePath>()
+            .and_then(Stream::connect)
+            .map_err(|source| ClientError::Connect {
+                path: socket.display().to_string(),
+                source,
+            })?;
+        Self::start(stream, PeerKind::Cli)
     }
 
     /// Use the channel a supervisor gave this process (from [`CHANNEL_FD_ENV`]).
@@ -90,7 +102,7 @@ impl Client {
         // dup so that dropping this client leaves the inherited fd open for
         // the next caller in the same process tree.
         let owned = borrowed.try_clone_to_owned()?;
-        Self::handshake(UnixStream::from(owned), PeerKind::Child)
+        Self::start(stream_of(owned), PeerKind::Child)
     }
 
     /// Like [`Self::from_channel_env`], but this process takes the channel
@@ -116,6 +128,11 @@ impl Client {
 
     /// Wrap an already-connected stream (e.g. one end of a socketpair).
     pub fn handshake(stream: UnixStream, peer: PeerKind) -> Result<Self, ClientError> {
+        Self::start(stream_of(stream.into()), peer)
+    }
+
+    /// Exchange hellos on a connected stream.
+    fn start(stream: Stream, peer: PeerKind) -> Result<Self, ClientError> {
         let mut c = Self {
             stream,
             splitter: LineSplitter::new(),
@@ -149,7 +166,7 @@ impl Client {
     }
 
     pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ClientError> {
-        self.stream.set_read_timeout(t)?;
+        self.stream.set_recv_timeout(t)?;
         Ok(())
     }
 
@@ -175,7 +192,7 @@ impl Client {
             let iov = [std::io::IoSlice::new(&line[..1])];
             let cmsg = [ControlMessage::ScmRights(fds)];
             sendmsg::<()>(
-                self.stream.as_raw_fd(),
+                socket_fd(&self.stream).as_raw_fd(),
                 &iov,
                 &cmsg,
                 MsgFlags::empty(),
@@ -345,8 +362,141 @@ impl Client {
         self.stream.write_all(bytes)?;
         Ok(())
     }
+}
 
-    pub fn into_stream(self) -> UnixStream {
-        self.stream
+/// A connected Unix socket as a local-socket stream.
+fn stream_of(fd: OwnedFd) -> Stream {
+    Stream::from(uds_local_socket::Stream::from(fd))
+}
+
+/// The socket under `stream`, for the `sendmsg` interprocess cannot make.
+fn socket_fd(stream: &Stream) -> BorrowedFd<'_> {
+    // On Unix a local socket is always a Unix-domain socket.
+    let Stream::UdSocket(s) = stream;
+    s.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{IoSliceMut, Read, Write};
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+
+    use super::*;
+
+    /// The server's side of a handshake on `peer`: read the client's hello
+    /// line, answer with ours.
+    fn answer_hello(peer: &mut UnixStream) {
+        let mut byte = [0u8; 1];
+        while peer.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {}
+        let hello = ServerFrame::Hello {
+            version: PROTOCOL_VERSION,
+            server: "test".into(),
+            pid: 4242,
+        };
+        peer.write_all(&encode(&hello)).unwrap();
+    }
+
+    #[test]
+    fn connects_by_the_socket_path_and_handshakes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("supervisor.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut peer, _) = listener.accept().unwrap();
+            answer_hello(&mut peer);
+            // A request line arrives whole.
+            let mut line = Vec::new();
+            let mut byte = [0u8; 1];
+            while peer.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            line
+        });
+        let mut client = Client::connect(&path).unwrap();
+        assert_eq!(client.server_pid, 4242);
+        let id = client.send_request(Call::Ping {}).unwrap();
+        let line = server.join().unwrap();
+        let frame: ClientFrame = serde_json::from_slice(&line).unwrap();
+        assert!(
+            matches!(frame, ClientFrame::Request { id: rid, call: Call::Ping {} } if rid == id),
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
+    }
+
+    #[test]
+    fn a_missing_socket_is_a_connect_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nobody-listens.sock");
+        match Client::connect(&path) {
+            Err(ClientError::Connect {
+                path: named,
+                source,
+            }) => {
+                assert_eq!(named, path.display().to_string());
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("expected a connect error, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    /// `chat` hands the child's stdio to `turn.run` this way: the
+    /// descriptors arrive with the first byte of the request, the rest of
+    /// the line after them.
+    #[test]
+    fn descriptors_ride_on_the_request() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let server = std::thread::spawn(move || {
+            answer_hello(&mut theirs);
+            let mut first = [0u8; 1];
+            let mut cmsg = nix::cmsg_space!([RawFd; 3]);
+            let fds: Vec<OwnedFd> = {
+                let mut iov = [IoSliceMut::new(&mut first)];
+                let msg = recvmsg::<()>(
+                    theirs.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::empty(),
+                )
+                .unwrap();
+                assert_eq!(msg.bytes, 1);
+                let mut fds = Vec::new();
+                for c in msg.cmsgs().unwrap() {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: SCM_RIGHTS just installed these in this
+                        // process; nothing else owns them.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                fds
+            };
+            let mut rest = Vec::new();
+            let mut byte = [0u8; 1];
+            while theirs.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+                rest.push(byte[0]);
+            }
+            let mut line = first.to_vec();
+            line.extend(rest);
+            (fds, line)
+        });
+        let mut client = Client::handshake(ours, PeerKind::Cli).unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let sent = [file.as_raw_fd(); 3];
+        let id = client.send_request_with_fds(Call::Ping {}, &sent).unwrap();
+        let (fds, line) = server.join().unwrap();
+        assert_eq!(fds.len(), 3);
+        let want = nix::sys::stat::fstat(file.as_fd()).unwrap();
+        for fd in &fds {
+            let got = nix::sys::stat::fstat(fd.as_fd()).unwrap();
+            assert_eq!((got.st_dev, got.st_ino), (want.st_dev, want.st_ino));
+        }
+        let frame: ClientFrame = serde_json::from_slice(&line).unwrap();
+        assert!(matches!(frame, ClientFrame::Request { id: rid, .. } if rid == id));
     }
 }

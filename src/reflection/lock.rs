@@ -20,6 +20,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 
 use super::{MAX_SMALL_JSON_BYTES, ReflectionError};
@@ -134,7 +135,7 @@ fn guard(agent: &AgentPaths) -> Result<nix::fcntl::Flock<std::fs::File>, Reflect
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(&path)
         .map_err(io)?;
     crate::fsutil::flock_bounded(file, GUARD_WAIT, "the reflection lock guard").map_err(io)

@@ -459,7 +459,7 @@ fn drop_capabilities() -> Result<(), NsError> {
 /// The process signals are passed on to.
 static TARGET: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn forward(sig: libc::c_int) {
+extern "C" fn forward(sig: std::ffi::c_int) {
     let pid = TARGET.load(Ordering::Relaxed);
     if pid > 0
         && let Ok(sig) = Signal::try_from(sig)

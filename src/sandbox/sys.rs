@@ -9,15 +9,18 @@
 //! probes (`probes/`) do not use this module: they issue their raw calls on
 //! purpose.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_long, c_uint, c_ulong, c_void};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::Signal;
+use nix::unistd::{SysconfVar, sysconf};
 
 /// `r`, or the errno of the call that just returned it (negative).
-fn check(r: libc::c_long) -> io::Result<libc::c_long> {
+fn check(r: c_long) -> io::Result<c_long> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -55,9 +58,9 @@ pub fn mount_setattr_recursive(path: &CStr, attr_set: u64) -> io::Result<()> {
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            AT_FDCWD.as_raw_fd(),
             path.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
+            libc::AT_RECURSIVE as c_uint,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
@@ -105,10 +108,9 @@ impl From<BoundingSetError> for io::Error {
 pub fn clear_bounding_set() -> Result<(), BoundingSetError> {
     for cap in 0..=63u32 {
         // SAFETY: PR_CAPBSET_DROP takes integers only.
-        let dropped =
-            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+        let dropped = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, c_ulong::from(cap), 0, 0, 0) };
         if let Err(source) = check(dropped.into()) {
-            if source.raw_os_error() == Some(libc::EINVAL) {
+            if source.raw_os_error() == Some(Errno::EINVAL as i32) {
                 break;
             }
             return Err(BoundingSetError {
@@ -118,12 +120,12 @@ pub fn clear_bounding_set() -> Result<(), BoundingSetError> {
             });
         }
         // SAFETY: PR_CAPBSET_READ takes integers only.
-        let held = unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) };
+        let held = unsafe { libc::prctl(libc::PR_CAPBSET_READ, c_ulong::from(cap), 0, 0, 0) };
         if held != 0 {
             return Err(BoundingSetError {
                 cap,
                 still_set: true,
-                source: io::Error::from_raw_os_error(libc::EPERM),
+                source: Errno::EPERM.into(),
             });
         }
     }
@@ -178,10 +180,10 @@ pub fn clear_capability_sets() -> io::Result<()> {
 
 /// A pidfd for `pid` (`pidfd_open`, Linux 5.3).
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let pid = i32::try_from(pid).map_err(|_| io::Error::from(Errno::ESRCH))?;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
     let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
-    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from(Errno::EBADF))?;
     // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -193,8 +195,8 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: Signal) -> io::Result<()
         libc::syscall(
             libc::SYS_pidfd_send_signal,
             pidfd.as_raw_fd(),
-            signal as libc::c_int,
-            std::ptr::null::<libc::siginfo_t>(),
+            signal as i32,
+            std::ptr::null::<c_void>(),
             0,
         )
     };
@@ -205,10 +207,15 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: Signal) -> io::Result<()
 /// `FD_CLOEXEC` cleared: `dup2` onto the same number keeps the flag).
 /// `at` is taken over whatever it was: use it before `exec` only.
 pub fn install_fd(fd: BorrowedFd<'_>, at: RawFd) -> io::Result<()> {
+    // Raw: nix's `dup2` wants the target as an `OwnedFd`, and `at` need
+    // not be open yet.
     // SAFETY: dup2 of a descriptor we hold onto a number we give up.
     check(unsafe { libc::dup2(fd.as_raw_fd(), at) }.into())?;
-    // SAFETY: F_SETFD with integer flags on the descriptor just made.
-    check(unsafe { libc::fcntl(at, libc::F_SETFD, 0) }.into()).map(drop)
+    // SAFETY: dup2 just made `at` an open descriptor, and it stays open:
+    // nothing closes it before exec.
+    let installed = unsafe { BorrowedFd::borrow_raw(at) };
+    fcntl(installed, FcntlArg::F_SETFD(FdFlag::empty()))?;
+    Ok(())
 }
 
 /// Mark every descriptor from `first` up close-on-exec. `close_range`
@@ -228,10 +235,15 @@ pub fn cloexec_from(first: u32) {
     if r == 0 {
         return;
     }
-    // SAFETY: sysconf with a constant name.
-    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(256, 65536) as RawFd;
+    let max = sysconf(SysconfVar::OPEN_MAX)
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+        .clamp(256, 65536) as RawFd;
     let first = RawFd::try_from(first).unwrap_or(RawFd::MAX);
     for fd in first..max {
+        // Raw: most of these numbers are not open, and a `BorrowedFd` for
+        // one that is not would be a lie.
         // SAFETY: F_SETFD with integer flags; a number that is not open
         // answers EBADF and changes nothing.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -241,14 +253,13 @@ pub fn cloexec_from(first: u32) {
 /// Close descriptor `fd`, which nothing in this process owns (stdio the
 /// process gives up, say).
 pub fn close(fd: RawFd) -> io::Result<()> {
-    // SAFETY: closing a number no `OwnedFd` of this process holds (the
-    // caller's promise); at worst EBADF.
-    check(unsafe { libc::close(fd) }.into()).map(drop)
+    Ok(nix::unistd::close(fd)?)
 }
 
 /// Leave at once with `code`, running no destructor and no `atexit`
 /// handler (a forked copy of a process, whose state belongs to its parent).
 pub fn exit_now(code: i32) -> ! {
+    // Raw: nix has no `_exit`, and `std::process::exit` runs `atexit`.
     // SAFETY: _exit never returns and touches no process state.
     unsafe { libc::_exit(code) }
 }
@@ -256,12 +267,12 @@ pub fn exit_now(code: i32) -> ! {
 /// The landlock ABI version of the running kernel
 /// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
 pub fn landlock_abi_version() -> io::Result<i32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    const LANDLOCK_CREATE_RULESET_VERSION: c_uint = 1;
     // SAFETY: the documented version query: no ruleset, size 0.
     let v = check(unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
+            std::ptr::null::<c_void>(),
             0usize,
             LANDLOCK_CREATE_RULESET_VERSION,
         )

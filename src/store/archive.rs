@@ -44,6 +44,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -1000,7 +1001,7 @@ fn unpack(file: &Path, limits: Limits, paths: &AgentPaths) -> Result<(), Archive
         let mut out = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
             .mode(if exec { 0o755 } else { 0o644 })
             .open(&path)
             .map_err(io_err(&path))?;
