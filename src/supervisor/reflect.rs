@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 use super::children::ChildState;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::leases::LEASE_WAIT;
-use super::state::{State, blocking, error};
+use super::state::{PendingIntegration, State, blocking, error};
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, Label, MemoryWorktree};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
@@ -1574,17 +1574,6 @@ struct Integrated {
     merge: Option<Value>,
     /// Why the integration did not complete (spec §5.5), when it did not.
     failure: Option<String>,
-}
-
-/// A reflection branch the agent is reviewing (explicit mode): only that
-/// branch, only from that conversation, may be merged by `memory.merge`.
-#[derive(Debug, Clone)]
-pub struct PendingIntegration {
-    pub conversation: String,
-    pub worktree: String,
-    pub branch: String,
-    pub summary: String,
-    pub merge: Option<Value>,
 }
 
 /// Longest an integration turn may run.

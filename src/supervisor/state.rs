@@ -2,10 +2,11 @@
 //! bus, the stop signal and the tracker of requests in flight; and who is
 //! on the other end of a connection ([`Peer`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -87,7 +88,7 @@ pub struct State {
     /// Sub-agents' tasks and reports, by child id (`task.get`/`task.finish`).
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
-    pub subagents: super::subagents::Running,
+    pub subagents: Running,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -95,6 +96,44 @@ pub struct State {
 pub struct TaskEntry {
     pub task: crate::protocol::task::SubagentTask,
     pub report: Option<String>,
+}
+
+/// Per agent: the running reflection and memory worker (child ids; `0`
+/// while one is being prepared), and the worker instructions waiting for
+/// their turn (each also kept on disk until its worker is finalized).
+#[derive(Debug, Default)]
+pub struct AgentSubagents {
+    pub reflection: Option<u64>,
+    pub worker: Option<u64>,
+    pub queued_workers: VecDeque<crate::reflection::queue::QueuedWorker>,
+    /// A reflection branch the agent is reviewing (explicit mode).
+    pub integration: Option<PendingIntegration>,
+}
+
+/// Sub-agents in flight, by agent id.
+#[derive(Debug, Default)]
+pub struct Running {
+    inner: Mutex<HashMap<String, AgentSubagents>>,
+}
+
+impl Running {
+    /// Run `f` on the agent's entry.
+    pub fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentSubagents) -> T) -> T {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(agent.to_string()).or_default();
+        f(entry)
+    }
+}
+
+/// A reflection branch the agent is reviewing (explicit mode): only that
+/// branch, only from that conversation, may be merged by `memory.merge`.
+#[derive(Debug, Clone)]
+pub struct PendingIntegration {
+    pub conversation: String,
+    pub worktree: String,
+    pub branch: String,
+    pub summary: String,
+    pub merge: Option<Value>,
 }
 
 impl State {
