@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::children::{ChildState, LaunchSpec, ROLES, ended_state};
 use super::conn::{PassedFds, split};
-use super::connection::serve_frames;
 use super::state::{Peer, State, blocking, error};
 use super::untrusted;
 use crate::paths::AgentPaths;
@@ -182,7 +181,7 @@ pub async fn spawn_with(
     if let Ok(mut ch) = state.channels.lock() {
         ch.insert(id, sender.clone());
     }
-    tokio::spawn(serve_frames(state.clone(), reader, sender, peer));
+    tokio::spawn((state.serve_channel)(state.clone(), reader, sender, peer));
     let mut child = launched.child;
     log_output(id, child.stdout.take(), "stdout");
     log_output(id, child.stderr.take(), "stderr");

@@ -88,7 +88,12 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
         });
     }
     Ok(Bound {
-        state: Arc::new(State::new(home.clone(), sandbox, launcher)),
+        state: Arc::new(State::new(
+            home.clone(),
+            sandbox,
+            launcher,
+            super::connection::serve_frames,
+        )),
         listener,
         _pid: pid,
         socket,

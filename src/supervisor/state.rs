@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::children::{Launcher, SharedTable};
-use super::conn::FrameSender;
+use super::conn::{FrameReader, FrameSender};
 use crate::paths::Home;
 use crate::protocol::{ErrorBody, ErrorCode, Event, Outcome};
 
@@ -50,6 +50,17 @@ impl Peer {
     }
 }
 
+/// The protocol loop a launched child's channel runs
+/// (`connection::serve_frames`). It is handed to the state at bind rather
+/// than imported by the launcher: the loop dispatches requests, and some
+/// of those launch children, so the launcher sits below it.
+pub type ServeChannel = fn(
+    Arc<State>,
+    FrameReader,
+    FrameSender,
+    Peer,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// State shared by every task of one supervisor.
 pub struct State {
     pub home: Home,
@@ -58,6 +69,8 @@ pub struct State {
     pub started: Instant,
     pub table: SharedTable,
     pub launcher: Launcher,
+    /// What serves a launched child's channel.
+    pub serve_channel: ServeChannel,
     pub events: broadcast::Sender<Event>,
     /// Cancelled once a stop is requested: the accept loop ends, new
     /// children are refused, shutdown begins.
@@ -141,6 +154,7 @@ impl State {
         home: Home,
         sandbox: crate::sandbox::report::SandboxReport,
         launcher: Launcher,
+        serve_channel: ServeChannel,
     ) -> Self {
         let (events, _) = broadcast::channel(1024);
         State {
@@ -149,6 +163,7 @@ impl State {
             started: Instant::now(),
             table: Default::default(),
             launcher,
+            serve_channel,
             events,
             stop: CancellationToken::new(),
             drain: CancellationToken::new(),
