@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::conn::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, reflect, rpc, subagents};
+use super::{launch, policy, reflect, rpc, subagents, turn_run};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -30,11 +30,11 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
-        Call::TurnRun(params) => launch::run_turn(state, params, fds, conn.gone.clone()).await,
+        Call::TurnRun(params) => turn_run::run_turn(state, params, fds, conn.gone.clone()).await,
         Call::TurnCancel {
             agent,
             conversation,
-        } => launch::cancel_turn(state, agent, conversation).await,
+        } => turn_run::cancel_turn(state, agent, conversation).await,
         Call::MemoryCommit { .. }
         | Call::MemoryStatus { .. }
         | Call::MemoryLease { .. }

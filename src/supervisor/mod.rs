@@ -23,6 +23,7 @@ pub mod rpc;
 pub mod state;
 pub mod subagents;
 pub mod sync_repair;
+pub mod turn_run;
 pub mod turns;
 pub mod untrusted;
 
