@@ -7,6 +7,7 @@
 //! a background runtime, bound to the same socket, stopped when the command
 //! ends.
 
+pub mod autosync;
 pub mod children;
 pub mod conn;
 pub mod connection;

@@ -579,7 +579,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     .await;
     tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
     if result["status"] == json!("merged") {
-        super::rpc::sync_after(state, &agent_id, None).await;
+        super::autosync::sync_after(state, &agent_id, None).await;
     }
     result
 }
@@ -1287,7 +1287,7 @@ async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd
     };
     tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
     if s.record["status"] == json!("merged") {
-        super::rpc::sync_after(&st, &id, None).await;
+        super::autosync::sync_after(&st, &id, None).await;
     }
     if s.conflicted && !st.is_stopping() {
         queue_repair(&st, &id, &s.branch, isolation, previous).await;

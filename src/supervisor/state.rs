@@ -96,7 +96,7 @@ pub struct State {
     pub turns: super::turns::Turns,
     /// Who may edit each agent's memory working tree right now.
     pub leases: super::leases::Leases,
-    /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
+    /// Per-agent shares of the blocking threads (see [`on_agent_thread`]).
     agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Sub-agents' tasks and reports, by child id (`task.get`/`task.finish`).
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
@@ -231,6 +231,27 @@ pub fn error(code: ErrorCode, message: impl Into<String>) -> Outcome {
         message: message.into(),
         data: None,
     })
+}
+
+/// Blocking work (git, files, model calls) one agent may have running at
+/// once; more waits for a slot, so one agent whose work hangs cannot take
+/// the blocking threads every other agent needs.
+pub const MAX_BLOCKING_PER_AGENT: usize = 8;
+
+/// Run `f` on a blocking thread within `agent`'s share of them.
+pub async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let slots = state.agent_slots(agent, MAX_BLOCKING_PER_AGENT);
+    let permit = slots.acquire_owned().await.map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f()
+    })
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// Run blocking work (file system, git, chown, agent lookup) off the

@@ -147,7 +147,7 @@ async fn try_run_turn(
     let synced = if cancelled {
         None
     } else {
-        super::rpc::sync_after(state, &record.id, Some(conversation.clone())).await
+        super::autosync::sync_after(state, &record.id, Some(conversation.clone())).await
     };
     // A finished turn may trigger a reflection (spec §5.1); it runs on
     // under the supervisor while the caller gets its answer.
