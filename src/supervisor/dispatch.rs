@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::conn::{FrameSender, PassedFds};
+use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
 use super::{launch, policy, reflect, rpc, subagents, turn_run};
 use crate::protocol::events::TurnNotice;

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::net::UnixStream;
 
 use super::children::{ChildState, LaunchSpec, ROLES, ended_state};
-use super::conn::{PassedFds, split};
+use super::frames_io::{PassedFds, split};
 use super::state::{Peer, State, blocking, error};
 use super::untrusted;
 use crate::paths::AgentPaths;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::children::Launcher;
-use super::conn::split;
 use super::connection::serve_frames;
+use super::frames_io::split;
 use super::pidfile::{PidFile, ensure_private_dir};
 use super::state::{Peer, State};
 use crate::paths::Home;

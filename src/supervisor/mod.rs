@@ -9,9 +9,9 @@
 
 pub mod autosync;
 pub mod children;
-pub mod conn;
 pub mod connection;
 pub mod dispatch;
+pub mod frames_io;
 #[cfg(test)]
 mod instructions;
 pub mod launch;

@@ -487,7 +487,7 @@ fn subagent_spawn(
 async fn start_child(
     state: &Arc<State>,
     spawn: SpawnParams,
-    fds: super::conn::PassedFds,
+    fds: super::frames_io::PassedFds,
     sub: SubagentLaunch,
 ) -> Result<u64, String> {
     match spawn_with(state, spawn, fds, sub).await {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::conn::FrameSender;
+use super::frames_io::FrameSender;
 use super::leases::{Holder, LEASE_WAIT};
 use super::state::{Connection, Peer, State, blocking, error, on_agent_thread};
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::children::{Launcher, SharedTable};
-use super::conn::{FrameReader, FrameSender};
+use super::frames_io::{FrameReader, FrameSender};
 use crate::paths::Home;
 use crate::protocol::{ErrorBody, ErrorCode, Event, Outcome};
 

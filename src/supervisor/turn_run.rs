@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::children::ChildState;
-use super::conn::PassedFds;
+use super::frames_io::PassedFds;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::state::{State, blocking, error};
 use crate::protocol::events::ChildEnd;
