@@ -526,11 +526,11 @@ impl Site {
             last_reflection: state.last_succeeded_at.clone(),
             lock: crate::reflection::lock::inspect(&paths).ok().flatten(),
             backoff: crate::reflection::backoff::load(&paths).ok().flatten(),
-            last_reflection_outcome: crate::reflection::launch::load_last_result(&paths)
+            last_reflection_outcome: crate::reflection::launch_result::load_last_result(&paths)
                 .ok()
                 .flatten()
                 .map(|v| SubagentOutcome::from_record(&v)),
-            last_worker_outcome: crate::reflection::launch::load_last_worker_result(&paths)
+            last_worker_outcome: crate::reflection::launch_result::load_last_worker_result(&paths)
                 .ok()
                 .flatten()
                 .map(|v| SubagentOutcome::from_record(&v)),

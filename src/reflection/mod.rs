@@ -13,7 +13,7 @@
 //! * [`backoff`] — automatic launches pause after failed merges
 //!   (`reflections/backoff.json`);
 //! * [`trigger`] — whether a finished turn should launch one;
-//! * [`launch`] — the refusal reasons, result shape and completion lines;
+//! * [`launch_result`] — the refusal reasons, result shape and completion lines;
 //! * [`outcome`] — a run's two parts, what merged and whether the task
 //!   finished, and what that means for its instruction;
 //! * [`queue`] — memory-worker instructions kept until they are done;
@@ -26,7 +26,7 @@
 //! never a panic.
 
 pub mod backoff;
-pub mod launch;
+pub mod launch_result;
 pub mod lock;
 pub mod outcome;
 pub mod payload;

@@ -24,7 +24,7 @@ use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
-use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
+use crate::reflection::launch_result::{CompletionStatus, LaunchResult, Refusal};
 use crate::reflection::outcome::{self, Attempt, MergePart, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
@@ -571,7 +571,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     // the result may launch the next reflection at once.
     let saved = result.clone();
     let _ = off_thread(move || {
-        if let Err(e) = crate::reflection::launch::save_last_result(&agent, &saved) {
+        if let Err(e) = crate::reflection::launch_result::save_last_result(&agent, &saved) {
             tracing::warn!("cannot record the reflection's result: {e}");
         }
         Ok(())
@@ -643,7 +643,7 @@ fn finish_reflection(
                 .filter(|_| f.status == FinalizeStatus::Failed)
                 .map(|_| f.summary.clone());
             let line = CompletionStatus::from_finalize(&status, integration_summary.as_deref())
-                .map(|c| crate::reflection::launch::completion_line(&c))
+                .map(|c| crate::reflection::launch_result::completion_line(&c))
                 .unwrap_or_else(|| format!("{} Will retry later.", f.summary));
             if let Some(o) = v.as_object_mut() {
                 o.insert("message".into(), json!(line));
@@ -741,7 +741,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
         let settings = settings::load(&agent).unwrap_or_default();
         let lock = lock::inspect(&agent).ok().flatten();
         let backoff = backoff::load(&agent).ok().flatten();
-        let last = crate::reflection::launch::load_last_result(&agent)
+        let last = crate::reflection::launch_result::load_last_result(&agent)
             .ok()
             .flatten();
         let mut conversations = Vec::new();
@@ -762,7 +762,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             .iter()
             .filter(|i| !i.is_failed() && i.attempts >= queue::FAILING_AFTER)
             .count();
-        let last_worker = crate::reflection::launch::load_last_worker_result(&agent)
+        let last_worker = crate::reflection::launch_result::load_last_worker_result(&agent)
             .ok()
             .flatten();
         Ok(json!({
@@ -1365,7 +1365,7 @@ fn integrate_and_settle(
     let settled = queue::settle(a, &run.item, attempt.clone(), next);
     outcome::annotate(&mut record, &merge, &task);
     queue::describe(&mut record, &run.item, &attempt, next, &settled);
-    if let Err(e) = crate::reflection::launch::save_last_worker_result(a, &record) {
+    if let Err(e) = crate::reflection::launch_result::save_last_worker_result(a, &record) {
         tracing::warn!("cannot record the memory worker's result: {e}");
     }
     Settlement {
