@@ -195,7 +195,7 @@ fn git_status(out: &mut Out, repo: &Repository, agent: &AgentPaths, sel: &str) {
             ),
         );
     }
-    match crate::memfs::worktree_status::worktree_status(repo) {
+    match crate::memfs::status::worktree_status(repo) {
         Ok(s) if !s.dirty.is_empty() => {
             let shown: Vec<&str> = s.dirty.iter().take(10).map(String::as_str).collect();
             let more = s.dirty.len().saturating_sub(shown.len());

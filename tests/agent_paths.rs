@@ -489,7 +489,7 @@ fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
 /// and at `.gitignore`) answers at once and is listed dirty, never read.
 #[test]
 fn worktree_status_lists_fifos_without_opening_them() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     let l = Layout::new();
     let mem = l.memory();
     mkfifo(&mem.join(".gitignore"));
@@ -524,7 +524,7 @@ fn worktree_status_lists_fifos_without_opening_them() {
 /// deleted, mode change, untracked in an untracked directory, symlink.
 #[test]
 fn worktree_status_agrees_with_libgit2_on_ordinary_trees() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     let l = Layout::new();
     let mem = l.memory();
     let repo = l.repo();
@@ -655,7 +655,7 @@ fn memory_edits_never_read_or_write_through_a_swapped_symlink() {
 /// back is still seen.
 #[test]
 fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     use nix::sys::stat::{UtimensatFlags, utimensat};
     use nix::sys::time::TimeSpec;
     let l = Layout::new();

@@ -734,7 +734,7 @@ fn read_only_at_head(head: &crate::memfs::snapshot::Head<'_>, path: &str) -> boo
 fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
     let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
     let repo = repo::open_agent(&paths)?;
-    let st = crate::memfs::worktree_status::worktree_status(&repo)
+    let st = crate::memfs::status::worktree_status(&repo)
         .with_context(|| format!("cannot read {}", paths.memory_dir().display()))?;
     if json {
         output::json(&serde_json::json!({

@@ -29,12 +29,12 @@ use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::remote_repo::{self, RemoteRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
+use crate::memfs::status::{StatusError, worktree_status};
 use crate::memfs::validate::{
     TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
 };
 use crate::memfs::worktree::WorktreeError;
 use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
-use crate::memfs::worktree_status::{StatusError, worktree_status};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
 
 /// Environment variable naming the remote root.

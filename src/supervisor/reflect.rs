@@ -289,8 +289,7 @@ fn prepare(
     }
     // Before any payload or worktree exists (spec §5.4 step 5).
     let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;
-    let status =
-        crate::memfs::worktree_status::worktree_status(&repo).map_err(|e| fail(err(&e)))?;
+    let status = crate::memfs::status::worktree_status(&repo).map_err(|e| fail(err(&e)))?;
     drop(repo);
     if !status.dirty.is_empty() {
         return Err(fail(refused(Refusal::ParentDirty)));
@@ -1638,7 +1637,7 @@ fn integration_failure(why: &str) -> String {
 /// branch has no commits or the worktree holds uncommitted edits.
 fn proposal_of(agent: &AgentPaths, worktree: &MemoryWorktree) -> Option<String> {
     let (_, repo) = wt::open(agent, &worktree.name).ok()?;
-    let status = crate::memfs::worktree_status::worktree_status(&repo).ok()?;
+    let status = crate::memfs::status::worktree_status(&repo).ok()?;
     if !status.dirty.is_empty() {
         return None;
     }

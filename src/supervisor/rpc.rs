@@ -243,7 +243,7 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
             };
             // Never libgit2's status here: it opens the child's files (and
             // `.gitignore`s) by path, where a FIFO blocks this thread for good.
-            let status = crate::memfs::worktree_status::worktree_status(&repo)
+            let status = crate::memfs::status::worktree_status(&repo)
                 .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
             let mut v = json!({ "head": status.head, "dirty": status.dirty });
             if let Some(name) = worktree {

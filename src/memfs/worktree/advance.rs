@@ -32,8 +32,8 @@ use git2::{Oid, Repository};
 
 use super::merge::{diff_paths, snapshot_of as snapshot, update_checkout};
 use super::{WorktreeError, git};
+use crate::memfs::status::{checkout_blobs, worktree_status};
 use crate::memfs::validate::TreeSnapshot;
-use crate::memfs::worktree_status::{checkout_blobs, worktree_status};
 use crate::paths::MemoryGitDir;
 
 const MAIN: &str = "refs/heads/main";

@@ -11,8 +11,8 @@ use super::{
 use crate::memfs::commit::CommitOptions;
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;
+use crate::memfs::status::worktree_status;
 use crate::memfs::validate::{TreeSnapshot, validate};
-use crate::memfs::worktree_status::worktree_status;
 use crate::paths::{AgentPaths, MemoryGitDir};
 
 /// What [`merge_into_main`] did.

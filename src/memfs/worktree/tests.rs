@@ -11,7 +11,7 @@ use super::finalize::{
 use super::*;
 use crate::memfs::commit::{CommitOptions, commit_paths};
 use crate::memfs::repo;
-use crate::memfs::worktree_status::worktree_status;
+use crate::memfs::status::worktree_status;
 use crate::paths::{AgentPaths, Home};
 
 /// The committer a caller passes: the agent's.
