@@ -21,7 +21,7 @@ use crate::model::config::ConfigError;
 use crate::paths::{AgentPaths, Home};
 use crate::store::conversation::Conversation;
 use crate::store::record::AgentRecord;
-use crate::store::{cache, prompt_cache};
+use crate::store::{prompt_cache, system_prompt_file};
 
 /// What `mini-letta context --json` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -123,7 +123,7 @@ pub fn report(
         },
         || operator.provider,
     );
-    let system = match cache::load(agent, conversation).ok().flatten() {
+    let system = match system_prompt_file::load(agent, conversation).ok().flatten() {
         Some(c) => c.content,
         None => prompt_cache::compile_now(agent, record, conversation, 0)?.content,
     };

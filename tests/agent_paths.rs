@@ -695,8 +695,8 @@ fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
 #[test]
 fn conversation_files_are_never_written_through_a_swapped_symlink() {
     use mini_letta::model::{Part, Role};
-    use mini_letta::store::cache::{CachedPrompt, store};
     use mini_letta::store::conversation::{Conversation, StoredMessage};
+    use mini_letta::store::system_prompt_file::{CachedPrompt, store};
     let l = Layout::new();
     let host = l.host().join("etc");
     let secret = l.host_secret("etc/messages.jsonl", "root's\n");

@@ -763,7 +763,7 @@ pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
     let count = conv.context_ids()?.len() as u64;
     let prompt =
         crate::store::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
-    let cached = crate::store::cache::load(&agent, &args.conversation)?;
+    let cached = crate::store::system_prompt_file::load(&agent, &args.conversation)?;
     if args.json {
         output::json(&cached)?;
     } else {

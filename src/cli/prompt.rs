@@ -73,7 +73,7 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
     let cached = if args.fresh {
         None
     } else {
-        crate::store::cache::load(&paths, conversation)?
+        crate::store::system_prompt_file::load(&paths, conversation)?
     };
     let (system, compiled_at, revision, was_cached) = match cached {
         Some(c) => (c.content, c.compiled_at, c.memfs_revision, true),

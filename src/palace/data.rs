@@ -193,7 +193,7 @@ pub struct ConversationView {
     pub agent: AgentRecord,
     pub id: String,
     pub messages: Vec<MessageView>,
-    pub system_prompt: Option<crate::store::cache::CachedPrompt>,
+    pub system_prompt: Option<crate::store::system_prompt_file::CachedPrompt>,
     pub tokens: Option<u64>,
     pub threshold: Option<u64>,
     pub window: Option<u64>,
@@ -515,7 +515,9 @@ impl Site {
         Ok(ConversationView {
             id: conv.to_string(),
             messages,
-            system_prompt: crate::store::cache::load(&paths, conv).ok().flatten(),
+            system_prompt: crate::store::system_prompt_file::load(&paths, conv)
+                .ok()
+                .flatten(),
             tokens: context.as_ref().map(|r| r.tokens),
             threshold: context.as_ref().and_then(|r| r.window.threshold),
             window: context.as_ref().and_then(|r| r.window.context_window),

@@ -7,11 +7,11 @@
 //! under a home directory.
 
 pub mod archive;
-pub mod cache;
 pub mod conversation;
 pub mod index;
 pub mod prompt_cache;
 pub mod record;
+pub mod system_prompt_file;
 
 use std::fs;
 use std::path::PathBuf;
