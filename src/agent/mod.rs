@@ -8,5 +8,5 @@ pub mod program;
 pub mod reminders;
 pub mod runtime;
 pub mod skills;
-pub mod subagent;
+pub mod subagent_loop;
 pub mod tools;

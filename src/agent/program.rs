@@ -126,7 +126,7 @@ fn subagent(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let channel = Arc::new(Mutex::new(
         crate::protocol::client::Client::take_channel_env()?,
     ));
-    let done = crate::agent::subagent::run(&agent, channel)?;
+    let done = crate::agent::subagent_loop::run(&agent, channel)?;
     tracing::info!(steps = done.steps, "sub-agent finished");
     Ok(ExitCode::SUCCESS)
 }

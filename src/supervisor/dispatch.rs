@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, reflect, rpc, subagents, turn_run};
+use super::{launch, policy, reflect, rpc, tasks, turn_run};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -44,8 +44,8 @@ pub async fn handle(
         }
         Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
         Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
-        Call::TaskGet {} => subagents::task_get(state, peer),
-        Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
+        Call::TaskGet {} => tasks::task_get(state, peer),
+        Call::TaskFinish { report } => tasks::task_finish(state, peer, report),
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
         Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
