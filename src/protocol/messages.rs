@@ -4,6 +4,9 @@
 //! speak these types too and own none of them;
 //! the agent child knows only these.
 
+use std::sync::LazyLock;
+
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -216,5 +219,31 @@ impl ModelFailure {
     /// Whether the request is worth retrying.
     pub fn is_transient(&self) -> bool {
         matches!(self, ModelFailure::Transient { .. })
+    }
+}
+
+static REMINDER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?s)<system-reminder>.*?</system-reminder>").ok());
+
+/// Removes `<system-reminder>…</system-reminder>` blocks (how reminders
+/// ride in a user message's text) from `text`.
+pub fn strip_reminders(text: &str) -> String {
+    match REMINDER.as_ref() {
+        Some(re) => re.replace_all(text, "").into_owned(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reminders_are_stripped() {
+        assert!(REMINDER.is_some());
+        assert_eq!(
+            strip_reminders("a<system-reminder>x\ny</system-reminder>b"),
+            "ab"
+        );
     }
 }

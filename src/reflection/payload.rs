@@ -227,7 +227,7 @@ pub fn normalize(message: &StoredMessage) -> Option<PayloadRecord> {
         match part {
             Part::Text { text } => {
                 let text = if message.role == Role::User {
-                    crate::model::mock::strip_reminders(text)
+                    crate::protocol::messages::strip_reminders(text)
                 } else {
                     text.clone()
                 };
