@@ -563,7 +563,7 @@ fn rebase_in_memory(
             });
         }
         let original = repo.find_commit(op.id()).map_err(git(what))?;
-        match rebase.commit(Some(&original.author()), &sig, None) {
+        match rebase.commit(Some(&original.author()), sig, None) {
             Ok(id) => tip = id,
             // Already in origin/main: nothing to replay.
             Err(e) if e.code() == git2::ErrorCode::Applied => {}
