@@ -1,4 +1,4 @@
-//! Remote sync benchmark: one agent (made with `agent::store::create` in a
+//! Remote sync benchmark: one agent (made with `store::create` in a
 //! temporary home) grown to 500 memory files in indexed directories and
 //! 1,000 commits, synced once to a directory of bare repositories; then
 //! median and p90 of:
