@@ -234,7 +234,7 @@ fn main() {
     let bwrap = time_cmd(
         || {
             let mut c = Command::new("/usr/bin/bwrap");
-            c.args(mini_letta::sandbox::plan::BWRAP_BASE_ARGS)
+            c.args(mini_letta::sandbox::namespaces::BWRAP_BASE_ARGS)
                 .args(["--", "/bin/true"]);
             std::os::unix::process::CommandExt::uid(&mut c, 299_998);
             std::os::unix::process::CommandExt::gid(&mut c, 299_998);

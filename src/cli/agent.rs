@@ -10,8 +10,8 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{self, field as f};
-use crate::agent::record::ModelSource;
-use crate::agent::{archive, store};
+use crate::store::record::ModelSource;
+use crate::store::{self, archive};
 
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
@@ -266,7 +266,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 };
             // What another host or an import would refuse is refused here.
             if let (Some(text), Some(f)) = (&system, system_file) {
-                crate::agent::record::check_system(text)
+                crate::store::record::check_system(text)
                     .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
             }
             let default = crate::sandbox::volume::default_quota(&home)?;
@@ -420,7 +420,8 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
     let (record, paths) = store::find(home, selector)?;
     let memory_dir = paths.memory_dir();
     let context =
-        super::context::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION);
+        crate::reports::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION)
+            .map_err(anyhow::Error::from);
     if json {
         let mut value = serde_json::to_value(&record)?;
         if let Some(obj) = value.as_object_mut() {

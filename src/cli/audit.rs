@@ -9,9 +9,9 @@ use serde_json::{Map, Value, json};
 
 use super::Cli;
 use super::output::{self, Table, field as f};
-use crate::agent::store;
 use crate::audit::{self, budget, read, record, verify};
 use crate::paths::Home;
+use crate::store;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {

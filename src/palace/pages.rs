@@ -13,7 +13,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::data::{
     AgentSummary, CommitView, ConversationView, FileView, HistoryView, MemoryView, Site,
 };
-use crate::agent::record::AgentRecord;
+use crate::store::record::AgentRecord;
 
 /// The stylesheet (small, no framework, no JavaScript anywhere).
 pub const STYLE: &str = "\

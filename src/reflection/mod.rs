@@ -13,7 +13,7 @@
 //! * [`backoff`] — automatic launches pause after failed merges
 //!   (`reflections/backoff.json`);
 //! * [`trigger`] — whether a finished turn should launch one;
-//! * [`launch`] — the refusal reasons, result shape and completion lines;
+//! * [`launch_result`] — the refusal reasons, result shape and completion lines;
 //! * [`outcome`] — a run's two parts, what merged and whether the task
 //!   finished, and what that means for its instruction;
 //! * [`queue`] — memory-worker instructions kept until they are done;
@@ -26,7 +26,7 @@
 //! never a panic.
 
 pub mod backoff;
-pub mod launch;
+pub mod launch_result;
 pub mod lock;
 pub mod outcome;
 pub mod payload;
@@ -43,9 +43,9 @@ use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::agent::conversation::ConversationError;
 use crate::agentfs::{Dir, FsError};
 use crate::paths::{AgentPaths, PathsError, REFLECTIONS_DIR_NAME};
+use crate::store::conversation::ConversationError;
 
 /// Largest small JSON file read here (settings, state, backoff, lock).
 pub(crate) const MAX_SMALL_JSON_BYTES: u64 = 64 << 10;
@@ -176,9 +176,9 @@ pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use crate::agent::conversation::{Conversation, StoredMessage};
     use crate::paths::AgentPaths;
     use crate::protocol::messages::{Part, Role};
+    use crate::store::conversation::{Conversation, StoredMessage};
 
     /// A bare agent directory in a temporary directory (enough for the
     /// conversation and reflection files; no record or memory repo).

@@ -50,7 +50,7 @@ impl Owner {
             let pid = std::process::id();
             Some(Owner {
                 pid,
-                started: crate::reflection::lock::process_start_time(pid)?,
+                started: super::identity::process_start_time(pid)?,
                 pidns: pid_namespace()?,
             })
         })
@@ -61,7 +61,7 @@ impl Owner {
     /// process started at another time.
     fn provably_dead(&self, me: &Owner) -> bool {
         self.pidns == me.pidns
-            && crate::reflection::lock::process_start_time(self.pid) != Some(self.started)
+            && super::identity::process_start_time(self.pid) != Some(self.started)
     }
 }
 
@@ -355,7 +355,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let started = crate::reflection::lock::process_start_time(pid).unwrap();
+        let started = crate::sandbox::identity::process_start_time(pid).unwrap();
         let gone = Owner {
             pid,
             started,
@@ -387,7 +387,7 @@ mod tests {
         let me = Owner::current().unwrap();
         let mut dead = std::process::Command::new("true").spawn().unwrap();
         let pid = dead.id();
-        let started = crate::reflection::lock::process_start_time(pid).unwrap_or(1);
+        let started = crate::sandbox::identity::process_start_time(pid).unwrap_or(1);
         dead.wait().unwrap();
         let dead = Owner {
             pid,
@@ -396,7 +396,7 @@ mod tests {
         };
         let live_other = Owner {
             pid: 1,
-            started: crate::reflection::lock::process_start_time(1).unwrap_or(0),
+            started: crate::sandbox::identity::process_start_time(1).unwrap_or(0),
             pidns: me.pidns,
         };
         let dead_leaf = root.join("agent-x/tool").join(leaf_name(&dead, 1));

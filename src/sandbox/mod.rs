@@ -15,3 +15,7 @@ pub mod seccomp;
 pub mod stage2;
 pub mod sys;
 pub mod volume;
+
+/// Exit code when the child stage itself fails (not the program), and
+/// when the launcher fails before `exec`.
+pub const STAGE_FAILURE: i32 = 125;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::namespaces::{MountStep, NamespacePlan};
+use super::namespaces::{BWRAP_BASE_ARGS, MountStep, NamespacePlan};
 use super::profile::{Network, Resolved};
 use super::report::{Isolation, Level, NsBackend, SandboxReport};
 use super::stage2::StagePolicy;
@@ -241,31 +241,6 @@ fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
         .map(|root| root.join(agent).join(role).join("cgroup.procs"))
         .collect()
 }
-
-/// The namespaces and root every bubblewrap launch uses (also what the
-/// layer probe and the benchmark run): new user, pid, net, ipc and uts
-/// namespaces, no capabilities, no nested user namespaces, death with the
-/// parent, a new session, a read-only root with private `/dev` and `/proc`.
-pub const BWRAP_BASE_ARGS: &[&str] = &[
-    "--unshare-user",
-    "--unshare-pid",
-    "--unshare-net",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-cgroup-try",
-    "--disable-userns",
-    "--die-with-parent",
-    "--new-session",
-    "--cap-drop",
-    "ALL",
-    "--ro-bind",
-    "/",
-    "/",
-    "--dev",
-    "/dev",
-    "--proc",
-    "/proc",
-];
 
 /// The child's filesystem view on top of the read-only root with private
 /// `/dev` and `/proc`, in order: temporary and users' directories and the

@@ -382,7 +382,7 @@ fn find_bwrap() -> Option<PathBuf> {
 fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(bwrap);
-    cmd.args(super::plan::BWRAP_BASE_ARGS)
+    cmd.args(super::namespaces::BWRAP_BASE_ARGS)
         .args(["--", "/bin/true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::state::{Peer, State};
 use crate::audit::budget::{self, Refusal, Spent};
 use crate::audit::{AuditError, Entry, Log, kind};
 use crate::paths::Home;
@@ -100,7 +99,7 @@ impl Accounting {
                 Err(e) => return Err(refusal_unreadable(&e)),
             }
         }
-        let name = crate::agent::store::find(home, Some(agent))
+        let name = crate::store::find(home, Some(agent))
             .map(|(r, _)| r.name)
             .unwrap_or_else(|_| agent.to_string());
         let refused = spent
@@ -169,13 +168,13 @@ impl Accounting {
 
     /// A child reported a turn event: a tool call's start or its result
     /// (a `tool` record, marked as the child's report).
-    pub async fn turn_event(&self, peer: &Peer, event: &Value) -> Result<(), AuditError> {
-        let Peer::Child {
-            id, agent, role, ..
-        } = peer
-        else {
-            return Ok(());
-        };
+    pub async fn turn_event(
+        &self,
+        id: &u64,
+        agent: &str,
+        role: &str,
+        event: &Value,
+    ) -> Result<(), AuditError> {
         let call_id = event["id"].as_str().unwrap_or_default().to_string();
         match event["type"].as_str() {
             Some("tool_call") => {
@@ -303,53 +302,6 @@ fn tree_usage(pid: u32) -> (u64, u64) {
     (cpu_ticks * 1_000_000 / tick, rss)
 }
 
-/// Append one record for `state`, logging (not failing) when it cannot be:
-/// for what has already happened and cannot be refused (an exit).
-pub async fn note(state: &State, entry: Entry) {
-    if let Err(e) = state.accounting.log.append(entry).await {
-        tracing::error!("cannot append to the audit log: {e}");
-    }
-}
-
-/// Append one record before acknowledging an action: the error to answer
-/// with when it cannot be.
-pub async fn record(state: &State, entry: Entry) -> Result<(), crate::protocol::Outcome> {
-    state
-        .accounting
-        .log
-        .append(entry)
-        .await
-        .map(drop)
-        .map_err(|e| {
-            super::state::error(
-                crate::protocol::ErrorCode::Internal,
-                format!("not acknowledged: {e}"),
-            )
-        })
-}
-
-/// A method refused to a child.
-pub async fn denied(state: &State, peer: &Peer, method: &str, reason: &str) {
-    if let Peer::Child {
-        id, agent, role, ..
-    } = peer
-    {
-        note(
-            state,
-            Entry::new(kind::DENIED, Some(agent), Some(role))
-                .with("child", *id)
-                .with("method", method)
-                .with("reason", reason),
-        )
-        .await;
-    }
-}
-
-/// The role a peer acts in, for a record.
-pub fn role_of(peer: &Peer) -> &str {
-    peer.kind()
-}
-
 /// Wait for child `pid` to exit (without reaping it) and read what it
 /// used; `None` when that cannot be known.
 pub async fn exit_usage(pid: u32) -> Option<(u64, u64)> {
@@ -369,28 +321,4 @@ pub async fn exit_usage(pid: u32) -> Option<(u64, u64)> {
             Err(_) => return None,
         }
     }
-}
-
-/// A sub-agent's branch merged into `main`, or refused (its finalize
-/// result: `status`, `branch`, `merge_commit`, `summary`).
-pub async fn merged(state: &State, agent: &str, role: &str, result: &Value) {
-    let entry = Entry::new(kind::MERGE, Some(agent), Some(role))
-        .with("branch", result["branch"].clone())
-        .with("sha", result["merge_commit"].clone())
-        .with("outcome", result["status"].clone())
-        .with("summary", result["summary"].clone());
-    note(state, entry).await;
-}
-
-/// A sync with the remote: what was pushed, or why not.
-pub async fn synced(state: &State, agent: &str, outcome: &Value) {
-    let mut entry = Entry::new(kind::SYNC, Some(agent), Some("supervisor"))
-        .with("outcome", outcome["status"].clone())
-        .with("message", outcome["message"].clone());
-    for key in ["local", "remote", "pushed_commits", "backup_ref"] {
-        if let Some(v) = outcome.get(key) {
-            entry = entry.with(key, v.clone());
-        }
-    }
-    note(state, entry).await;
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::conn::{FrameSender, PassedFds};
+use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, reflect, rpc, subagents};
+use super::{launch, policy, reflect, rpc, tasks, turn_run};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -23,7 +23,7 @@ pub async fn handle(
     conn: &Connection,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
-        super::accounting::denied(state, peer, call.method(), "outside the role's allow-list")
+        super::audit_records::denied(state, peer, call.method(), "outside the role's allow-list")
             .await;
         return refused;
     }
@@ -32,11 +32,11 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
-        Call::TurnRun(params) => launch::run_turn(state, params, fds, conn.gone.clone()).await,
+        Call::TurnRun(params) => turn_run::run_turn(state, params, fds, conn.gone.clone()).await,
         Call::TurnCancel {
             agent,
             conversation,
-        } => launch::cancel_turn(state, agent, conversation).await,
+        } => turn_run::cancel_turn(state, agent, conversation).await,
         Call::MemoryCommit { .. }
         | Call::MemoryStatus { .. }
         | Call::MemoryLease { .. }
@@ -47,14 +47,18 @@ pub async fn handle(
         Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
         Call::TurnEvent { ref event, .. } => {
             // A tool call the child reports is recorded before it is taken.
-            if let Err(e) = state.accounting.turn_event(peer, event).await {
+            if let Peer::Child {
+                id, agent, role, ..
+            } = peer
+                && let Err(e) = state.accounting.turn_event(id, agent, role, event).await
+            {
                 return error(ErrorCode::Internal, format!("not recorded: {e}"));
             }
             child_report(state, peer, call)
         }
         Call::Log { .. } => child_report(state, peer, call),
-        Call::TaskGet {} => subagents::task_get(state, peer),
-        Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
+        Call::TaskGet {} => tasks::task_get(state, peer),
+        Call::TaskFinish { report } => tasks::task_finish(state, peer, report),
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
         Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,

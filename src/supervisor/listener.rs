@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::children::Launcher;
-use super::conn::split;
 use super::connection::serve_frames;
+use super::frames_io::split;
 use super::pidfile::{PidFile, ensure_private_dir};
 use super::state::{Peer, State};
 use crate::paths::Home;
@@ -61,7 +61,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let listener = bind_private(&socket).map_err(io)?;
     let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
     if nix::unistd::geteuid().is_root() {
-        let uids = crate::agent::store::sandbox_uids(home).unwrap_or_default();
+        let uids = crate::store::sandbox_uids(home).unwrap_or_default();
         let n = crate::sandbox::identity::kill_leftovers(&uids);
         if n > 0 {
             tracing::warn!(
@@ -88,7 +88,12 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
         });
     }
     // No audit log, no supervisor: every action is recorded or refused.
-    let mut state = State::new(home.clone(), sandbox, launcher);
+    let mut state = State::new(
+        home.clone(),
+        sandbox,
+        launcher,
+        super::connection::serve_frames,
+    );
     state.accounting = super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
         path: home.audit_log(),
         source: std::io::Error::other(e.to_string()),
@@ -174,7 +179,7 @@ impl Bound {
                     );
                     // Only an embedded supervisor drains: this is a message
                     // to the person whose command it ran in, and a record.
-                    crate::cli::style::eprint_warning(&why);
+                    crate::console::style::eprint_warning(&why);
                     tracing::warn!(requests = state.requests.len(), "{why}");
                 }
             }
@@ -223,7 +228,7 @@ fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
     if !sandbox.cgroup.available {
         return;
     }
-    let agents: Vec<String> = crate::agent::store::list(home)
+    let agents: Vec<String> = crate::store::list(home)
         .unwrap_or_default()
         .into_iter()
         .map(|a| a.id)

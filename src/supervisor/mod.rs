@@ -8,10 +8,12 @@
 //! ends.
 
 pub mod accounting;
+pub mod audit_records;
+pub mod autosync;
 pub mod children;
-pub mod conn;
 pub mod connection;
 pub mod dispatch;
+pub mod frames_io;
 #[cfg(test)]
 mod instructions;
 pub mod launch;
@@ -22,8 +24,9 @@ pub mod policy;
 pub mod reflect;
 pub mod rpc;
 pub mod state;
-pub mod subagents;
 pub mod sync_repair;
+pub mod tasks;
+pub mod turn_run;
 pub mod turns;
 pub mod untrusted;
 
@@ -322,7 +325,7 @@ impl Session {
             if !told && began.elapsed() > Duration::from_secs(2) {
                 told = true;
                 // The user's own message (this runs in the CLI's process).
-                crate::cli::style::eprint_warning(&format!(
+                crate::console::style::eprint_warning(&format!(
                     "waiting for the supervisor of {} (another command is starting or finishing it)",
                     home.root().display()
                 ));
@@ -374,7 +377,7 @@ impl Session {
                 tracing::debug!("no supervisor running: started an embedded one");
                 // Its records are the daemon's kind: they go where the
                 // daemon's go unless the user asked to see them.
-                crate::cli::logging::divert_quiet_records(&home.supervisor_log());
+                crate::console::logging::divert_quiet_records(&home.supervisor_log());
                 let client = match connect(home) {
                     Ok(c) => c,
                     Err(e) => {

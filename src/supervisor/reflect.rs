@@ -18,19 +18,19 @@ use time::OffsetDateTime;
 use super::children::ChildState;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::leases::LEASE_WAIT;
-use super::state::{State, blocking, error};
-use crate::agent::conversation::lines::{Line, LinePos, LogLines};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
+use super::state::{PendingIntegration, State, blocking, error};
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, Label, MemoryWorktree};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::task::{KIND_MEMORY_WORKER, KIND_REFLECTION, SubagentTask};
 use crate::protocol::{ErrorCode, Event, Outcome, ReflectParams, SpawnParams, StdioMode};
-use crate::reflection::launch::{CompletionStatus, LaunchResult, Refusal};
+use crate::reflection::launch_result::{CompletionStatus, LaunchResult, Refusal};
 use crate::reflection::outcome::{self, Attempt, MergePart, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::{backoff, lock, payload, prompt, settings, state as rstate, trigger};
+use crate::store;
+use crate::store::conversation::lines::{Line, LinePos, LogLines};
+use crate::store::record::AgentRecord;
 
 /// Model responses a reflection or worker may use.
 const SUBAGENT_MAX_STEPS: u32 = 12;
@@ -289,8 +289,7 @@ fn prepare(
     }
     // Before any payload or worktree exists (spec §5.4 step 5).
     let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;
-    let status =
-        crate::memfs::worktree_status::worktree_status(&repo).map_err(|e| fail(err(&e)))?;
+    let status = crate::memfs::status::worktree_status(&repo).map_err(|e| fail(err(&e)))?;
     drop(repo);
     if !status.dirty.is_empty() {
         return Err(fail(refused(Refusal::ParentDirty)));
@@ -487,7 +486,7 @@ fn subagent_spawn(
 async fn start_child(
     state: &Arc<State>,
     spawn: SpawnParams,
-    fds: super::conn::PassedFds,
+    fds: super::frames_io::PassedFds,
     sub: SubagentLaunch,
 ) -> Result<u64, String> {
     match spawn_with(state, spawn, fds, sub).await {
@@ -567,12 +566,12 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
     let result = result.unwrap_or_else(|v| v);
-    super::accounting::merged(state, &agent_id, "reflection", &result).await;
+    super::audit_records::merged(state, &agent_id, "reflection", &result).await;
     // Published once the lock and the reservation are free: whoever reads
     // the result may launch the next reflection at once.
     let saved = result.clone();
     let _ = off_thread(move || {
-        if let Err(e) = crate::reflection::launch::save_last_result(&agent, &saved) {
+        if let Err(e) = crate::reflection::launch_result::save_last_result(&agent, &saved) {
             tracing::warn!("cannot record the reflection's result: {e}");
         }
         Ok(())
@@ -580,7 +579,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     .await;
     tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
     if result["status"] == json!("merged") {
-        super::rpc::sync_after(state, &agent_id, None).await;
+        super::autosync::sync_after(state, &agent_id, None).await;
     }
     result
 }
@@ -614,7 +613,9 @@ fn finish_reflection(
             ..FinalizeOptions::default()
         },
     };
-    let finalized = wt::finalize_reflection(&p.agent, &p.worktree, &opts);
+    let finalized = store::commit_signature(&p.agent)
+        .map_err(wt::git("make a commit signature"))
+        .and_then(|sig| wt::finalize_reflection(&p.agent, &p.worktree, &opts, &sig));
     let mut value = match finalized {
         Ok(f) => {
             let now = now();
@@ -642,7 +643,7 @@ fn finish_reflection(
                 .filter(|_| f.status == FinalizeStatus::Failed)
                 .map(|_| f.summary.clone());
             let line = CompletionStatus::from_finalize(&status, integration_summary.as_deref())
-                .map(|c| crate::reflection::launch::completion_line(&c))
+                .map(|c| crate::reflection::launch_result::completion_line(&c))
                 .unwrap_or_else(|| format!("{} Will retry later.", f.summary));
             if let Some(o) = v.as_object_mut() {
                 o.insert("message".into(), json!(line));
@@ -740,11 +741,11 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
         let settings = settings::load(&agent).unwrap_or_default();
         let lock = lock::inspect(&agent).ok().flatten();
         let backoff = backoff::load(&agent).ok().flatten();
-        let last = crate::reflection::launch::load_last_result(&agent)
+        let last = crate::reflection::launch_result::load_last_result(&agent)
             .ok()
             .flatten();
         let mut conversations = Vec::new();
-        for conv in crate::agent::conversation::list_ids(&agent).unwrap_or_default() {
+        for conv in crate::store::conversation::list_ids(&agent).unwrap_or_default() {
             let st = rstate::load(&agent, &conv).unwrap_or_default();
             let mut v = serde_json::to_value(&st).unwrap_or_else(|_| json!({}));
             if let Some(o) = v.as_object_mut() {
@@ -761,7 +762,7 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
             .iter()
             .filter(|i| !i.is_failed() && i.attempts >= queue::FAILING_AFTER)
             .count();
-        let last_worker = crate::reflection::launch::load_last_worker_result(&agent)
+        let last_worker = crate::reflection::launch_result::load_last_worker_result(&agent)
             .ok()
             .flatten();
         Ok(json!({
@@ -1058,14 +1059,14 @@ async fn settle_off_thread(
     agent_id: &str,
     item: &QueuedWorker,
     attempt: Attempt,
-) -> outcome::Settled {
+) -> queue::Settled {
     let (home, id, it) = (state.home.clone(), agent_id.to_string(), item.clone());
     let settled = off_thread(move || {
         let paths = home.agent(&id).map_err(failed)?;
-        Ok(outcome::settle(&paths, &it, attempt, Next::Retry))
+        Ok(queue::settle(&paths, &it, attempt, Next::Retry))
     })
     .await;
-    settled.unwrap_or_else(|v| outcome::Settled::Unrecorded {
+    settled.unwrap_or_else(|v| queue::Settled::Unrecorded {
         attempts: item.attempts.saturating_add(1),
         error: v.to_string(),
     })
@@ -1106,19 +1107,19 @@ async fn follow_up(
     agent_id: &str,
     item: &QueuedWorker,
     next: Next,
-    settled: &outcome::Settled,
+    settled: &queue::Settled,
 ) {
     if next != Next::Retry {
         return;
     }
     let (again, n) = match settled {
-        outcome::Settled::Gone => return,
-        outcome::Settled::Kept(k) if k.is_failed() => {
+        queue::Settled::Gone => return,
+        queue::Settled::Kept(k) if k.is_failed() => {
             tracing::error!(agent = %agent_id, item = %k.id, attempts = k.attempts, instruction = %log_excerpt(&k.instruction), "a memory worker failed too often: its instruction is kept, marked failed, and the agent is reminded");
             return;
         }
-        outcome::Settled::Kept(k) => ((**k).clone(), k.attempts),
-        outcome::Settled::Unrecorded { attempts, error } => {
+        queue::Settled::Kept(k) => ((**k).clone(), k.attempts),
+        queue::Settled::Unrecorded { attempts, error } => {
             tracing::warn!(agent = %agent_id, item = %item.id, "cannot record a failed memory worker run ({error}); it is tried again");
             if *attempts >= queue::MAX_ATTEMPTS {
                 tracing::error!(agent = %agent_id, item = %item.id, "a memory worker failed too often and its queue cannot be written: the instruction is left for the next supervisor");
@@ -1284,10 +1285,10 @@ async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd
         next_worker(st, id);
         return;
     };
-    super::accounting::merged(&st, &id, "memory-worker", &s.record).await;
+    super::audit_records::merged(&st, &id, "memory-worker", &s.record).await;
     tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
     if s.record["status"] == json!("merged") {
-        super::rpc::sync_after(&st, &id, None).await;
+        super::autosync::sync_after(&st, &id, None).await;
     }
     if s.conflicted && !st.is_stopping() {
         queue_repair(&st, &id, &s.branch, isolation, previous).await;
@@ -1301,7 +1302,7 @@ struct Settlement {
     /// `reflections/last-worker.json`.
     record: Value,
     next: Next,
-    settled: outcome::Settled,
+    settled: queue::Settled,
     /// Its branch was kept after a conflict: a repair is due.
     conflicted: bool,
     branch: String,
@@ -1316,7 +1317,10 @@ fn integrate_and_settle(
     cancelled: bool,
 ) -> Settlement {
     let (a, w) = (&run.agent, &run.worktree);
-    let (mut record, status, checkout_dirty) = match wt::integrate_worker(a, w, cancelled) {
+    let integrated = store::commit_signature(a)
+        .map_err(wt::git("make a commit signature"))
+        .and_then(|sig| wt::integrate_worker(a, w, cancelled, &sig));
+    let (mut record, status, checkout_dirty) = match integrated {
         Ok(f) => {
             if let Some(r) = &run.item.repair {
                 // The repair's own commits carry the kept change now: the
@@ -1359,10 +1363,10 @@ fn integrate_and_settle(
     let merge = MergePart::from_finalized(&record);
     let next = outcome::next(&merge.status, checkout_dirty, task.status);
     let attempt = Attempt::new(run.item.next_run(), at, Some(merge.clone()), task.clone());
-    let settled = outcome::settle(a, &run.item, attempt.clone(), next);
+    let settled = queue::settle(a, &run.item, attempt.clone(), next);
     outcome::annotate(&mut record, &merge, &task);
-    outcome::describe(&mut record, &run.item, &attempt, next, &settled);
-    if let Err(e) = crate::reflection::launch::save_last_worker_result(a, &record) {
+    queue::describe(&mut record, &run.item, &attempt, next, &settled);
+    if let Err(e) = crate::reflection::launch_result::save_last_worker_result(a, &record) {
         tracing::warn!("cannot record the memory worker's result: {e}");
     }
     Settlement {
@@ -1573,17 +1577,6 @@ struct Integrated {
     failure: Option<String>,
 }
 
-/// A reflection branch the agent is reviewing (explicit mode): only that
-/// branch, only from that conversation, may be merged by `memory.merge`.
-#[derive(Debug, Clone)]
-pub struct PendingIntegration {
-    pub conversation: String,
-    pub worktree: String,
-    pub branch: String,
-    pub summary: String,
-    pub merge: Option<Value>,
-}
-
 /// Longest an integration turn may run.
 const INTEGRATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -1646,7 +1639,7 @@ fn integration_failure(why: &str) -> String {
 /// branch has no commits or the worktree holds uncommitted edits.
 fn proposal_of(agent: &AgentPaths, worktree: &MemoryWorktree) -> Option<String> {
     let (_, repo) = wt::open(agent, &worktree.name).ok()?;
-    let status = crate::memfs::worktree_status::worktree_status(&repo).ok()?;
+    let status = crate::memfs::status::worktree_status(&repo).ok()?;
     if !status.dirty.is_empty() {
         return None;
     }
@@ -1806,7 +1799,9 @@ pub async fn memory_merge(
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
         let (worktree, _) = wt::open(&paths, &p2.worktree)
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        let f = wt::merge_for_integration(&paths, &worktree, &p2.summary)
+        let f = store::commit_signature(&paths)
+            .map_err(wt::git("make a commit signature"))
+            .and_then(|sig| wt::merge_for_integration(&paths, &worktree, &p2.summary, &sig))
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
         serde_json::to_value(&f).map_err(|e| error(ErrorCode::Internal, e.to_string()))
     })
@@ -1814,7 +1809,7 @@ pub async fn memory_merge(
     drop(lease);
     match merged {
         Ok(v) => {
-            super::accounting::merged(state, agent, "agent", &v).await;
+            super::audit_records::merged(state, agent, "agent", &v).await;
             state.subagents.with(agent, |a| {
                 if let Some(i) = a.integration.as_mut() {
                     i.merge = Some(v.clone());

@@ -27,13 +27,13 @@ use std::path::Path;
 
 pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
 
-use crate::agent::store;
 use crate::paths::Home;
 use crate::protocol::client::ClientError;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::{self, ProbeContext};
 use crate::sandbox::report::{Isolation, SandboxReport};
 use crate::sandbox::{identity, profile};
+use crate::store;
 use crate::supervisor::Session;
 
 /// The decoy key placed in the supervisor's environment.
