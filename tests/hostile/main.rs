@@ -7,6 +7,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod egress;
 mod import;
 mod leftovers;
 mod live_repo;
