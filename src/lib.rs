@@ -6,6 +6,7 @@ pub mod agentfs;
 pub mod child;
 pub mod cli;
 pub mod doctor;
+pub mod egress;
 pub mod entry;
 pub mod fsutil;
 pub mod memfs;

@@ -9,6 +9,7 @@ mod doctor;
 mod interrupt;
 pub(crate) mod logging;
 mod memory;
+mod network;
 mod output;
 mod palace;
 mod prompt;

@@ -125,6 +125,14 @@ pub async fn spawn_with(
         |what: &str, e: std::io::Error| error(ErrorCode::Internal, format!("{what}: {e}"));
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
+    // The egress handshake, for a child whose plan gives it the proxy.
+    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
+        Some(_) => Some(
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| internal("cannot create the egress handshake", e))?,
+        ),
+        None => None,
+    };
     let wrapper_depth = plan.wrapper_depth();
     // The child's own cgroups: removed when it is reaped (or now, when it
     // cannot be started).
@@ -138,6 +146,10 @@ pub async fn spawn_with(
         plan,
         stdio,
         channel: OwnedFd::from(theirs),
+        egress: egress
+            .as_ref()
+            .and_then(|(_, t)| t.try_clone().ok())
+            .map(OwnedFd::from),
     };
     let launched = match state.launcher.launch(spec).await {
         Ok(l) => l,
@@ -169,6 +181,15 @@ pub async fn spawn_with(
         isolation: params.isolation.clone(),
         conversation: sub.conversation.clone(),
     };
+    if let Some((ours, theirs)) = egress {
+        drop(theirs);
+        let child = crate::egress::serve::ChildRef {
+            id,
+            agent: record.id.clone(),
+            role: params.role.clone(),
+        };
+        state.egress.serve_child(ours, child, launched.pid);
+    }
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
     {
@@ -566,6 +587,8 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     }
     // Whatever it was doing, an ended child edits no memory.
     state.leases.release(super::leases::Holder::Child(id));
+    // Nor reaches the network: its proxy endpoint and connections close.
+    state.egress.child_ended(id);
     release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {

@@ -88,6 +88,8 @@ pub struct State {
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
     pub subagents: super::subagents::Running,
+    /// The egress proxy: children's endpoints, limits, the network log.
+    pub egress: Arc<crate::egress::serve::Egress>,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -105,6 +107,7 @@ impl State {
     ) -> Self {
         let (events, _) = broadcast::channel(1024);
         State {
+            egress: Arc::new(crate::egress::serve::Egress::new(home.clone())),
             home,
             sandbox,
             started: Instant::now(),
