@@ -224,7 +224,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
             input.tmp_dir.to_path_buf(),
         ),
     };
-    stage.egress = egress(res, r, stage.private_ipc);
+    stage.egress = (res.network == Network::Proxy && egress_possible(r)).then_some(
+        crate::egress::stage::StageEgress {
+            port: crate::egress::PORT,
+        },
+    );
     Ok(LaunchPlan {
         level: r.level,
         isolation: input.isolation,
@@ -238,22 +242,20 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     })
 }
 
-/// The egress proxy for a role whose profile asks for it, when the child
-/// gets a network namespace of its own (`own_netns`: either namespace
-/// backend) and the supervisor can make the proxy's endpoint inside it
-/// (entering another network namespace takes root). Anywhere else the
-/// child has no network: a proxy port on a shared loopback would be
-/// every tenant's.
-fn egress(
-    res: &Resolved,
-    r: &SandboxReport,
-    own_netns: bool,
-) -> Option<crate::egress::stage::StageEgress> {
-    (res.network == Network::Proxy && own_netns && r.uid_switch.available).then_some(
-        crate::egress::stage::StageEgress {
-            port: crate::egress::PORT,
-        },
-    )
+/// Whether this host's children can have the egress proxy: each gets a
+/// network namespace of its own (either namespace backend), and the
+/// supervisor can make the proxy's endpoint inside it (entering another
+/// network namespace takes root). Anywhere else a child of a `proxy`
+/// role has no network: a proxy port on a shared loopback would be every
+/// tenant's.
+pub fn egress_possible(r: &SandboxReport) -> bool {
+    let own_netns = r.namespaces.available
+        && match r.ns_backend {
+            Some(NsBackend::Native) => true,
+            Some(NsBackend::Bwrap) => r.bwrap.is_some(),
+            None => false,
+        };
+    own_netns && r.uid_switch.available
 }
 
 fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
