@@ -434,6 +434,187 @@ fn hostile_clients_are_refused_and_the_proxy_keeps_serving() {
     assert!(denied.iter().any(|r| r.contains("malformed")), "{denied:?}");
 }
 
+/// The limits hold from inside: past `max_connections` a connection is
+/// answered 503 at once, a transfer past `max_bytes` is cut, an idle
+/// tunnel is closed — and the supervisor's thread count does not follow
+/// the number of connections.
+#[test]
+fn a_tenant_cannot_exceed_its_connection_byte_and_idle_limits() {
+    if !confinement_or_skip("egress limits") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let h = d.path();
+    std::fs::write(
+        h.join("config.toml"),
+        "[network]\nmax_connections = 3\nmax_bytes = 200000\nidle_timeout_secs = 2\n",
+    )
+    .unwrap();
+    let p1 = Server::start("P1");
+    allow(h, "owl", &[&format!("localhost:{}", p1.port)]);
+    let client = LIMITS_CLIENT
+        .replace("@P1@", &p1.port.to_string())
+        .replace("@PROXY_PORT@", PROXY.rsplit(':').next().unwrap());
+    let (code, out, err) = confined(h, "owl", &["python3", "-c", &client]);
+    assert_eq!(code, 0, "client failed: {out}{err}");
+    let lines: std::collections::BTreeMap<&str, &str> =
+        out.lines().filter_map(|l| l.split_once(' ')).collect();
+    // Three tunnels open and idle: the fourth connection is refused.
+    assert_eq!(lines.get("tunnels"), Some(&"3"), "{out}");
+    assert_eq!(
+        lines.get("fourth").map(|s| &s[..12]),
+        Some("HTTP/1.1 503"),
+        "{out}"
+    );
+    // The idle tunnels were closed by the proxy within its timeout.
+    let idle: u64 = lines.get("idle_closed_after").unwrap().parse().unwrap();
+    assert!(idle <= 10, "{out}");
+    // Once they are gone, a connection is served again; a 1 MiB answer
+    // is cut at the byte limit.
+    assert_eq!(lines.get("after"), Some(&"HTTP/1.1 200 OK"), "{out}");
+    let big: usize = lines.get("big_bytes").unwrap().parse().unwrap();
+    assert!(big < 300_000, "{out}");
+    let records = network_log(h, "owl", 6);
+    let reasons: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("too many connections")),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r.contains("idle")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("byte limit")),
+        "{reasons:?}"
+    );
+}
+
+/// Many connections at once from one command cost the supervisor tasks,
+/// not threads: its thread count stays within a fixed margin (the
+/// blocking share for names and files, the launch's own) while 40
+/// transfers of 1 MiB run.
+#[test]
+fn many_connections_cost_tasks_not_threads() {
+    if !confinement_or_skip("egress threads") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let h = d.path();
+    let p1 = Server::start("P1");
+    allow(h, "owl", &[&format!("localhost:{}", p1.port)]);
+    let pid = d.pid();
+    let threads = move || -> usize {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    // A first command warms the launch path's threads up.
+    let (code, _, err) = fetch(h, "owl", &[&format!("http://localhost:{}/warm", p1.port)]);
+    assert_eq!(code, 0, "{err}");
+    let before = threads();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, most) = (
+        done.clone(),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let peak = most.clone();
+    let sampler = std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            peak.fetch_max(threads(), std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    });
+    let client = format!(
+        "import socket, threading\n\
+         ok = []\n\
+         def one(i):\n\
+         \x20   s = socket.create_connection(('127.0.0.1', 3128), timeout=60)\n\
+         \x20   s.sendall(b'GET http://localhost:{p}/big HTTP/1.1\\r\\n\\r\\n')\n\
+         \x20   n = 0\n\
+         \x20   while True:\n\
+         \x20       c = s.recv(65536)\n\
+         \x20       if not c: break\n\
+         \x20       n += len(c)\n\
+         \x20   ok.append(n > 1 << 20)\n\
+         ts = [threading.Thread(target=one, args=(i,)) for i in range(40)]\n\
+         [t.start() for t in ts]\n\
+         [t.join() for t in ts]\n\
+         print(sum(ok))\n",
+        p = p1.port
+    );
+    let (code, out, err) = confined(h, "owl", &["python3", "-c", &client]);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    assert_eq!((code, out.trim()), (0, "40"), "{err}");
+    let peak = most.load(std::sync::atomic::Ordering::Relaxed);
+    // The proxy's blocking share, and as much again for the launch's own
+    // blocking steps (plan, cgroups): a thread per connection would be 40.
+    let margin = 2 * mini_letta::egress::serve::BLOCKING;
+    assert!(
+        peak <= before + margin,
+        "40 connections took the supervisor from {before} to {peak} threads: {}",
+        names(pid)
+    );
+}
+
+fn names(pid: u32) -> String {
+    let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.join(",")
+}
+
+/// The limits client (python3, run confined).
+const LIMITS_CLIENT: &str = r#"
+import socket, time
+P1, PORT = @P1@, @PROXY_PORT@
+def conn():
+    return socket.create_connection(("127.0.0.1", PORT), timeout=30)
+def answer(s):
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+tunnels = []
+for i in range(3):
+    s = conn()
+    s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % P1)
+    line = s.recv(100)
+    if line.startswith(b"HTTP/1.1 200"):
+        tunnels.append(s)
+print("tunnels", len(tunnels), flush=True)
+s = conn()
+s.sendall(b"GET http://localhost:%d/x HTTP/1.1\r\n\r\n" % P1)
+print("fourth", answer(s).split(b"\r\n")[0].decode(), flush=True)
+started = time.time()
+for t in tunnels:
+    answer(t)
+print("idle_closed_after", round(time.time() - started), flush=True)
+time.sleep(0.5)
+s = conn()
+s.sendall(b"GET http://localhost:%d/after HTTP/1.1\r\n\r\n" % P1)
+print("after", answer(s).split(b"\r\n")[0].decode(), flush=True)
+s = conn()
+s.sendall(b"GET http://localhost:%d/big HTTP/1.1\r\n\r\n" % P1)
+print("big_bytes", len(answer(s)), flush=True)
+"#;
+
 /// The hostile client (python3, run confined): one line per exchange,
 /// `<tag> <status line>`.
 const HOSTILE_CLIENT: &str = r#"
