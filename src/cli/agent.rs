@@ -110,7 +110,8 @@ pub enum AgentCommand {
     NetworkLog {
         /// Agent id or name (default: the only agent).
         agent: Option<String>,
-        /// Agent id or name (same as the positional argument).
+        /// Agent id or name (same as the positional argument; default: the
+        /// only agent).
         #[arg(
             short = 'a',
             long = "agent",
