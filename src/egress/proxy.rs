@@ -301,26 +301,27 @@ async fn forward(
     policy: &Policy,
 ) -> End {
     let address = server.peer_addr().ok().map(|a| a.ip().to_string());
-    let opened = match &req.target {
-        Target::Connect { .. } => {
-            async {
-                client.write_all(http::TUNNEL_OPEN).await?;
-                server.write_all(&rest).await
-            }
-            .await
-        }
-        Target::Http { .. } => {
-            let mut head = http::forward_head(req);
-            head.extend_from_slice(&rest);
-            server.write_all(&head).await
-        }
+    // What goes to the server before the relay: the rewritten head of a
+    // forwarded request, and whatever the client sent past its own head.
+    let mut first = match &req.target {
+        Target::Connect { .. } => Vec::new(),
+        Target::Http { .. } => http::forward_head(req),
     };
+    first.extend_from_slice(&rest);
+    let tunnel = matches!(req.target, Target::Connect { .. });
+    let opened = async {
+        if tunnel {
+            client.write_all(http::TUNNEL_OPEN).await?;
+        }
+        server.write_all(&first).await
+    }
+    .await;
     let mut end = match opened {
         Ok(()) => relay(client, server, &policy.config).await,
         Err(e) => End::because(format!("cannot open the way: {e}")),
     };
     end.address = address;
-    end.up += rest.len() as u64;
+    end.up += first.len() as u64;
     end
 }
 
