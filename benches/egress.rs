@@ -128,8 +128,18 @@ fn confined_curl(home: &Path, url: &str) -> Option<(f64, f64)> {
     let o = run(
         home,
         &[
-            "sandbox", "run", "-a", "bench", "--", "curl", "-sS", "-o", "/dev/null", "-w",
-            "%{size_download} %{time_total}", url,
+            "sandbox",
+            "run",
+            "-a",
+            "bench",
+            "--",
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download} %{time_total}",
+            url,
         ],
     );
     if !o.status.success() {
@@ -150,7 +160,11 @@ fn main() -> ExitCode {
     let port = server();
     assert!(run(h, &["agent", "create", "bench"]).status.success());
     let allow = format!("localhost:{port}");
-    assert!(run(h, &["agent", "set-network", "bench", "--allow", &allow]).status.success());
+    assert!(
+        run(h, &["agent", "set-network", "bench", "--allow", &allow])
+            .status
+            .success()
+    );
     let o = Command::new(bin())
         .args(["supervisor", "start"])
         .env("MINI_LETTA_HOME", h)
@@ -229,7 +243,12 @@ fn bench(h: &Path, port: u16, pid: u32, a: &Args) -> bool {
         .count();
     let mut times: Vec<f64> = results.iter().flatten().map(|(_, t)| *t).collect();
     times.sort_by(|x, y| x.total_cmp(y));
-    let p = |q: f64| times.get(((times.len() as f64 - 1.0) * q) as usize).copied().unwrap_or(0.0);
+    let p = |q: f64| {
+        times
+            .get(((times.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     println!(
         "load: {whole}/{} confined commands fetched 1 MiB each through the proxy at once in {:.2}s \
          (fetch p50 {:.0} ms, p95 {:.0} ms)",
@@ -246,9 +265,9 @@ fn bench(h: &Path, port: u16, pid: u32, a: &Args) -> bool {
     );
     let records = run(h, &["agent", "network-log", "bench", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&records.stdout).unwrap_or_default();
-    let allowed = v["records"]
-        .as_array()
-        .map_or(0, |r| r.iter().filter(|r| r["verdict"] == "allowed").count());
+    let allowed = v["records"].as_array().map_or(0, |r| {
+        r.iter().filter(|r| r["verdict"] == "allowed").count()
+    });
     println!("network log: {allowed} allowed attempts recorded");
     whole != a.commands
 }

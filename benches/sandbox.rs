@@ -140,6 +140,7 @@ fn seccomp_programs(role: mini_letta::sandbox::seccomp::Role) -> Vec<seccompiler
     let opts = mini_letta::sandbox::seccomp::Options {
         no_network: true,
         private_ipc: true,
+        egress: false,
     };
     vec![mini_letta::sandbox::seccomp::program(role, opts).unwrap()]
 }
