@@ -222,7 +222,10 @@ mod tests {
             [a.clone(), b.clone()]
         );
         let feb = OffsetDateTime::parse("2026-01-15T00:00:00Z", &Rfc3339).unwrap();
-        assert_eq!(read(&home, "agent-a", Some(feb)).unwrap(), std::slice::from_ref(&b));
+        assert_eq!(
+            read(&home, "agent-a", Some(feb)).unwrap(),
+            std::slice::from_ref(&b)
+        );
         // Past the size limit the file is rotated, and both are read.
         let files = home.network_log_files("agent-a").unwrap();
         let f = std::fs::OpenOptions::new()
