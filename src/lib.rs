@@ -8,6 +8,7 @@ pub mod child;
 pub mod cli;
 pub mod console;
 pub mod doctor;
+pub mod egress;
 pub mod fsutil;
 pub mod memfs;
 pub mod model;

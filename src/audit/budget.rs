@@ -123,7 +123,7 @@ pub fn set(home: &Home, agent: &str, budget: Option<Budget>) -> Result<(), Audit
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(&tmp)
         .map_err(io)?;
     f.write_all(&bytes)

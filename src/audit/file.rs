@@ -7,6 +7,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
+
 use super::AuditError;
 use super::record::{self, Entry, GENESIS};
 use crate::paths::Home;
@@ -108,7 +110,7 @@ impl Writer {
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
             .open(&lock_path)
             .map_err(io(&lock_path))?;
         let rotate_at = std::env::var("MINI_LETTA_AUDIT_ROTATE_BYTES")
@@ -292,38 +294,26 @@ fn open_log(path: &Path) -> Result<File, AuditError> {
         .append(true)
         .read(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(path)
         .map_err(io(path))
 }
 
 fn flock(file: &File) -> std::io::Result<FlockGuard> {
-    use std::os::fd::AsRawFd;
+    use nix::fcntl::{Flock, FlockArg};
     // A second descriptor of the same open file: the lock is the file's.
-    let file = file.try_clone()?;
+    let mut file = file.try_clone()?;
     loop {
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            return Ok(FlockGuard(file));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(held) => return Ok(held),
+            Err((f, nix::errno::Errno::EINTR)) => file = f,
+            Err((_, e)) => return Err(e.into()),
         }
     }
 }
 
-/// Unlocks on drop.
-struct FlockGuard(File);
-
-impl Drop for FlockGuard {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as in `flock`.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-    }
-}
+/// Held until dropped (nix's `Flock` unlocks then).
+type FlockGuard = nix::fcntl::Flock<File>;
 
 /// The rolled-over files, oldest first.
 pub fn rotated(home: &Home) -> Result<Vec<(u64, PathBuf)>, AuditError> {

@@ -8,6 +8,7 @@ mod context;
 mod doctor;
 mod interrupt;
 mod memory;
+mod network;
 mod palace;
 mod prompt;
 mod recall;

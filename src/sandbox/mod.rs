@@ -5,10 +5,12 @@
 //! closed.
 
 pub mod cgroup;
+pub mod egress_stage;
 pub mod identity;
 pub mod namespaces;
 pub mod plan;
 pub mod probes;
+pub mod proc_tree;
 pub mod profile;
 pub mod report;
 pub mod seccomp;

@@ -290,6 +290,7 @@ fn seccomp_layer() -> Layer {
     let opts = Options {
         no_network: true,
         private_ipc: true,
+        egress: false,
     };
     if let Err(e) = program(Role::Agent, opts) {
         return Layer::no(e.to_string());

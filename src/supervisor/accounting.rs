@@ -278,12 +278,15 @@ fn refusal_unreadable(e: &AuditError) -> Refusal {
 /// CPU µs (user + system, with reaped children) and resident bytes of
 /// `pid`'s live process tree, from `/proc`.
 fn tree_usage(pid: u32) -> (u64, u64) {
-    // SAFETY: sysconf has no preconditions.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1) as u64;
     let page = 4096u64;
     let mut cpu_ticks = 0u64;
     let mut rss = 0u64;
-    for p in super::children::process_tree(pid) {
+    for p in crate::sandbox::proc_tree::process_tree(pid) {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
             continue;
         };

@@ -123,6 +123,14 @@ pub async fn spawn_with(
         |what: &str, e: std::io::Error| error(ErrorCode::Internal, format!("{what}: {e}"));
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
+    // The egress handshake, for a child whose plan gives it the proxy.
+    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
+        Some(_) => Some(
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| internal("cannot create the egress handshake", e))?,
+        ),
+        None => None,
+    };
     let wrapper_depth = plan.wrapper_depth();
     // The child's own cgroups: removed when it is reaped (or now, when it
     // cannot be started).
@@ -137,6 +145,10 @@ pub async fn spawn_with(
         plan,
         stdio,
         channel: OwnedFd::from(theirs),
+        egress: egress
+            .as_ref()
+            .and_then(|(_, t)| t.try_clone().ok())
+            .map(OwnedFd::from),
     };
     let launched = match state.launcher.launch(spec).await {
         Ok(l) => l,
@@ -185,6 +197,15 @@ pub async fn spawn_with(
         isolation: params.isolation.clone(),
         conversation: sub.conversation.clone(),
     };
+    if let Some((ours, theirs)) = egress {
+        drop(theirs);
+        let child = crate::egress::serve::ChildRef {
+            id,
+            agent: record.id.clone(),
+            role: params.role.clone(),
+        };
+        state.egress.serve_child(ours, child, launched.pid);
+    }
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
     {
@@ -320,6 +341,8 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     let exited = exit_entry(&agent_id, &role, id, pid, uid, &ended, used, group_usage)
         .with("duration_ms", started.elapsed().as_millis() as u64);
     super::audit_records::note(&state, exited).await;
+    // Nor reaches the network: its proxy endpoint and connections close.
+    state.egress.child_ended(id);
     release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {

@@ -104,6 +104,8 @@ pub struct State {
     pub subagents: Running,
     /// The audit log's appender, budgets and usage figures.
     pub accounting: super::accounting::Accounting,
+    /// The egress proxy: children's endpoints, limits, the network log.
+    pub egress: Arc<crate::egress::serve::Egress>,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -160,6 +162,7 @@ impl State {
     ) -> Self {
         let (events, _) = broadcast::channel(1024);
         State {
+            egress: Arc::new(crate::egress::serve::Egress::new(home.clone())),
             home,
             sandbox,
             started: Instant::now(),

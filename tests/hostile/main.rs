@@ -8,6 +8,7 @@
 mod audit;
 #[path = "../common/mod.rs"]
 mod common;
+mod egress;
 mod import;
 mod leftovers;
 mod live_repo;
