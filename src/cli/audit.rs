@@ -255,6 +255,19 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
             ..read::Usage::default()
         });
     }
+    // Bytes through the egress proxy come from each agent's network log
+    // (every attempt is there; the audit log holds the refusals).
+    let since = filter.since.as_deref().and_then(|t| {
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+    });
+    for u in by_agent.values_mut() {
+        if let Ok(records) = crate::egress::log::read(&home, &u.agent, since) {
+            u.egress_bytes += records
+                .iter()
+                .map(|r| r.bytes_up.saturating_add(r.bytes_down))
+                .sum::<u64>();
+        }
+    }
     let names: std::collections::BTreeMap<String, String> = store::list(&home)
         .map(|l| l.into_iter().map(|r| (r.id, r.name)).collect())
         .unwrap_or_default();
@@ -284,6 +297,7 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
         "TOOL CALLS",
         "CPU MS",
         "PEAK MEMORY",
+        "EGRESS BYTES",
     ]);
     for u in by_agent.values() {
         table.row(vec![
@@ -296,6 +310,7 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
             u.tool_calls.to_string(),
             u.cpu_ms.to_string(),
             u.peak_memory_bytes.to_string(),
+            u.egress_bytes.to_string(),
         ]);
     }
     table.print()?;

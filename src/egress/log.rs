@@ -106,9 +106,8 @@ fn refused(r: &NetRecord) {
         reason = %r.reason.as_deref().unwrap_or(""),
         "egress refused"
     );
-    // AUDIT(issue 33): the single call site where an egress refusal
-    // becomes a `denied` record of the audit log (agent, role, child, host,
-    // port and reason are all the supervisor's own, from its child table).
+    // The audit log's `denied` record was appended before the refusal was
+    // sent (`Egress::audit_denied`).
 }
 
 fn append(home: &Home, record: &NetRecord) -> Result<(), EgressError> {

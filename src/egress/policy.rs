@@ -54,8 +54,20 @@ pub fn write(home: &Home, id: &str, list: &AllowList) -> Result<(), EgressError>
         path: path.clone(),
         source,
     })?;
-    // AUDIT(issue 33): a policy change of agent `id` is acknowledged here;
-    // the audit log's `policy` record goes at this call site.
+    // A policy change is a `config` record of the audit log before it is
+    // acknowledged (the caller reports an error when it cannot be written).
+    let mut fields = serde_json::Map::new();
+    fields.insert("setting".into(), "network".into());
+    fields.insert(
+        "value".into(),
+        serde_json::json!({ "allow": list.to_strings() }),
+    );
+    crate::audit::append(home, crate::audit::kind::CONFIG, Some(id), None, fields).map_err(
+        |e| EgressError::Write {
+            path: home.audit_log(),
+            source: std::io::Error::other(e.to_string()),
+        },
+    )?;
     tracing::info!(agent = id, allow = ?list.to_strings(), "network allow-list set");
     Ok(())
 }

@@ -113,6 +113,11 @@ pub async fn session(
             (Verdict::Allowed, end)
         }
         Err(refusal) => {
+            if refusal.verdict == Verdict::Denied {
+                // In the audit log before the command hears the refusal.
+                let denied = attempt.record(&child, Verdict::Denied, End::because(&refusal.reason));
+                egress.audit_denied(&denied).await;
+            }
             refuse(&mut client, &refusal).await;
             (refusal.verdict, End::because(refusal.reason))
         }

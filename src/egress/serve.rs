@@ -118,10 +118,7 @@ impl Egress {
             }
             Err(why) => {
                 // Inline, without a task: a flood is paced by this loop.
-                let answer = super::http::Refusal::new(503, why.clone()).response();
-                let _ = stream.try_write(&answer);
-                drop(stream);
-                self.record(NetRecord {
+                let record = NetRecord {
                     time: super::log::now(),
                     agent: child.agent.clone(),
                     role: child.role.clone(),
@@ -131,12 +128,16 @@ impl Egress {
                     port: None,
                     address: None,
                     verdict: Verdict::Denied,
-                    reason: Some(why),
+                    reason: Some(why.clone()),
                     bytes_up: 0,
                     bytes_down: 0,
                     duration_ms: 0,
-                })
-                .await;
+                };
+                self.audit_denied(&record).await;
+                let answer = super::http::Refusal::new(503, why).response();
+                let _ = stream.try_write(&answer);
+                drop(stream);
+                self.record(record).await;
             }
         }
     }

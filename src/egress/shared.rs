@@ -103,6 +103,36 @@ impl Egress {
         }
     }
 
+    /// A refused attempt as a `denied` record of the audit log (every
+    /// field the supervisor's own: the child table's agent, role and id,
+    /// the host as written), appended and synced off the async workers.
+    /// Logged, not fatal, when it cannot be: the refusal stands either way.
+    pub async fn audit_denied(&self, r: &NetRecord) {
+        let mut fields = serde_json::Map::new();
+        fields.insert("child".into(), r.child.into());
+        fields.insert("method".into(), "egress".into());
+        fields.insert("request".into(), r.method.clone().into());
+        fields.insert("host".into(), r.host.clone().into());
+        fields.insert("port".into(), r.port.into());
+        fields.insert("reason".into(), r.reason.clone().into());
+        let (home, agent, role) = (self.home.clone(), r.agent.clone(), r.role.clone());
+        let appended = tokio::task::spawn_blocking(move || {
+            crate::audit::append(
+                &home,
+                crate::audit::kind::DENIED,
+                Some(&agent),
+                Some(&role),
+                fields,
+            )
+        })
+        .await;
+        match appended {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
+            Err(e) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
+        }
+    }
+
     /// Record an attempt (the writer waits when its queue is full).
     pub async fn record(&self, record: NetRecord) {
         match &self.log {

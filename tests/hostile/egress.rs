@@ -299,6 +299,46 @@ fn a_command_reaches_only_its_agents_listed_hosts_through_the_proxy() {
             .any(|l| l.contains("WARN") && l.contains("egress") && l.contains(&d.agents[1])),
         "no attributed refusal in the supervisor log"
     );
+    // Each refusal is a `denied` record of the audit log, attributed from
+    // the child table; the allow-list set above is a `config` record; the
+    // chain verifies; `usage` counts the bytes that went through.
+    let o = run(h, &["audit", "log", "--kind", "denied", "--json"]);
+    assert!(o.status.success(), "audit log: {}", stderr(&o));
+    // One record per line, as the log holds them.
+    let denied: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (agent, host, port) in [
+        (&d.agents[0], "localhost", p2.port),
+        (&d.agents[0], "127.0.0.1", p1.port),
+        (&d.agents[1], "localhost", p1.port),
+    ] {
+        assert!(
+            denied.iter().any(|r| r["agent"] == agent.as_str()
+                && r["host"] == host
+                && r["port"] == json!(port)
+                && r["method"] == "egress"),
+            "no denied record of {agent} {host}:{port} in {denied:?}"
+        );
+    }
+    let o = run(
+        h,
+        &["audit", "log", "--kind", "config", "--json", "-a", "owl"],
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("\"network\"") && text.contains(&format!("localhost:{}", p1.port)),
+        "the allow-list change is audited: {text}"
+    );
+    let o = run(h, &["audit", "verify"]);
+    assert!(o.status.success(), "audit verify: {}", stdout(&o));
+    let o = run(h, &["usage", "-a", "owl", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["agents"][0]["egress_bytes"].as_u64().unwrap_or(0) > 0,
+        "usage counts egress bytes: {v}"
+    );
 }
 
 /// A Bash call in a turn runs in the agent's own child; its commands get
