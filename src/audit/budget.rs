@@ -229,7 +229,7 @@ pub fn check(
         period: budget.period,
         used,
         message: format!(
-            "token budget spent: agent {name} has used {used} of its {} tokens per {} ({when}); raise it with `mini-letta agent set-budget {name} --tokens N` or remove it with --clear",
+            "token budget spent: agent {name} has used {used} of its {} tokens per {} ({when}); raise it with `mini-letta agent set-budget {name} --tokens TOKENS` or remove it with --clear",
             budget.tokens,
             budget.period.as_str(),
         ),
