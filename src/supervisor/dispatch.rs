@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, reflect, rpc, tasks, turn_run};
+use super::{integration, launch, policy, recall_delegate, reflect, rpc, tasks, turn_run, workers};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -61,9 +61,11 @@ pub async fn handle(
         Call::TaskFinish { report } => tasks::task_finish(state, peer, report),
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
-        Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
-        Call::RecallDelegate { query } => reflect::recall_delegate(state, peer, query).await,
-        Call::MemoryMerge { branch } => reflect::memory_merge(state, peer, branch).await,
+        Call::WorkerStart { instruction } => workers::worker_start(state, peer, instruction).await,
+        Call::RecallDelegate { query } => {
+            recall_delegate::recall_delegate(state, peer, query).await
+        }
+        Call::MemoryMerge { branch } => integration::memory_merge(state, peer, branch).await,
         Call::MemorySync {
             agent,
             remote_root,

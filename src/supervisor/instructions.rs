@@ -173,9 +173,10 @@ mod tests {
     use super::*;
     use crate::agent::reminders;
     use crate::paths::AgentPaths;
+    use crate::reflection::prepare::SUBAGENT_TOOLS;
     use crate::reflection::prompt;
     use crate::store::record::{AgentRecord, DEFAULT_SYSTEM_PROMPT};
-    use crate::supervisor::reflect::{RECALL_TOOLS, SUBAGENT_TOOLS};
+    use crate::supervisor::recall_delegate::RECALL_TOOLS;
 
     fn agent_tools() -> Vec<&'static str> {
         tools::names().collect()

@@ -136,8 +136,9 @@ impl Bound {
         // What a crashed predecessor left (stale reflection locks, orphan
         // worktrees) is cleaned before any launch can start.
         let home = state.home.clone();
-        let _ = tokio::task::spawn_blocking(move || super::reflect::recover(&home)).await;
-        super::reflect::resume_workers(&state);
+        let _ =
+            tokio::task::spawn_blocking(move || crate::reflection::recover::recover(&home)).await;
+        super::workers::resume_workers(&state);
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
             tokio::select! {

@@ -16,19 +16,23 @@ pub mod dispatch;
 pub mod frames_io;
 #[cfg(test)]
 mod instructions;
+pub mod integration;
 pub mod launch;
 pub mod leases;
 pub mod listener;
 pub mod pidfile;
 pub mod policy;
+pub mod recall_delegate;
 pub mod reflect;
 pub mod rpc;
 pub mod state;
+pub mod subagent_child;
 pub mod sync_repair;
 pub mod tasks;
 pub mod turn_run;
 pub mod turns;
 pub mod untrusted;
+pub mod workers;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

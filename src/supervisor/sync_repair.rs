@@ -70,7 +70,7 @@ async fn repair(
         out.backup_ref = Some(aside.backup_ref.clone());
         out
     };
-    let Some(signature) = super::reflect::repair_set_aside(state, &record.id, &aside.branch).await
+    let Some(signature) = super::workers::repair_set_aside(state, &record.id, &aside.branch).await
     else {
         return kept(
             conflict,
