@@ -17,9 +17,9 @@ use std::time::Instant;
 
 use mini_letta::agent::context::compact::{self, CompactionSettings, Mode, Summarizer, Trigger};
 use mini_letta::agent::context::{estimate, plan, transcript};
-use mini_letta::agent::conversation::{Conversation, StoredMessage};
 use mini_letta::model::{ModelFailure, Part, Role, Usage};
 use mini_letta::paths::{AgentPaths, Home};
+use mini_letta::store::conversation::{Conversation, StoredMessage};
 
 const MESSAGES: usize = 10_000;
 /// No compaction at this window.

@@ -16,12 +16,12 @@
 use std::io::Write;
 use std::time::Instant;
 
-use mini_letta::agent::conversation::StoredMessage;
 use mini_letta::paths::Home;
 use mini_letta::protocol::messages::{Part, Role};
 use mini_letta::recall::query::phrase_count;
 use mini_letta::recall::tokenize::normalize;
 use mini_letta::recall::{Filters, Index, Query};
+use mini_letta::store::conversation::StoredMessage;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -120,7 +120,7 @@ fn time_cmd(mut make: impl FnMut() -> Command, runs: usize) -> Vec<f64> {
 }
 
 fn descendants(pid: u32) -> Vec<u32> {
-    mini_letta::supervisor::children::process_tree(pid)
+    mini_letta::sandbox::proc_tree::process_tree(pid)
 }
 
 /// Proportional set size of a process, in KiB.
@@ -140,6 +140,7 @@ fn seccomp_programs(role: mini_letta::sandbox::seccomp::Role) -> Vec<seccompiler
     let opts = mini_letta::sandbox::seccomp::Options {
         no_network: true,
         private_ipc: true,
+        egress: false,
     };
     vec![mini_letta::sandbox::seccomp::program(role, opts).unwrap()]
 }
@@ -234,7 +235,7 @@ fn main() {
     let bwrap = time_cmd(
         || {
             let mut c = Command::new("/usr/bin/bwrap");
-            c.args(mini_letta::sandbox::plan::BWRAP_BASE_ARGS)
+            c.args(mini_letta::sandbox::namespaces::BWRAP_BASE_ARGS)
                 .args(["--", "/bin/true"]);
             std::os::unix::process::CommandExt::uid(&mut c, 299_998);
             std::os::unix::process::CommandExt::gid(&mut c, 299_998);

@@ -1,4 +1,4 @@
-//! Remote sync benchmark: one agent (made with `agent::store::create` in a
+//! Remote sync benchmark: one agent (made with `store::create` in a
 //! temporary home) grown to 500 memory files in indexed directories and
 //! 1,000 commits, synced once to a directory of bare repositories; then
 //! median and p90 of:
@@ -31,11 +31,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use git2::Signature;
-use mini_letta::agent::store;
 use mini_letta::memfs::commit::{CommitOptions, commit_paths};
 use mini_letta::memfs::repo::open_agent;
 use mini_letta::memfs::sync::{SyncStatus, remote_url, sync};
 use mini_letta::paths::{AgentPaths, Home};
+use mini_letta::store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
 const FILES: usize = 500;
@@ -151,7 +151,7 @@ fn time_lib(paths: &AgentPaths, id: &str, root: &str, runs: usize, change: bool)
             commit_one(paths, "area-000/file-0.md", COMMITS + i);
         }
         let t = Instant::now();
-        let out = sync(paths, id, Some(root)).unwrap();
+        let out = sync(paths, id, Some(root), &committer(paths)).unwrap();
         let took = t.elapsed();
         assert_eq!(out.status, want, "{out:?}");
         if i > 0 {
@@ -223,6 +223,11 @@ fn row(label: &str, ours: &[Duration], git: Option<&[Duration]>) {
     println!("  {label:<44} {:>9.2} {:>9.2} {ratio}", ms(m), ms(p));
 }
 
+/// The committer the supervisor passes: the agent's.
+fn committer(paths: &AgentPaths) -> git2::Signature<'static> {
+    mini_letta::store::commit_signature(paths).unwrap()
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 10 } else { 40 };
@@ -239,7 +244,7 @@ fn main() {
     let t = Instant::now();
     grow(&paths);
     let grown = t.elapsed();
-    let first = sync(&paths, &record.id, Some(&root_s)).unwrap();
+    let first = sync(&paths, &record.id, Some(&root_s), &committer(&paths)).unwrap();
     assert_eq!(first.status, SyncStatus::Pushed, "{first:?}");
     eprintln!(
         "setup: {FILES} files, {COMMITS} commits in {:.1} s; first sync pushed {} commit(s)",
@@ -269,7 +274,7 @@ fn main() {
 
     // The agent picks up the clone's commits (fast-forward), then the CLI
     // has nothing to do.
-    let caught_up = sync(&paths, &record.id, Some(&root_s)).unwrap();
+    let caught_up = sync(&paths, &record.id, Some(&root_s), &committer(&paths)).unwrap();
     assert_eq!(caught_up.status, SyncStatus::Clean, "{caught_up:?}");
     let cli_noop = time_cli(&home_dir, &root_s, runs);
 

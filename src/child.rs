@@ -15,8 +15,9 @@ use std::os::unix::process::CommandExt;
 use crate::protocol::{ClientFrame, PROTOCOL_VERSION, PeerKind, encode};
 use crate::sandbox::stage2::StagePolicy;
 
-/// Exit code when the child stage itself fails (not the program).
-pub const STAGE_FAILURE: i32 = 125;
+/// The launcher's own failures before `exec` exit with it too, so it is
+/// the sandbox's.
+pub use crate::sandbox::STAGE_FAILURE;
 /// Exit code when the program to run does not exist (as shells use).
 pub const COMMAND_NOT_FOUND: i32 = 127;
 /// Exit code when the program exists but cannot be executed (as shells use).

@@ -13,9 +13,9 @@
 use git2::Repository;
 use serde::Serialize;
 
-use crate::agent::record::AgentRecord;
 use crate::memfs::validate::{self, CONFIG_PATH, ValidateOptions};
 use crate::paths::{AgentPaths, Home};
+use crate::store::record::AgentRecord;
 
 /// Steps since the last reflection above which a conversation is overdue.
 pub const REFLECTION_OVERDUE_STEPS: u64 = 50;
@@ -195,7 +195,7 @@ fn git_status(out: &mut Out, repo: &Repository, agent: &AgentPaths, sel: &str) {
             ),
         );
     }
-    match crate::memfs::worktree_status::worktree_status(repo) {
+    match crate::memfs::status::worktree_status(repo) {
         Ok(s) if !s.dirty.is_empty() => {
             let shown: Vec<&str> = s.dirty.iter().take(10).map(String::as_str).collect();
             let more = s.dirty.len().saturating_sub(shown.len());
@@ -331,11 +331,11 @@ fn index_links(out: &mut Out, repo: &Repository) {
 }
 
 fn reflection_due(out: &mut Out, agent: &AgentPaths, sel: &str) {
-    let Ok(ids) = crate::agent::conversation::list_ids(agent) else {
+    let Ok(ids) = crate::store::conversation::list_ids(agent) else {
         return;
     };
     for id in ids {
-        let Ok(Some(conv)) = crate::agent::conversation::Conversation::open_existing(agent, &id)
+        let Ok(Some(conv)) = crate::store::conversation::Conversation::open_existing(agent, &id)
         else {
             continue;
         };
@@ -621,7 +621,7 @@ with landlock"
 }
 
 fn recall_index(out: &mut Out, agent: &AgentPaths, sel: &str) {
-    let has_messages = crate::agent::conversation::list_ids(agent)
+    let has_messages = crate::store::conversation::list_ids(agent)
         .map(|ids| {
             ids.iter().any(|id| {
                 agent

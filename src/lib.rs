@@ -3,11 +3,13 @@
 
 pub mod agent;
 pub mod agentfs;
+pub mod audit;
 pub mod child;
 pub mod cli;
 pub mod cluster;
+pub mod console;
 pub mod doctor;
-pub mod entry;
+pub mod egress;
 pub mod fsutil;
 pub mod memfs;
 pub mod model;
@@ -18,7 +20,9 @@ pub mod protocol;
 pub mod recall;
 pub mod reflection;
 pub mod remote;
+pub mod reports;
 pub mod retry;
 pub mod sandbox;
+pub mod store;
 pub mod supervisor;
 pub mod verify;

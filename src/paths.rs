@@ -17,6 +17,9 @@
 //! <home>/agents/<agent-id>~reflection/conversations/reflection-<launch>/system-prompt.json
 //!                                   the supervisor's (0700): what each reflection was told
 //! <home>/volumes/<agent-id>.ext4   the agent's quota volume, mounted on its directory
+//! <home>/network/<agent-id>/allow.json, log.jsonl, log.1.jsonl
+//!                                   the agent's egress allow-list and network log (the
+//!                                   supervisor's, 0700: outside every child's view)
 //! <home>/remote/
 //! ```
 //!
@@ -147,6 +150,61 @@ impl Home {
         self.root.join("remote")
     }
 
+    /// The audit log's directory: root's only (0700), so no agent uid
+    /// can open anything in it.
+    pub fn audit_dir(&self) -> PathBuf {
+        self.root.join("audit")
+    }
+
+    /// The hash-chained audit log being appended to.
+    pub fn audit_log(&self) -> PathBuf {
+        self.audit_dir().join("audit.jsonl")
+    }
+
+    /// Rolled-over audit log number `n` (1 is the oldest).
+    pub fn audit_rotated(&self, n: u64) -> PathBuf {
+        self.audit_dir().join(format!("audit-{n}.jsonl"))
+    }
+
+    /// `flock`ed by every appender around an append (and a rotation).
+    pub fn audit_lock(&self) -> PathBuf {
+        self.audit_dir().join("audit.lock")
+    }
+
+    /// Token budgets per agent: beside the log, where no agent writes.
+    pub fn budgets_file(&self) -> PathBuf {
+        self.audit_dir().join("budgets.json")
+    }
+
+    /// Every agent's egress policy and network log, outside `agents/`: no
+    /// child's view or landlock grant reaches it, and an imported archive
+    /// cannot bring a list of its own.
+    pub fn network_dir(&self) -> PathBuf {
+        self.root.join("network")
+    }
+
+    /// Agent `id`'s directory in [`Home::network_dir`].
+    pub fn agent_network_dir(&self, id: &str) -> Result<PathBuf, PathsError> {
+        self.agent(id)?; // validates the id
+        Ok(self.network_dir().join(id))
+    }
+
+    /// Agent `id`'s egress allow-list (`{"allow": [...]}`).
+    pub fn network_allow_file(&self, id: &str) -> Result<PathBuf, PathsError> {
+        Ok(self.agent_network_dir(id)?.join(NETWORK_ALLOW_FILE_NAME))
+    }
+
+    /// Agent `id`'s network log (one JSON record per line), and the one
+    /// before it once it was rotated.
+    pub fn network_log_files(&self, id: &str) -> Result<NetworkLogFiles, PathsError> {
+        let dir = self.agent_network_dir(id)?;
+        Ok(NetworkLogFiles {
+            current: dir.join(NETWORK_LOG_FILE_NAME),
+            previous: dir.join(NETWORK_LOG_PREVIOUS_FILE_NAME),
+            dir,
+        })
+    }
+
     /// Paths of one agent. The id is checked so that it can never name a
     /// directory outside `agents/`.
     pub fn agent(&self, id: &str) -> Result<AgentPaths, PathsError> {
@@ -200,6 +258,22 @@ impl Home {
             .agents_dir()
             .join(format!("{agent_id}{REFLECTION_SIBLING_SUFFIX}")))
     }
+}
+
+/// The egress allow-list's file name in an agent's network directory.
+pub const NETWORK_ALLOW_FILE_NAME: &str = "allow.json";
+/// The network log's file name in an agent's network directory.
+pub const NETWORK_LOG_FILE_NAME: &str = "log.jsonl";
+/// The rotated network log's file name.
+pub const NETWORK_LOG_PREVIOUS_FILE_NAME: &str = "log.1.jsonl";
+
+/// An agent's network log: its directory, the file written now and the
+/// one rotated out before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkLogFiles {
+    pub dir: PathBuf,
+    pub current: PathBuf,
+    pub previous: PathBuf,
 }
 
 /// Suffix of an agent's reflections' directory in `agents/`
@@ -691,6 +765,15 @@ impl MemoryGitDir {
     pub fn worktree_gitdir_file(&self, name: &str) -> Option<PathBuf> {
         Some(self.worktree_admin_dir(name)?.join("gitdir"))
     }
+}
+
+/// The number of a rolled-over audit log's file name (`audit-<n>.jsonl`).
+pub fn audit_rotated_number(name: &str) -> Option<u64> {
+    let n = name.strip_prefix("audit-")?.strip_suffix(".jsonl")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
 }
 
 #[cfg(test)]

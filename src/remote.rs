@@ -21,12 +21,13 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository};
 use serde::Serialize;
 
-use crate::agent::record::AgentRecord;
-use crate::agent::store::{self, StoreError};
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::repo::{self, MAIN_BRANCH, RepoError};
 use crate::memfs::sync::{self, REMOTE_ROOT_ENV, REMOTE_TRACKING_REF, SyncError, SyncOutcome};
+use crate::memfs::worktree::WorktreeError;
 use crate::paths::{AgentPaths, CLONE_STAGING_PREFIX, Home, PathsError, is_valid_agent_id};
+use crate::store::record::AgentRecord;
+use crate::store::{self, StoreError};
 
 /// The ref holding the agent's portable record, locally and on the remote.
 pub const RECORD_REF: &str = "refs/mini-letta/agent";
@@ -339,7 +340,7 @@ pub fn clone(home: &Home, root: &str, selector: &str) -> Result<AgentRecord, Rem
     record.quota = None;
     drop(repo);
 
-    crate::agent::archive::finish_repository(&paths, None).map_err(|e| {
+    crate::store::archive::finish_repository(&paths, None).map_err(|e| {
         RemoteError::InvalidMemory {
             id: id.clone(),
             reason: e.to_string(),
@@ -375,9 +376,9 @@ fn synthesized_record(id: &str) -> AgentRecord {
         id: id.to_string(),
         name: id.to_string(),
         description: None,
-        system: crate::agent::record::DEFAULT_SYSTEM_PROMPT.to_string(),
+        system: crate::store::record::DEFAULT_SYSTEM_PROMPT.to_string(),
         tags: Vec::new(),
-        model: crate::agent::record::DEFAULT_MODEL.to_string(),
+        model: crate::store::record::DEFAULT_MODEL.to_string(),
         model_settings: serde_json::Map::new(),
         created_at: crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc()),
         sandbox_uid: None,
@@ -479,9 +480,13 @@ pub fn sync_agent_fenced(
     root: Option<&str>,
     fence: Option<&dyn crate::memfs::fence::Fence>,
 ) -> Result<SyncOutcome, SyncError> {
+    let committer = store::commit_signature(agent).map_err(|source| WorktreeError::Git {
+        what: "make a commit signature",
+        source,
+    })?;
     let mut outcome = match fence {
-        Some(f) => sync::sync_fenced(agent, &record.id, root, f)?,
-        None => sync::sync(agent, &record.id, root)?,
+        Some(f) => sync::sync_fenced(agent, &record.id, root, &committer, f)?,
+        None => sync::sync(agent, &record.id, root, &committer)?,
     };
     let reached = matches!(
         outcome.status,

@@ -2,8 +2,8 @@
 //! torn or missing index never gives a wrong answer.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use mini_letta::agent::store::{self, StoreError};
 use mini_letta::paths::Home;
+use mini_letta::store::{self, StoreError};
 
 fn home_with(names: &[&str]) -> (tempfile::TempDir, Home, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();

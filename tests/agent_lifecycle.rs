@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{Daemon, bin, create_agent, open_home, run, stderr, stdout, wait_until};
-use mini_letta::agent::archive::{self, ArchiveError, ImportOptions, Limits};
 use mini_letta::paths::Home;
 use mini_letta::protocol::{Call, SpawnParams, StdioMode};
+use mini_letta::store::archive::{self, ArchiveError, ImportOptions, Limits};
 use serde_json::Value;
 
 fn ok(home: &Path, args: &[&str]) -> String {

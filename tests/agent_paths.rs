@@ -320,9 +320,9 @@ fn ownership_is_set_once_and_root_writes_are_born_the_agents() {
     let w = Writer::new(repo, sig(), opts).unwrap();
     // (replaced by a new inode, as every edit is)
     w.insert("human.md", "- likes tea", None).unwrap();
-    let mut c = mini_letta::agent::conversation::Conversation::open(&l.agent, "c1").unwrap();
+    let mut c = mini_letta::store::conversation::Conversation::open(&l.agent, "c1").unwrap();
     let id = c.next_id();
-    c.append(mini_letta::agent::conversation::StoredMessage::new(
+    c.append(mini_letta::store::conversation::StoredMessage::new(
         id,
         mini_letta::model::Role::User,
         vec![mini_letta::model::Part::Text { text: "hi".into() }],
@@ -489,7 +489,7 @@ fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
 /// and at `.gitignore`) answers at once and is listed dirty, never read.
 #[test]
 fn worktree_status_lists_fifos_without_opening_them() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     let l = Layout::new();
     let mem = l.memory();
     mkfifo(&mem.join(".gitignore"));
@@ -524,7 +524,7 @@ fn worktree_status_lists_fifos_without_opening_them() {
 /// deleted, mode change, untracked in an untracked directory, symlink.
 #[test]
 fn worktree_status_agrees_with_libgit2_on_ordinary_trees() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     let l = Layout::new();
     let mem = l.memory();
     let repo = l.repo();
@@ -655,7 +655,7 @@ fn memory_edits_never_read_or_write_through_a_swapped_symlink() {
 /// back is still seen.
 #[test]
 fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
-    use mini_letta::memfs::worktree_status::worktree_status;
+    use mini_letta::memfs::status::worktree_status;
     use nix::sys::stat::{UtimensatFlags, utimensat};
     use nix::sys::time::TimeSpec;
     let l = Layout::new();
@@ -694,9 +694,9 @@ fn worktree_status_sees_a_same_size_rewrite_with_the_old_mtime() {
 /// rewritten, and a FIFO for a log must not hang it.
 #[test]
 fn conversation_files_are_never_written_through_a_swapped_symlink() {
-    use mini_letta::agent::cache::{CachedPrompt, store};
-    use mini_letta::agent::conversation::{Conversation, StoredMessage};
     use mini_letta::model::{Part, Role};
+    use mini_letta::store::conversation::{Conversation, StoredMessage};
+    use mini_letta::store::system_prompt_file::{CachedPrompt, store};
     let l = Layout::new();
     let host = l.host().join("etc");
     let secret = l.host_secret("etc/messages.jsonl", "root's\n");

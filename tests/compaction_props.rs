@@ -12,8 +12,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use mini_letta::agent::context::plan::{self, PlanError};
-use mini_letta::agent::conversation::StoredMessage;
 use mini_letta::protocol::messages::{Part, Role};
+use mini_letta::store::conversation::StoredMessage;
 use proptest::prelude::*;
 use serde_json::json;
 

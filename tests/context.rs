@@ -12,9 +12,9 @@ use std::process::{Command, Output};
 use common::http::{Canned, Server, data};
 use common::{bin, confinement_or_skip, create_agent, open_home, stderr, stdout};
 use mini_letta::agent::context::estimate::messages_tokens;
-use mini_letta::agent::conversation::Conversation;
 use mini_letta::model::ModelRequest;
 use mini_letta::model::mock::request_chars;
+use mini_letta::store::conversation::Conversation;
 use serde_json::{Value, json};
 
 fn cmd(home: &Path, args: &[&str]) -> Command {

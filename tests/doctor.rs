@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
-use mini_letta::agent::conversation::{Conversation, StoredMessage};
 use mini_letta::paths::Home;
 use mini_letta::protocol::messages::{Part, Role};
+use mini_letta::store::conversation::{Conversation, StoredMessage};
 use serde_json::Value;
 
 struct Agent {

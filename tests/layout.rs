@@ -1,4 +1,5 @@
-//! The house's shape, held by a test: which parts may not know which.
+//! The house's shape, held by a test: which parts may not know which —
+//! the map at the top of `docs/architecture.md` — and where things live.
 //! (A rule broken here is a design regression, not a style nit.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,41 +21,6 @@ fn sources(dir: &str) -> Vec<(PathBuf, String)> {
     walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut out);
     assert!(!out.is_empty(), "no sources under {dir}");
     out
-}
-
-/// Lines of the sources under `dir` that use a path starting with one of
-/// `forbidden` (as `use` or inline, followed by `::`, `;` or `}`).
-fn offending(dir: &str, forbidden: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for (path, text) in sources(dir) {
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for f in forbidden {
-                for (i, _) in code.match_indices(f) {
-                    let next = code[i + f.len()..].chars().next();
-                    if matches!(next, Some(':' | ';' | '}' | ',' | ' ') | None) {
-                        found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-                    }
-                }
-            }
-        }
-    }
-    found
-}
-
-#[test]
-fn the_agent_child_speaks_only_the_protocol() {
-    let bad = offending("src/agent", &["crate::supervisor", "crate::model"]);
-    assert!(bad.is_empty(), "{bad:#?}");
-}
-
-#[test]
-fn confinement_knows_no_agent_logic() {
-    let bad = offending(
-        "src/sandbox",
-        &["crate::agent", "crate::supervisor", "crate::verify"],
-    );
-    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
@@ -87,4 +53,585 @@ fn the_protocol_document_lists_every_method() {
     let list = &list[..list.find(".\n").expect("the list's end")];
     let listed: Vec<&str> = list.split('`').skip(3).step_by(2).collect();
     assert_eq!(listed, mini_letta::protocol::METHODS);
+}
+
+// ---------------------------------------------------------------------------
+// The import rules. `docs/architecture.md` opens with the map: one row per
+// top-level module of `src/`, what it may import and what it must never
+// import. The checker below reads every `src/**/*.rs` (test-only code left
+// out), collects which module refers to which, and holds the code to the map:
+// no import outside a row, none a row forbids, no module without a row, and
+// no cycle — between top-level modules or between the files of one folder.
+// ---------------------------------------------------------------------------
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use syn::visit::Visit;
+
+/// A module's path below the crate root (`["memfs", "worktree", "merge"]`).
+type ModPath = Vec<String>;
+
+/// Who refers to whom: each referring module file and the module paths it
+/// names (resolved to the longest module that exists).
+type Refs = BTreeMap<ModPath, BTreeSet<ModPath>>;
+
+/// One row of the map.
+#[derive(Debug, Default)]
+struct Row {
+    may: BTreeSet<String>,
+    never: BTreeSet<String>,
+}
+
+/// The map's table: the rows between the marker and the first line that is
+/// not a table row.
+fn read_rules(doc: &str) -> BTreeMap<String, Row> {
+    let start = doc
+        .find("<!-- layout rules")
+        .expect("the layout rules marker in docs/architecture.md");
+    let mut rules = BTreeMap::new();
+    let rows = doc[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .skip(2);
+    for line in rows {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 4, "a map row has four cells: {line}");
+        let names = |cell: &str| -> BTreeSet<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        let module = names(cells[0])
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("a map row names its module: {line}"));
+        let row = Row {
+            may: names(cells[2]),
+            never: names(cells[3]),
+        };
+        assert!(
+            rules.insert(module.clone(), row).is_none(),
+            "{module} has two rows"
+        );
+    }
+    assert!(!rules.is_empty(), "the map has no rows");
+    rules
+}
+
+/// Whether `attrs` make an item test-only (`#[cfg(test)]`, `#[cfg(all(test,
+/// …))]`).
+fn test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        if !a.path().is_ident("cfg") {
+            return false;
+        }
+        let cfg = a
+            .meta
+            .require_list()
+            .map(|l| l.tokens.to_string().replace(' ', ""))
+            .unwrap_or_default();
+        cfg == "test" || cfg.starts_with("all(test,") || cfg.contains(",test)")
+    })
+}
+
+/// Collects the `crate::`, `super::` and `self::` paths of one file.
+struct Collector<'a> {
+    /// The module the code being visited is in (the file's, plus inline
+    /// modules).
+    here: ModPath,
+    /// Paths named, resolved against `here` to crate-absolute form.
+    found: &'a mut Vec<ModPath>,
+    /// Child modules declared test-only (`#[cfg(test)] mod x;`).
+    test_modules: &'a mut Vec<ModPath>,
+}
+
+impl Collector<'_> {
+    /// `segments` (starting with `crate`, `super` or `self`) made absolute;
+    /// `None` for any other path (a local name, another crate).
+    fn absolute(&self, segments: &[String]) -> Option<ModPath> {
+        let (first, rest) = segments.split_first()?;
+        let mut base = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" => self.here.clone(),
+            "super" => {
+                let mut b = self.here.clone();
+                b.pop()?;
+                b
+            }
+            _ => return None,
+        };
+        let mut rest = rest.iter().peekable();
+        while rest.peek().is_some_and(|s| s.as_str() == "super") {
+            base.pop()?;
+            rest.next();
+        }
+        base.extend(rest.cloned());
+        Some(base)
+    }
+
+    fn note(&mut self, segments: &[String]) {
+        if let Some(p) = self.absolute(segments) {
+            self.found.push(p);
+        }
+    }
+
+    /// Every path of a `use` tree (`crate::a::{b, c::d}` names `a::b` and
+    /// `a::c::d`).
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                prefix.push(n.ident.to_string());
+                self.note(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Rename(r) => {
+                prefix.push(r.ident.to_string());
+                self.note(prefix);
+                prefix.pop();
+            }
+            syn::UseTree::Glob(_) => self.note(prefix),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+
+    /// Paths inside a macro's tokens (`format!("{}", crate::a::b(x))`):
+    /// every `crate`/`super`/`self` followed by `::` and names.
+    fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
+        use proc_macro2::TokenTree;
+        let trees: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < trees.len() {
+            match &trees[i] {
+                TokenTree::Group(g) => self.tokens(g.stream()),
+                TokenTree::Ident(id) if ["crate", "super", "self"].contains(&&*id.to_string()) => {
+                    let mut segments = vec![id.to_string()];
+                    let mut j = i + 1;
+                    while let (
+                        Some(TokenTree::Punct(a)),
+                        Some(TokenTree::Punct(b)),
+                        Some(TokenTree::Ident(n)),
+                    ) = (trees.get(j), trees.get(j + 1), trees.get(j + 2))
+                    {
+                        if a.as_char() != ':' || b.as_char() != ':' {
+                            break;
+                        }
+                        segments.push(n.to_string());
+                        j += 3;
+                    }
+                    if segments.len() > 1 {
+                        self.note(&segments);
+                    }
+                    i = j;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Collector<'_> {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Macro(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Trait(i) => &i.attrs,
+            syn::Item::Type(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            _ => &[],
+        };
+        if test_only(attrs) {
+            if let syn::Item::Mod(m) = item
+                && m.content.is_none()
+            {
+                let mut p = self.here.clone();
+                p.push(m.ident.to_string());
+                self.test_modules.push(p);
+            }
+            return;
+        }
+        match item {
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    self.here.push(m.ident.to_string());
+                    for i in items {
+                        self.visit_item(i);
+                    }
+                    self.here.pop();
+                }
+            }
+            syn::Item::Use(u) => self.use_tree(&mut Vec::new(), &u.tree),
+            _ => syn::visit::visit_item(self, item),
+        }
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::ImplItem::Const(i) => &i.attrs,
+            syn::ImplItem::Fn(i) => &i.attrs,
+            syn::ImplItem::Type(i) => &i.attrs,
+            _ => &[],
+        };
+        if !test_only(attrs) {
+            syn::visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.note(&segments);
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.tokens(mac.tokens.clone());
+        syn::visit::visit_macro(self, mac);
+    }
+}
+
+/// The module a file under `src/` is (`memfs/worktree/mod.rs` is
+/// `memfs::worktree`); `None` for the crate root and the binaries.
+fn module_of(rel: &Path) -> Option<ModPath> {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match parts.first().map(String::as_str) {
+        Some("lib" | "main" | "bin") | None => return None,
+        _ => {}
+    }
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// Every module of the tree at `src` and the modules each refers to, test
+/// code left out.
+fn references(src: &Path) -> Refs {
+    let mut files = Vec::new();
+    let mut test_modules = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let Some(module) = module_of(path.strip_prefix(src).unwrap()) else {
+                    continue;
+                };
+                let text = std::fs::read_to_string(&path).unwrap();
+                let file =
+                    syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let mut found = Vec::new();
+                let mut c = Collector {
+                    here: module.clone(),
+                    found: &mut found,
+                    test_modules: &mut test_modules,
+                };
+                for item in &file.items {
+                    c.visit_item(item);
+                }
+                files.push((module, found));
+            }
+        }
+    }
+    let modules: BTreeSet<ModPath> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut refs = Refs::new();
+    for (module, found) in files {
+        if test_modules.iter().any(|t| module.starts_with(t)) {
+            continue;
+        }
+        let named = found
+            .into_iter()
+            .filter_map(|p| {
+                (1..=p.len())
+                    .rev()
+                    .map(|k| p[..k].to_vec())
+                    .find(|k| modules.contains(k))
+            })
+            .collect();
+        refs.insert(module, named);
+    }
+    refs
+}
+
+/// The edges between the children of each folder (the crate root's
+/// children are the top-level modules): `a::x::y` naming `a::z::w` is the
+/// edge `x → z` in folder `a`. A module naming its own ancestor or
+/// descendant is no edge.
+fn folder_edges(refs: &Refs) -> BTreeMap<ModPath, BTreeSet<(String, String)>> {
+    let mut folders: BTreeMap<ModPath, BTreeSet<(String, String)>> = BTreeMap::new();
+    for (from, named) in refs {
+        for to in named {
+            let common = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+            if common < from.len() && common < to.len() {
+                folders
+                    .entry(from[..common].to_vec())
+                    .or_default()
+                    .insert((from[common].clone(), to[common].clone()));
+            }
+        }
+    }
+    folders
+}
+
+/// One cycle of `edges`, as a path that ends where it began, if any.
+fn a_cycle(edges: &BTreeSet<(String, String)>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        n: &'a str,
+        edges: &'a BTreeSet<(String, String)>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| *p == n) {
+            let mut cycle: Vec<String> = path[i..].iter().map(|s| s.to_string()).collect();
+            cycle.push(n.to_string());
+            return Some(cycle);
+        }
+        if !done.insert(n) {
+            return None;
+        }
+        path.push(n);
+        for (_, to) in edges.iter().filter(|(f, _)| f == n) {
+            if let Some(c) = visit(to, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges
+        .iter()
+        .find_map(|(from, _)| visit(from, edges, &mut Vec::new(), &mut done))
+}
+
+/// Everything in `src` that breaks `rules`, one line each.
+fn violations(src: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
+    let refs = references(src);
+    let folders = folder_edges(&refs);
+    let mut out = Vec::new();
+    let tops: BTreeSet<&String> = refs.keys().filter_map(|m| m.first()).collect();
+    for top in &tops {
+        if !rules.contains_key(*top) {
+            out.push(format!("{top} has no row in the map"));
+        }
+    }
+    for (module, row) in rules {
+        if !tops.contains(module) {
+            out.push(format!(
+                "the map has a row for {module}, which is no module"
+            ));
+        }
+        for banned in row.may.intersection(&row.never) {
+            out.push(format!(
+                "the map lets {module} import {banned}, which its row forbids"
+            ));
+        }
+    }
+    let allowed: BTreeSet<(String, String)> = rules
+        .iter()
+        .flat_map(|(m, r)| r.may.iter().map(move |t| (m.clone(), t.clone())))
+        .collect();
+    if let Some(c) = a_cycle(&allowed) {
+        out.push(format!("the map allows a cycle: {}", c.join(" → ")));
+    }
+    let top_edges = folders.get(&Vec::new()).cloned().unwrap_or_default();
+    for (from, to) in &top_edges {
+        let Some(row) = rules.get(from) else { continue };
+        let files: Vec<String> = refs
+            .iter()
+            .filter(|(m, named)| m[0] == *from && named.iter().any(|n| n[0] == *to))
+            .map(|(m, _)| m.join("::"))
+            .collect();
+        if row.never.contains(to) {
+            out.push(format!(
+                "{from} → {to} is forbidden (in {})",
+                files.join(", ")
+            ));
+        } else if !row.may.contains(to) {
+            out.push(format!(
+                "{from} → {to} is not in {from}'s row (in {})",
+                files.join(", ")
+            ));
+        }
+    }
+    for (folder, edges) in &folders {
+        if let Some(c) = a_cycle(edges) {
+            let at = if folder.is_empty() {
+                "top-level modules".to_string()
+            } else {
+                format!("{}/", folder.join("/"))
+            };
+            out.push(format!("import cycle in {at}: {}", c.join(" → ")));
+        }
+    }
+    out
+}
+
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn the_map() -> BTreeMap<String, Row> {
+    read_rules(&std::fs::read_to_string(repo_path("docs/architecture.md")).unwrap())
+}
+
+#[test]
+fn src_follows_the_map() {
+    let found = violations(&repo_path("src"), &the_map());
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// A copy of `src/` with one line appended to `file`.
+fn src_with(file: &str, line: &str) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let dest = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy(&path, &dest);
+            } else {
+                std::fs::copy(&path, &dest).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(&repo_path("src"), dir.path());
+    let target = dir.path().join(file);
+    let mut text = std::fs::read_to_string(&target).unwrap();
+    text.push_str(line);
+    std::fs::write(&target, text).unwrap();
+    dir
+}
+
+/// The memory core knowing an agent again is caught three ways: outside
+/// memfs's row, forbidden by it, and a cycle with the agent program.
+#[test]
+fn an_edge_added_back_fails_the_rules() {
+    let tree = src_with(
+        "memfs/worktree/merge.rs",
+        "\npub fn signature_again(a: &crate::paths::AgentPaths) -> bool {\n    \
+         crate::agent::runtime::broken_links_text(a, &[]).is_empty()\n}\n",
+    );
+    let found = violations(tree.path(), &the_map());
+    assert!(
+        found
+            .iter()
+            .any(|v| v.starts_with("memfs → agent is forbidden (in memfs::worktree::merge)")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|v| v.starts_with("import cycle in top-level modules:")),
+        "{found:#?}"
+    );
+    // Inside a folder: worktree/merge.rs reaching up to advance.rs again.
+    let tree = src_with(
+        "memfs/worktree/merge.rs",
+        "\nuse super::advance::advance_main as _again;\n",
+    );
+    let found = violations(tree.path(), &the_map());
+    assert!(
+        found.contains(&"import cycle in memfs/worktree/: advance → merge → advance".to_string())
+            || found
+                .contains(&"import cycle in memfs/worktree/: merge → advance → merge".to_string()),
+        "{found:#?}"
+    );
+}
+
+/// The checker itself, over a tree small enough to know every edge: `use`
+/// groups, `super::super`, paths in macros count; comments, strings and
+/// test-only code (inline or a `#[cfg(test)] mod x;` file) do not.
+#[test]
+fn the_checker_reads_every_kind_of_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("lib.rs", "pub mod low; pub mod mid; pub mod top;");
+    write(
+        "low.rs",
+        "// crate::top in a comment\npub fn f() -> &'static str { \"crate::top::g\" }\n#[cfg(test)]\nmod tests { use crate::top; }\n",
+    );
+    write(
+        "mid/mod.rs",
+        "pub mod a; pub mod b;\n#[cfg(test)]\nmod checks;\n",
+    );
+    write(
+        "mid/a.rs",
+        "use super::super::{low, mid::b};\npub fn a() { b::b(); low::f(); }\n",
+    );
+    write(
+        "mid/b.rs",
+        "pub fn b() { let _ = format!(\"{}\", crate::low::f()); }\n",
+    );
+    write("mid/checks.rs", "use crate::top;\n");
+    write("top.rs", "pub use crate::mid::{a::a as alias};\n");
+    let refs = references(dir.path());
+    let names = |m: &str| -> Vec<String> {
+        let key: ModPath = m.split("::").map(str::to_string).collect();
+        refs[&key].iter().map(|p| p.join("::")).collect()
+    };
+    assert_eq!(names("low"), Vec::<String>::new());
+    assert_eq!(names("mid::a"), ["low", "mid::b"]);
+    assert_eq!(names("mid::b"), ["low"]);
+    assert_eq!(names("top"), ["mid::a"]);
+    assert!(!refs.contains_key(&vec!["mid".to_string(), "checks".to_string()]));
+    let folders = folder_edges(&refs);
+    let top: Vec<(String, String)> = folders[&Vec::new()].iter().cloned().collect();
+    assert_eq!(
+        top,
+        [("mid".into(), "low".into()), ("top".into(), "mid".into())]
+    );
+    assert_eq!(a_cycle(&folders[&Vec::new()]), None);
+
+    // A rule the tree breaks, and a cycle it then has.
+    let rules = read_rules(
+        "<!-- layout rules -->\n| module | owns | may import | never |\n|---|---|---|---|\n\
+         | `low` | a | — | `top` |\n| `mid` | b | `low` | |\n| `top` | c | `mid` | |\n",
+    );
+    assert!(violations(dir.path(), &rules).is_empty());
+    write(
+        "low.rs",
+        "pub fn f() -> &'static str { crate::top::NAME }\n",
+    );
+    write(
+        "top.rs",
+        "pub use crate::mid::{a::a as alias};\npub const NAME: &str = \"n\";\n",
+    );
+    let found = violations(dir.path(), &rules);
+    assert_eq!(
+        found,
+        [
+            "low → top is forbidden (in low)",
+            "import cycle in top-level modules: low → top → mid → low",
+        ]
+    );
 }

@@ -391,14 +391,20 @@ fn suggested_commands(text: &str) -> Vec<Vec<String>> {
                 words.push(word);
             }
             // Usage notation (`[--out DIR]`, `SHELL`, `…`) ends what is
-            // checked: the command path and the flags before it.
+            // checked: the command path and the flags before it. A flag
+            // whose value is notation (`--tokens TOKENS`) goes with it.
+            let notation = |w: &String| {
+                w.contains(['[', '|', '…'])
+                    || (w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()))
+            };
+            if let Some(at) = words.iter().position(notation) {
+                words.truncate(at);
+                if words.last().is_some_and(|w| w.starts_with("--")) {
+                    words.pop();
+                }
+            }
             words
                 .into_iter()
-                .take_while(|w| {
-                    let notation = w.contains(['[', '|', '…'])
-                        || (w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()));
-                    !notation
-                })
                 .map(|w| {
                     let placeholder = (w.starts_with('{') && w.ends_with('}'))
                         || (w.starts_with('<') && w.ends_with('>'));

@@ -145,6 +145,7 @@ fn decoy() -> Decoy {
         fsize_limit: Some(1 << 20),
         scratch_dir: a.join("tmp"),
         read_only_checkout: Some(a.join("memory")),
+        egress: None,
     };
     Decoy {
         _tmp: tmp,
@@ -180,10 +181,10 @@ fn catalogue_shape() {
         numbers.len()
     );
     // §d rows 1–49, the seccomp regression rows 50–63, the supervisor's
-    // trust-boundary rows 64–65, the sub-agent row 66, then the planted
-    // object-store row 67.
-    assert!(numbers.iter().all(|n| (1..=67).contains(n)));
-    for n in 50..=67 {
+    // trust-boundary rows 64–65, the sub-agent row 66, the planted
+    // object-store row 67, then the egress rows 68–71.
+    assert!(numbers.iter().all(|n| (1..=71).contains(n)));
+    for n in 50..=71 {
         assert!(numbers.contains(&n), "regression row {n} missing");
     }
     for a in cat {
@@ -277,6 +278,8 @@ fn unconfined_control_column() {
         "48-sandbox-off-switches",
         "66-sub-agent-writes-checkout",
         "67-git-object-store-plant",
+        // Without a sandbox the host's listener is reached directly.
+        "68-egress-no-route",
         // Seccomp regression rows any process reaches without a filter.
         "52-namespace-calls",
         "53-ptrace-kcmp-init",

@@ -7,9 +7,9 @@ mod common;
 use std::path::Path;
 
 use common::{create_agent, open_home, run, stderr, stdout};
-use mini_letta::agent::conversation::{Conversation, StoredMessage};
 use mini_letta::paths::Home;
 use mini_letta::protocol::messages::{Part, Role};
+use mini_letta::store::conversation::{Conversation, StoredMessage};
 use serde_json::Value;
 
 /// Append a message to conversation `conv` of agent `id`, written at `ts`.

@@ -315,7 +315,7 @@ fn a_dirty_parent_is_refused_before_any_payload_or_worktree_exists() {
 /// Plant `reflection.lock` for process `pid` (with its real start time
 /// when it runs, a made-up one otherwise).
 fn plant_lock(home: &Path, id: &str, pid: u32) {
-    let started = mini_letta::reflection::lock::process_start_time(pid).unwrap_or(12345);
+    let started = mini_letta::sandbox::identity::process_start_time(pid).unwrap_or(12345);
     std::fs::write(
         agent_dir(home, id).join("reflection.lock"),
         json!({"pid": pid, "started": started, "token": "planted"}).to_string(),

@@ -523,7 +523,7 @@ fn child_dies_with_the_supervisor() {
 }
 
 fn descendants(pid: u32) -> Vec<u32> {
-    mini_letta::supervisor::children::process_tree(pid)
+    mini_letta::sandbox::proc_tree::process_tree(pid)
 }
 
 #[test]

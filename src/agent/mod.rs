@@ -1,16 +1,12 @@
-//! Agents: their records and conversations on disk, and the runtime (turn
-//! loop, tools, prompt cache) that runs inside the confined agent child.
+//! The agent program: what runs inside the confined agent child (the turn
+//! loop, tools, context and compaction, reminders, a sub-agent's step
+//! loop). Its data lives in `crate::store`.
 
-pub mod archive;
-pub mod cache;
+pub mod channel;
 pub mod context;
-pub mod conversation;
-pub mod index;
-pub mod prompt_cache;
-pub mod record;
+pub mod program;
 pub mod reminders;
 pub mod runtime;
 pub mod skills;
-pub mod store;
-pub mod subagent;
+pub mod subagent_loop;
 pub mod tools;

@@ -16,9 +16,6 @@ use time::format_description::well_known::Rfc3339;
 
 use super::context::fit::Fit;
 use super::context::{ContextError, MAX_OVERFLOW_RETRIES, TurnContext};
-use super::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
-use super::prompt_cache::{self, PromptError};
-use super::record::AgentRecord;
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
 use crate::protocol::client::{Client, ClientError};
@@ -27,6 +24,9 @@ use crate::protocol::messages::{
 };
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::retry::{Policy, Spent, Verdict};
+use crate::store::conversation::{Conversation, ConversationError, Reminder, StoredMessage};
+use crate::store::prompt_cache::{self, PromptError};
+use crate::store::record::AgentRecord;
 
 /// Steps per turn unless the input says otherwise.
 pub const DEFAULT_MAX_STEPS: u32 = 20;

@@ -10,8 +10,8 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{self, field as f};
-use crate::agent::record::ModelSource;
-use crate::agent::{archive, store};
+use crate::store::record::ModelSource;
+use crate::store::{self, archive};
 
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
@@ -63,6 +63,29 @@ pub enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Set the agent's token budget: a turn that would start with it spent
+    /// is refused before any model call; a turn crossing it stops after
+    /// the model call under way. Its sub-agents count against it.
+    #[command(
+        after_help = "Examples:\n  mini-letta agent set-budget owl --tokens 200000 --period day\n  \
+                            mini-letta agent set-budget owl --clear"
+    )]
+    SetBudget {
+        /// Agent id or name.
+        agent: String,
+        /// Input plus output tokens allowed per period.
+        #[arg(long, value_name = "N", required_unless_present = "clear")]
+        tokens: Option<u64>,
+        /// day (UTC), month (UTC) or total.
+        #[arg(long, value_name = "P", default_value = "day")]
+        period: crate::audit::budget::Period,
+        /// Remove the budget.
+        #[arg(long, conflicts_with = "tokens")]
+        clear: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Change the model an agent's turns use (from its next turn on).
     #[command(
         after_help = "Examples:\n  mini-letta agent set-model alice anthropic/claude-sonnet-4-5\n  \
@@ -74,6 +97,57 @@ pub enum AgentCommand {
         /// `mock`, `mock/scripted`, `openai/<model>` or `anthropic/<model>`.
         model: String,
         /// Print the updated record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set what an agent's commands may reach through the supervisor's
+    /// egress proxy (replacing its list): HOST is a name (`pypi.org`), a
+    /// wildcard (`*.github.com`: any subdomain, not the apex) or a literal
+    /// IP (`127.0.0.1`, `[::1]`); without `:PORT`, ports 80 and 443. A
+    /// request is judged by the host as it writes it: `127.0.0.1:8080` is
+    /// not `localhost:8080`. `--none` (the default) allows nothing.
+    #[command(after_help = "Examples:
+  mini-letta agent set-network alice --allow pypi.org --allow files.pythonhosted.org
+  mini-letta agent set-network alice --allow '*.github.com' --allow localhost:8080
+  mini-letta agent set-network alice --none")]
+    SetNetwork {
+        /// Agent id or name.
+        agent: String,
+        /// A host the agent's commands may reach: HOST[:PORT]
+        /// (repeatable).
+        #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "none")]
+        allow: Vec<String>,
+        /// Allow nothing: no network at all (the default).
+        #[arg(long)]
+        none: bool,
+        /// Print {"agent", "name", "network": {"allow": [...]}}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every attempt an agent's commands made through the egress
+    /// proxy: time, role, child, method, host and port as written, the
+    /// verdict, bytes each way, duration and the reason of a refusal.
+    #[command(after_help = "Examples:
+  mini-letta agent network-log alice
+  mini-letta agent network-log alice --since 2026-05-01 --json")]
+    NetworkLog {
+        /// Agent id or name (default: the only agent).
+        agent: Option<String>,
+        /// Agent id or name (same as the positional argument; default: the
+        /// only agent).
+        #[arg(
+            short = 'a',
+            long = "agent",
+            value_name = "AGENT",
+            conflicts_with = "agent"
+        )]
+        agent_flag: Option<String>,
+        /// Only attempts at or after T (YYYY-MM-DD or an RFC 3339 time).
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Print {"agent", "records": [{"time", "agent", "role", "child",
+        /// "method", "host", "port", "address", "verdict" ("allowed" or
+        /// "denied"), "reason", "bytes_up", "bytes_down", "duration_ms"}]}.
         #[arg(long)]
         json: bool,
     },
@@ -231,6 +305,10 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             json,
         } => {
             let model = chosen_model(&home, model.as_deref())?;
+            // Checked before anything is made: a typo in [network] must not
+            // leave an agent with a list nobody chose.
+            let network = crate::egress::config::NetworkConfig::load(&home)
+                .context("the agent was not created: config.toml")?;
             // Read-only: a refused create leaves nothing behind.
             if crate::remote::root_from_env().is_some()
                 && !store::list_all(&home)?.name_taken(name, None)
@@ -253,7 +331,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 };
             // What another host or an import would refuse is refused here.
             if let (Some(text), Some(f)) = (&system, system_file) {
-                crate::agent::record::check_system(text)
+                crate::store::record::check_system(text)
                     .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
             }
             let default = crate::sandbox::volume::default_quota(&home)?;
@@ -277,6 +355,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 model.as_ref().map(|(m, source)| (m.as_str(), *source)),
                 model_settings,
             )?;
+            crate::egress::policy::apply_default(&home, &record.id, &network)?;
             if *json {
                 output::json(&record)?;
             } else {
@@ -311,9 +390,19 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        AgentCommand::SetBudget {
+            agent,
+            tokens,
+            period,
+            clear,
+            json,
+        } => {
+            return super::audit::set_budget(&home, agent, *tokens, *period, *clear, *json);
+        }
         AgentCommand::SetModel { agent, model, json } => {
             let model = model_handle(model)?;
             let (old, record) = store::set_model(&home, agent, &model)?;
+            super::audit::record_config(&home, &record.id, "model", json!(record.model))?;
             if *json {
                 output::json(&record)?;
             } else {
@@ -326,6 +415,23 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        AgentCommand::SetNetwork {
+            agent,
+            allow,
+            none,
+            json,
+        } => super::network::set(&home, agent, allow, *none, *json)?,
+        AgentCommand::NetworkLog {
+            agent,
+            agent_flag,
+            since,
+            json,
+        } => super::network::log(
+            &home,
+            agent.as_deref().or(agent_flag.as_deref()),
+            since.as_deref(),
+            *json,
+        )?,
         AgentCommand::Delete { agent, yes, json } => delete(&home, agent, *yes, *json)?,
         AgentCommand::Release { agent, json } => {
             let v = crate::supervisor::Session::call_once(
@@ -385,8 +491,12 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
                 check_model: Some(&check),
                 ..Default::default()
             };
+            let network = crate::egress::config::NetworkConfig::load(&home)
+                .context("nothing was imported: config.toml")?;
             let record = archive::import(&home, file, &opts)
                 .with_context(|| format!("cannot import {}", file.display()))?;
+            // The list is this host's, never the archive's: the default.
+            crate::egress::policy::apply_default(&home, &record.id, &network)?;
             if *json {
                 output::json(&record)?;
             } else {
@@ -415,12 +525,14 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
     let (record, paths) = store::find(home, selector)?;
     let memory_dir = paths.memory_dir();
     let context =
-        super::context::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION);
+        crate::reports::context_report(home, &record, &paths, super::prompt::DEFAULT_CONVERSATION)
+            .map_err(anyhow::Error::from);
     if json {
         let mut value = serde_json::to_value(&record)?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("dir".into(), json!(paths.dir()));
             obj.insert("memory_dir".into(), json!(memory_dir));
+            obj.insert("network".into(), super::network::shown(home, &record.id));
             obj.insert(
                 "context".into(),
                 match &context {
@@ -446,6 +558,10 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
         );
         println!("directory:  {}", f(&paths.dir().display().to_string()));
         println!("memory:     {}", f(&memory_dir.display().to_string()));
+        println!(
+            "network:    {}",
+            super::network::show_line(home, &record.id)
+        );
         match &context {
             Ok(r) => {
                 println!("window:     {}", super::context::window_text(r));
@@ -664,6 +780,8 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
     let volume = crate::sandbox::volume::remove(home, &record.id)?;
     store::remove_agent_files(home, &record.id)
         .with_context(|| format!("cannot remove {}", paths.dir().display()))?;
+    // Its allow-list and network log go with it.
+    crate::egress::policy::remove(home, &record.id)?;
     store::reindex(home);
     let uid_freed = match record.sandbox_uid {
         Some(uid) => crate::sandbox::identity::release_uid(home, &record.id, uid)?.then_some(uid),

@@ -14,7 +14,6 @@ use std::io::{BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -23,15 +22,15 @@ use serde_json::json;
 use super::spinner::Spinner;
 use super::terminal::clean;
 use super::{Cli, interrupt, output};
-use crate::agent::conversation;
-use crate::agent::conversation::lines::{Line, LinePos, LogLines};
-use crate::agent::runtime::{emit_json_line, run_turn};
-use crate::agent::store;
+use crate::agent::context::window::env_windows;
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::client::{Client, ClientError};
+use crate::protocol::client::ClientError;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
+use crate::store;
+use crate::store::conversation;
+use crate::store::conversation::lines::{Line, LinePos, LogLines};
 use crate::supervisor::Session;
 use render::{Detail, Printer};
 
@@ -101,18 +100,6 @@ pub struct ChatArgs {
     /// release) instead of being refused.
     #[arg(long, value_name = "SECS")]
     wait_owner: Option<u64>,
-}
-
-/// The windows a CLI passes to a turn from its environment:
-/// `MINI_LETTA_CONTEXT_WINDOW` and `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
-pub(crate) fn env_windows() -> anyhow::Result<(Option<u64>, Option<u64>)> {
-    use crate::agent::context::window::{
-        CONTEXT_WINDOW_ENV, REFLECTION_CONTEXT_WINDOW_ENV, env_window,
-    };
-    Ok((
-        env_window(CONTEXT_WINDOW_ENV)?,
-        env_window(REFLECTION_CONTEXT_WINDOW_ENV)?,
-    ))
 }
 
 /// Largest message read from stdin or a file.
@@ -261,7 +248,7 @@ const MAX_HISTORY_LINE: usize = 4096;
 fn interactive(
     runner: &mut TurnRunner,
     home: &Home,
-    record: &crate::agent::record::AgentRecord,
+    record: &crate::store::record::AgentRecord,
     args: &ChatArgs,
     input: &dyn Fn(&str, bool, bool) -> TurnInput,
 ) -> anyhow::Result<ExitCode> {
@@ -604,56 +591,6 @@ fn turn(
     })
 }
 
-/// `mini-letta-agent turn`: run the turn read from stdin.
-pub fn agent_child(
-    agent_dir: &std::path::Path,
-    conversation: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    // A write past the file-size limit must be an error we report (and
-    // undo), not a signal that kills the turn half-way through a line.
-    // SAFETY: setting a signal to be ignored installs no handler code.
-    unsafe {
-        nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGXFSZ,
-            nix::sys::signal::SigHandler::SigIgn,
-        )
-    }
-    .context("cannot ignore SIGXFSZ")?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-    let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
-    // The supervisor serialises turns per conversation by the one it was
-    // asked for: the turn must be that one.
-    if let Some(c) = conversation
-        && c != input.conversation
-    {
-        bail!(
-            "the turn input names conversation {:?}, but this turn was started for {c:?}",
-            input.conversation
-        );
-    }
-    let agent = AgentPaths::from_dir(agent_dir);
-    let record = store::load(&agent)?;
-    let client = Arc::new(Mutex::new(Client::take_channel_env()?));
-    let channel = client.clone();
-    let conversation = input.conversation.clone();
-    // Events go to the CLI that started us (stdout) and, for `attach`, to
-    // the supervisor (which sees the text deltas itself).
-    let mut emit = |e: &TurnEvent| {
-        emit_json_line(e);
-        if !matches!(e, TurnEvent::TextDelta { .. })
-            && let Ok(mut c) = channel.try_lock()
-        {
-            let _ = c.send_request(Call::TurnEvent {
-                conversation: conversation.clone(),
-                event: json!(e),
-            });
-        }
-    };
-    run_turn(&agent, &record, &input, client.clone(), &mut emit)?;
-    Ok(ExitCode::SUCCESS)
-}
-
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   mini-letta attach
@@ -686,7 +623,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     // Following is reading: a conversation is never created by it.
     super::prompt::require_conversation(&agent, &record, &args.conversation)?;
-    let show = |m: &crate::agent::conversation::StoredMessage| {
+    let show = |m: &crate::store::conversation::StoredMessage| {
         if args.json {
             println!("{}", json!(m));
         } else {
@@ -844,11 +781,11 @@ pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (record, agent) = store::find(&home, args.agent.as_deref())?;
     super::prompt::require_conversation(&agent, &record, &args.conversation)?;
-    let conv = crate::agent::conversation::Conversation::open(&agent, &args.conversation)?;
+    let conv = crate::store::conversation::Conversation::open(&agent, &args.conversation)?;
     let count = conv.context_ids()?.len() as u64;
     let prompt =
-        crate::agent::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
-    let cached = crate::agent::cache::load(&agent, &args.conversation)?;
+        crate::store::prompt_cache::resolve(&agent, &record, &args.conversation, count, true)?;
+    let cached = crate::store::system_prompt_file::load(&agent, &args.conversation)?;
     if args.json {
         output::json(&cached)?;
     } else {

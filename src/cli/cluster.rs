@@ -10,9 +10,9 @@ use serde_json::json;
 
 use super::Cli;
 use super::output;
-use crate::agent::store;
 use crate::cluster::ClusterConfig;
 use crate::cluster::status::{Status, read_blocking};
+use crate::store;
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {

@@ -7,15 +7,14 @@ use anyhow::bail;
 use clap::Args;
 use serde_json::json;
 
-use super::chat::{TurnRunner, env_windows, precheck};
+use super::chat::{TurnRunner, precheck};
 use super::prompt::{DEFAULT_CONVERSATION, require_conversation};
 use super::{Cli, output};
 use crate::agent::context::compact::Mode;
-use crate::agent::context::report::{ContextReport, OperatorWindow, report};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
-use crate::paths::{AgentPaths, Home};
+use crate::agent::context::window::env_windows;
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::reports::{ContextReport, context_report};
+use crate::store;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -77,25 +76,6 @@ pub struct CompactArgs {
     /// Print {"compacted", "compaction", "text", "stop_reason", "error"}.
     #[arg(long)]
     json: bool,
-}
-
-/// The context figures of `conversation`, with the operator's environment
-/// and configuration.
-pub(crate) fn context_report(
-    home: &Home,
-    record: &AgentRecord,
-    paths: &AgentPaths,
-    conversation: &str,
-) -> anyhow::Result<ContextReport> {
-    let (environment, reflection) = env_windows()?;
-    let cfg = crate::model::ProviderConfig::load(home)?;
-    let operator = OperatorWindow {
-        environment,
-        reflection,
-        reflection_config: cfg.reflection_context_window,
-        provider: cfg.context_window_for(&record.model),
-    };
-    Ok(report(paths, record, conversation, operator)?)
 }
 
 /// The window line: `900 tokens (conversation)` or why none is known.

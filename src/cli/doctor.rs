@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{field, text};
-use crate::agent::store;
 use crate::doctor::{self, Context, Diagnosis};
+use crate::store;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\

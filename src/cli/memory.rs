@@ -11,7 +11,6 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::{Cli, output};
-use crate::agent::store;
 use crate::memfs::commit::{CommitOptions, CommitOutcome};
 use crate::memfs::compiler::{CORE_MEMORY_VARIABLE, CompileOptions, compile_dir, compile_repo};
 use crate::memfs::frontmatter::{FrontmatterValue, parse_frontmatter};
@@ -24,6 +23,7 @@ use crate::memfs::validate::{
     constraints_update_approved_from_env, parse_config, validate,
 };
 use crate::memfs::{pathrules, repo};
+use crate::store;
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
@@ -734,7 +734,7 @@ fn read_only_at_head(head: &crate::memfs::snapshot::Head<'_>, path: &str) -> boo
 fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
     let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
     let repo = repo::open_agent(&paths)?;
-    let st = crate::memfs::worktree_status::worktree_status(&repo)
+    let st = crate::memfs::status::worktree_status(&repo)
         .with_context(|| format!("cannot read {}", paths.memory_dir().display()))?;
     if json {
         output::json(&serde_json::json!({

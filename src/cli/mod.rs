@@ -2,22 +2,20 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
-pub(crate) mod channel;
+mod audit;
 mod chat;
 mod cluster;
-pub(crate) mod context;
+mod context;
 mod doctor;
 mod interrupt;
-pub(crate) mod logging;
 mod memory;
-mod output;
+mod network;
 mod palace;
 mod prompt;
 mod recall;
 mod reflect;
 mod sandbox;
 mod spinner;
-pub(crate) mod style;
 mod supervisor;
 mod sync;
 mod terminal;
@@ -27,6 +25,7 @@ use std::process::ExitCode;
 
 use clap::{Args, FromArgMatches, Parser, Subcommand};
 
+pub(crate) use crate::console::{init_logging, one_line, output, style};
 use crate::paths::Home;
 
 /// Stateful AI agents whose memory is a git repository of Markdown files.
@@ -138,6 +137,13 @@ enum Command {
     /// Run commands confined as an agent's child would be.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// Check and read the tamper-evident audit log (every spawn, tool
+    /// call, commit, merge, sync, model call, refusal and policy change).
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
+    /// What each agent used (turns, model calls, tokens, tool calls, CPU,
+    /// peak memory), summed from the audit log.
+    Usage(audit::UsageArgs),
     /// Print a shell completion script for mini-letta on stdout.
     #[command(after_help = "Examples:
   mini-letta completions bash > /etc/bash_completion.d/mini-letta
@@ -172,34 +178,6 @@ impl Cli {
         }
         Ok(home)
     }
-}
-
-pub(crate) fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::filter::LevelFilter;
-    let level = match verbose {
-        0 => LevelFilter::WARN,
-        1 => LevelFilter::INFO,
-        2 => LevelFilter::DEBUG,
-        _ => LevelFilter::TRACE,
-    };
-    let fmt = tracing_subscriber::fmt()
-        // One write(2) per record: the daemon's log is shared.
-        .with_writer(logging::WholeRecords)
-        // No colour escapes in log files (the daemon's supervisor.log) or
-        // when NO_COLOR asks for none.
-        .with_ansi(style::enabled());
-    // A plain level unless RUST_LOG asks for more: building an EnvFilter
-    // compiles its directive regexes, a noticeable part of a one-shot run.
-    let from_env = (verbose == 0)
-        .then(|| std::env::var_os(EnvFilter::DEFAULT_ENV))
-        .flatten()
-        .and_then(|_| EnvFilter::try_from_default_env().ok());
-    logging::set_quiet(verbose == 0 && std::env::var_os(EnvFilter::DEFAULT_ENV).is_none());
-    let _ = match from_env {
-        Some(filter) => fmt.with_env_filter(filter).try_init(),
-        None => fmt.with_max_level(level).try_init(),
-    };
 }
 
 /// Parse the arguments, run the command, and turn errors into exit codes.
@@ -282,23 +260,6 @@ impl Cli {
     }
 }
 
-/// The error and its causes on one line, without repeating a cause that the
-/// message already contains.
-pub(crate) fn one_line(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out.replace('\n', " ")
-}
-
 fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Agent(cmd) => agent::run(cli, cmd),
@@ -319,6 +280,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Palace(cmd) => palace::run(cli, cmd),
         Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
+        Command::Audit(cmd) => audit::run(cli, cmd),
+        Command::Usage(args) => audit::usage(cli, args),
         Command::Completions { shell } => completions(*shell),
         Command::Man { out } => man(out.as_deref()),
     }
@@ -358,14 +321,6 @@ fn man(out: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     }
     write_pages(&cmd, dir)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The agent's turn inside its confined child (`mini-letta-agent turn`).
-pub(crate) fn agent_turn(
-    agent_dir: &std::path::Path,
-    conversation: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    chat::agent_child(agent_dir, conversation)
 }
 
 #[cfg(test)]

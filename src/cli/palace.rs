@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::Cli;
-use crate::agent::store;
 use crate::palace::data::Site;
+use crate::store;
 
 #[derive(Debug, Subcommand)]
 pub enum PalaceCommand {

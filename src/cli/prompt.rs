@@ -6,11 +6,11 @@ use clap::Args;
 use time::OffsetDateTime;
 
 use super::{Cli, output};
-use crate::agent::conversation;
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::memfs::compiler::{CompileOptions, compile_repo};
 use crate::paths::AgentPaths;
+use crate::store;
+use crate::store::conversation;
+use crate::store::record::AgentRecord;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -73,7 +73,7 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
     let cached = if args.fresh {
         None
     } else {
-        crate::agent::cache::load(&paths, conversation)?
+        crate::store::system_prompt_file::load(&paths, conversation)?
     };
     let (system, compiled_at, revision, was_cached) = match cached {
         Some(c) => (c.content, c.compiled_at, c.memfs_revision, true),

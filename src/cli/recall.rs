@@ -7,9 +7,9 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::{Cli, output};
-use crate::agent::store;
 use crate::protocol::messages::Role;
 use crate::recall::{Filters, Index};
+use crate::store;
 
 #[derive(Debug, Subcommand)]
 pub enum RecallCommand {

@@ -118,7 +118,7 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     }) = &args.command
     {
         use crate::reflection::settings;
-        let (_, paths) = crate::agent::store::find(&home, agent.as_deref())?;
+        let (_, paths) = crate::store::find(&home, agent.as_deref())?;
         let mut s = settings::load(&paths)?;
         let changing = trigger.is_some()
             || step_count.is_some()
@@ -171,7 +171,7 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     }
     // The reflection's own window, else the main one (book lab 4: without
     // its own setting a reflection shares the conversation's window).
-    let (main_window, reflection_window) = super::chat::env_windows()?;
+    let (main_window, reflection_window) = crate::agent::context::window::env_windows()?;
     let window = reflection_window.or(main_window);
     let mut session = Session::open(&home)?;
     let wait = args.wait || session.is_embedded();

@@ -108,7 +108,7 @@ pub fn run(cli: &Cli, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
 
 fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
-    let (record, _) = crate::agent::store::find(&home, args.agent.as_deref())?;
+    let (record, _) = crate::store::find(&home, args.agent.as_deref())?;
     let workspace = match &args.workspace {
         Some(w) => Some(
             std::fs::canonicalize(w)

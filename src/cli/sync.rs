@@ -6,10 +6,10 @@ use anyhow::Context;
 use clap::Args;
 
 use super::{Cli, output};
-use crate::agent::record::AgentRecord;
-use crate::agent::store::{self, StoreError};
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::Call;
+use crate::store::record::AgentRecord;
+use crate::store::{self, StoreError};
 use crate::supervisor::Session;
 
 #[derive(Debug, Args)]

@@ -21,10 +21,12 @@
 
 pub mod config;
 pub mod events;
+pub mod handle;
 pub mod node;
 pub mod status;
 
 pub use config::ClusterConfig;
+pub use handle::Handle;
 pub use node::{Node, Owned};
 
 /// Every key this program writes starts here.

@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{Oid, Repository, Sort};
+use git2::{Oid, Repository, Signature, Sort};
 
 use crate::memfs::commit::CommitOptions;
 use crate::memfs::fence::{self, FENCE_REF, FENCE_TRACKING_REF, Fence};
@@ -30,14 +30,14 @@ use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::remote_repo::{self, RemoteRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
-use crate::memfs::transport::{self, Pushed, Update, Wanted};
+use crate::memfs::status::{StatusError, worktree_status};
+pub use crate::memfs::transport::is_url;
+use crate::memfs::transport::{self, Pushed, TransportError, Update, Wanted};
 use crate::memfs::validate::{
     TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
 };
 use crate::memfs::worktree::WorktreeError;
 use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
-use crate::memfs::worktree::merge::signature;
-use crate::memfs::worktree_status::{StatusError, worktree_status};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
 
 /// Environment variable naming the remote root.
@@ -137,22 +137,18 @@ pub enum SyncError {
     },
 }
 
-fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
-    move |source| SyncError::Git { what, source }
+impl From<TransportError> for SyncError {
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Repo(e) => SyncError::Repo(e),
+            TransportError::Git { what, source } => SyncError::Git { what, source },
+            TransportError::Command(e) => SyncError::Command(e),
+        }
+    }
 }
 
-/// Whether `root` is a git URL (`scheme://…` or scp-like `[user@]host:path`)
-/// rather than a local directory.
-pub fn is_url(root: &str) -> bool {
-    if root.contains("://") {
-        return true;
-    }
-    // Git's own rule: a colon before the first slash; one letter before it
-    // would be a drive letter, not a host.
-    match root.split_once(':') {
-        Some((host, _)) => !host.contains('/') && host.len() > 1,
-        None => false,
-    }
+fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
+    move |source| SyncError::Git { what, source }
 }
 
 /// The remote repository of agent `agent_id` under `remote_root`.
@@ -450,7 +446,7 @@ enum Rebased {
 /// `git rebase` does: their changes arrive through the replayed commits.
 fn rebase(
     repo: &Repository,
-    agent: &AgentPaths,
+    committer: &Signature<'_>,
     local: Oid,
     onto: Oid,
 ) -> Result<Rebased, SyncError> {
@@ -459,7 +455,6 @@ fn rebase(
         .map_err(git("walk history"))?;
     walk.push(local).map_err(git("walk history"))?;
     walk.hide(onto).map_err(git("walk history"))?;
-    let committer = signature(agent)?;
     let mut base = repo
         .find_commit(onto)
         .map_err(git("read the remote main"))?;
@@ -488,14 +483,7 @@ fn rebase(
         let tree = repo.find_tree(tree_id).map_err(git("read a tree"))?;
         let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
         let new = repo
-            .commit(
-                None,
-                &commit.author(),
-                &committer,
-                &message,
-                &tree,
-                &[&base],
-            )
+            .commit(None, &commit.author(), committer, &message, &tree, &[&base])
             .map_err(git("write a replayed commit"))?;
         base = repo
             .find_commit(new)
@@ -714,13 +702,16 @@ fn refused(repo: &Repository, why: RemoteRefused) -> SyncOutcome {
     out
 }
 
-/// Sync agent `agent_id`'s memory with `remote_root` (see the module docs).
+/// Sync agent `agent_id`'s memory with `remote_root` (see the module docs);
+/// commits replayed by a rebase are made as `committer` (the caller's:
+/// memfs knows no agent).
 pub fn sync(
     agent: &AgentPaths,
     agent_id: &str,
     remote_root: Option<&str>,
+    committer: &Signature<'_>,
 ) -> Result<SyncOutcome, SyncError> {
-    sync_with(agent, agent_id, remote_root, None)
+    sync_with(agent, agent_id, remote_root, committer, None)
 }
 
 /// [`sync`] for an agent this host owns in a cluster (issue 35): the
@@ -730,15 +721,17 @@ pub fn sync_fenced(
     agent: &AgentPaths,
     agent_id: &str,
     remote_root: Option<&str>,
+    committer: &Signature<'_>,
     fence: &dyn Fence,
 ) -> Result<SyncOutcome, SyncError> {
-    sync_with(agent, agent_id, remote_root, Some(fence))
+    sync_with(agent, agent_id, remote_root, committer, Some(fence))
 }
 
 fn sync_with(
     agent: &AgentPaths,
     agent_id: &str,
     remote_root: Option<&str>,
+    committer: &Signature<'_>,
     fence: Option<&dyn Fence>,
 ) -> Result<SyncOutcome, SyncError> {
     let Some(root) = remote_root.filter(|r| !r.is_empty()) else {
@@ -770,6 +763,7 @@ fn sync_with(
     let mut run = Run {
         repo: &repo,
         agent,
+        committer,
         git_dir: &git_dir,
         url: &url,
         backup_ref: None,
@@ -869,6 +863,7 @@ pub fn ownership_lost(agent: &AgentPaths, why: &str) -> Result<SyncOutcome, Sync
 struct Run<'a> {
     repo: &'a Repository,
     agent: &'a AgentPaths,
+    committer: &'a Signature<'a>,
     git_dir: &'a Path,
     url: &'a str,
     backup_ref: Option<String>,
@@ -1173,7 +1168,7 @@ impl Run<'_> {
     fn rebase_onto(&mut self, local: Oid, r: Oid) -> Result<Plan, SyncError> {
         // Before anything is rewritten, keep the local history.
         self.backup_ref = Some(write_backup(self.repo, local)?);
-        let tip = match rebase(self.repo, self.agent, local, r)? {
+        let tip = match rebase(self.repo, self.committer, local, r)? {
             Rebased::Tip(t) => t,
             Rebased::Conflict(paths) => {
                 return Ok(Plan::End(self.finish(
@@ -1215,6 +1210,11 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    /// The committer a caller passes: the agent's.
+    fn sig(agent: &AgentPaths) -> Signature<'static> {
+        crate::store::commit_signature(agent).unwrap()
+    }
     use crate::memfs::commit::commit_paths;
     use crate::paths::Home;
     use git2::Signature;
@@ -1233,7 +1233,7 @@ mod tests {
     fn agent() -> Agent {
         let tmp = tempfile::tempdir().unwrap();
         let home = Home::at(tmp.path());
-        let record = crate::agent::store::create(&home, "syncer", None).unwrap();
+        let record = crate::store::create(&home, "syncer", None).unwrap();
         let paths = home.agent(&record.id).unwrap();
         Agent {
             _tmp: tmp,
@@ -1313,7 +1313,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let root_s = root.path().to_str().unwrap().to_string();
         let a = agent();
-        let out = sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
         let url = remote_url(&root_s, &a.id);
         let b = second_home(&url);
@@ -1339,7 +1339,7 @@ mod tests {
     #[test]
     fn no_root_is_skipped() {
         let a = agent();
-        let out = sync(&a.paths, &a.id, None).unwrap();
+        let out = sync(&a.paths, &a.id, None, &sig(&a.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Skipped);
         assert!(out.message.contains(REMOTE_ROOT_ENV));
         let json = serde_json::to_value(&out).unwrap();
@@ -1352,7 +1352,7 @@ mod tests {
         let root_s = root.path().join("remotes");
         let root_s = root_s.to_str().unwrap();
         let a = agent();
-        let out = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        let out = sync(&a.paths, &a.id, Some(root_s), &sig(&a.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
         assert!(out.pushed_commits >= 1);
         let url = remote_url(root_s, &a.id);
@@ -1360,12 +1360,12 @@ mod tests {
         assert_eq!(out.remote, Some(tip(&a).to_string()));
         assert_eq!(remote_agents(root_s), vec![a.id.clone()]);
 
-        let again = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        let again = sync(&a.paths, &a.id, Some(root_s), &sig(&a.paths)).unwrap();
         assert_eq!(again.status, SyncStatus::Clean, "{again:?}");
         assert_eq!(serde_json::to_value(&again).unwrap()["status"], "clean");
 
         commit_file(&a, "notes/MEMORY.md", "# notes\n");
-        let pushed = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        let pushed = sync(&a.paths, &a.id, Some(root_s), &sig(&a.paths)).unwrap();
         assert_eq!(pushed.status, SyncStatus::Pushed, "{pushed:?}");
         assert_eq!(pushed.pushed_commits, 1);
         assert_eq!(remote_tip(&url), tip(&a));
@@ -1376,10 +1376,12 @@ mod tests {
         let (_root, root_s, a, b, url) = pair();
         commit_file(&a, "fact.md", &md("fact", "the sky is blue"));
         assert_eq!(
-            sync(&a.paths, &a.id, Some(&root_s)).unwrap().status,
+            sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths))
+                .unwrap()
+                .status,
             SyncStatus::Pushed
         );
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(out.message.contains("fast-forwarded 1"), "{}", out.message);
         assert_eq!(tip(&b), remote_tip(&url));
@@ -1392,11 +1394,11 @@ mod tests {
     fn diverged_histories_are_rebased_and_pushed() {
         let (_root, root_s, a, b, url) = pair();
         commit_file(&a, "a.md", &md("a", "fact from A"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let old_remote = remote_tip(&url);
         let old_local = commit_file(&b, "b.md", &md("b", "fact from B"));
 
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
         assert_eq!(out.pushed_commits, 1);
         assert!(out.message.contains("rebased"));
@@ -1417,7 +1419,7 @@ mod tests {
         assert!(is_clean(&b));
 
         // A then picks up B's fact by fast-forward.
-        let back = sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        let back = sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         assert_eq!(back.status, SyncStatus::Clean, "{back:?}");
         assert!(a.paths.memory_dir().join("b.md").is_file());
         assert!(is_clean(&a));
@@ -1427,10 +1429,10 @@ mod tests {
     fn conflicting_edits_are_a_conflict() {
         let (_root, root_s, a, b, _url) = pair();
         commit_file(&a, "same.md", &md("same", "A's version"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let before = commit_file(&b, "same.md", &md("same", "B's version"));
 
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Conflict, "{out:?}");
         assert!(out.message.contains("same.md"), "{}", out.message);
         assert_eq!(tip(&b), before);
@@ -1446,9 +1448,9 @@ mod tests {
     fn conflicted() -> (tempfile::TempDir, String, Agent, Agent, Oid) {
         let (root, root_s, a, b, _url) = pair();
         commit_file(&a, "same.md", &md("same", "A's version"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let local = commit_file(&b, "same.md", &md("same", "B's version"));
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Conflict, "{out:?}");
         (root, root_s, a, b, local)
     }
@@ -1507,13 +1509,13 @@ mod tests {
         for n in ["a1", "a2", "a3"] {
             commit_file(&a, &format!("{n}.md"), &md(n, &big));
         }
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let remote_before = remote_tip(&url);
         let mut before = tip(&b);
         for n in ["b1", "b2", "b3"] {
             before = commit_file(&b, &format!("{n}.md"), &md(n, &big));
         }
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Invalid, "{out:?}");
         assert!(out.message.contains("fails validation"), "{}", out.message);
         assert!(
@@ -1531,7 +1533,7 @@ mod tests {
     fn a_remote_that_moved_is_a_rejection_not_a_failure() {
         let (_root, root_s, a, b, url) = pair();
         commit_file(&a, "a.md", &md("a", "fact from A"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let before = remote_tip(&url);
         commit_file(&b, "b.md", &md("b", "fact from B"));
         // B's push without fetching is what a sync racing A would attempt:
@@ -1546,7 +1548,7 @@ mod tests {
         let pushed = transport::push(&repo, &b.paths.memory_git_dir(), &url, &[update]).unwrap();
         assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
         assert_eq!(remote_tip(&url), before);
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
     }
 
@@ -1556,7 +1558,7 @@ mod tests {
         let root_s = root.path().to_str().unwrap();
         let a = agent();
         std::fs::write(a.paths.memory_dir().join("loose.md"), "x").unwrap();
-        let out = sync(&a.paths, &a.id, Some(root_s)).unwrap();
+        let out = sync(&a.paths, &a.id, Some(root_s), &sig(&a.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
         assert!(out.message.contains("loose.md"));
         assert!(!Path::new(&remote_url(root_s, &a.id)).exists());
@@ -1567,7 +1569,7 @@ mod tests {
     fn killed_after_moving_main() -> (tempfile::TempDir, String, Agent, Agent) {
         let (root, root_s, a, b, url) = pair();
         commit_file(&a, "a.md", &md("a", "fact from A"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         let repo = open_agent(&b.paths).unwrap();
         let old = tip(&b);
         let new = fetch(&repo, &b.paths.memory_git_dir(), &url, false)
@@ -1584,7 +1586,7 @@ mod tests {
     #[test]
     fn a_checkout_left_behind_by_a_killed_sync_is_brought_up_to_date() {
         let (_root, root_s, a, b) = killed_after_moving_main();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(is_clean(&b));
         assert!(b.paths.memory_dir().join("a.md").is_file());
@@ -1596,7 +1598,7 @@ mod tests {
         let (_root, root_s, a, b) = killed_after_moving_main();
         let edited = b.paths.memory_dir().join("a.md");
         std::fs::write(&edited, md("a", "B's own words")).unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
         let text = std::fs::read_to_string(&edited).unwrap();
         assert!(text.contains("B's own words"));
@@ -1614,12 +1616,12 @@ mod tests {
         // Not of our shape: a person's file stays, and the sync says dirty.
         let theirs = b.paths.memory_dir().join(".human.md.tmp-notes");
         std::fs::write(&theirs, "mine").unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Dirty, "{out:?}");
         assert!(!dead.exists());
         assert!(theirs.exists());
         std::fs::remove_file(&theirs).unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
     }
 
@@ -1629,7 +1631,7 @@ mod tests {
         let dir = b.paths.memory_git_dir().join(BACKUP_REF_PREFIX);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("20000101000000.lock"), "").unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!dir.join("20000101000000.lock").exists());
     }
@@ -1638,7 +1640,7 @@ mod tests {
     fn a_dead_fetchs_lock_is_removed_but_a_live_gits_is_not() {
         let (_root, root_s, a, b, _url) = pair();
         commit_file(&a, "a.md", &md("a", "fact from A"));
-        sync(&a.paths, &a.id, Some(&root_s)).unwrap();
+        sync(&a.paths, &a.id, Some(&root_s), &sig(&a.paths)).unwrap();
         // A fetch whose volume turned read-only could not remove its lock.
         let git_dir = b.paths.memory_git_dir();
         let lock = git_dir.join("refs/remotes/origin/main.lock");
@@ -1656,12 +1658,12 @@ mod tests {
             crate::memfs::gitcli::running_on(&git_dir)
         });
         assert!(seen, "the live git is not seen");
-        let out = sync(&b.paths, &a.id, Some(&root_s));
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths));
         assert!(lock.exists(), "a live git's lock was removed: {out:?}");
         drop(live.stdin.take());
         live.wait().unwrap();
         assert!(!crate::memfs::gitcli::running_on(&git_dir));
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!lock.exists());
         assert!(b.paths.memory_dir().join("a.md").is_file());
@@ -1672,7 +1674,7 @@ mod tests {
         let (_root, root_s, a, b) = killed_after_moving_main();
         let lock = b.paths.memory_git_dir().join("refs/heads/main.lock");
         std::fs::write(&lock, "0000000000000000000000000000000000000000\n").unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!lock.exists());
         assert!(is_clean(&b));
@@ -1683,7 +1685,7 @@ mod tests {
         let (_root, root_s, a, b) = killed_after_moving_main();
         let tmp = b.paths.memory_dir().join(".a.md.tmp-123-0123456789abcdef");
         std::fs::write(&tmp, "half").unwrap();
-        let out = sync(&b.paths, &a.id, Some(&root_s)).unwrap();
+        let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Clean, "{out:?}");
         assert!(!tmp.exists());
         assert!(is_clean(&b));

@@ -22,9 +22,8 @@ use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository};
 
-use crate::memfs::gitcli;
-use crate::memfs::repo::open_bare;
-use crate::memfs::sync::{SyncError, is_url};
+use crate::memfs::gitcli::{self, GitCliError};
+use crate::memfs::repo::{RepoError, open_bare};
 
 /// Objects copied one by one at most; more go as one pack (git's own
 /// `transfer.unpackLimit` default).
@@ -55,8 +54,36 @@ pub enum Pushed {
     Failed(String),
 }
 
-fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
-    move |source| SyncError::Git { what, source }
+/// Why a fetch or push could not be made (a refusal is [`Pushed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error("cannot {what}: {source}")]
+    Git {
+        what: &'static str,
+        source: git2::Error,
+    },
+    #[error(transparent)]
+    Command(#[from] GitCliError),
+}
+
+fn git(what: &'static str) -> impl FnOnce(git2::Error) -> TransportError {
+    move |source| TransportError::Git { what, source }
+}
+
+/// Whether `root` is a git URL (`scheme://…` or scp-like `[user@]host:path`)
+/// rather than a local directory.
+pub fn is_url(root: &str) -> bool {
+    if root.contains("://") {
+        return true;
+    }
+    // Git's own rule: a colon before the first slash; one letter before it
+    // would be a drive letter, not a host.
+    match root.split_once(':') {
+        Some((host, _)) => !host.contains('/') && host.len() > 1,
+        None => false,
+    }
 }
 
 /// Fetch `wanted` from `url` into their tracking refs. Each tip in the
@@ -67,7 +94,7 @@ pub fn fetch(
     git_dir: &Path,
     url: &str,
     wanted: &[Wanted<'_>],
-) -> Result<Vec<Option<Oid>>, SyncError> {
+) -> Result<Vec<Option<Oid>>, TransportError> {
     if is_url(url) {
         fetch_cli(repo, git_dir, url, wanted)
     } else {
@@ -83,7 +110,7 @@ pub fn push(
     git_dir: &Path,
     url: &str,
     updates: &[Update<'_>],
-) -> Result<Pushed, SyncError> {
+) -> Result<Pushed, TransportError> {
     let updates: Vec<Update<'_>> = updates
         .iter()
         .copied()
@@ -100,7 +127,7 @@ pub fn push(
 }
 
 /// The value of `name` in `repo` (symbolic refs resolved), `None` when absent.
-fn read_ref(repo: &Repository, name: &str) -> Result<Option<Oid>, SyncError> {
+fn read_ref(repo: &Repository, name: &str) -> Result<Option<Oid>, TransportError> {
     match repo.find_reference(name) {
         Ok(r) => {
             let r = r.resolve().map_err(git("resolve a remote ref"))?;
@@ -115,7 +142,7 @@ fn fetch_dir(
     repo: &Repository,
     remote_dir: &Path,
     wanted: &[Wanted<'_>],
-) -> Result<Vec<Option<Oid>>, SyncError> {
+) -> Result<Vec<Option<Oid>>, TransportError> {
     let remote = open_bare(remote_dir)?;
     let tips: Vec<Option<Oid>> = wanted
         .iter()
@@ -152,7 +179,7 @@ fn push_dir(
     repo: &Repository,
     remote_dir: &Path,
     updates: &[Update<'_>],
-) -> Result<Pushed, SyncError> {
+) -> Result<Pushed, TransportError> {
     let remote = open_bare(remote_dir)?;
     let remote_odb = remote.odb().map_err(git("open the remote's objects"))?;
     let tips: Vec<Oid> = updates.iter().map(|u| u.new).collect();
@@ -213,7 +240,7 @@ fn copy_objects(
     to: &Repository,
     tips: &[Oid],
     haves: &[Oid],
-) -> Result<(), SyncError> {
+) -> Result<(), TransportError> {
     let src = from.odb().map_err(git("open the object database"))?;
     let dst = to.odb().map_err(git("open the object database"))?;
     match missing_objects(from, &dst, tips, haves)? {
@@ -244,7 +271,7 @@ fn missing_objects(
     dst: &Odb<'_>,
     tips: &[Oid],
     haves: &[Oid],
-) -> Result<Option<Vec<(Oid, ObjectType)>>, SyncError> {
+) -> Result<Option<Vec<(Oid, ObjectType)>>, TransportError> {
     let mut walk = from.revwalk().map_err(git("walk history"))?;
     for t in tips {
         walk.push(*t).map_err(git("walk history"))?;
@@ -297,7 +324,7 @@ fn copy_as_pack(
     dst: &Odb<'_>,
     tips: &[Oid],
     haves: &[Oid],
-) -> Result<(), SyncError> {
+) -> Result<(), TransportError> {
     let mut walk = from.revwalk().map_err(git("walk history"))?;
     for t in tips {
         walk.push(*t).map_err(git("walk history"))?;
@@ -329,7 +356,7 @@ fn fetch_cli(
     git_dir: &Path,
     url: &str,
     wanted: &[Wanted<'_>],
-) -> Result<Vec<Option<Oid>>, SyncError> {
+) -> Result<Vec<Option<Oid>>, TransportError> {
     // `+` only on our own tracking refs: they mirror whatever the remote
     // has. A missing `main` is told apart by git's own message.
     let specs: Vec<String> = wanted
@@ -360,7 +387,7 @@ fn fetch_cli(
         .collect()
 }
 
-fn push_cli(git_dir: &Path, url: &str, updates: &[Update<'_>]) -> Result<Pushed, SyncError> {
+fn push_cli(git_dir: &Path, url: &str, updates: &[Update<'_>]) -> Result<Pushed, TransportError> {
     let specs: Vec<String> = updates
         .iter()
         .map(|u| format!("{}:{}", u.new, u.name))

@@ -6,7 +6,6 @@ use std::io::Read;
 
 use serde_json::Value;
 
-use super::http::ended_early;
 use super::sse::feed_events;
 use super::{ModelError, ModelEvent, ModelResponse, Part, StopKind, Usage};
 
@@ -113,4 +112,15 @@ pub(crate) fn parse_arguments(raw: &str) -> Value {
         return Value::Object(Default::default());
     }
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// A stream that ended before the answer said how it stopped: cut short,
+/// worth another try.
+pub(crate) fn ended_early() -> ModelError {
+    ModelError::Transient {
+        status: None,
+        message: "the provider stream ended without a stop reason".into(),
+        retry_after_ms: None,
+        hint: None,
+    }
 }

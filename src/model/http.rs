@@ -281,16 +281,6 @@ timeout_secs in [providers.{}] of config.toml",
     }
 }
 
-/// A read error in the middle of a stream: the connection broke.
-pub(crate) fn stream_read_error(e: &std::io::Error) -> ModelError {
-    ModelError::Transient {
-        status: None,
-        message: format!("reading the response stream failed: {e}"),
-        retry_after_ms: None,
-        hint: None,
-    }
-}
-
 /// An error the server reported inside the stream (`err`, its error
 /// object): a prompt that did not fit is an overflow whatever its kind;
 /// otherwise `retry` (the wire format's verdict on the kind) decides, and
@@ -317,17 +307,6 @@ pub(crate) fn reported_error(err: &Value, kind: Option<&str>, retry: bool) -> Mo
     ModelError::Transient {
         status: None,
         message,
-        retry_after_ms: None,
-        hint: None,
-    }
-}
-
-/// A stream that ended before the answer said how it stopped: cut short,
-/// worth another try.
-pub(crate) fn ended_early() -> ModelError {
-    ModelError::Transient {
-        status: None,
-        message: "the provider stream ended without a stop reason".into(),
         retry_after_ms: None,
         hint: None,
     }

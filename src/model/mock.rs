@@ -87,6 +87,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use regex::Regex;
 use serde_json::{Value, json};
 
+use crate::protocol::messages::strip_reminders;
+
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Purpose, Role,
     StopKind, Usage,
@@ -195,17 +197,6 @@ static RULES: LazyLock<Vec<(Rule, Regex)>> = LazyLock::new(|| {
         .filter_map(|(r, p)| Regex::new(p).ok().map(|re| (*r, re)))
         .collect()
 });
-
-static REMINDER: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"(?s)<system-reminder>.*?</system-reminder>").ok());
-
-/// Removes `<system-reminder>…</system-reminder>` blocks.
-pub fn strip_reminders(text: &str) -> String {
-    match REMINDER.as_ref() {
-        Some(re) => re.replace_all(text, "").into_owned(),
-        None => text.to_string(),
-    }
-}
 
 /// The user's own words: the last text part, not only reminders, of the
 /// last user message that has one, trimmed.
@@ -1021,7 +1012,6 @@ mod tests {
     #[test]
     fn every_rule_pattern_compiles() {
         assert_eq!(RULES.len(), RULE_PATTERNS.len());
-        assert!(REMINDER.is_some());
     }
 
     #[test]

@@ -24,10 +24,7 @@ pub(crate) fn feed_events(
     mut feed: impl FnMut(&str) -> Result<bool, super::ModelError>,
 ) -> Result<(), super::ModelError> {
     let mut sse = SseReader::new(body);
-    while let Some(ev) = sse
-        .next_event()
-        .map_err(|e| super::http::stream_read_error(&e))?
-    {
+    while let Some(ev) = sse.next_event().map_err(|e| stream_read_error(&e))? {
         if feed(&ev.data)? {
             break;
         }
@@ -94,6 +91,16 @@ impl<R: Read> SseReader<R> {
                 _ => {}
             }
         }
+    }
+}
+
+/// A read error in the middle of a stream: the connection broke.
+fn stream_read_error(e: &std::io::Error) -> super::ModelError {
+    super::ModelError::Transient {
+        status: None,
+        message: format!("reading the response stream failed: {e}"),
+        retry_after_ms: None,
+        hint: None,
     }
 }
 

@@ -5,9 +5,9 @@
 use git2::{DiffFormat, DiffOptions, Oid, Repository, Sort};
 
 use super::{MAX_DIFF_BYTES, MAX_FILE_BYTES, MAX_HISTORY, PalaceError, check_agent_id};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::paths::{AgentPaths, Home};
+use crate::store;
+use crate::store::record::AgentRecord;
 
 /// The home Palace looks into, and what it was started with.
 #[derive(Debug, Clone)]
@@ -138,6 +138,8 @@ pub struct MemoryView {
     pub head: Option<String>,
     pub files: Vec<MemoryFile>,
     pub conversations: Vec<ConvSummary>,
+    /// What the agent used, from the audit log (`None`: unreadable here).
+    pub usage: Option<crate::audit::read::Usage>,
 }
 
 #[derive(Debug, Clone)]
@@ -196,12 +198,12 @@ pub struct ConversationView {
     pub agent: AgentRecord,
     pub id: String,
     pub messages: Vec<MessageView>,
-    pub system_prompt: Option<crate::agent::cache::CachedPrompt>,
+    pub system_prompt: Option<crate::store::system_prompt_file::CachedPrompt>,
     pub tokens: Option<u64>,
     pub threshold: Option<u64>,
     pub window: Option<u64>,
     pub compactions: usize,
-    pub last_compaction: Option<crate::agent::context::compact::CompactionEvent>,
+    pub last_compaction: Option<crate::reports::CompactionEvent>,
     pub steps_since_reflection: u64,
     pub reflected_through: Option<String>,
     pub last_reflection: Option<String>,
@@ -383,7 +385,15 @@ impl Site {
                 });
             }
         }
+        let filter = crate::audit::read::Filter {
+            agent: Some(agent.id.clone()),
+            ..Default::default()
+        };
+        let usage = crate::audit::read::usage(&self.home, &filter)
+            .ok()
+            .map(|mut u| u.remove(&agent.id).unwrap_or_default());
         Ok(MemoryView {
+            usage,
             conversations: conversations(&paths),
             agent,
             head: head.map(|h| h.to_string()),
@@ -506,7 +516,7 @@ impl Site {
         let (agent, paths) = self.agent(id)?;
         let bad = |e: &dyn std::fmt::Display| PalaceError::BadRequest(e.to_string());
         paths.conversation(conv).map_err(|e| bad(&e))?;
-        let c = crate::agent::conversation::Conversation::open_existing(&paths, conv)
+        let c = crate::store::conversation::Conversation::open_existing(&paths, conv)
             .map_err(internal)?
             .ok_or_else(|| PalaceError::NotFound(format!("no conversation {conv}")))?;
         let in_context: std::collections::HashSet<String> =
@@ -528,11 +538,13 @@ impl Site {
             c.messages(),
             state.reflected_through_message_id.as_deref(),
         );
-        let context = crate::cli::context::context_report(&self.home, &agent, &paths, conv).ok();
+        let context = crate::reports::context_report(&self.home, &agent, &paths, conv).ok();
         Ok(ConversationView {
             id: conv.to_string(),
             messages,
-            system_prompt: crate::agent::cache::load(&paths, conv).ok().flatten(),
+            system_prompt: crate::store::system_prompt_file::load(&paths, conv)
+                .ok()
+                .flatten(),
             tokens: context.as_ref().map(|r| r.tokens),
             threshold: context.as_ref().and_then(|r| r.window.threshold),
             window: context.as_ref().and_then(|r| r.window.context_window),
@@ -543,11 +555,11 @@ impl Site {
             last_reflection: state.last_succeeded_at.clone(),
             lock: crate::reflection::lock::inspect(&paths).ok().flatten(),
             backoff: crate::reflection::backoff::load(&paths).ok().flatten(),
-            last_reflection_outcome: crate::reflection::launch::load_last_result(&paths)
+            last_reflection_outcome: crate::reflection::launch_result::load_last_result(&paths)
                 .ok()
                 .flatten()
                 .map(|v| SubagentOutcome::from_record(&v)),
-            last_worker_outcome: crate::reflection::launch::load_last_worker_result(&paths)
+            last_worker_outcome: crate::reflection::launch_result::load_last_worker_result(&paths)
                 .ok()
                 .flatten()
                 .map(|v| SubagentOutcome::from_record(&v)),
@@ -642,11 +654,11 @@ fn summary(repo: &Repository, oid: Oid) -> Result<CommitSummary, PalaceError> {
 }
 
 fn conversations(paths: &AgentPaths) -> Vec<ConvSummary> {
-    let ids = crate::agent::conversation::list_ids(paths).unwrap_or_default();
+    let ids = crate::store::conversation::list_ids(paths).unwrap_or_default();
     ids.into_iter()
         .filter_map(|id| {
             // Counted while streamed: no conversation is held whole.
-            let c = crate::agent::conversation::summary(paths, &id)
+            let c = crate::store::conversation::summary(paths, &id)
                 .ok()
                 .flatten()?;
             for w in c.report.warnings() {
@@ -666,7 +678,7 @@ fn last_activity(paths: &AgentPaths) -> Option<String> {
         let h = head(&repo)?;
         repo.find_commit(h).ok().map(|c| c.time().seconds())
     });
-    let log_time = crate::agent::conversation::list_ids(paths)
+    let log_time = crate::store::conversation::list_ids(paths)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|id| {

@@ -13,7 +13,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::data::{
     AgentSummary, CommitView, ConversationView, FileView, HistoryView, MemoryView, Site,
 };
-use crate::agent::record::AgentRecord;
+use crate::store::record::AgentRecord;
 
 /// The stylesheet (small, no framework, no JavaScript anywhere).
 pub const STYLE: &str = "\
@@ -143,6 +143,16 @@ pub fn memory(page: &Page, v: &MemoryView) -> String {
                 }
             }
         }
+        h2 { "Usage" }
+        @if let Some(u) = &v.usage {
+            table {
+                tr { th { "Turns" } th { "Model calls" } th { "Input tokens" } th { "Output tokens" } th { "Tool calls" } th { "CPU ms" } th { "Peak memory" } }
+                tr {
+                    td { (u.turns) } td { (u.model_calls) } td { (u.input_tokens) } td { (u.output_tokens) }
+                    td { (u.tool_calls) } td { (u.cpu_ms) } td { (u.peak_memory_bytes) " bytes" }
+                }
+            }
+        } @else { p { "The audit log is not readable here." } }
         h2 { "Conversations" }
         @if v.conversations.is_empty() { p { "None yet." } } @else {
             table {

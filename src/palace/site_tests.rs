@@ -32,7 +32,7 @@ fn fingerprint(root: &Path) -> BTreeMap<String, (u64, std::time::SystemTime)> {
 fn agent_with_symlink() -> (tempfile::TempDir, Home, String) {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
-    let record = crate::agent::store::create(&home, "owl", None).unwrap();
+    let record = crate::store::create(&home, "owl", None).unwrap();
     let paths = home.agent(&record.id).unwrap();
     let repo = crate::memfs::repo::open_agent(&paths).unwrap();
     let head = repo.head().unwrap().peel_to_commit().unwrap();
@@ -76,9 +76,9 @@ fn parameters_never_reach_outside_the_memory() {
 fn rendering_every_page_writes_nothing() {
     let (dir, home, id) = agent_with_symlink();
     let paths = home.agent(&id).unwrap();
-    let mut conv = crate::agent::conversation::Conversation::open(&paths, "default").unwrap();
+    let mut conv = crate::store::conversation::Conversation::open(&paths, "default").unwrap();
     let mid = conv.next_id();
-    conv.append(crate::agent::conversation::StoredMessage::new(
+    conv.append(crate::store::conversation::StoredMessage::new(
         mid,
         crate::protocol::messages::Role::User,
         vec![crate::protocol::messages::Part::text("<b>hello</b>")],

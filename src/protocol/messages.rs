@@ -1,8 +1,12 @@
 //! The data the model proxy carries: messages, tool specifications, model
 //! requests and responses, as they travel in `model.complete` and as the
-//! agent stores them. The providers (`crate::model`) speak these types too;
+//! agent stores them. The providers (the `model` module, above this one)
+//! speak these types too and own none of them;
 //! the agent child knows only these.
 
+use std::sync::LazyLock;
+
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -175,7 +179,8 @@ impl Message {
 /// Why a model request failed, as the wire carries it: the `data` of a
 /// `model.complete` error response (`{"kind":"transient",…}`), which is
 /// what the caller — the agent child — acts on. A provider's own error
-/// (`crate::model::ModelError`) is sent in exactly this shape.
+/// (`model::ModelError`, this type re-exported) is sent in exactly this
+/// shape: the wire owns it, the providers use it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelFailure {
@@ -214,5 +219,31 @@ impl ModelFailure {
     /// Whether the request is worth retrying.
     pub fn is_transient(&self) -> bool {
         matches!(self, ModelFailure::Transient { .. })
+    }
+}
+
+static REMINDER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?s)<system-reminder>.*?</system-reminder>").ok());
+
+/// Removes `<system-reminder>…</system-reminder>` blocks (how reminders
+/// ride in a user message's text) from `text`.
+pub fn strip_reminders(text: &str) -> String {
+    match REMINDER.as_ref() {
+        Some(re) => re.replace_all(text, "").into_owned(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reminders_are_stripped() {
+        assert!(REMINDER.is_some());
+        assert_eq!(
+            strip_reminders("a<system-reminder>x\ny</system-reminder>b"),
+            "ab"
+        );
     }
 }

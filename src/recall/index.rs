@@ -61,24 +61,24 @@ use std::os::unix::fs::FileExt;
 
 use super::RecallError;
 use super::tokenize::{normalize, tokens_normalized};
-use crate::agent::conversation::StoredMessage;
 use crate::agentfs::Dir;
 use crate::paths::{
     AgentPaths, CONVERSATIONS_DIR_NAME, MESSAGES_FILE_NAME, RECALL_DIR_NAME, RECALL_DOCS_FILE_NAME,
     RECALL_LOCK_FILE_NAME, RECALL_TERMS_FILE_NAME, is_valid_agent_id,
 };
 use crate::protocol::messages::{Part, Role};
+use crate::store::conversation::StoredMessage;
 
 /// Largest index log read (the child can grow it).
 pub const MAX_INDEX_BYTES: u64 = 1 << 30;
 /// Largest conversation log indexed.
-pub const MAX_LOG_BYTES: u64 = crate::agent::conversation::MAX_LOG_BYTES;
+pub const MAX_LOG_BYTES: u64 = crate::store::conversation::MAX_LOG_BYTES;
 /// Most conversations an agent's index follows.
 const MAX_CONVERSATIONS: usize = 100_000;
 /// Bytes of a conversation log read at once while catching up; a line
 /// that does not fit in one (with its newline) is skipped: the lines the
 /// conversation readers skip too.
-const CHUNK: u64 = crate::agent::conversation::lines::MAX_LINE_BYTES as u64 + 1;
+const CHUNK: u64 = crate::store::conversation::lines::MAX_LINE_BYTES as u64 + 1;
 /// How long opening waits for another holder of the index.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const PERM: u32 = 0o644;
@@ -380,7 +380,7 @@ impl Index {
         index.ro_dir = Some(ro);
         index.load()?;
         let mut lag = Lag::default();
-        for id in crate::agent::conversation::list_ids(agent)? {
+        for id in crate::store::conversation::list_ids(agent)? {
             let covered = index
                 .conv_ids
                 .get(&id)
@@ -1541,8 +1541,8 @@ mod tests {
         assert!(decode_batch(&[0xff; 40], 10).is_none());
     }
 
-    use crate::agent::conversation::Conversation;
     use crate::recall::{Filters, Query};
+    use crate::store::conversation::Conversation;
 
     fn agent_with(texts: &[&str]) -> (tempfile::TempDir, AgentPaths) {
         let dir = tempfile::tempdir().unwrap();

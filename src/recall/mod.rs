@@ -24,7 +24,7 @@ pub enum RecallError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Conversation(#[from] crate::agent::conversation::ConversationError),
+    Conversation(#[from] crate::store::conversation::ConversationError),
     /// A log is shorter than the index says it covered.
     #[error("the recall index is stale")]
     Stale,

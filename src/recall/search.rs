@@ -14,9 +14,9 @@ use super::bm25::{idf, term_score};
 use super::index::{DocMeta, Index, Postings, may_be_consecutive, searchable_text};
 use super::query::{Query, phrase_count};
 use super::tokenize::{normalize, tokens_normalized};
-use crate::agent::conversation::MAX_JSON_BYTES;
 use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
 use crate::protocol::messages::Role;
+use crate::store::conversation::MAX_JSON_BYTES;
 
 /// Characters of a snippet before and after its match.
 const SNIPPET_BEFORE: usize = 60;
@@ -491,8 +491,8 @@ mod tests {
 
     #[test]
     fn sparse_and_dense_rankings_agree() {
-        use crate::agent::conversation::{Conversation, StoredMessage};
         use crate::protocol::messages::Part;
+        use crate::store::conversation::{Conversation, StoredMessage};
         let dir = tempfile::tempdir().unwrap();
         let agent = crate::paths::Home::at(dir.path()).agent("a").unwrap();
         for conv in ["one", "two"] {

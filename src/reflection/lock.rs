@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::{MAX_SMALL_JSON_BYTES, ReflectionError};
 use crate::agentfs::Dir;
 use crate::paths::{AgentPaths, REFLECTION_LOCK_FILE_NAME, reflection_lock_temp_name};
+use crate::sandbox::identity::process_start_time;
 
 /// Longest wait for another launcher's short critical section.
 const GUARD_WAIT: Duration = Duration::from_secs(5);
@@ -68,26 +69,6 @@ pub enum Acquire {
     Acquired { token: String },
     /// A live launcher holds it.
     Held { owner: LockInfo },
-}
-
-/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`), `None`
-/// when there is no such process.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    if pid == 0 {
-        return None;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may itself hold
-    // spaces and parentheses: fields are counted after its last ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    // `after` starts at field 3 (state); starttime is field 22. A zombie
-    // (`Z`) or dead (`X`) process runs no more: its lock is stale even
-    // while nobody has reaped it.
-    let mut fields = after.split_whitespace();
-    if matches!(fields.next(), Some("Z" | "X")) {
-        return None;
-    }
-    fields.nth(22 - 4)?.parse().ok()
 }
 
 fn is_alive(pid: u32, started: u64) -> bool {

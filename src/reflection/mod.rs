@@ -2,7 +2,7 @@
 //! conversations and fold what is worth keeping into its memory (spec
 //! memfs-git.md §5).
 //!
-//! This module is the library side only — no processes, no git:
+//! This module is the library side only — no processes:
 //!
 //! * [`settings`] — when reflection runs (`reflections/settings.json`);
 //! * [`state`] — each conversation's cursor and step count
@@ -13,11 +13,21 @@
 //! * [`backoff`] — automatic launches pause after failed merges
 //!   (`reflections/backoff.json`);
 //! * [`trigger`] — whether a finished turn should launch one;
-//! * [`launch`] — the refusal reasons, result shape and completion lines;
+//! * [`launch_result`] — the refusal reasons, result shape and completion lines;
 //! * [`outcome`] — a run's two parts, what merged and whether the task
 //!   finished, and what that means for its instruction;
 //! * [`queue`] — memory-worker instructions kept until they are done;
+//! * [`rerun`] — when an instruction whose run failed runs again;
+//! * [`repair`] — repairs of a worker's conflicted merge, once each;
+//! * [`prepare`] / [`finalize`] — a run's start and end on a blocking
+//!   thread (checks, worktree and task; the finalize ladder, the settling);
+//! * [`recover`] — what a stopped supervisor left, put right at start;
+//! * [`status`] — what `reflect status` shows;
 //! * [`prompt`] — what the sub-agent is told.
+//!
+//! The supervisor runs the children; this library holds what they are
+//! given and what their runs mean (memory repositories only through
+//! `memfs`).
 //!
 //! The supervisor (root) reads and writes all of this, but conversation
 //! directories and `reflections/` belong to the agent's uid. So every file
@@ -26,15 +36,20 @@
 //! never a panic.
 
 pub mod backoff;
-pub mod launch;
+pub mod finalize;
+pub mod launch_result;
 pub mod lock;
 pub mod outcome;
 pub mod payload;
+pub mod prepare;
 pub mod prompt;
 pub mod queue;
+pub mod recover;
 pub mod repair;
+pub mod rerun;
 pub mod settings;
 pub mod state;
+pub mod status;
 pub mod trigger;
 
 use std::path::PathBuf;
@@ -43,9 +58,9 @@ use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::agent::conversation::ConversationError;
 use crate::agentfs::{Dir, FsError};
 use crate::paths::{AgentPaths, PathsError, REFLECTIONS_DIR_NAME};
+use crate::store::conversation::ConversationError;
 
 /// Largest small JSON file read here (settings, state, backoff, lock).
 pub(crate) const MAX_SMALL_JSON_BYTES: u64 = 64 << 10;
@@ -55,6 +70,10 @@ pub(crate) const MAX_SMALL_JSON_BYTES: u64 = 64 << 10;
 pub(crate) const PUBLIC_DIR_MODE: u32 = 0o755;
 /// Mode of files written for the sub-agent to read.
 pub(crate) const PUBLIC_FILE_MODE: u32 = 0o644;
+
+/// Modes of the supervisor's own files beside an agent's directory.
+pub(crate) const PRIVATE_DIR_MODE: u32 = 0o700;
+pub(crate) const PRIVATE_FILE_MODE: u32 = 0o600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReflectionError {
@@ -83,6 +102,11 @@ pub enum ReflectionError {
         conversation: String,
         message_id: String,
     },
+}
+
+/// The time now (a launch's, a run's end).
+pub fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
 }
 
 /// Now, as the RFC 3339 text stored in the files here.
@@ -176,9 +200,9 @@ pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use crate::agent::conversation::{Conversation, StoredMessage};
     use crate::paths::AgentPaths;
     use crate::protocol::messages::{Part, Role};
+    use crate::store::conversation::{Conversation, StoredMessage};
 
     /// A bare agent directory in a temporary directory (enough for the
     /// conversation and reflection files; no record or memory repo).

@@ -47,13 +47,13 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::{PUBLIC_DIR_MODE, PUBLIC_FILE_MODE, ReflectionError, state};
-use crate::agent::conversation::{self, Conversation, StoredMessage};
 use crate::agentfs::Dir;
 use crate::paths::{
     AgentPaths, REFLECTION_MANIFEST_FILE_NAME, REFLECTION_PAYLOADS_DIR_NAME,
     reflection_payload_file_name,
 };
 use crate::protocol::messages::{Part, Role};
+use crate::store::conversation::{self, Conversation, StoredMessage};
 
 /// Budget of one launch's slices, in characters.
 pub const DEFAULT_BUDGET_CHARS: usize = 150_000;
@@ -227,7 +227,7 @@ pub fn normalize(message: &StoredMessage) -> Option<PayloadRecord> {
         match part {
             Part::Text { text } => {
                 let text = if message.role == Role::User {
-                    crate::model::mock::strip_reminders(text)
+                    crate::protocol::messages::strip_reminders(text)
                 } else {
                     text.clone()
                 };

@@ -560,10 +560,10 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::conversation::Conversation;
     use crate::protocol::messages::Role;
     use crate::reflection::payload::{SelectOptions, select_and_write};
     use crate::reflection::testutil::{self, say};
+    use crate::store::conversation::Conversation;
 
     fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
@@ -764,7 +764,7 @@ mod tests {
     fn a_real_agent_end_to_end() {
         let t = tempfile::tempdir().expect("tmp");
         let home = crate::paths::Home::at(t.path());
-        let record = crate::agent::store::create(&home, "reflector", None).expect("create");
+        let record = crate::store::create(&home, "reflector", None).expect("create");
         let agent = home.agent(&record.id).expect("paths");
         let mut conv = Conversation::open(&agent, "default").expect("open");
         say(&mut conv, Role::User, "My name is Ada.");

@@ -13,7 +13,9 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
-use super::outcome::Attempt;
+use serde_json::{Value, json};
+
+use super::outcome::{Attempt, Next};
 use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError};
 use crate::paths::{AgentPaths, WORKER_QUEUE_FILE_NAME};
 
@@ -323,6 +325,153 @@ pub fn pending(agent: &AgentPaths) -> Result<Vec<QueuedWorker>, ReflectionError>
         .into_iter()
         .filter(|i| !i.is_failed())
         .collect())
+}
+
+// What a run's outcome does to the queue.
+
+/// What became of an instruction after a run (see [`settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// No longer kept: done and forgotten, or forgotten meanwhile (an
+    /// overlapping run finished it).
+    Gone,
+    /// Kept, as it is now (marked failed once past the limit).
+    Kept(Box<QueuedWorker>),
+    /// The queue could not be written (a full or read-only disk): the
+    /// instruction stays as it was on disk; `attempts` is counted here only.
+    Unrecorded { attempts: u32, error: String },
+}
+
+/// Settle instruction `item` after run `attempt`, as `next` says: forget
+/// it when done, else keep the run's record — counted unless its
+/// supervisor stopped. An instruction that reaches the limit is marked
+/// failed and its conversation reminded.
+pub fn settle(agent: &AgentPaths, item: &QueuedWorker, attempt: Attempt, next: Next) -> Settled {
+    let result = match next {
+        Next::Done => remove(agent, &item.id).map(|()| None),
+        Next::Retry => record_run(agent, &item.id, attempt, true),
+        Next::Interrupted => record_run(agent, &item.id, attempt, false),
+    };
+    match result {
+        Ok(Some(kept)) => {
+            if kept.is_failed() {
+                remind_failed(agent, &kept);
+            }
+            Settled::Kept(Box::new(kept))
+        }
+        Ok(None) => Settled::Gone,
+        Err(e) => Settled::Unrecorded {
+            attempts: item.attempts.saturating_add(u32::from(next == Next::Retry)),
+            error: e.to_string(),
+        },
+    }
+}
+
+/// Longest instruction quoted in a result record or a reminder.
+const QUOTED_INSTRUCTION_CHARS: usize = 500;
+
+/// Add to a worker's result record which instruction it ran, which run this
+/// was, every run so far, and what happens next (`done`, `retry`,
+/// `failed`, `left for the next supervisor`).
+pub fn describe(
+    record: &mut Value,
+    item: &QueuedWorker,
+    attempt: &Attempt,
+    next: Next,
+    settled: &Settled,
+) {
+    let (history, failed) = match settled {
+        Settled::Kept(k) => (k.history.clone(), k.is_failed()),
+        _ => {
+            let mut h = item.history.clone();
+            h.push(attempt.clone());
+            (h, false)
+        }
+    };
+    let said = if failed { "failed" } else { next.as_str() };
+    if let Some(o) = record.as_object_mut() {
+        o.insert("item".into(), json!(item.id));
+        o.insert(
+            "instruction".into(),
+            json!(super::truncate_chars(
+                &item.instruction,
+                QUOTED_INSTRUCTION_CHARS
+            )),
+        );
+        o.insert("attempt".into(), json!(attempt.attempt));
+        o.insert("attempts".into(), json!(history));
+        o.insert("done".into(), json!(next == Next::Done));
+        o.insert("next".into(), json!(said));
+    }
+}
+
+/// Id of the reminder left for a failed instruction (one per instruction).
+pub fn failed_reminder_id(item: &QueuedWorker) -> String {
+    format!("memory-worker-failed-{}", item.id)
+}
+
+/// What the agent is told when an instruction it delegated has failed
+/// [`MAX_ATTEMPTS`] times.
+pub fn failed_reminder_text(item: &QueuedWorker) -> String {
+    let merged: Vec<&str> = item
+        .history
+        .iter()
+        .filter_map(|a| a.merge.as_ref())
+        .filter(|m| m.landed())
+        .flat_map(|m| m.changed_paths.iter().map(String::as_str))
+        .collect();
+    let last = item.history.last().map_or_else(
+        || "none recorded".to_string(),
+        |a| {
+            let report = a.task.report.as_deref().unwrap_or("no report");
+            format!(
+                "task {}: {}",
+                a.task.status.as_str(),
+                super::truncate_chars(report.trim(), 300)
+            )
+        },
+    );
+    format!(
+        "MEMORY WORKER FAILED: A memory worker could not finish an instruction you delegated; \
+it failed {} times and is no longer retried.\n\
+Instruction: {}\n\
+Last attempt: {last}\n\
+Merged by its attempts: {}\n\
+What was merged is in your memory. Make the rest of the change yourself with the memory \
+tool, or delegate the same instruction again to restart it; tell the user if it matters.",
+        item.attempts,
+        super::truncate_chars(&item.instruction, QUOTED_INSTRUCTION_CHARS),
+        if merged.is_empty() {
+            "nothing".to_string()
+        } else {
+            merged.join(", ")
+        }
+    )
+}
+
+/// Leave the failed instruction's reminder for the next turn of the
+/// conversation that delegated it (the default one when unknown).
+/// Best effort: the instruction stays kept and shown whatever happens.
+fn remind_failed(agent: &AgentPaths, item: &QueuedWorker) {
+    let conv = item.conversation.as_deref().unwrap_or("default");
+    let left =
+        crate::store::conversation::Conversation::open_existing(agent, conv).and_then(
+            |c| match c {
+                Some(c) => c
+                    .queue_reminder(&failed_reminder_id(item), &failed_reminder_text(item))
+                    .map(|()| true),
+                None => Ok(false),
+            },
+        );
+    match left {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(item = %item.id, conversation = conv, "no conversation to remind of a failed memory worker")
+        }
+        Err(e) => {
+            tracing::warn!(item = %item.id, "cannot remind the agent of a failed memory worker: {e}")
+        }
+    }
 }
 
 #[cfg(test)]

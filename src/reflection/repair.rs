@@ -10,8 +10,13 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError};
-use crate::paths::{AgentPaths, REPAIR_ATTEMPTS_FILE_NAME};
+use serde_json::Value;
+
+use super::launch_result::failed;
+use super::queue::{self, QueuedWorker, RepairOf};
+use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError, now, prompt};
+use crate::memfs::worktree as wt;
+use crate::paths::{AgentPaths, Home, REPAIR_ATTEMPTS_FILE_NAME};
 
 /// Attempts remembered at most (the oldest are forgotten first).
 const MAX_ATTEMPTS: usize = 256;
@@ -105,6 +110,54 @@ pub fn complete(agent: &AgentPaths, signature: &str) -> Result<(), ReflectionErr
 pub fn attempts(agent: &AgentPaths) -> Result<BTreeMap<String, Attempt>, ReflectionError> {
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     read(agent)
+}
+
+/// Queue the repair worker for `branch` of agent `agent_id`, kept after its
+/// merge conflicted (`previous`: the repair that conflicted in turn, if
+/// one did). `None` when none is due: the chain of repairs is too long,
+/// nothing was kept, or this conflict was repaired already. On a blocking
+/// thread; a failure is the JSON it is logged as.
+pub fn queue_for(
+    home: &Home,
+    agent_id: &str,
+    branch: &str,
+    isolation: Option<&str>,
+    previous: Option<RepairOf>,
+) -> Result<Option<QueuedWorker>, Value> {
+    // A repair that conflicted in turn is repaired again (the memory moved
+    // on), a few times at most.
+    let depth = previous.as_ref().map_or(0, |p| p.depth + 1);
+    if depth >= queue::MAX_REPAIR_DEPTH {
+        tracing::warn!(agent = %agent_id, branch, "repairs keep conflicting: the branch stays for an operator");
+        return Ok(None);
+    }
+    let also = previous
+        .map(|p| {
+            let mut v = p.also;
+            v.push((p.branch, p.tip));
+            v
+        })
+        .unwrap_or_default();
+    let paths = home.agent(agent_id).map_err(failed)?;
+    let Some(change) = wt::kept_change(&paths, branch).map_err(failed)? else {
+        return Ok(None);
+    };
+    let signature = format!("{}:{}", change.tip, change.main);
+    match claim(&paths, &signature, branch, now()).map_err(failed)? {
+        Claim::Attempted => return Ok(None),
+        Claim::Claimed => {}
+    }
+    let instruction = prompt::repair(&change.branch, &change.patch, &change.added);
+    let repair = RepairOf {
+        branch: change.branch,
+        tip: change.tip,
+        signature,
+        also,
+        depth,
+    };
+    queue::push_repair(&paths, &instruction, isolation, repair, now())
+        .map(Some)
+        .map_err(failed)
 }
 
 #[cfg(test)]

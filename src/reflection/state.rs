@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::{MAX_SMALL_JSON_BYTES, ReflectionError};
-use crate::agent::conversation::{self, Conversation, StoredMessage};
 use crate::agentfs::Dir;
 use crate::paths::{AgentPaths, REFLECTION_STATE_FILE_NAME};
 use crate::protocol::messages::Role;
+use crate::store::conversation::{self, Conversation, StoredMessage};
 
 /// Permission bits of the state file (the agent's tools may read it).
 const STATE_FILE_MODE: u32 = 0o644;

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use super::settings::{ReflectionSettings, Trigger};
 use super::state::{self, ReflectionState};
 use super::{MAX_SMALL_JSON_BYTES, ReflectionError};
-use crate::agent::conversation;
 use crate::paths::{AgentPaths, COMPACTION_EVENT_FILE_NAME};
+use crate::store::conversation;
 
 /// Why an automatic reflection is due.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,10 +101,10 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::conversation::Conversation;
     use crate::protocol::messages::Role;
     use crate::reflection::settings::MergeMode;
     use crate::reflection::testutil::{self, say};
+    use crate::store::conversation::Conversation;
 
     fn settings(trigger: Trigger, step_count: u32) -> ReflectionSettings {
         ReflectionSettings {

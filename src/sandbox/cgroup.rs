@@ -50,7 +50,7 @@ impl Owner {
             let pid = std::process::id();
             Some(Owner {
                 pid,
-                started: crate::reflection::lock::process_start_time(pid)?,
+                started: super::identity::process_start_time(pid)?,
                 pidns: pid_namespace()?,
             })
         })
@@ -61,7 +61,7 @@ impl Owner {
     /// process started at another time.
     fn provably_dead(&self, me: &Owner) -> bool {
         self.pidns == me.pidns
-            && crate::reflection::lock::process_start_time(self.pid) != Some(self.started)
+            && super::identity::process_start_time(self.pid) != Some(self.started)
     }
 }
 
@@ -290,6 +290,40 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}/{file}: {e}", dir.display())))
 }
 
+/// What a child's groups say it used so far (each figure when some
+/// group's files give it): CPU µs, memory now and at its peak, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupUsage {
+    pub cpu_us: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// Read a child's groups (the `cgroup.procs` files [`prepare`] returned),
+/// before they are released.
+pub fn usage(procs: &[PathBuf]) -> GroupUsage {
+    let read =
+        |dir: &Path, file: &str| -> Option<String> { std::fs::read_to_string(dir.join(file)).ok() };
+    let number = |dir: &Path, file: &str| -> Option<u64> { read(dir, file)?.trim().parse().ok() };
+    let mut u = GroupUsage::default();
+    for leaf in procs.iter().filter_map(|p| p.parent()) {
+        let cpu = read(leaf, "cpu.stat")
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .or_else(|| number(leaf, "cpuacct.usage").map(|ns: u64| ns / 1000));
+        u.cpu_us = u.cpu_us.max(cpu);
+        let now = number(leaf, "memory.current").or_else(|| number(leaf, "memory.usage_in_bytes"));
+        u.memory_bytes = u.memory_bytes.max(now);
+        let peak =
+            number(leaf, "memory.peak").or_else(|| number(leaf, "memory.max_usage_in_bytes"));
+        u.peak_memory_bytes = u.peak_memory_bytes.max(peak);
+    }
+    u
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,7 +355,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let started = crate::reflection::lock::process_start_time(pid).unwrap();
+        let started = crate::sandbox::identity::process_start_time(pid).unwrap();
         let gone = Owner {
             pid,
             started,
@@ -353,7 +387,7 @@ mod tests {
         let me = Owner::current().unwrap();
         let mut dead = std::process::Command::new("true").spawn().unwrap();
         let pid = dead.id();
-        let started = crate::reflection::lock::process_start_time(pid).unwrap_or(1);
+        let started = crate::sandbox::identity::process_start_time(pid).unwrap_or(1);
         dead.wait().unwrap();
         let dead = Owner {
             pid,
@@ -362,7 +396,7 @@ mod tests {
         };
         let live_other = Owner {
             pid: 1,
-            started: crate::reflection::lock::process_start_time(1).unwrap_or(0),
+            started: crate::sandbox::identity::process_start_time(1).unwrap_or(0),
             pidns: me.pidns,
         };
         let dead_leaf = root.join("agent-x/tool").join(leaf_name(&dead, 1));

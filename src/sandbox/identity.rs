@@ -116,6 +116,26 @@ pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, Regist
     Ok(true)
 }
 
+/// Start time of process `pid` (field 22 of `/proc/<pid>/stat`), `None`
+/// when there is no such process.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    if pid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may itself hold
+    // spaces and parentheses: fields are counted after its last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    // `after` starts at field 3 (state); starttime is field 22. A zombie
+    // (`Z`) or dead (`X`) process runs no more: its lock is stale even
+    // while nobody has reaped it.
+    let mut fields = after.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(22 - 4)?.parse().ok()
+}
+
 /// A live (not zombie) process running as `uid`, if any.
 pub fn process_of_uid(uid: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {

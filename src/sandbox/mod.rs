@@ -5,13 +5,19 @@
 //! closed.
 
 pub mod cgroup;
+pub mod egress_stage;
 pub mod identity;
 pub mod namespaces;
 pub mod plan;
 pub mod probes;
+pub mod proc_tree;
 pub mod profile;
 pub mod report;
 pub mod seccomp;
 pub mod stage2;
 pub mod sys;
 pub mod volume;
+
+/// Exit code when the child stage itself fails (not the program), and
+/// when the launcher fails before `exec`.
+pub const STAGE_FAILURE: i32 = 125;

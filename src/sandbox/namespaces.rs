@@ -48,6 +48,31 @@ pub const MONITOR_COMM: &str = "ml-ns-monitor";
 /// `comm` of pid 1 inside the pid namespace.
 pub const INIT_COMM: &str = "ml-ns-init";
 
+/// The namespaces and root every bubblewrap launch uses (also what the
+/// layer probe and the benchmark run): new user, pid, net, ipc and uts
+/// namespaces, no capabilities, no nested user namespaces, death with the
+/// parent, a new session, a read-only root with private `/dev` and `/proc`.
+pub const BWRAP_BASE_ARGS: &[&str] = &[
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+];
+
 /// One step of the child's filesystem view, applied in order after `/`,
 /// `/dev` and `/proc` are in place. Paths are absolute, as seen on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,7 +185,7 @@ fn stand_by(child: Pid, reap_all: bool, alive: OwnedFd) -> ! {
     if let Err(e) = drop_capabilities() {
         eprintln!("mini-letta: child stage failed: {e}; stopping the sandbox");
         let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-        sys::exit_now(crate::child::STAGE_FAILURE);
+        sys::exit_now(super::STAGE_FAILURE);
     }
     // Our copies of stdio and the channel; the child has its own. Some
     // may not be open (EBADF), which is as good.

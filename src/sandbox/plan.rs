@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::namespaces::{MountStep, NamespacePlan};
+use super::namespaces::{BWRAP_BASE_ARGS, MountStep, NamespacePlan};
 use super::profile::{Network, Resolved};
 use super::report::{Isolation, Level, NsBackend, SandboxReport};
 use super::stage2::StagePolicy;
@@ -175,11 +175,14 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         writable,
         seccomp: r.seccomp.available,
         seccomp_role,
-        no_network: res.network == Network::None,
+        // Neither gives sockets to anything but the proxy's endpoint
+        // (the egress exception is `stage.egress`, decided below).
+        no_network: matches!(res.network, Network::None | Network::Proxy),
         // Set below once the namespace backend is chosen.
         private_ipc: false,
         require_no_caps: true,
         namespaces: None,
+        egress: None,
     };
     let uid = if r.uid_switch.available {
         input.uid
@@ -221,6 +224,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
             input.tmp_dir.to_path_buf(),
         ),
     };
+    stage.egress = (res.network == Network::Proxy && egress_possible(r)).then_some(
+        super::egress_stage::StageEgress {
+            port: super::egress_stage::PORT,
+        },
+    );
     Ok(LaunchPlan {
         level: r.level,
         isolation: input.isolation,
@@ -234,6 +242,22 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     })
 }
 
+/// Whether this host's children can have the egress proxy: each gets a
+/// network namespace of its own (either namespace backend), and the
+/// supervisor can make the proxy's endpoint inside it (entering another
+/// network namespace takes root). Anywhere else a child of a `proxy`
+/// role has no network: a proxy port on a shared loopback would be every
+/// tenant's.
+pub fn egress_possible(r: &SandboxReport) -> bool {
+    let own_netns = r.namespaces.available
+        && match r.ns_backend {
+            Some(NsBackend::Native) => true,
+            Some(NsBackend::Bwrap) => r.bwrap.is_some(),
+            None => false,
+        };
+    own_netns && r.uid_switch.available
+}
+
 fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
     r.cgroup_info
         .roots
@@ -241,31 +265,6 @@ fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
         .map(|root| root.join(agent).join(role).join("cgroup.procs"))
         .collect()
 }
-
-/// The namespaces and root every bubblewrap launch uses (also what the
-/// layer probe and the benchmark run): new user, pid, net, ipc and uts
-/// namespaces, no capabilities, no nested user namespaces, death with the
-/// parent, a new session, a read-only root with private `/dev` and `/proc`.
-pub const BWRAP_BASE_ARGS: &[&str] = &[
-    "--unshare-user",
-    "--unshare-pid",
-    "--unshare-net",
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-cgroup-try",
-    "--disable-userns",
-    "--die-with-parent",
-    "--new-session",
-    "--cap-drop",
-    "ALL",
-    "--ro-bind",
-    "/",
-    "/",
-    "--dev",
-    "/dev",
-    "--proc",
-    "/proc",
-];
 
 /// The child's filesystem view on top of the read-only root with private
 /// `/dev` and `/proc`, in order: temporary and users' directories and the
@@ -719,6 +718,38 @@ mod tests {
                 "{role}: cgroup"
             );
             assert_eq!(plan.tmpdir, f.agent.tmp_dir(), "{role}: TMPDIR");
+        }
+    }
+
+    /// Which children get the egress proxy: the roles that run commands
+    /// (the agent's Bash tool, `tool`), and only in a network namespace of
+    /// their own that a root supervisor can enter.
+    #[test]
+    fn only_command_roles_in_their_own_network_namespace_get_egress() {
+        let f = Fixture::new();
+        let port = Some(crate::sandbox::egress_stage::PORT);
+        #[rustfmt::skip]
+        let table: [(&str, SandboxReport, Option<u16>); 9] = [
+            ("agent",         l0(NsBackend::Native),                    port),
+            ("tool",          l0(NsBackend::Native),                    port),
+            ("tool",          l0(NsBackend::Bwrap),                     port),
+            ("memory-worker", l0(NsBackend::Native),                    None),
+            ("reflection",    l0(NsBackend::Native),                    None),
+            ("recall",        l0(NsBackend::Native),                    None),
+            // No network namespace: the host's loopback is shared.
+            ("tool",          host(Level::L2, None, true),              None),
+            // Not root: the endpoint cannot be made in the namespace.
+            ("tool",          host(Level::L0, Some(NsBackend::Native), false), None),
+            ("agent",         host(Level::L3, None, true),              None),
+        ];
+        for (role, report, want) in table {
+            let got = f
+                .plan(role, &report, Isolation::Degraded)
+                .unwrap()
+                .stage
+                .and_then(|s| s.egress)
+                .map(|e| e.port);
+            assert_eq!(got, want, "{role} at {:?}", report.level);
         }
     }
 

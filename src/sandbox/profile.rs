@@ -46,6 +46,10 @@ pub enum ProfileError {
 pub enum Network {
     /// No sockets but Unix ones (model calls use the child's channel).
     None,
+    /// TCP only to the supervisor's egress proxy inside the child's own
+    /// network namespace, which lets through only what the agent's
+    /// allow-list names (nothing by default). See `crate::egress`.
+    Proxy,
 }
 
 /// Resource limits of a role.

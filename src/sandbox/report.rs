@@ -290,6 +290,7 @@ fn seccomp_layer() -> Layer {
     let opts = Options {
         no_network: true,
         private_ipc: true,
+        egress: false,
     };
     if let Err(e) = program(Role::Agent, opts) {
         return Layer::no(e.to_string());
@@ -382,7 +383,7 @@ fn find_bwrap() -> Option<PathBuf> {
 fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(bwrap);
-    cmd.args(super::plan::BWRAP_BASE_ARGS)
+    cmd.args(super::namespaces::BWRAP_BASE_ARGS)
         .args(["--", "/bin/true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

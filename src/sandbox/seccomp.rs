@@ -8,7 +8,10 @@
 //!   in memory out of the filter's reach, is unlisted → `ENOSYS`, and libc
 //!   falls back to `clone`);
 //! * `socket` / `socketpair` of any family but `AF_UNIX` → `EPERM` (roles
-//!   have no network);
+//!   have no network); with the egress proxy (`Options::egress`), `socket`
+//!   also of `AF_INET`/`AF_INET6` but only `SOCK_STREAM` — TCP to the
+//!   proxy endpoint, which landlock narrows to its port; UDP and raw
+//!   sockets still get `EPERM`, so a resolver inside learns nothing;
 //! * `ioctl(TIOCSTI)` / `ioctl(TIOCLINUX)` → `EPERM` (terminal injection);
 //! * `mknod` / `mknodat` of a character or block device → `EPERM` (FIFOs
 //!   and plain files stay allowed: `mkfifo` is a coreutils program).
@@ -39,7 +42,7 @@ use std::fmt;
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
-use nix::sys::socket::AddressFamily;
+use nix::sys::socket::{AddressFamily, SockType};
 use nix::sys::stat::SFlag;
 use seccompiler::{BpfProgram, sock_filter};
 use serde::{Deserialize, Serialize};
@@ -267,6 +270,9 @@ pub struct Options {
     pub no_network: bool,
     /// The child has its own IPC namespace (the namespace layer is on).
     pub private_ipc: bool,
+    /// The child reaches the egress proxy: TCP sockets (see
+    /// [`Check::UnixOrStream`]).
+    pub egress: bool,
 }
 
 /// Calls that escape or widen a sandbox, refused with `EPERM` in every
@@ -320,6 +326,10 @@ enum Check {
     OneOf(&'static [u32]),
     /// `EPERM` when `argument & mask` is one of these.
     MaskedOneOf(u32, &'static [u32]),
+    /// `socket`'s domain (argument 0): `AF_UNIX` of any type; these
+    /// families only with type (argument 1, flags masked off)
+    /// `SOCK_STREAM`; `EPERM` for the rest.
+    UnixOrStream(&'static [u32]),
 }
 
 /// A call allowed unless its argument `arg` fails `check`.
@@ -333,7 +343,11 @@ struct ArgRule {
 const DEVICE_TYPES: &[u32] = &[SFlag::S_IFCHR.bits(), SFlag::S_IFBLK.bits()];
 const TERMINAL_INJECTION: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
 
-fn arg_rules(no_network: bool) -> Vec<ArgRule> {
+/// The families a command may open stream sockets of for the proxy.
+const EGRESS_FAMILIES: &[u32] = &[AddressFamily::Inet as u32, AddressFamily::Inet6 as u32];
+
+fn arg_rules(opts: Options) -> Vec<ArgRule> {
+    let no_network = opts.no_network;
     let mut v = vec![
         ArgRule {
             call: call!(SYS_clone),
@@ -366,7 +380,17 @@ fn arg_rules(no_network: bool) -> Vec<ArgRule> {
             Check::OneOf(&[])
         },
     };
-    v.push(domain(call!(SYS_socket)));
+    let socket = call!(SYS_socket);
+    v.push(if no_network && opts.egress {
+        ArgRule {
+            call: socket,
+            arg: 0,
+            check: Check::UnixOrStream(EGRESS_FAMILIES),
+        }
+    } else {
+        domain(socket)
+    });
+    // A pair of inet sockets does not exist: Unix only, egress or not.
     v.push(domain(call!(SYS_socketpair)));
     v
 }
@@ -409,7 +433,14 @@ pub fn denied() -> Vec<Syscall> {
 
 /// Calls allowed with an argument check (their names).
 pub fn checked(no_network: bool) -> Vec<&'static str> {
-    arg_rules(no_network).iter().map(|r| r.call.0).collect()
+    arg_rules(Options {
+        no_network,
+        private_ipc: false,
+        egress: false,
+    })
+    .iter()
+    .map(|r| r.call.0)
+    .collect()
 }
 
 // Classic BPF, as in linux/filter.h and linux/bpf_common.h.
@@ -481,7 +512,7 @@ fn entries(role: Role, opts: Options) -> Vec<(u32, Action)> {
     let num = |nr: i64| u32::try_from(nr).unwrap_or(u32::MAX);
     let mut v: Vec<(u32, Action)> = denied().iter().map(|c| (num(c.1), Action::Deny)).collect();
     v.extend(
-        arg_rules(opts.no_network)
+        arg_rules(opts)
             .into_iter()
             .map(|r| (num(r.call.1), Action::Args(r))),
     );
@@ -557,6 +588,10 @@ fn leaf(entries: &[(u32, Action)]) -> BpfProgram {
 fn arg_body(rule: &ArgRule) -> BpfProgram {
     let mut body = vec![stmt(BPF_LD_W_ABS, off_arg_low(rule.arg))];
     let values = match rule.check {
+        Check::UnixOrStream(families) => {
+            body.extend(unix_or_stream(families));
+            None
+        }
         Check::AnyBit(bits) => {
             body.push(jump(BPF_JSET_K, bits, 0, 1));
             body.push(stmt(BPF_RET_K, RET_EPERM));
@@ -587,6 +622,28 @@ fn arg_body(rule: &ArgRule) -> BpfProgram {
         body.push(stmt(BPF_RET_K, RET_EPERM));
     }
     body
+}
+
+/// The rest of [`Check::UnixOrStream`] after the domain is loaded:
+/// `AF_UNIX` allowed; a listed family jumps to the type check; anything
+/// else `EPERM`. The type check masks off `SOCK_CLOEXEC`/`SOCK_NONBLOCK`.
+fn unix_or_stream(families: &[u32]) -> BpfProgram {
+    let n = families.len();
+    // Offsets below count from the instruction after the jump.
+    let to = |from: usize, target: usize| u8::try_from(target - from - 1).unwrap_or(u8::MAX);
+    // Instruction indexes in this block (the domain load precedes it).
+    let (type_check, allow) = (n + 2, n + 5);
+    let mut v = vec![jump(BPF_JEQ_K, AddressFamily::Unix as u32, to(0, allow), 0)];
+    for (i, f) in families.iter().enumerate() {
+        v.push(jump(BPF_JEQ_K, *f, to(i + 1, type_check), 0));
+    }
+    v.push(stmt(BPF_RET_K, RET_EPERM));
+    v.push(stmt(BPF_LD_W_ABS, off_arg_low(1)));
+    v.push(stmt(BPF_ALU_AND_K, 0xf));
+    v.push(jump(BPF_JEQ_K, SockType::Stream as u32, 0, 1));
+    v.push(stmt(BPF_RET_K, RET_ALLOW));
+    v.push(stmt(BPF_RET_K, RET_EPERM));
+    v
 }
 
 /// The whole program for `role`.
@@ -667,6 +724,7 @@ pub fn run_counting(
 #[cfg(test)]
 mod tests {
     use nix::sys::signal::Signal;
+    use nix::sys::socket::SockFlag;
 
     use super::*;
 
@@ -685,6 +743,7 @@ mod tests {
     const STRICT: Options = Options {
         no_network: true,
         private_ipc: true,
+        egress: false,
     };
 
     // Verdicts, short, for the tables below.
@@ -954,6 +1013,49 @@ mod tests {
                 );
             }
         }
+        // With the egress proxy: Unix sockets, and TCP of IPv4 and IPv6
+        // (any flags); UDP, raw and every other family refused, as is a
+        // pair of inet sockets.
+        let egress = program(
+            Role::Tool,
+            Options {
+                egress: true,
+                ..STRICT
+            },
+        )
+        .unwrap();
+        let (inet, inet6) = (AddressFamily::Inet as u64, AddressFamily::Inet6 as u64);
+        let (stream, dgram) = (SockType::Stream as u64, SockType::Datagram as u64);
+        let (raw, seqpacket) = (SockType::Raw as u64, SockType::SeqPacket as u64);
+        let flags = (SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK).bits() as u64;
+        let (socket, socketpair) = (call!(SYS_socket).1, call!(SYS_socketpair).1);
+        #[rustfmt::skip]
+        let egress_table: Vec<(i64, u64, u64, u32)> = vec![
+            (socket, unix, dgram, A),
+            (socket, inet, stream, A),
+            (socket, inet, stream | flags, A),
+            (socket, high | inet6, high | stream, A),
+            (socket, inet, dgram, E),
+            (socket, inet6, dgram | flags, E),
+            (socket, inet, raw, E),
+            (socket, inet, seqpacket, E),
+            (socket, AddressFamily::Packet as u64, stream, E),
+            (socket, AddressFamily::Netlink as u64, raw, E),
+            (socket, AddressFamily::Vsock as u64, stream, E),
+            (socketpair, inet, stream, E),
+            (socketpair, unix, stream, A),
+        ];
+        for (nr, domain, ty, want) in egress_table {
+            let mut args = NONE;
+            args[0] = domain;
+            args[1] = ty;
+            let got = evaluate(&egress, arch(), nr as u32, args);
+            assert_eq!(
+                got.map(show),
+                Some(show(want)),
+                "egress: {nr} ({domain:#x}, {ty:#x})"
+            );
+        }
         // With network (no role has it today) every family passes.
         let prog = program(
             Role::Tool,
@@ -1049,7 +1151,7 @@ mod tests {
             Self {
                 allowed: allowed(role, opts),
                 denied: denied(),
-                rules: arg_rules(opts.no_network),
+                rules: arg_rules(opts),
             }
         }
 
@@ -1069,6 +1171,11 @@ mod tests {
                     Check::Only(v) => a != v,
                     Check::OneOf(vs) => vs.contains(&a),
                     Check::MaskedOneOf(mask, vs) => vs.contains(&(a & mask)),
+                    Check::UnixOrStream(families) => {
+                        let ty = args[1] as u32 & 0xf;
+                        a != AddressFamily::Unix as u32
+                            && !(families.contains(&a) && ty == SockType::Stream as u32)
+                    }
                 };
                 return if refused { RET_EPERM } else { RET_ALLOW };
             }
@@ -1088,6 +1195,9 @@ mod tests {
             0u64,
             AddressFamily::Unix as u64,
             AddressFamily::Inet as u64,
+            AddressFamily::Inet6 as u64,
+            SockType::Stream as u64,
+            SockType::Datagram as u64,
             Signal::SIGCHLD as u64,
             CloneFlags::CLONE_NEWUSER.bits() as u64 | Signal::SIGCHLD as u64,
             libc::TIOCSTI,
@@ -1101,12 +1211,30 @@ mod tests {
         .iter()
         .map(|v| [*v; 6])
         .collect();
+        // A family with a type: the two differ only for the socket check.
+        let mut samples = samples;
+        for family in [
+            AddressFamily::Unix,
+            AddressFamily::Inet,
+            AddressFamily::Inet6,
+            AddressFamily::Packet,
+        ] {
+            for ty in [
+                SockType::Stream as i32,
+                SockType::Datagram as i32,
+                SockType::Raw as i32 | SockFlag::SOCK_CLOEXEC.bits(),
+            ] {
+                samples.push([family as u64, ty as u64, 0, 0, 0, 0]);
+            }
+        }
+        let modes = [(true, false), (false, false), (true, true)];
         for role in Role::ALL {
-            for no_network in [true, false] {
+            for (no_network, egress) in modes {
                 for private_ipc in [true, false] {
                     let opts = Options {
                         no_network,
                         private_ipc,
+                        egress,
                     };
                     let prog = program(role, opts).unwrap();
                     let reference = Reference::new(role, opts);

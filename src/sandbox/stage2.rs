@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,11 @@ pub struct StagePolicy {
     /// having been started by bubblewrap).
     #[serde(default)]
     pub namespaces: Option<super::namespaces::NamespacePlan>,
+    /// Reach the supervisor's egress proxy (its endpoint made in this
+    /// child's network namespace once the stage is in it): TCP connect to
+    /// that one port, stream sockets in seccomp.
+    #[serde(default)]
+    pub egress: Option<super::egress_stage::StageEgress>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +68,8 @@ pub enum StageError {
     },
     #[error("{0}")]
     Namespaces(#[from] super::namespaces::NsError),
+    #[error("egress: {0}")]
+    Egress(String),
     #[error("cannot read /proc/self/status: {0}")]
     Status(std::io::Error),
 }
@@ -83,14 +90,24 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
             return Err(StageError::Capabilities { eff, prm, amb });
         }
     }
+    // In the network namespace now, before landlock and seccomp and before
+    // any program of the child runs: the supervisor makes the proxy's
+    // endpoint here, or declines (then the child has no network).
+    let egress_port = match &policy.egress {
+        Some(e) => super::egress_stage::await_endpoint()
+            .map_err(StageError::Egress)?
+            .then_some(e.port),
+        None => None,
+    };
     set_no_new_privs()?;
     if policy.landlock {
-        apply_landlock(policy)?;
+        apply_landlock(policy, egress_port)?;
     }
     if policy.seccomp {
         let opts = seccomp::Options {
             no_network: policy.no_network,
             private_ipc: policy.private_ipc,
+            egress: egress_port.is_some(),
         };
         seccomp::install(policy.seccomp_role, opts).map_err(|source| StageError::Seccomp {
             role: policy.seccomp_role,
@@ -113,7 +130,9 @@ fn set_no_new_privs() -> Result<(), StageError> {
     }
 }
 
-fn apply_landlock(policy: &StagePolicy) -> Result<(), StageError> {
+/// `egress_port`: the one TCP port the child may connect to (the proxy's
+/// endpoint); without it, no TCP connect or bind at all.
+fn apply_landlock(policy: &StagePolicy, egress_port: Option<u16>) -> Result<(), StageError> {
     let err = |e: landlock::RulesetError| StageError::Landlock(e.to_string());
     let read = AccessFs::from_read(FS_ABI);
     let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
@@ -138,6 +157,11 @@ fn apply_landlock(policy: &StagePolicy) -> Result<(), StageError> {
         .add_rules(path_beneath_rules(existing(&policy.read_only), read_only))
         .map_err(err)?
         .add_rules(path_beneath_rules(existing(&policy.writable), write))
+        .map_err(err)?
+        .add_rules(
+            egress_port
+                .map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::ConnectTcp))),
+        )
         .map_err(err)?
         .restrict_self()
         .map_err(err)?;

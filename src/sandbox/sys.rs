@@ -293,3 +293,61 @@ pub fn shm_remove(id: i32) -> io::Result<()> {
     // SAFETY: IPC_RMID takes no buffer.
     check(unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) }.into()).map(drop)
 }
+
+/// What an exited (not yet reaped) child used, with its reaped
+/// descendants: CPU time (user + system, µs) and peak resident set
+/// (bytes). `None` while it still runs. The child stays a zombie
+/// (`WNOWAIT`): whoever reaps it still gets its status.
+pub fn exited_usage(pidfd: BorrowedFd<'_>) -> io::Result<Option<(u64, u64)>> {
+    const P_PIDFD: libc::c_int = 3;
+    // SAFETY: zeroed siginfo and rusage are valid plain data for the kernel to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the raw waitid takes a fifth argument, the rusage to fill;
+    // both out-pointers outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_waitid,
+            P_PIDFD,
+            pidfd.as_raw_fd(),
+            &mut info as *mut libc::siginfo_t,
+            libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+            &mut usage as *mut libc::rusage,
+        )
+    };
+    check(r)?;
+    // SAFETY: waitid filled `info`; si_pid is 0 when no child was waitable.
+    if unsafe { info.si_pid() } == 0 {
+        return Ok(None);
+    }
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    let cpu = us(usage.ru_utime) + us(usage.ru_stime);
+    Ok(Some((cpu, (usage.ru_maxrss.max(0) as u64) * 1024)))
+}
+
+/// Bring the loopback interface `lo` of the calling thread's network
+/// namespace up (`SIOCGIFFLAGS`, then `SIOCSIFFLAGS` with `IFF_UP`), which
+/// gives it `127.0.0.1`; a new namespace starts with it down. Needs
+/// `CAP_NET_ADMIN` over the namespace.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket() returns a new descriptor or -1 (checked), owned here.
+    let sock = unsafe {
+        OwnedFd::from_raw_fd(check(
+            libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0).into(),
+        )? as RawFd)
+    };
+    // SAFETY: an all-zero ifreq is a valid request (empty name, no flags).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS fills the flags of the ifreq it is given.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) }.into())?;
+    // SAFETY: the flags member is the one SIOCGIFFLAGS just wrote.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the ifreq it is given.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }.into()).map(drop)
+}

@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 use crate::paths::AgentPaths;
 use crate::sandbox::plan::LaunchPlan;
+use crate::sandbox::proc_tree::{process_levels, process_tree};
 use crate::sandbox::sys;
 
 /// The roles a child can have.
@@ -238,6 +239,9 @@ pub struct LaunchSpec {
     pub stdio: Option<[OwnedFd; 3]>,
     /// The child's end of the channel, installed as descriptor 3.
     pub channel: OwnedFd,
+    /// The child's end of the egress handshake, installed as descriptor 4
+    /// (only when its stage policy has egress; see `crate::sandbox::egress_stage`).
+    pub egress: Option<OwnedFd>,
 }
 
 /// A started child.
@@ -316,6 +320,14 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
         ),
         (crate::protocol::CHANNEL_FD_ENV.to_string(), "3".to_string()),
     ];
+    if spec.egress.is_some() {
+        let url = crate::egress::proxy_url();
+        env.extend(
+            crate::egress::PROXY_VARIABLES
+                .iter()
+                .map(|name| (name.to_string(), url.clone())),
+        );
+    }
     for name in PASSED_ENV {
         if let Ok(v) = std::env::var(name) {
             env.push((name.to_string(), v));
@@ -370,6 +382,7 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
         .map_err(LaunchError::Spawn)?;
     let cgroup_raw: Vec<i32> = cgroup_fds.iter().map(|f| f.as_raw_fd()).collect();
     let channel_fd = spec.channel.as_raw_fd();
+    let egress_fd = spec.egress.as_ref().map(|f| f.as_raw_fd());
     let parent = std::process::id();
     let uid = plan.uid;
     let limits = plan.rlimits;
@@ -388,7 +401,27 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
             // supervisor until `spawn` returns, so their copies in this
             // forked process are open while we use them.
             let channel = BorrowedFd::borrow_raw(channel_fd);
+            // The handshake first out of the way (its number may be 3),
+            // then both in place.
+            let egress = match egress_fd {
+                Some(fd) => Some(
+                    nix::fcntl::fcntl(
+                        BorrowedFd::borrow_raw(fd),
+                        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10),
+                    )
+                    .map_err(failed(PreExecStep::Egress))?,
+                ),
+                None => None,
+            };
             sys::install_fd(channel, 3).map_err(|e| PreExecStep::Channel.error(e))?;
+            if let Some(fd) = egress {
+                // SAFETY: the duplicate just made, open until exec.
+                sys::install_fd(
+                    BorrowedFd::borrow_raw(fd),
+                    crate::sandbox::egress_stage::SYNC_FD,
+                )
+                .map_err(|e| PreExecStep::Egress.error(e))?;
+            }
             nix::unistd::setsid().map_err(failed(PreExecStep::Session))?;
             for fd in &cgroup_raw {
                 // SAFETY: as for the channel above.
@@ -429,8 +462,9 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
             if u32::try_from(nix::unistd::getppid().as_raw()) != Ok(parent) {
                 sys::exit_now(1);
             }
-            // Nothing but 0–3 survives exec, whatever the supervisor holds.
-            sys::cloexec_from(4);
+            // Nothing but 0–3 (and 4, the egress handshake) survives exec,
+            // whatever the supervisor holds.
+            sys::cloexec_from(if egress.is_some() { 5 } else { 4 });
             Ok(())
         });
     }
@@ -464,6 +498,7 @@ enum PreExecStep {
     Gid,
     Uid,
     DeathSignal,
+    Egress,
 }
 
 const STEP_BASE: i32 = 4096;
@@ -478,6 +513,10 @@ const PRE_EXEC_STEPS: &[(PreExecStep, &str)] = &[
     (PreExecStep::Gid, "setresgid to the agent's gid"),
     (PreExecStep::Uid, "setresuid to the agent's uid"),
     (PreExecStep::DeathSignal, "prctl(PR_SET_PDEATHSIG)"),
+    (
+        PreExecStep::Egress,
+        "install the egress handshake as descriptor 4",
+    ),
 ];
 
 impl PreExecStep {
@@ -511,43 +550,6 @@ pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
         (None, Some(signal)) => ChildState::Killed { signal },
         (None, None) => ChildState::Exited { code: -1 },
     }
-}
-
-/// `pid` and all its descendants, parents before children (from each
-/// process's `/proc/<pid>/task/<pid>/children`).
-pub fn process_tree(pid: u32) -> Vec<u32> {
-    process_levels(pid).into_iter().map(|(p, _)| p).collect()
-}
-
-/// [`process_tree`] with each process's depth below `pid` (0 for `pid`).
-fn process_levels(pid: u32) -> Vec<(u32, usize)> {
-    let mut tree = vec![(pid, 0)];
-    let mut i = 0;
-    while i < tree.len() {
-        let (p, level) = tree[i];
-        tree.extend(children_of(p).into_iter().map(|k| (k, level + 1)));
-        i += 1;
-    }
-    tree
-}
-
-/// Children of `pid` forked by any of its threads (each thread has its own
-/// `children` list; reading only the main thread's would miss a child
-/// forked from another thread).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut kids = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return kids;
-    };
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            kids.extend(
-                text.split_whitespace()
-                    .filter_map(|k| k.parse::<u32>().ok()),
-            );
-        }
-    }
-    kids
 }
 
 /// Shared handle to the table.

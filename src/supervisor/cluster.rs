@@ -6,32 +6,20 @@
 //! Without `[cluster]` / `MINI_LETTA_ETCD` every function here lets
 //! everything through unchanged.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
-use crate::cluster::{ClusterConfig, ClusterError, Node, Owned, shown};
+use crate::cluster::{ClusterConfig, ClusterError, Handle, Node, Owned, shown};
 use crate::memfs::fence::{Fence, Stamp};
 use crate::memfs::sync::{SyncError, SyncOutcome, SyncStatus};
 use crate::paths::AgentPaths;
 use crate::protocol::{ErrorCode, Outcome};
-
-/// The supervisor's cluster: its configuration (read at start) and, once
-/// started, its node.
-#[derive(Default)]
-pub struct Cluster {
-    config: Option<ClusterConfig>,
-    node: OnceLock<Arc<Node>>,
-    /// One ownership check per agent at a time: a second turn waits for
-    /// the first one's take-over instead of running on memory not yet
-    /// brought to the remote's.
-    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
+use crate::store;
+use crate::store::record::AgentRecord;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterStartError {
@@ -44,44 +32,24 @@ pub enum ClusterStartError {
     NoRemote,
 }
 
-impl Cluster {
-    /// The home's cluster configuration; a cluster without a remote root
-    /// is refused (nothing could be fenced or made durable).
-    pub fn load(home: &crate::paths::Home) -> Result<Self, ClusterStartError> {
-        let config = ClusterConfig::load(home)?;
-        if config.is_some() && crate::remote::root_from_env().is_none() {
-            return Err(ClusterStartError::NoRemote);
-        }
-        Ok(Self {
-            config,
-            ..Self::default()
-        })
+/// The home's cluster configuration; a cluster without a remote root is
+/// refused (nothing could be fenced or made durable).
+pub fn load(home: &crate::paths::Home) -> Result<Handle, ClusterStartError> {
+    let config = ClusterConfig::load(home)?;
+    if config.is_some() && crate::remote::root_from_env().is_none() {
+        return Err(ClusterStartError::NoRemote);
     }
-
-    fn gate(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        gates.entry(agent.to_string()).or_default().clone()
-    }
-
-    pub fn node(&self) -> Option<&Arc<Node>> {
-        self.node.get()
-    }
-
-    pub fn enabled(&self) -> bool {
-        self.config.is_some()
-    }
+    Ok(Handle::new(config))
 }
 
 /// Join the cluster, when one is configured (the lease is granted and kept
 /// in the background).
 pub async fn start(state: &Arc<State>) {
-    let Some(cfg) = state.cluster.config.clone() else {
+    let Some(cfg) = state.cluster.config().cloned() else {
         return;
     };
     match Node::start(&state.home, cfg).await {
-        Ok(node) => {
-            let _ = state.cluster.node.set(node);
-        }
+        Ok(node) => state.cluster.joined(node),
         // Every ownership request is then refused, naming etcd.
         Err(e) => tracing::error!("cannot join the cluster: {e}"),
     }
@@ -184,7 +152,7 @@ async fn take_over(
     let synced = blocking(move || {
         let run = || -> Result<SyncOutcome, SyncError> {
             let paths = home.agent(&id)?;
-            let record = load(&paths)?;
+            let record = load_record(&paths)?;
             crate::remote::sync_agent_fenced(&paths, &record, root.as_deref(), Some(&fence))
         };
         Ok(run())
@@ -211,7 +179,7 @@ async fn take_over(
     ))
 }
 
-fn load(paths: &AgentPaths) -> Result<AgentRecord, SyncError> {
+fn load_record(paths: &AgentPaths) -> Result<AgentRecord, SyncError> {
     store::load(paths).map_err(|e| SyncError::Io {
         path: paths.agent_json(),
         source: std::io::Error::other(e.to_string()),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use super::conn::{FrameReader, FrameSender};
 use super::dispatch::{handle, refuse_by_policy};
+use super::frames_io::{FrameReader, FrameSender};
 use super::state::{Peer, State};
 use crate::protocol::events::Lagged;
 use crate::protocol::{
@@ -237,8 +237,8 @@ fn report_cut_off(peer: &Peer, sender: &FrameSender) {
     }
     let limits = format!(
         "answers unread for {:?} or more than {} bytes queued",
-        super::conn::MAX_STALL,
-        super::conn::MAX_QUEUED_BYTES
+        super::frames_io::MAX_STALL,
+        super::frames_io::MAX_QUEUED_BYTES
     );
     match peer {
         Peer::Child {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::conn::{FrameSender, PassedFds};
+use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
-use super::{launch, policy, reflect, rpc, subagents};
+use super::{integration, launch, policy, recall_delegate, reflect, rpc, tasks, turn_run, workers};
 use crate::protocol::events::TurnNotice;
 use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
 
@@ -23,6 +23,8 @@ pub async fn handle(
     conn: &Connection,
 ) -> Outcome {
     if let Some(refused) = refuse_by_policy(peer, &call) {
+        super::audit_records::denied(state, peer, call.method(), "outside the role's allow-list")
+            .await;
         return refused;
     }
     match call {
@@ -30,11 +32,11 @@ pub async fn handle(
             supervisor_call(state, call)
         }
         Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
-        Call::TurnRun(params) => launch::run_turn(state, params, fds, conn.gone.clone()).await,
+        Call::TurnRun(params) => turn_run::run_turn(state, params, fds, conn.gone.clone()).await,
         Call::TurnCancel {
             agent,
             conversation,
-        } => launch::cancel_turn(state, agent, conversation).await,
+        } => turn_run::cancel_turn(state, agent, conversation).await,
         Call::MemoryCommit { .. }
         | Call::MemoryStatus { .. }
         | Call::MemoryLease { .. }
@@ -43,14 +45,27 @@ pub async fn handle(
             rpc::model_complete(state, peer, id, request, sender).await
         }
         Call::ModelInfo { model } => rpc::model_info(state, peer, model).await,
-        Call::TurnEvent { .. } | Call::Log { .. } => child_report(state, peer, call),
-        Call::TaskGet {} => subagents::task_get(state, peer),
-        Call::TaskFinish { report } => subagents::task_finish(state, peer, report),
+        Call::TurnEvent { ref event, .. } => {
+            // A tool call the child reports is recorded before it is taken.
+            if let Peer::Child {
+                id, agent, role, ..
+            } = peer
+                && let Err(e) = state.accounting.turn_event(id, agent, role, event).await
+            {
+                return error(ErrorCode::Internal, format!("not recorded: {e}"));
+            }
+            child_report(state, peer, call)
+        }
+        Call::Log { .. } => child_report(state, peer, call),
+        Call::TaskGet {} => tasks::task_get(state, peer),
+        Call::TaskFinish { report } => tasks::task_finish(state, peer, report),
         Call::ReflectRun(params) => reflect::reflect_run(state, params).await,
         Call::ReflectStatus { agent } => reflect::reflect_status(state, agent).await,
-        Call::WorkerStart { instruction } => reflect::worker_start(state, peer, instruction).await,
-        Call::RecallDelegate { query } => reflect::recall_delegate(state, peer, query).await,
-        Call::MemoryMerge { branch } => reflect::memory_merge(state, peer, branch).await,
+        Call::WorkerStart { instruction } => workers::worker_start(state, peer, instruction).await,
+        Call::RecallDelegate { query } => {
+            recall_delegate::recall_delegate(state, peer, query).await
+        }
+        Call::MemoryMerge { branch } => integration::memory_merge(state, peer, branch).await,
         Call::MemorySync {
             agent,
             remote_root,
@@ -83,6 +98,7 @@ fn supervisor_call(state: &State, call: Call) -> Outcome {
         Call::Status {} => Outcome::Result(status(state)),
         Call::Ps {} => {
             let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
+            let rows: Vec<Value> = rows.into_iter().map(|r| with_figures(state, r)).collect();
             Outcome::Result(json!({ "children": rows }))
         }
         Call::Stop {} => {
@@ -173,4 +189,21 @@ fn status(state: &State) -> Value {
         "children_known": total,
         "cli_requests": state.cli_requests.load(std::sync::atomic::Ordering::Relaxed),
     })
+}
+
+/// A `ps` row, with a live child's current CPU and memory figures.
+fn with_figures(state: &State, row: super::children::ChildRow) -> Value {
+    let live = matches!(
+        row.state,
+        super::children::ChildState::Starting | super::children::ChildState::Running
+    );
+    let (id, pid) = (row.id, row.pid);
+    let mut v = serde_json::to_value(row).unwrap_or_default();
+    if live && let Some(o) = v.as_object_mut() {
+        let figures = state.accounting.live_figures(id, pid);
+        if let Some(f) = figures.as_object() {
+            o.extend(f.clone());
+        }
+    }
+    v
 }

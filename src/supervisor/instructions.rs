@@ -171,11 +171,12 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::agent::record::{AgentRecord, DEFAULT_SYSTEM_PROMPT};
     use crate::agent::reminders;
     use crate::paths::AgentPaths;
+    use crate::reflection::prepare::SUBAGENT_TOOLS;
     use crate::reflection::prompt;
-    use crate::supervisor::reflect::{RECALL_TOOLS, SUBAGENT_TOOLS};
+    use crate::store::record::{AgentRecord, DEFAULT_SYSTEM_PROMPT};
+    use crate::supervisor::recall_delegate::RECALL_TOOLS;
 
     fn agent_tools() -> Vec<&'static str> {
         tools::names().collect()
@@ -313,12 +314,12 @@ mod tests {
             (
                 "MEMORY REVISION INVALID",
                 agent_role,
-                crate::agent::prompt_cache::invalid_revision_notice("abc1234", "bad", None),
+                crate::store::prompt_cache::invalid_revision_notice("abc1234", "bad", None),
             ),
             (
                 "MEMORY WORKER FAILED",
                 agent_role,
-                crate::reflection::outcome::failed_reminder_text(&item),
+                crate::reflection::queue::failed_reminder_text(&item),
             ),
             (
                 "integration turn",
@@ -351,13 +352,13 @@ mod tests {
 
     /// A reflection's prompt for a small conversation, with an instruction.
     fn reflection_prompt(tmp: &Path, wt: &Path) -> prompt::ReflectionPrompt {
-        use crate::agent::conversation::Conversation;
         use crate::protocol::messages::Role;
         use crate::reflection::payload::{SelectOptions, select_and_write};
         use crate::reflection::testutil::say;
+        use crate::store::conversation::Conversation;
         // A real agent: the reflector's system prompt holds its memory.
         let home = crate::paths::Home::at(tmp);
-        let record = crate::agent::store::create(&home, "r1", None).expect("create");
+        let record = crate::store::create(&home, "r1", None).expect("create");
         let agent = home.agent(&record.id).expect("paths");
         let mut conv = Conversation::open(&agent, "c1").expect("open");
         say(&mut conv, Role::User, "- I prefer tea");

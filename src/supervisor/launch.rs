@@ -8,20 +8,18 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio::net::UnixStream;
-use tokio_util::sync::CancellationToken;
 
 use super::children::{ChildState, LaunchSpec, ROLES, ended_state};
-use super::conn::{PassedFds, split};
-use super::connection::serve_frames;
+use super::frames_io::{PassedFds, split};
 use super::state::{Peer, State, blocking, error};
 use super::untrusted;
-use crate::agent::record::AgentRecord;
-use crate::agent::store;
 use crate::paths::AgentPaths;
 use crate::protocol::events::{ChildEnd, ChildExit, ChildStart};
-use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
+use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
+use crate::store;
+use crate::store::record::AgentRecord;
 
 /// `child.spawn`.
 pub async fn spawn_child(state: &Arc<State>, params: SpawnParams, fds: PassedFds) -> Outcome {
@@ -125,10 +123,19 @@ pub async fn spawn_with(
         |what: &str, e: std::io::Error| error(ErrorCode::Internal, format!("{what}: {e}"));
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
+    // The egress handshake, for a child whose plan gives it the proxy.
+    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
+        Some(_) => Some(
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| internal("cannot create the egress handshake", e))?,
+        ),
+        None => None,
+    };
     let wrapper_depth = plan.wrapper_depth();
     // The child's own cgroups: removed when it is reaped (or now, when it
     // cannot be started).
     let groups = plan.cgroup_procs.clone();
+    let uid = plan.uid;
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -138,6 +145,10 @@ pub async fn spawn_with(
         plan,
         stdio,
         channel: OwnedFd::from(theirs),
+        egress: egress
+            .as_ref()
+            .and_then(|(_, t)| t.try_clone().ok())
+            .map(OwnedFd::from),
     };
     let launched = match state.launcher.launch(spec).await {
         Ok(l) => l,
@@ -158,6 +169,23 @@ pub async fn spawn_with(
             launched.started,
             wrapper_depth,
         );
+    // Recorded before its channel is served or its start acknowledged.
+    state.accounting.track(id, groups.clone());
+    let spawned = crate::audit::Entry::new(
+        crate::audit::kind::SPAWN,
+        Some(&record.id),
+        Some(&params.role),
+    )
+    .with("child", id)
+    .with("pid", launched.pid)
+    .with("uid", json!(uid))
+    .with("program", program_name(&params.argv))
+    .with("isolation", params.isolation.as_deref().unwrap_or("strict"))
+    .with("conversation", json!(sub.conversation));
+    if let Err(o) = super::audit_records::record(state, spawned).await {
+        let _ = super::children::kill_child_tree(launched.pid);
+        return Err(o);
+    }
     // What this child may do is fixed here, from the operator's request
     // and the agent's record; nothing it sends later changes it.
     let peer = Peer::Child {
@@ -169,6 +197,15 @@ pub async fn spawn_with(
         isolation: params.isolation.clone(),
         conversation: sub.conversation.clone(),
     };
+    if let Some((ours, theirs)) = egress {
+        drop(theirs);
+        let child = crate::egress::serve::ChildRef {
+            id,
+            agent: record.id.clone(),
+            role: params.role.clone(),
+        };
+        state.egress.serve_child(ours, child, launched.pid);
+    }
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
     {
@@ -182,7 +219,7 @@ pub async fn spawn_with(
     if let Ok(mut ch) = state.channels.lock() {
         ch.insert(id, sender.clone());
     }
-    tokio::spawn(serve_frames(state.clone(), reader, sender, peer));
+    tokio::spawn((state.serve_channel)(state.clone(), reader, sender, peer));
     let mut child = launched.child;
     log_output(id, child.stdout.take(), "stdout");
     log_output(id, child.stderr.take(), "stderr");
@@ -192,6 +229,7 @@ pub async fn spawn_with(
         agent_id,
         role,
         pid,
+        uid,
         groups,
     };
     tokio::spawn(reap(state.clone(), child, ended));
@@ -204,293 +242,6 @@ pub async fn spawn_with(
     Ok(Outcome::Result(
         json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
     ))
-}
-
-/// `turn.run`: start the agent's turn child on the caller's descriptors and
-/// answer once it has exited. Turns of one conversation run one at a time;
-/// `gone` is cancelled when the caller's connection closes, which cancels
-/// its turn (nobody is left to read it).
-pub async fn run_turn(
-    state: &Arc<State>,
-    params: TurnParams,
-    fds: PassedFds,
-    gone: CancellationToken,
-) -> Outcome {
-    match try_run_turn(state, params, fds, gone).await {
-        Ok(o) | Err(o) => o,
-    }
-}
-
-async fn try_run_turn(
-    state: &Arc<State>,
-    params: TurnParams,
-    fds: PassedFds,
-    gone: CancellationToken,
-) -> Result<Outcome, Outcome> {
-    if state.is_stopping() {
-        return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
-    }
-    let (st, selector, model, conversation) = (
-        state.clone(),
-        params.agent.clone(),
-        params.model.clone(),
-        params.conversation.clone(),
-    );
-    // Everything a turn needs is checked before anything is stored: a bad
-    // model, key or configuration fails here, with its message, and the
-    // conversation never holds a turn that could not run.
-    let (record, agent, model) = blocking(move || {
-        let (record, agent) = store::find(&st.home, selector.as_deref())
-            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        agent
-            .conversation(&conversation)
-            .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
-        let model = model.unwrap_or_else(|| record.model.clone());
-        check_model(&st.home, &model)?;
-        Ok((record, agent, model))
-    })
-    .await?;
-    // In a cluster, only the agent's owner runs its turns (issue 35).
-    let wait = params.wait_owner_secs.map(std::time::Duration::from_secs);
-    super::cluster::own(state, &record.id, wait).await?;
-    let conversation = params.conversation.clone();
-    let slot = match state.turns.try_acquire(&record.id, &conversation) {
-        Some(slot) => slot,
-        None => {
-            // Said on the turn's own stream, so the caller shows it.
-            notify_waiting(&fds, &conversation);
-            wait_for_slot(state, &record.id, &conversation, &gone).await?
-        }
-    };
-    let programs = crate::paths::Programs::installed()
-        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-    let spawn = SpawnParams {
-        agent: record.id.clone(),
-        role: "agent".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "turn".into(),
-            "--agent-dir".into(),
-            agent.dir().display().to_string(),
-            "--conversation".into(),
-            conversation.clone(),
-        ],
-        stdio: StdioMode::Passed,
-        workspace: params.workspace,
-        isolation: params.isolation.clone(),
-        model: Some(model),
-    };
-    // Subscribed before the launch, so the exit cannot pass unseen.
-    let mut events = state.events.subscribe();
-    let sub = SubagentLaunch {
-        conversation: Some(conversation.clone()),
-        ..SubagentLaunch::default()
-    };
-    let Outcome::Result(started) = spawn_with(state, spawn, fds, sub).await? else {
-        return Err(error(ErrorCode::Internal, "the turn's child did not start"));
-    };
-    let id = started["child"].as_u64().unwrap_or_default();
-    let cancel = CancellationToken::new();
-    state
-        .turns
-        .set_running(&record.id, &conversation, cancel.clone(), id);
-    let mut cancelled = false;
-    let end = loop {
-        tokio::select! {
-            ev = events.recv() => match ev {
-                Ok(Event::ChildExit(exit)) if exit.child == id => break exit.end,
-                Ok(_) => {}
-                // Missed events: the table still knows how the child ended.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    if let Some(end) = ended_in_table(state, id) {
-                        break end;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                    state.turns.clear_running(&record.id, &conversation);
-                    return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
-                }
-            },
-            _ = cancel.cancelled(), if !cancelled => {
-                cancelled = stop_turn_child(state, id);
-            }
-            _ = gone.cancelled(), if !cancelled => {
-                tracing::info!(child = id, "the caller of a turn went away: cancelling it");
-                cancelled = stop_turn_child(state, id);
-            }
-        }
-    };
-    state.turns.clear_running(&record.id, &conversation);
-    // Killed by us: the turn was cancelled. A child that finished on its
-    // own just before the signal was not (its answer stands).
-    let cancelled = cancelled && matches!(end, ChildEnd::Killed { .. });
-    if cancelled {
-        let (a, c) = (agent.clone(), conversation.clone());
-        let recorded = blocking(move || {
-            crate::agent::runtime::record_interruption(&a, &c)
-                .map_err(|e| error(ErrorCode::Internal, e.to_string()))
-        })
-        .await;
-        if let Err(Outcome::Error(e)) = recorded {
-            tracing::warn!(child = id, "cannot record the interruption: {}", e.message);
-        }
-    }
-    // The slot is held until the conversation is settled.
-    drop(slot);
-    // A turn that committed is synced with the remote, when one is set.
-    let synced = if cancelled {
-        None
-    } else {
-        super::rpc::sync_after(state, &record.id, Some(conversation.clone())).await
-    };
-    super::cluster::acknowledged(state, synced.as_ref())?;
-    // A finished turn may trigger a reflection (spec §5.1); it runs on
-    // under the supervisor while the caller gets its answer.
-    let reflection = if cancelled {
-        None
-    } else {
-        super::reflect::after_turn(
-            state,
-            &record.id,
-            &conversation,
-            params.reflection_context_window.or(params.context_window),
-            params.isolation.clone(),
-        )
-        .await
-    };
-    let mut result = started;
-    if let Some(obj) = result.as_object_mut() {
-        if let Ok(end) = serde_json::to_value(end) {
-            obj.insert("exit".into(), end);
-        }
-        obj.insert("conversation".into(), json!(conversation));
-        obj.insert("cancelled".into(), json!(cancelled));
-        if let Some(r) = reflection {
-            obj.insert("reflection".into(), r);
-        }
-        if let Some(s) = synced {
-            obj.insert("sync".into(), s);
-        }
-    }
-    Ok(Outcome::Result(result))
-}
-
-/// `turn.cancel`: cancel the running turn of a conversation.
-pub async fn cancel_turn(
-    state: &Arc<State>,
-    agent: Option<String>,
-    conversation: String,
-) -> Outcome {
-    let st = state.clone();
-    let found = blocking(move || {
-        store::find(&st.home, agent.as_deref())
-            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))
-    })
-    .await;
-    let record = match found {
-        Ok((record, _)) => record,
-        Err(o) => return o,
-    };
-    let cancelled = state.turns.cancel(&record.id, &conversation);
-    Outcome::Result(
-        json!({ "agent": record.id, "conversation": conversation, "cancelled": cancelled }),
-    )
-}
-
-/// Whether `model` can serve a turn here (known form, key configured,
-/// `config.toml` valid): the provider's own message when not.
-fn check_model(home: &crate::paths::Home, model: &str) -> Result<(), Outcome> {
-    let cfg = crate::model::ProviderConfig::load(home)
-        .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
-    crate::model::open_model(model, &cfg)
-        .map(drop)
-        .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))
-}
-
-/// How often a turn waiting for its conversation looks whether the
-/// running turn's child is stopped.
-const STOPPED_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Wait for the conversation's turn slot. Meanwhile, a running turn whose
-/// child is stopped (SIGSTOP, a freezer: it will never finish by itself,
-/// and its own client may wait for it for long) is resumed, so the turn
-/// ends and the slot comes — the holder is never killed or overtaken.
-async fn wait_for_slot(
-    state: &Arc<State>,
-    agent: &str,
-    conversation: &str,
-    gone: &CancellationToken,
-) -> Result<super::turns::TurnSlot, Outcome> {
-    let acquire = state.turns.acquire(agent, conversation);
-    tokio::pin!(acquire);
-    let mut tick = tokio::time::interval(STOPPED_CHECK);
-    loop {
-        tokio::select! {
-            slot = &mut acquire => return Ok(slot),
-            _ = tick.tick() => resume_stopped_holder(state, agent, conversation),
-            _ = gone.cancelled() => return Err(error(ErrorCode::Unavailable, "the caller went away while its turn waited")),
-            _ = state.stop.cancelled() => return Err(error(ErrorCode::Unavailable, "the supervisor is stopping")),
-        }
-    }
-}
-
-/// SIGCONT every stopped process of the conversation's running turn.
-fn resume_stopped_holder(state: &State, agent: &str, conversation: &str) {
-    let Some(id) = state.turns.running_child(agent, conversation) else {
-        return;
-    };
-    let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
-    let Some(info) = info.filter(|i| i.is_live()) else {
-        return;
-    };
-    let resumed = super::children::resume_stopped(info.pid);
-    if resumed > 0 {
-        tracing::warn!(
-            child = id,
-            agent,
-            conversation,
-            pid = info.pid,
-            processes = resumed,
-            "resumed a stopped turn another turn of its conversation waits for"
-        );
-    }
-}
-
-/// Write a `waiting` turn event on the caller's stdout descriptor (the
-/// second of the three), before any child owns it.
-fn notify_waiting(fds: &PassedFds, conversation: &str) {
-    use std::io::Write;
-    let Some(out) = fds.get(1) else { return };
-    let Ok(dup) = out.try_clone() else { return };
-    let event = crate::protocol::turn::TurnEvent::Waiting {
-        reason: format!("waiting for the running turn of conversation {conversation} to finish"),
-    };
-    let mut file = std::fs::File::from(dup);
-    // One short line into an empty pipe: it does not block.
-    let _ = writeln!(file, "{}", json!(event));
-}
-
-/// SIGKILL a turn's child and everything it started. True when a signal
-/// was sent (the child was still running).
-fn stop_turn_child(state: &State, id: u64) -> bool {
-    let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
-    match info {
-        Some(info) if info.is_live() => {
-            tracing::info!(child = id, pid = info.pid, "cancelling a turn");
-            super::children::kill_child_tree(info.pid).is_ok()
-        }
-        _ => false,
-    }
-}
-
-/// How child `id` ended, if the table says it has.
-fn ended_in_table(state: &State, id: u64) -> Option<ChildEnd> {
-    let info = state.table.lock().ok()?.get(id).cloned()?;
-    match info.state {
-        ChildState::Exited { code } => Some(ChildEnd::Exited { code }),
-        ChildState::Killed { signal } => Some(ChildEnd::Killed { signal }),
-        ChildState::Starting | ChildState::Running => None,
-    }
 }
 
 /// Output of children without passed stdio goes to our log, quoted and
@@ -515,6 +266,7 @@ struct Ended {
     agent_id: String,
     role: String,
     pid: u32,
+    uid: Option<u32>,
     /// Its cgroups' `cgroup.procs` files (`sandbox::cgroup::prepare`).
     groups: Vec<PathBuf>,
 }
@@ -562,8 +314,12 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         agent_id,
         role,
         pid,
+        uid,
         groups,
     } = e;
+    let started = std::time::Instant::now();
+    // Read (without reaping) what it used, while it is still a zombie.
+    let used = super::accounting::exit_usage(child.id().unwrap_or(pid)).await;
     let ended = match child.wait().await {
         Ok(status) => ended_state(status),
         Err(e) => {
@@ -579,6 +335,14 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     }
     // Whatever it was doing, an ended child edits no memory.
     state.leases.release(super::leases::Holder::Child(id));
+    // Its groups' figures are read before they go; recorded before its
+    // exit is announced.
+    let group_usage = state.accounting.untrack(id);
+    let exited = exit_entry(&agent_id, &role, id, pid, uid, &ended, used, group_usage)
+        .with("duration_ms", started.elapsed().as_millis() as u64);
+    super::audit_records::note(&state, exited).await;
+    // Nor reaches the network: its proxy endpoint and connections close.
+    state.egress.child_ended(id);
     release_groups(groups).await;
     state.child_ended.notify_waiters();
     match &ended {
@@ -703,4 +467,43 @@ fn plan_child(
                 .map_err(|e| internal(&e))?;
     }
     Ok(launch)
+}
+
+/// The program a child runs, by its file name (no arguments: they may hold data).
+fn program_name(argv: &[String]) -> String {
+    argv.first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+        .unwrap_or_default()
+}
+
+/// The `exit` record of a child: status, and CPU and peak memory from its
+/// groups and its rusage (the larger of each: both are lower bounds).
+#[allow(clippy::too_many_arguments)]
+fn exit_entry(
+    agent: &str,
+    role: &str,
+    id: u64,
+    pid: u32,
+    uid: Option<u32>,
+    ended: &ChildState,
+    used: Option<(u64, u64)>,
+    groups: crate::sandbox::cgroup::GroupUsage,
+) -> crate::audit::Entry {
+    let (code, signal) = match ended {
+        ChildState::Exited { code } => (Some(*code), None),
+        ChildState::Killed { signal } => (None, Some(*signal)),
+        ChildState::Starting | ChildState::Running => (None, None),
+    };
+    let (rusage_cpu, rusage_peak) = used.unwrap_or((0, 0));
+    crate::audit::Entry::new(crate::audit::kind::EXIT, Some(agent), Some(role))
+        .with("child", id)
+        .with("pid", pid)
+        .with("uid", json!(uid))
+        .with("exit_code", json!(code))
+        .with("signal", json!(signal))
+        .with("cpu_us", groups.cpu_us.unwrap_or(0).max(rusage_cpu))
+        .with(
+            "peak_memory_bytes",
+            groups.peak_memory_bytes.unwrap_or(0).max(rusage_peak),
+        )
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::children::Launcher;
-use super::conn::split;
 use super::connection::serve_frames;
+use super::frames_io::split;
 use super::pidfile::{PidFile, ensure_private_dir};
 use super::state::{Peer, State};
 use crate::paths::Home;
@@ -49,7 +49,7 @@ pub struct Bound {
 /// anyone can connect, inside a 0700 directory).
 pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     // A bad cluster configuration stops the start: never run unfenced.
-    let cluster = super::cluster::Cluster::load(home)?;
+    let cluster = super::cluster::load(home)?;
     ensure_private_dir(&home.run_dir())?;
     let pid = PidFile::acquire(&home.supervisor_pid_file())?;
     if pid.reclaimed {
@@ -65,7 +65,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
     let listener = bind_private(&socket).map_err(io)?;
     let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
     if nix::unistd::geteuid().is_root() {
-        let uids = crate::agent::store::sandbox_uids(home).unwrap_or_default();
+        let uids = crate::store::sandbox_uids(home).unwrap_or_default();
         let n = crate::sandbox::identity::kill_leftovers(&uids);
         if n > 0 {
             tracing::warn!(
@@ -91,7 +91,17 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
             source: std::io::Error::other(e.to_string()),
         });
     }
-    let mut state = State::new(home.clone(), sandbox, launcher);
+    // No audit log, no supervisor: every action is recorded or refused.
+    let mut state = State::new(
+        home.clone(),
+        sandbox,
+        launcher,
+        super::connection::serve_frames,
+    );
+    state.accounting = super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
+        path: home.audit_log(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     state.cluster = cluster;
     Ok(Bound {
         state: Arc::new(state),
@@ -131,9 +141,10 @@ impl Bound {
         // What a crashed predecessor left (stale reflection locks, orphan
         // worktrees) is cleaned before any launch can start.
         let home = state.home.clone();
-        let _ = tokio::task::spawn_blocking(move || super::reflect::recover(&home)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || crate::reflection::recover::recover(&home)).await;
         super::cluster::start(&state).await;
-        super::reflect::resume_workers(&state);
+        super::workers::resume_workers(&state);
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
             tokio::select! {
@@ -175,7 +186,7 @@ impl Bound {
                     );
                     // Only an embedded supervisor drains: this is a message
                     // to the person whose command it ran in, and a record.
-                    crate::cli::style::eprint_warning(&why);
+                    crate::console::style::eprint_warning(&why);
                     tracing::warn!(requests = state.requests.len(), "{why}");
                 }
             }
@@ -224,7 +235,7 @@ fn prune_cgroups(home: &Home, sandbox: &crate::sandbox::report::SandboxReport) {
     if !sandbox.cgroup.available {
         return;
     }
-    let agents: Vec<String> = crate::agent::store::list(home)
+    let agents: Vec<String> = crate::store::list(home)
         .unwrap_or_default()
         .into_iter()
         .map(|a| a.id)

@@ -7,25 +7,33 @@
 //! a background runtime, bound to the same socket, stopped when the command
 //! ends.
 
+pub mod accounting;
+pub mod audit_records;
+pub mod autosync;
 pub mod children;
 pub mod cluster;
-pub mod conn;
 pub mod connection;
 pub mod dispatch;
+pub mod frames_io;
 #[cfg(test)]
 mod instructions;
+pub mod integration;
 pub mod launch;
 pub mod leases;
 pub mod listener;
 pub mod pidfile;
 pub mod policy;
+pub mod recall_delegate;
 pub mod reflect;
 pub mod rpc;
 pub mod state;
-pub mod subagents;
+pub mod subagent_child;
 pub mod sync_repair;
+pub mod tasks;
+pub mod turn_run;
 pub mod turns;
 pub mod untrusted;
+pub mod workers;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -322,7 +330,7 @@ impl Session {
             if !told && began.elapsed() > Duration::from_secs(2) {
                 told = true;
                 // The user's own message (this runs in the CLI's process).
-                crate::cli::style::eprint_warning(&format!(
+                crate::console::style::eprint_warning(&format!(
                     "waiting for the supervisor of {} (another command is starting or finishing it)",
                     home.root().display()
                 ));
@@ -374,7 +382,7 @@ impl Session {
                 tracing::debug!("no supervisor running: started an embedded one");
                 // Its records are the daemon's kind: they go where the
                 // daemon's go unless the user asked to see them.
-                crate::cli::logging::divert_quiet_records(&home.supervisor_log());
+                crate::console::logging::divert_quiet_records(&home.supervisor_log());
                 let client = match connect(home) {
                     Ok(c) => c,
                     Err(e) => {

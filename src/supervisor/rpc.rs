@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::conn::FrameSender;
+use super::frames_io::FrameSender;
 use super::leases::{Holder, LEASE_WAIT};
-use super::state::{Connection, Peer, State, blocking, error};
-use crate::agent::store;
+use super::state::{Connection, Peer, State, blocking, error, on_agent_thread};
 use crate::memfs::commit::{CommitError, CommitOptions, commit_paths};
 use crate::memfs::repo;
 use crate::model::{
@@ -17,27 +16,7 @@ use crate::model::{
 };
 use crate::protocol::events::{ModelDelta, TurnDelta};
 use crate::protocol::{ErrorBody, ErrorCode, Event, LogLevel, Outcome, ServerFrame};
-
-/// Blocking work (git, files, model calls) one agent may have running at
-/// once; more waits for a slot, so one agent whose work hangs cannot take
-/// the blocking threads every other agent needs.
-pub const MAX_BLOCKING_PER_AGENT: usize = 8;
-
-/// Run `f` on a blocking thread within `agent`'s share of them.
-async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
-where
-    T: Send + 'static,
-    F: FnOnce() -> T + Send + 'static,
-{
-    let slots = state.agent_slots(agent, MAX_BLOCKING_PER_AGENT);
-    let permit = slots.acquire_owned().await.map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        f()
-    })
-    .await
-    .map_err(|e| e.to_string())
-}
+use crate::store;
 
 /// The agent a request acts on: a child's own agent (a different `agent`
 /// parameter is refused), or for a CLI the named one.
@@ -109,6 +88,14 @@ pub async fn memory_commit(
         }
     };
     let home = state.home.clone();
+    let audited = crate::audit::Entry::new(
+        crate::audit::kind::COMMIT,
+        Some(&agent),
+        Some(super::audit_records::role_of(peer)),
+    )
+    .with("paths", json!(paths))
+    .with("message", message.clone())
+    .with("worktree", json!(worktree));
     let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
         let (record, agent_paths) = store::find(&home, Some(&agent))
             .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
@@ -156,7 +143,18 @@ pub async fn memory_commit(
     })
     .await;
     match result {
-        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Ok(v)) => {
+            // A commit is acknowledged once it is in the log.
+            if let Some(sha) = v["commit"].as_str() {
+                let entry = audited
+                    .with("sha", sha)
+                    .with("changed", v["changed"].clone());
+                if let Err(o) = super::audit_records::record(state, entry).await {
+                    return o;
+                }
+            }
+            Outcome::Result(v)
+        }
         Ok(Err(o)) => o,
         Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
     }
@@ -271,7 +269,7 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
             };
             // Never libgit2's status here: it opens the child's files (and
             // `.gitignore`s) by path, where a FIFO blocks this thread for good.
-            let status = crate::memfs::worktree_status::worktree_status(&repo)
+            let status = crate::memfs::status::worktree_status(&repo)
                 .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
             let mut v = json!({ "head": status.head, "dirty": status.dirty });
             if let Some(name) = worktree {
@@ -317,6 +315,13 @@ pub async fn model_complete(
         let asked = request.model.trim();
         if !asked.is_empty() && asked != model {
             tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
+            super::audit_records::denied(
+                state,
+                peer,
+                "model.complete",
+                "a model the child was not launched with",
+            )
+            .await;
             return error(
                 ErrorCode::Forbidden,
                 format!(
@@ -339,30 +344,39 @@ pub async fn model_complete(
         Peer::Child { agent, .. } => agent.clone(),
         Peer::Cli => "cli".to_string(),
     };
+    let role = peer.kind().to_string();
     let call = on_agent_thread(
         state,
         &slot,
         move || -> Result<ModelResponse, ModelError> {
-            let cfg = ProviderConfig::load(&home).map_err(ModelError::from)?;
-            let model = open_model(&request.model, &cfg)?;
-            // A summary (compaction) is not the turn's text: `attach`
-            // shows the compaction event instead.
-            let turn_text = request.purpose == crate::model::Purpose::Turn;
-            model.complete(&request, &mut |event| {
-                if let ModelEvent::TextDelta { text } = event {
-                    if turn_text {
-                        st.emit(Event::TurnDelta(TurnDelta {
-                            agent: who_agent.clone(),
-                            child: who_child,
-                            text: text.clone(),
-                        }));
-                    }
-                    sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
-                        request: id,
-                        text,
-                    })));
-                }
-            })
+            // The agent's budget, before every call of its turns and sub-agents.
+            if let Some(agent) = &who_agent
+                && let Err(r) = st
+                    .accounting
+                    .check_budget(&home, agent, &role, "model_call")
+            {
+                return Err(ModelError::fatal(r.message));
+            }
+            let began = std::time::Instant::now();
+            let answer = call_provider(&home, &request, &st, &who_agent, who_child, &sender, id);
+            // Recorded (durably) before the answer goes back to the child.
+            let outcome = answer.as_ref().map(|r| &r.usage).map_err(|e| e.to_string());
+            st.accounting
+                .model_called(
+                    who_agent.as_deref(),
+                    &role,
+                    &request.model,
+                    &serde_json::to_value(request.purpose)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    outcome.as_ref().map_err(String::as_str).copied(),
+                    began.elapsed().as_millis() as u64,
+                )
+                .map_err(|e| {
+                    ModelError::fatal(format!("the model call could not be recorded: {e}"))
+                })?;
+            answer
         },
     );
     // A stop does not wait for a provider that hangs: the caller gets an
@@ -542,6 +556,7 @@ pub async fn memory_sync(
     match result {
         Ok(Ok((outcome, aside))) => match serde_json::to_value(&outcome) {
             Ok(mut v) => {
+                super::audit_records::synced(state, &record.id, &v).await;
                 if let Some(o) = v.as_object_mut() {
                     o.insert("repair_branch".into(), json!(aside));
                     o.insert("agent".into(), json!(record.id));
@@ -559,14 +574,18 @@ pub async fn memory_sync(
             }
             Err(e) => error(ErrorCode::Internal, e.to_string()),
         },
-        Ok(Err(e)) => error(ErrorCode::Internal, e.to_string()),
+        Ok(Err(e)) => {
+            let failed = json!({ "status": "failed", "message": e.to_string() });
+            super::audit_records::synced(state, &record.id, &failed).await;
+            error(ErrorCode::Internal, e.to_string())
+        }
         Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
     }
 }
 
 /// The answer to a `memory.sync` that cloned an agent another host owns:
 /// the clone stands, nothing was synced (`refused` says why).
-fn cloned_only(record: &crate::agent::record::AgentRecord, refused: Outcome) -> Outcome {
+fn cloned_only(record: &crate::store::record::AgentRecord, refused: Outcome) -> Outcome {
     let why = match &refused {
         Outcome::Error(e) => e.message.clone(),
         Outcome::Result(_) => String::new(),
@@ -605,93 +624,35 @@ pub async fn memory_repair(state: &Arc<State>, peer: &Peer) -> Outcome {
     }
     memory_sync(state, Some(agent.clone()), None, true).await
 }
-
-/// After a turn's commits or a merge: when a remote is configured (the
-/// supervisor's `MINI_LETTA_REMOTE_ROOT`) and `main` has commits the remote
-/// lacks, sync under the memory lease. A sync that needs the agent's or an
-/// operator's attention leaves a reminder in `conversation` for its next
-/// turn. `None` when nothing was to be synced.
-pub async fn sync_after(
-    state: &Arc<State>,
-    agent_id: &str,
-    conversation: Option<String>,
-) -> Option<Value> {
-    let root = crate::remote::root_from_env()?;
-    let paths = state.home.agent(agent_id).ok()?;
-    let probe = paths.clone();
-    let pending = super::state::blocking(move || Ok(crate::memfs::sync::has_pending(&probe)))
-        .await
-        .unwrap_or(false);
-    if !pending {
-        return None;
-    }
-    let _lease = match state.leases.hold(agent_id, LEASE_WAIT).await {
-        Ok(l) => l,
-        // Said, not swallowed: in a cluster an unpushed turn is not
-        // acknowledged (`cluster::acknowledged`).
-        Err(e) => {
-            tracing::warn!(agent = %agent_id, "memory sync skipped: {e}");
-            return Some(json!({ "status": "push_failed", "message": e.to_string() }));
+/// One provider call, its text deltas streamed to the caller (and, for a
+/// turn's text, to subscribers). On a blocking thread.
+fn call_provider(
+    home: &crate::paths::Home,
+    request: &ModelRequest,
+    st: &State,
+    who_agent: &Option<String>,
+    who_child: Option<u64>,
+    sender: &FrameSender,
+    id: u64,
+) -> Result<ModelResponse, ModelError> {
+    let cfg = ProviderConfig::load(home).map_err(ModelError::from)?;
+    let model = open_model(&request.model, &cfg)?;
+    // A summary (compaction) is not the turn's text: `attach` shows the
+    // compaction event instead.
+    let turn_text = request.purpose == crate::model::Purpose::Turn;
+    model.complete(request, &mut |event| {
+        if let ModelEvent::TextDelta { text } = event {
+            if turn_text {
+                st.emit(Event::TurnDelta(TurnDelta {
+                    agent: who_agent.clone(),
+                    child: who_child,
+                    text: text.clone(),
+                }));
+            }
+            sender.send(&ServerFrame::Event(Event::ModelDelta(ModelDelta {
+                request: id,
+                text,
+            })));
         }
-    };
-    let id = agent_id.to_string();
-    let fencing = super::cluster::fencing(state, agent_id);
-    let outcome = on_agent_thread(state, agent_id, move || {
-        let outcome = store::load(&paths)
-            .map_err(|e| crate::memfs::sync::SyncError::Io {
-                path: paths.agent_json(),
-                source: std::io::Error::other(e.to_string()),
-            })
-            .and_then(|record| super::cluster::sync_agent(&paths, &record, Some(&root), &fencing));
-        if let (Ok(o), Some(conv)) = (&outcome, &conversation)
-            && let Some((rid, text)) = sync_reminder(o, &paths.memory_dir())
-            && let Ok(Some(c)) =
-                crate::agent::conversation::Conversation::open_existing(&paths, conv)
-            && let Err(e) = c.queue_reminder(rid, &text)
-        {
-            tracing::warn!(agent = %id, "cannot leave the sync reminder: {e}");
-        }
-        outcome
     })
-    .await;
-    match outcome {
-        Ok(Ok(o)) => {
-            tracing::info!(agent = %agent_id, status = ?o.status, "memory synced after a change");
-            serde_json::to_value(&o).ok()
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(agent = %agent_id, "memory sync failed: {e}");
-            Some(json!({ "status": "push_failed", "message": e.to_string() }))
-        }
-        Err(e) => {
-            tracing::warn!(agent = %agent_id, "memory sync task failed: {e}");
-            Some(json!({ "status": "push_failed", "message": e }))
-        }
-    }
-}
-
-/// The reminder a sync outcome leaves for the agent, if it needs one
-/// (`agent::reminders`). `memory_dir` is the checkout on the host.
-fn sync_reminder(
-    o: &crate::memfs::sync::SyncOutcome,
-    memory_dir: &std::path::Path,
-) -> Option<(&'static str, String)> {
-    use crate::agent::reminders;
-    use crate::memfs::sync::SyncStatus;
-    let status = &o.message;
-    match o.status {
-        SyncStatus::Conflict => Some((
-            "memory-git-conflict",
-            reminders::git_conflict(memory_dir, status, o.backup_ref.as_deref()),
-        )),
-        SyncStatus::Dirty => Some((
-            "memory-commit-needed",
-            reminders::commit_needed(memory_dir, status, "The next sync pushes them."),
-        )),
-        SyncStatus::Invalid | SyncStatus::PushFailed => Some((
-            "memory-sync-failed",
-            reminders::sync_failed(memory_dir, status),
-        )),
-        _ => None,
-    }
 }

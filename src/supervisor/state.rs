@@ -2,16 +2,17 @@
 //! bus, the stop signal and the tracker of requests in flight; and who is
 //! on the other end of a connection ([`Peer`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::children::{Launcher, SharedTable};
-use super::conn::FrameSender;
+use super::frames_io::{FrameReader, FrameSender};
 use crate::paths::Home;
 use crate::protocol::{ErrorBody, ErrorCode, Event, Outcome};
 
@@ -49,6 +50,17 @@ impl Peer {
     }
 }
 
+/// The protocol loop a launched child's channel runs
+/// (`connection::serve_frames`). It is handed to the state at bind rather
+/// than imported by the launcher: the loop dispatches requests, and some
+/// of those launch children, so the launcher sits below it.
+pub type ServeChannel = fn(
+    Arc<State>,
+    FrameReader,
+    FrameSender,
+    Peer,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// State shared by every task of one supervisor.
 pub struct State {
     pub home: Home,
@@ -57,6 +69,8 @@ pub struct State {
     pub started: Instant,
     pub table: SharedTable,
     pub launcher: Launcher,
+    /// What serves a launched child's channel.
+    pub serve_channel: ServeChannel,
     pub events: broadcast::Sender<Event>,
     /// Cancelled once a stop is requested: the accept loop ends, new
     /// children are refused, shutdown begins.
@@ -82,14 +96,18 @@ pub struct State {
     pub turns: super::turns::Turns,
     /// Who may edit each agent's memory working tree right now.
     pub leases: super::leases::Leases,
-    /// Per-agent shares of the blocking threads (see `rpc::on_agent_thread`).
+    /// Per-agent shares of the blocking threads (see [`on_agent_thread`]).
     agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Sub-agents' tasks and reports, by child id (`task.get`/`task.finish`).
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
-    pub subagents: super::subagents::Running,
+    pub subagents: Running,
+    /// The audit log's appender, budgets and usage figures.
+    pub accounting: super::accounting::Accounting,
+    /// The egress proxy: children's endpoints, limits, the network log.
+    pub egress: Arc<crate::egress::serve::Egress>,
     /// Several hosts (issue 35): who owns which agent, through etcd.
-    pub cluster: super::cluster::Cluster,
+    pub cluster: crate::cluster::Handle,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -99,19 +117,60 @@ pub struct TaskEntry {
     pub report: Option<String>,
 }
 
+/// Per agent: the running reflection and memory worker (child ids; `0`
+/// while one is being prepared), and the worker instructions waiting for
+/// their turn (each also kept on disk until its worker is finalized).
+#[derive(Debug, Default)]
+pub struct AgentSubagents {
+    pub reflection: Option<u64>,
+    pub worker: Option<u64>,
+    pub queued_workers: VecDeque<crate::reflection::queue::QueuedWorker>,
+    /// A reflection branch the agent is reviewing (explicit mode).
+    pub integration: Option<PendingIntegration>,
+}
+
+/// Sub-agents in flight, by agent id.
+#[derive(Debug, Default)]
+pub struct Running {
+    inner: Mutex<HashMap<String, AgentSubagents>>,
+}
+
+impl Running {
+    /// Run `f` on the agent's entry.
+    pub fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentSubagents) -> T) -> T {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(agent.to_string()).or_default();
+        f(entry)
+    }
+}
+
+/// A reflection branch the agent is reviewing (explicit mode): only that
+/// branch, only from that conversation, may be merged by `memory.merge`.
+#[derive(Debug, Clone)]
+pub struct PendingIntegration {
+    pub conversation: String,
+    pub worktree: String,
+    pub branch: String,
+    pub summary: String,
+    pub merge: Option<Value>,
+}
+
 impl State {
     pub fn new(
         home: Home,
         sandbox: crate::sandbox::report::SandboxReport,
         launcher: Launcher,
+        serve_channel: ServeChannel,
     ) -> Self {
         let (events, _) = broadcast::channel(1024);
         State {
+            egress: Arc::new(crate::egress::serve::Egress::new(home.clone())),
             home,
             sandbox,
             started: Instant::now(),
             table: Default::default(),
             launcher,
+            serve_channel,
             events,
             stop: CancellationToken::new(),
             drain: CancellationToken::new(),
@@ -125,6 +184,7 @@ impl State {
             agent_slots: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             subagents: Default::default(),
+            accounting: super::accounting::Accounting::with_log(crate::audit::Log::off()),
             cluster: Default::default(),
         }
     }
@@ -180,6 +240,27 @@ pub fn error(code: ErrorCode, message: impl Into<String>) -> Outcome {
         message: message.into(),
         data: None,
     })
+}
+
+/// Blocking work (git, files, model calls) one agent may have running at
+/// once; more waits for a slot, so one agent whose work hangs cannot take
+/// the blocking threads every other agent needs.
+pub const MAX_BLOCKING_PER_AGENT: usize = 8;
+
+/// Run `f` on a blocking thread within `agent`'s share of them.
+pub async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let slots = state.agent_slots(agent, MAX_BLOCKING_PER_AGENT);
+    let permit = slots.acquire_owned().await.map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f()
+    })
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// Run blocking work (file system, git, chown, agent lookup) off the

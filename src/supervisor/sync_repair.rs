@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::leases::LEASE_WAIT;
 use super::state::State;
-use crate::agent::record::AgentRecord;
 use crate::memfs::sync::{self, Aside, SetAside, SyncOutcome, SyncStatus};
+use crate::store::record::AgentRecord;
 
 /// Longest a `sync --repair` waits for its repair worker.
 pub const REPAIR_WAIT: Duration = Duration::from_secs(600);
@@ -70,7 +70,7 @@ async fn repair(
         out.backup_ref = Some(aside.backup_ref.clone());
         out
     };
-    let Some(signature) = super::reflect::repair_set_aside(state, &record.id, &aside.branch).await
+    let Some(signature) = super::workers::repair_set_aside(state, &record.id, &aside.branch).await
     else {
         return kept(
             conflict,

@@ -99,3 +99,50 @@ pub(super) fn tighten_profile(home: &Home, role: &str) -> Result<(), VerifyError
     let text = toml::to_string(&tight).map_err(setup("profile override"))?;
     std::fs::write(dir.join(format!("{role}.toml")), text).map_err(setup("profile override"))
 }
+
+/// An HTTP server on the host's loopback that the attacker's allow-list
+/// names: it answers every request with its marker. Stopped on drop.
+pub(super) struct ListedHost {
+    pub port: u16,
+    pub marker: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ListedHost {
+    pub fn start() -> std::io::Result<Self> {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let marker = format!("MINI-LETTA-EGRESS-LISTED-{:016x}", rand::random::<u64>());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, body) = (stop.clone(), marker.clone());
+        std::thread::Builder::new()
+            .name("verify-listed-host".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    let Ok((mut s, _)) = listener.accept() else {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        continue;
+                    };
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                    let mut head = [0u8; 4096];
+                    let _ = s.read(&mut head);
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            })?;
+        Ok(Self { port, marker, stop })
+    }
+}
+
+impl Drop for ListedHost {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -27,13 +27,13 @@ use std::path::Path;
 
 pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
 
-use crate::agent::store;
 use crate::paths::Home;
 use crate::protocol::client::ClientError;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::{self, ProbeContext};
 use crate::sandbox::report::{Isolation, SandboxReport};
 use crate::sandbox::{identity, profile};
+use crate::store;
 use crate::supervisor::Session;
 
 /// The decoy key placed in the supervisor's environment.
@@ -132,6 +132,8 @@ fn run_in(
     let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
     let sibling_child = sibling["child"].as_u64().unwrap_or(0);
     let profile = profile::load(&home, role).map_err(setup("profile"))?;
+    let listed = decoys::ListedHost::start().map_err(setup("listed host"))?;
+    let egress = egress_rows(&home, &a.id, &profile, report, isolation, &listed)?;
     let ctx = ProbeContext {
         own_agent_dir: a_paths.dir().to_path_buf(),
         own_memory_git_dir: a_paths.memory_git_dir(),
@@ -156,6 +158,7 @@ fn run_in(
         read_only_checkout: ["reflection", "memory-worker", "recall"]
             .contains(&role)
             .then(|| a_paths.memory_dir()),
+        egress,
     };
     let ctx_json = serde_json::to_string(&ctx).map_err(setup("context"))?;
     let witness = attack::Witness::new(
@@ -191,5 +194,33 @@ fn run_in(
     session.close();
     drop(shm);
     drop(tcp);
+    drop(listed);
     Ok(VerifyReport::new(report.level, isolation, role, results))
+}
+
+/// When the attacked role's children get the egress proxy: the
+/// attacker's allow-list names the listed host (and nothing else), and
+/// the egress rows learn where both are.
+fn egress_rows(
+    home: &Home,
+    attacker: &str,
+    profile: &profile::Profile,
+    report: &SandboxReport,
+    isolation: Isolation,
+    listed: &decoys::ListedHost,
+) -> Result<Option<probes::EgressContext>, VerifyError> {
+    let proxied = profile.network == profile::Network::Proxy
+        && isolation != Isolation::Off
+        && crate::sandbox::plan::egress_possible(report);
+    if !proxied {
+        return Ok(None);
+    }
+    let list = crate::egress::allow::AllowList::parse(&[format!("localhost:{}", listed.port)])
+        .map_err(VerifyError::Setup)?;
+    crate::egress::policy::write(home, attacker, &list).map_err(setup("allow-list"))?;
+    Ok(Some(probes::EgressContext {
+        proxy_port: crate::egress::PORT,
+        listed_port: listed.port,
+        marker: listed.marker.clone(),
+    }))
 }

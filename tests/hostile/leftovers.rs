@@ -103,7 +103,7 @@ fn leaf(pid: u32, started: u64) -> String {
 }
 
 fn start_time(pid: u32) -> u64 {
-    mini_letta::reflection::lock::process_start_time(pid).unwrap()
+    mini_letta::sandbox::identity::process_start_time(pid).unwrap()
 }
 
 /// A supervisor that died (SIGKILL, a crash) leaves its children's groups;
@@ -262,7 +262,7 @@ fn last_request_json_is_bounded_in_size() {
         .join(&id)
         .join("conversations/default/last-request.json");
     let bytes = std::fs::read(&path).unwrap();
-    let cap = mini_letta::agent::conversation::LAST_REQUEST_MAX_BYTES;
+    let cap = mini_letta::store::conversation::LAST_REQUEST_MAX_BYTES;
     assert!(bytes.len() <= cap, "{} bytes > {cap}", bytes.len());
     // Still JSON an operator can read: the newest message is there, and
     // it says what was left out.
@@ -282,7 +282,7 @@ fn last_request_json_is_bounded_in_size() {
 fn last_request_json_is_bounded_in_count() {
     let home = open_home();
     let id = create_agent(home.path(), &["many"]);
-    let keep = mini_letta::agent::conversation::LAST_REQUEST_MAX_FILES;
+    let keep = mini_letta::store::conversation::LAST_REQUEST_MAX_FILES;
     let n = keep + 3;
     for i in 0..n {
         let o = run(

@@ -5,9 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod audit;
 mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
+mod egress;
 mod import;
 mod leftovers;
 mod live_repo;

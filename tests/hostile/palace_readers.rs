@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mini_letta::agent::conversation::StoredMessage;
 use mini_letta::protocol::messages::{Part, Role};
+use mini_letta::store::conversation::StoredMessage;
 
 use crate::common::*;
 

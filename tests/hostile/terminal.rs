@@ -150,8 +150,8 @@ fn in_a_pipe_listings_quote_odd_names_and_contents_stay_exact() {
 
 #[test]
 fn conversation_texts_ids_and_times_reach_a_terminal_only_visibly() {
-    use mini_letta::agent::conversation::{Conversation, StoredMessage};
     use mini_letta::protocol::messages::{Part, Role};
+    use mini_letta::store::conversation::{Conversation, StoredMessage};
     let dir = open_home();
     let home = dir.path();
     let id = create_agent(home, &["owl"]);

@@ -23,37 +23,10 @@ use super::plan::{self, Plan, PlanError};
 use super::transcript::{
     self, ALL_PROMPT, CompactionStats, DEFAULT_CLIP_CHARS, LADDER, NO_MESSAGES, SLIDING_PROMPT,
 };
-use crate::agent::conversation::{Conversation, ConversationError, StoredMessage};
 use crate::protocol::messages::{ModelFailure, Part, Role};
-
-/// How a compaction summarises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Summarise the oldest messages, keep the recent ones.
-    #[default]
-    SlidingWindow,
-    /// Summarise everything but what waits for the model.
-    All,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::SlidingWindow => "sliding_window",
-            Mode::All => "all",
-        }
-    }
-
-    /// `all` or `sliding_window`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "all" => Some(Mode::All),
-            "sliding_window" => Some(Mode::SlidingWindow),
-            _ => None,
-        }
-    }
-}
+use crate::store::conversation::{Conversation, ConversationError, StoredMessage};
+/// The agent's settings are part of its record (`agent.json`).
+pub use crate::store::record::{CompactionSettings, Mode};
 
 /// Why a compaction runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,23 +48,6 @@ impl Trigger {
             Trigger::Manual => "manual",
         }
     }
-}
-
-/// An agent's `compaction_settings` (in `agent.json`; every field
-/// optional).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CompactionSettings {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<Mode>,
-    /// A compaction prompt replacing the default of `mode`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-    /// Longest summary in characters (50,000 unless set; 0: never clipped).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clip_chars: Option<u64>,
-    /// The sliding window's starting percentage (0.3 unless set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sliding_window_percentage: Option<f64>,
 }
 
 impl CompactionSettings {

@@ -20,8 +20,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::agent::conversation::StoredMessage;
 use crate::protocol::messages::{Message, Part, Role, ToolSpec, Usage};
+use crate::store::conversation::StoredMessage;
 
 /// Characters of `s` in UTF-16 code units.
 pub fn utf16_len(s: &str) -> usize {

@@ -24,7 +24,6 @@ pub mod compact;
 pub mod estimate;
 pub mod fit;
 pub mod plan;
-pub mod report;
 pub mod transcript;
 pub mod window;
 
@@ -34,13 +33,13 @@ use compact::{CompactError, Compacted, CompactionSettings, Mode, Summarizer, Tri
 use fit::{Fit, Rung};
 use window::{ResolvedWindow, WindowInputs};
 
-use super::conversation::{Conversation, ConversationError};
-use super::prompt_cache::{self, PromptError};
-use super::record::AgentRecord;
 use crate::paths::AgentPaths;
 use crate::protocol::client::Client;
 use crate::protocol::messages::{Message, ModelFailure, ModelRequest, Part, Purpose, Usage};
 use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::store::conversation::{Conversation, ConversationError};
+use crate::store::prompt_cache::{self, PromptError};
+use crate::store::record::AgentRecord;
 
 /// Retries after provider overflow errors in one step: one per rung of
 /// [`fit`]'s ladder at most (then the error stands).

@@ -23,8 +23,8 @@
 //! then answers the summary instead of the user).
 
 use super::estimate::messages_tokens;
-use crate::agent::conversation::StoredMessage;
 use crate::protocol::messages::{Part, Role};
+use crate::store::conversation::StoredMessage;
 
 /// The sliding window's starting percentage unless set.
 pub const DEFAULT_SLIDING_PERCENTAGE: f64 = 0.3;

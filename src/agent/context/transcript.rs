@@ -24,8 +24,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::estimate::{is_summary, utf16_len};
-use crate::agent::conversation::StoredMessage;
 use crate::protocol::messages::{Part, Role};
+use crate::store::conversation::StoredMessage;
 
 /// A tool result's longest text in a transcript.
 pub const TOOL_RESULT_CHARS: usize = 2_000;

@@ -90,6 +90,15 @@ pub fn parse_window(name: &str, value: &str) -> Result<u64, WindowError> {
         })
 }
 
+/// The windows a program passes to a turn from its environment:
+/// `MINI_LETTA_CONTEXT_WINDOW` and `MINI_LETTA_REFLECTION_CONTEXT_WINDOW`.
+pub fn env_windows() -> Result<(Option<u64>, Option<u64>), WindowError> {
+    Ok((
+        env_window(CONTEXT_WINDOW_ENV)?,
+        env_window(REFLECTION_CONTEXT_WINDOW_ENV)?,
+    ))
+}
+
 /// The window in environment variable `name`, if set (an empty value is
 /// unset).
 pub fn env_window(name: &str) -> Result<Option<u64>, WindowError> {

@@ -15,9 +15,9 @@ use std::io::Write;
 use serde_json::Value;
 
 use super::super::terminal::clean;
-use crate::agent::conversation::StoredMessage;
 use crate::protocol::messages::Part;
 use crate::protocol::turn::TurnEvent;
+use crate::store::conversation::StoredMessage;
 
 /// Longest argument summary of a tool call, in characters.
 const ARGS_MAX: usize = 200;

@@ -33,8 +33,8 @@ use git2::{Oid, Repository};
 use super::merge::{diff_paths, snapshot_of as snapshot, update_checkout};
 use super::{WorktreeError, git};
 use crate::agentfs::temp_name::is_temp_name;
+use crate::memfs::status::{checkout_blobs, worktree_status};
 use crate::memfs::validate::TreeSnapshot;
-use crate::memfs::worktree_status::{checkout_blobs, worktree_status};
 use crate::paths::MemoryGitDir;
 
 const MAIN: &str = "refs/heads/main";
@@ -42,10 +42,9 @@ const MAIN: &str = "refs/heads/main";
 #[cfg(test)]
 thread_local! {
     /// Test-only fault injection, as a full or read-only disk would fail:
-    /// the next move of the ref (step 3)...
+    /// the next move of the ref (step 3); the checkout's is
+    /// `merge::FAIL_CHECKOUT_AFTER`.
     pub(crate) static FAIL_NEXT_REF_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// ...or the next checkout update, after this many files were written.
-    pub(crate) static FAIL_CHECKOUT_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 /// Move `main` from `old` to `new` with the checkout at `work_tree` (see
@@ -279,7 +278,7 @@ mod tests {
     fn a_move_touching_dot_git_is_refused_before_anything_moves() {
         let tmp = tempfile::tempdir().unwrap();
         let home = crate::paths::Home::at(tmp.path());
-        let record = crate::agent::store::create(&home, "mover", None).unwrap();
+        let record = crate::store::create(&home, "mover", None).unwrap();
         let paths = home.agent(&record.id).unwrap();
         let repo = crate::memfs::repo::open_agent(&paths).unwrap();
         let pointer = paths.memory_dir().join(".git");

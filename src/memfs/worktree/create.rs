@@ -140,7 +140,7 @@ fn chown_tree(
     entry.chown(Some(uid), Some(gid))?;
     if entry.stat().kind == crate::agentfs::Kind::Dir && depth > 0 {
         let dir = parent.open_dir(name)?;
-        for child in dir.list(crate::memfs::worktree_status::MAX_STATUS_ENTRIES)? {
+        for child in dir.list(crate::memfs::status::MAX_STATUS_ENTRIES)? {
             if let Some(child) = child.to_str() {
                 chown_tree(&dir, child, uid, gid, depth - 1)?;
             }

@@ -1,17 +1,128 @@
 //! Ending a memory worktree: the reflection ladder (spec §4.2), memory
 //! worker integration (§4.3), discarding and crash cleanup.
 
-use git2::{Oid, Repository};
+use git2::{Oid, Repository, Signature};
 
-use super::merge::{MergeOutcome, diff_paths, merge_into_main, snapshot_of};
+use super::merge::{diff_paths, overlaps, resolve_appends, snapshot_of};
 use super::{
-    FinalizeOptions, FinalizeStatus, Finalized, Label, MemoryWorktree, WorktreeError, admin_dir,
-    branch_tip, git, io, list, main_head,
+    ConflictSides, FinalizeOptions, FinalizeStatus, Finalized, Label, MemoryWorktree,
+    WorktreeError, admin_dir, branch_tip, git, io, list, main_head,
 };
+use crate::memfs::commit::CommitOptions;
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;
-use crate::memfs::worktree_status::worktree_status;
+use crate::memfs::status::worktree_status;
+use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::{AgentPaths, MemoryGitDir};
+
+/// What [`merge_into_main`] did.
+#[derive(Debug)]
+pub(super) enum MergeOutcome {
+    /// A merge commit was made on `main`; the paths it changed there.
+    Merged { commit: Oid, changed: Vec<String> },
+    /// Git content conflicts, or (with a dirty guard) merged paths
+    /// overlapping dirty checkout paths (`checkout_only`: the merge itself
+    /// was clean); nothing changed.
+    Conflict {
+        paths: Vec<String>,
+        checkout_only: bool,
+        /// The conflicted files' three versions (empty for
+        /// `checkout_only`).
+        sides: Vec<ConflictSides>,
+    },
+    /// The merged tree failed validation; nothing changed.
+    Invalid { message: String },
+}
+
+/// Merge `tip` into `main` with a real merge commit (parents: `main`'s
+/// `HEAD`, `tip`; never a fast-forward) whose message is `message`, made
+/// as `sig` (the caller's: memfs knows no agent).
+///
+/// The merged tree is computed in memory; on a conflict, or when a path it
+/// changes overlaps one of `dirty` (paths dirty in the main checkout), or
+/// when the validator refuses the tree, nothing is written anywhere. After
+/// the commit the main checkout and its index are updated for exactly the
+/// paths the merge changed.
+pub(super) fn merge_into_main(
+    repo: &Repository,
+    agent: &AgentPaths,
+    tip: Oid,
+    message: &str,
+    dirty: &[String],
+    sig: &Signature<'_>,
+) -> Result<MergeOutcome, WorktreeError> {
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(git("read the memory HEAD"))?;
+    let theirs = repo.find_commit(tip).map_err(git("read the branch tip"))?;
+    let mut index = repo
+        .merge_commits(&head, &theirs, None)
+        .map_err(git("merge the branch"))?;
+    if index.has_conflicts() {
+        let genuine = resolve_appends(repo, &mut index)?;
+        if index.has_conflicts() {
+            return Ok(MergeOutcome::Conflict {
+                paths: genuine.iter().map(|c| c.path.clone()).collect(),
+                checkout_only: false,
+                sides: genuine,
+            });
+        }
+    }
+    let tree_id = index
+        .write_tree_to(repo)
+        .map_err(git("write the merged tree"))?;
+    let tree = repo
+        .find_tree(tree_id)
+        .map_err(git("read the merged tree"))?;
+    let old_tree = head.tree().map_err(git("read the HEAD tree"))?;
+    let old = TreeSnapshot::from_tree(repo, &old_tree)?;
+    let new = TreeSnapshot::from_tree(repo, &tree)?;
+    let changed = diff_paths(&old, &new);
+
+    let overlapping: Vec<String> = changed
+        .iter()
+        .filter(|c| dirty.iter().any(|d| overlaps(c, d)))
+        .cloned()
+        .collect();
+    if !overlapping.is_empty() {
+        return Ok(MergeOutcome::Conflict {
+            paths: overlapping,
+            checkout_only: true,
+            sides: Vec::new(),
+        });
+    }
+
+    // The same validator, options and approval rule as `commit_paths`: the
+    // merged tree is judged against `main` before any commit exists.
+    let opts = CommitOptions::for_repo(repo, false);
+    let report = validate(repo, &new, Some(&old), &opts.validate)?;
+    if !report.is_ok() {
+        return Ok(MergeOutcome::Invalid {
+            message: report.render_block().trim_end().to_string(),
+        });
+    }
+
+    let message = if message.ends_with('\n') {
+        message.to_string()
+    } else {
+        format!("{message}\n")
+    };
+    // The commit object first, then the checkout, then `main`: a checkout
+    // that cannot follow (a full or read-only disk) leaves `main` unmoved.
+    let commit = repo
+        .commit(None, sig, sig, &message, &tree, &[&head, &theirs])
+        .map_err(git("write the merge commit"))?;
+    let first_line = message.lines().next().unwrap_or("merge");
+    super::advance::advance_main(
+        repo,
+        &agent.memory_dir(),
+        head.id(),
+        commit,
+        &format!("commit (merge): {first_line}"),
+    )?;
+    Ok(MergeOutcome::Merged { commit, changed })
+}
 
 pub const NO_COMMITS: &str = "Reflection made no memory commits.";
 pub const DIRTY_UNCOMMITTED: &str = "Reflection memory worktree had uncommitted changes; it was cleaned up so the transcript can be retried.";
@@ -120,6 +231,7 @@ pub fn merge_for_integration(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     summary: &str,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -145,7 +257,7 @@ pub fn merge_for_integration(
         _ => return Ok(out.done(FinalizeStatus::ParentDirty, PARENT_DIRTY)),
     }
     let message = format!("merge(reflection): {summary}");
-    match merge_into_main(&repo, agent, tip, &message, &[])? {
+    match merge_into_main(&repo, agent, tip, &message, &[], sig)? {
         MergeOutcome::Merged { commit, changed } => {
             let mut f = out.done(FinalizeStatus::Merged, integrated_by_agent(commit_count));
             f.merge_commit = Some(commit.to_string());
@@ -249,6 +361,7 @@ pub fn finalize_reflection(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     opts: &FinalizeOptions,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -324,7 +437,7 @@ pub fn finalize_reflection(
         return Ok(out.done(FinalizeStatus::Failed, summary));
     }
     // Row 5.
-    if let Err(e) = refresh_from_origin(&repo, agent) {
+    if let Err(e) = refresh_from_origin(&repo, agent, sig) {
         force_cleanup(&repo, agent, wt)?;
         let mut f = out.done(FinalizeStatus::Failed, REFRESH_FAILED);
         f.error = Some(e.to_string());
@@ -332,7 +445,7 @@ pub fn finalize_reflection(
     }
     // Rows 7 / 8.
     let message = format!("merge(reflection): {}", opts.summary);
-    match merge_into_main(&repo, agent, tip, &message, &[])? {
+    match merge_into_main(&repo, agent, tip, &message, &[], sig)? {
         MergeOutcome::Merged { commit, changed } => {
             let kept = clean_cleanup(&repo, agent, wt)?;
             let mut f = out.done(FinalizeStatus::Merged, merged(commit_count));
@@ -365,7 +478,11 @@ pub fn finalize_reflection(
 /// (merge commits are dropped, as `git rebase` does), so a conflict — the
 /// "abort" — leaves everything as it was. The checkout, known clean at this
 /// point, is then updated path by path.
-fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), WorktreeError> {
+fn refresh_from_origin(
+    repo: &Repository,
+    agent: &AgentPaths,
+    sig: &Signature<'_>,
+) -> Result<(), WorktreeError> {
     let remote = match repo.find_remote("origin") {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
@@ -403,7 +520,7 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
     let target = if is_ancestor(repo, ours, theirs)? {
         theirs
     } else {
-        rebase_in_memory(repo, agent, ours, theirs)?
+        rebase_in_memory(repo, ours, theirs, sig)?
     };
     // Only from the commit we looked at (a writer that slipped in makes
     // this fail instead of being lost), and never ahead of the checkout.
@@ -422,9 +539,9 @@ fn refresh_from_origin(repo: &Repository, agent: &AgentPaths) -> Result<(), Work
 /// touched); returns the new tip. A conflict is an error.
 fn rebase_in_memory(
     repo: &Repository,
-    agent: &AgentPaths,
     ours: Oid,
     theirs: Oid,
+    sig: &Signature<'_>,
 ) -> Result<Oid, WorktreeError> {
     let what = "rebase main onto origin/main";
     let branch = repo.find_annotated_commit(ours).map_err(git(what))?;
@@ -434,7 +551,6 @@ fn rebase_in_memory(
     let mut rebase = repo
         .rebase(Some(&branch), Some(&upstream), None, Some(&mut opts))
         .map_err(git(what))?;
-    let sig = super::merge::signature(agent)?;
     let mut tip = theirs;
     while let Some(op) = rebase.next() {
         let op = op.map_err(git(what))?;
@@ -447,7 +563,7 @@ fn rebase_in_memory(
             });
         }
         let original = repo.find_commit(op.id()).map_err(git(what))?;
-        match rebase.commit(Some(&original.author()), &sig, None) {
+        match rebase.commit(Some(&original.author()), sig, None) {
             Ok(id) => tip = id,
             // Already in origin/main: nothing to replay.
             Err(e) if e.code() == git2::ErrorCode::Applied => {}
@@ -476,6 +592,7 @@ pub fn integrate_worker(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     cancelled: bool,
+    sig: &Signature<'_>,
 ) -> Result<Finalized, WorktreeError> {
     let repo = repo::open_agent(agent)?;
     let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
@@ -523,7 +640,7 @@ pub fn integrate_worker(
             what: "read the memory checkout's status",
             source: git2::Error::from_str("status unavailable"),
         })
-        .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty));
+        .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty, sig));
     let outcome = match attempt {
         Ok(o) => o,
         Err(e) => {

@@ -1,5 +1,8 @@
-//! Merging a worktree branch into `main` and bringing the main checkout up
-//! to date, shared by both finalizers. Callers hold the [`RepoLock`].
+//! What a merge into `main` is made of, below the merge itself
+//! (`finalize::merge_into_main`) and the move of `main` (`advance`): how
+//! two trees' conflicts are resolved (both sides only appended lines), which
+//! paths differ, and the main checkout and its index brought to a tree.
+//! Callers hold the [`RepoLock`].
 //!
 //! [`RepoLock`]: crate::memfs::lock::RepoLock
 
@@ -7,35 +10,22 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
+use git2::{Index, IndexEntry, IndexTime, Oid, Repository};
 
 use super::{ConflictSides, WorktreeError, git};
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::memfs::commit::{CommitOptions, replace_index_entries};
-use crate::memfs::validate::{TreeSnapshot, validate};
-use crate::paths::AgentPaths;
+use crate::memfs::commit::replace_index_entries;
+use crate::memfs::validate::TreeSnapshot;
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only fault injection, as a full or read-only disk would fail:
+    /// the next checkout update fails after this many files were written.
+    pub(crate) static FAIL_CHECKOUT_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
 
 const MODE_FILE: u32 = 0o100644;
 const MODE_EXEC: u32 = 0o100755;
-
-/// What [`merge_into_main`] did.
-#[derive(Debug)]
-pub(super) enum MergeOutcome {
-    /// A merge commit was made on `main`; the paths it changed there.
-    Merged { commit: Oid, changed: Vec<String> },
-    /// Git content conflicts, or (with a dirty guard) merged paths
-    /// overlapping dirty checkout paths (`checkout_only`: the merge itself
-    /// was clean); nothing changed.
-    Conflict {
-        paths: Vec<String>,
-        checkout_only: bool,
-        /// The conflicted files' three versions (empty for
-        /// `checkout_only`).
-        sides: Vec<ConflictSides>,
-    },
-    /// The merged tree failed validation; nothing changed.
-    Invalid { message: String },
-}
 
 /// The paths an in-memory merge or cherry-pick left conflicted, sorted.
 pub(crate) fn conflict_paths(index: &Index) -> Result<Vec<String>, git2::Error> {
@@ -73,7 +63,7 @@ fn sides_of(c: &git2::IndexConflict) -> Option<ConflictSides> {
 /// left as it was and the true conflicts are returned (the merge goes to
 /// repair), by path. The merged tree is validated afterwards like any
 /// other.
-fn resolve_appends(
+pub(super) fn resolve_appends(
     repo: &Repository,
     index: &mut Index,
 ) -> Result<Vec<ConflictSides>, WorktreeError> {
@@ -212,110 +202,9 @@ pub(crate) fn snapshot_of(repo: &Repository, id: Oid) -> Result<TreeSnapshot, Wo
 }
 
 /// Whether `a` and `b` are the same path or one lies below the other.
-fn overlaps(a: &str, b: &str) -> bool {
+pub(super) fn overlaps(a: &str, b: &str) -> bool {
     let below = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('/'));
     a == b || below(a, b) || below(b, a)
-}
-
-/// The identity merge commits are made with: the agent's, as for its other
-/// memory commits, else a generic supervisor one.
-pub(crate) fn signature(agent: &AgentPaths) -> Result<Signature<'static>, WorktreeError> {
-    if let Ok(record) = crate::agent::store::load(agent)
-        && let Ok(sig) = crate::agent::store::agent_signature(&record)
-    {
-        return Ok(sig);
-    }
-    Signature::now("mini-letta", "mini-letta@mini-letta.local")
-        .map_err(git("make a commit signature"))
-}
-
-/// Merge `tip` into `main` with a real merge commit (parents: `main`'s
-/// `HEAD`, `tip`; never a fast-forward) whose message is `message`.
-///
-/// The merged tree is computed in memory; on a conflict, or when a path it
-/// changes overlaps one of `dirty` (paths dirty in the main checkout), or
-/// when the validator refuses the tree, nothing is written anywhere. After
-/// the commit the main checkout and its index are updated for exactly the
-/// paths the merge changed.
-pub(super) fn merge_into_main(
-    repo: &Repository,
-    agent: &AgentPaths,
-    tip: Oid,
-    message: &str,
-    dirty: &[String],
-) -> Result<MergeOutcome, WorktreeError> {
-    let head = repo
-        .head()
-        .and_then(|h| h.peel_to_commit())
-        .map_err(git("read the memory HEAD"))?;
-    let theirs = repo.find_commit(tip).map_err(git("read the branch tip"))?;
-    let mut index = repo
-        .merge_commits(&head, &theirs, None)
-        .map_err(git("merge the branch"))?;
-    if index.has_conflicts() {
-        let genuine = resolve_appends(repo, &mut index)?;
-        if index.has_conflicts() {
-            return Ok(MergeOutcome::Conflict {
-                paths: genuine.iter().map(|c| c.path.clone()).collect(),
-                checkout_only: false,
-                sides: genuine,
-            });
-        }
-    }
-    let tree_id = index
-        .write_tree_to(repo)
-        .map_err(git("write the merged tree"))?;
-    let tree = repo
-        .find_tree(tree_id)
-        .map_err(git("read the merged tree"))?;
-    let old_tree = head.tree().map_err(git("read the HEAD tree"))?;
-    let old = TreeSnapshot::from_tree(repo, &old_tree)?;
-    let new = TreeSnapshot::from_tree(repo, &tree)?;
-    let changed = diff_paths(&old, &new);
-
-    let overlapping: Vec<String> = changed
-        .iter()
-        .filter(|c| dirty.iter().any(|d| overlaps(c, d)))
-        .cloned()
-        .collect();
-    if !overlapping.is_empty() {
-        return Ok(MergeOutcome::Conflict {
-            paths: overlapping,
-            checkout_only: true,
-            sides: Vec::new(),
-        });
-    }
-
-    // The same validator, options and approval rule as `commit_paths`: the
-    // merged tree is judged against `main` before any commit exists.
-    let opts = CommitOptions::for_repo(repo, false);
-    let report = validate(repo, &new, Some(&old), &opts.validate)?;
-    if !report.is_ok() {
-        return Ok(MergeOutcome::Invalid {
-            message: report.render_block().trim_end().to_string(),
-        });
-    }
-
-    let sig = signature(agent)?;
-    let message = if message.ends_with('\n') {
-        message.to_string()
-    } else {
-        format!("{message}\n")
-    };
-    // The commit object first, then the checkout, then `main`: a checkout
-    // that cannot follow (a full or read-only disk) leaves `main` unmoved.
-    let commit = repo
-        .commit(None, &sig, &sig, &message, &tree, &[&head, &theirs])
-        .map_err(git("write the merge commit"))?;
-    let first_line = message.lines().next().unwrap_or("merge");
-    super::advance::advance_main(
-        repo,
-        &agent.memory_dir(),
-        head.id(),
-        commit,
-        &format!("commit (merge): {first_line}"),
-    )?;
-    Ok(MergeOutcome::Merged { commit, changed })
 }
 
 /// Bring the working tree `work_tree` and the on-disk index of `repo` to
@@ -342,15 +231,15 @@ pub(crate) fn update_checkout(
             .find_blob(entry.oid)
             .map_err(git("read a merged blob"))?;
         #[cfg(test)]
-        if let Some(n) = super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.get()) {
+        if let Some(n) = FAIL_CHECKOUT_AFTER.with(|f| f.get()) {
             if n == 0 {
-                super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(None));
+                FAIL_CHECKOUT_AFTER.with(|f| f.set(None));
                 return Err(WorktreeError::Io {
                     path: work_tree.join(path),
                     source: std::io::Error::from_raw_os_error(28),
                 });
             }
-            super::advance::FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(n - 1)));
+            FAIL_CHECKOUT_AFTER.with(|f| f.set(Some(n - 1)));
         }
         let (parent, leaf) = make_parents(&root, path)?;
         // A directory standing where a file now goes (its files all deleted

@@ -13,7 +13,7 @@
 //!   with the working tree set explicitly; the `.git` pointer file the child
 //!   can rewrite is never read ([`open`]);
 //! * whether a worktree or the main checkout is dirty is decided by the
-//!   descriptor walk of [`crate::memfs::worktree_status`], never by libgit2
+//!   descriptor walk of [`crate::memfs::status`], never by libgit2
 //!   status on a child-writable directory;
 //! * the main checkout is updated after a merge through [`crate::agentfs`]
 //!   (no symlink followed, files replaced atomically);
@@ -37,8 +37,8 @@ use git2::{Oid, Repository};
 
 use super::lock::LockError;
 use super::repo::RepoError;
+use super::status::StatusError;
 use super::validate::ValidateError;
-use super::worktree_status::StatusError;
 use crate::agentfs::FsError;
 use crate::paths::{AgentPaths, MemoryGitDir};
 

@@ -19,7 +19,8 @@
 //!
 //! Rows 1–49 are §d's; rows 50–63 (`syscalls.rs`) are regression rows for
 //! the seccomp allow-list: calls the kernel mostly refuses anyway, checked
-//! to be refused by the filter first.
+//! to be refused by the filter first; rows 68–71 (`egress.rs`) the egress
+//! proxy's path.
 //!
 //! The probes issue their system calls raw (`libc`, often `libc::syscall`
 //! with a bare number) on purpose: they are the attacks, passing numbers,
@@ -32,6 +33,7 @@
 //! [`run_one`] and prints its result.
 
 mod channel;
+mod egress;
 mod fs;
 mod git;
 mod ipc;
@@ -102,6 +104,19 @@ pub struct ProbeContext {
     /// sub-agent: reflection, memory worker).
     #[serde(default)]
     pub read_only_checkout: Option<PathBuf>,
+    /// The egress proxy the child reaches, when its role has one.
+    #[serde(default)]
+    pub egress: Option<EgressContext>,
+}
+
+/// What the egress rows know: the proxy's port inside the child's
+/// namespace, and a listener on the host's loopback that the attacker's
+/// allow-list names (`localhost:listed_port`), answering `marker`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EgressContext {
+    pub proxy_port: u16,
+    pub listed_port: u16,
+    pub marker: String,
 }
 
 /// The outcome of one attack.
@@ -270,6 +285,11 @@ static CATALOGUE: &[Attack] = &[
     attack("65-channel-descriptors", 65, "Child passes descriptors to the supervisor", channel::pass_descriptors),
     attack("66-sub-agent-writes-checkout", 66, "Sub-agent writes the agent's main checkout", git::main_checkout_write),
     attack("67-git-object-store-plant", 67, "Alternates / grafts / shallow / replace ref planted in the own memory.git", git::object_store_plant),
+    // The egress path (issue 34).
+    attack("68-egress-no-route", 68, "No route out without the proxy", egress::no_route),
+    attack("69-egress-listed-host", 69, "A listed host reached only through the proxy", egress::listed_host),
+    attack("70-egress-refused-host", 70, "Hosts the list does not name, through the proxy", egress::refused_host),
+    attack("71-egress-dns", 71, "DNS from inside the namespace", egress::dns),
 ];
 
 /// Every attack, in §d order, then the seccomp regression rows.

@@ -608,8 +608,14 @@ const BUILT_IN_FAMILIES: &[libc::c_int] = &[
 /// (closed at once). Without a seccomp filter on this process only the
 /// families every kernel has built in are tried, so that an unconfined run
 /// does not make the kernel load protocol modules.
-pub fn socket_families(_ctx: &ProbeContext) -> Verdict {
+pub fn socket_families(ctx: &ProbeContext) -> Verdict {
     let filtered = self_status("Seccomp").is_some_and(|v| v == "2");
+    // With the egress proxy, TCP sockets are the child's way to it.
+    let expected = |fam: libc::c_int, ty: libc::c_int| {
+        ctx.egress.is_some()
+            && ty == libc::SOCK_STREAM
+            && (fam == libc::AF_INET || fam == libc::AF_INET6)
+    };
     let families: Vec<libc::c_int> = (0..=46)
         .filter(|f| *f != libc::AF_UNIX)
         .filter(|f| filtered || BUILT_IN_FAMILIES.contains(f))
@@ -620,7 +626,9 @@ pub fn socket_families(_ctx: &ProbeContext) -> Verdict {
         for (ty, tname) in SOCKET_TYPES {
             // SAFETY: socket returns a new descriptor or -1.
             let fd = unsafe { libc::socket(*fam, ty | libc::SOCK_CLOEXEC, 0) };
-            if fd >= 0 {
+            if fd >= 0 && expected(*fam, *ty) {
+                close(fd);
+            } else if fd >= 0 {
                 close(fd);
                 made.push(format!("socket({fam}, {tname})"));
             } else {
@@ -651,7 +659,12 @@ pub fn socket_families(_ctx: &ProbeContext) -> Verdict {
         .collect::<Vec<_>>()
         .join(", ");
     let scope = if filtered {
-        format!("{} families (0–46 but AF_UNIX)", families.len())
+        let tcp = if ctx.egress.is_some() {
+            ", TCP of AF_INET/AF_INET6 expected (the egress proxy)"
+        } else {
+            ""
+        };
+        format!("{} families (0–46 but AF_UNIX{tcp})", families.len())
     } else {
         format!(
             "{} built-in families only (no seccomp filter here: other families would load modules)",

@@ -13,6 +13,9 @@ store secrets.";
 /// The model used when nothing else is configured: offline and deterministic.
 pub const DEFAULT_MODEL: &str = "mock";
 
+/// The longest agent name, in characters.
+pub const MAX_NAME_CHARS: usize = 100;
+
 /// The agent record, as stored in `agents/<id>/agent.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentRecord {
@@ -40,11 +43,57 @@ pub struct AgentRecord {
     /// How its conversations are compacted (`mode`, `prompt`, `clip_chars`,
     /// `sliding_window_percentage`); the defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compaction_settings: Option<super::context::compact::CompactionSettings>,
+    pub compaction_settings: Option<CompactionSettings>,
     /// Where `model` came from (`agent show` says); absent in records
     /// made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_source: Option<ModelSource>,
+}
+
+/// How a compaction summarises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Summarise the oldest messages, keep the recent ones.
+    #[default]
+    SlidingWindow,
+    /// Summarise everything but what waits for the model.
+    All,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::SlidingWindow => "sliding_window",
+            Mode::All => "all",
+        }
+    }
+
+    /// `all` or `sliding_window`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all" => Some(Mode::All),
+            "sliding_window" => Some(Mode::SlidingWindow),
+            _ => None,
+        }
+    }
+}
+
+/// An agent's `compaction_settings` (in `agent.json`; every field
+/// optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompactionSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// A compaction prompt replacing the default of `mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Longest summary in characters (50,000 unless set; 0: never clipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_chars: Option<u64>,
+    /// The sliding window's starting percentage (0.3 unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window_percentage: Option<f64>,
 }
 
 /// Where an agent's model was chosen.
@@ -105,7 +154,7 @@ impl AgentRecord {
         if self.name.is_empty() {
             return Err("the name is empty".into());
         }
-        check_field("name", &self.name, super::store::MAX_NAME_CHARS)?;
+        check_field("name", &self.name, MAX_NAME_CHARS)?;
         if let Some(d) = &self.description {
             check_field("description", d, MAX_DESCRIPTION_CHARS)?;
         }

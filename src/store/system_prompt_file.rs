@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::StoreError;
 use super::conversation::{self, ConversationError, MAX_JSON_BYTES};
-use super::store::StoreError;
 use crate::paths::{AgentPaths, SYSTEM_PROMPT_FILE_NAME};
 
 /// The conversation directory is the agent's: it is reached by descriptor

@@ -202,7 +202,7 @@ fn check_committed(channel: &Arc<Mutex<Client>>) -> Result<(), SubagentError> {
 /// middle of the tool call that started this sub-agent) gets them as
 /// "pending", so the model sees a well-formed conversation.
 fn forked_context(agent: &AgentPaths, id: &str) -> Result<Vec<Message>, SubagentError> {
-    let conv = crate::agent::conversation::Conversation::open_existing(agent, id)
+    let conv = crate::store::conversation::Conversation::open_existing(agent, id)
         .map_err(|e| SubagentError::Task(format!("cannot read conversation {id}: {e}")))?
         .ok_or_else(|| SubagentError::Task(format!("no conversation {id}")))?;
     let mut messages: Vec<Message> = conv

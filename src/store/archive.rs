@@ -49,7 +49,6 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::record::AgentRecord;
-use super::store::{self, StoreError};
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::hook;
@@ -60,6 +59,7 @@ use crate::paths::{
     AgentPaths, CONVERSATIONS_DIR_NAME, Home, IMPORT_STAGING_PREFIX, LAYOUT_POLICY_FILE_NAME,
     MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME, RECALL_DIR_NAME,
 };
+use crate::store::{self, StoreError};
 
 /// Name of the manifest, the archive's first entry.
 pub const MANIFEST_NAME: &str = "mini-letta-export.json";

@@ -1,5 +1,9 @@
-//! The context figures of a conversation, for the operator (`mini-letta
-//! context`, `agent show`): the window and its threshold, the tokens the
+//! Reports on an agent for the operator that more than one front end shows
+//! (the CLI and Palace), computed here once, above the agent program's
+//! context rules and the home's configuration.
+//!
+//! The context figures of a conversation (`mini-letta context`, `agent
+//! show`, Palace's conversation page): the window and its threshold, the tokens the
 //! next request would start from (estimated as the turn loop does, with the
 //! conversation's cached system prompt and the tools a request in its
 //! window carries, each with its cost), the messages in context and stored,
@@ -7,15 +11,17 @@
 
 use serde::Serialize;
 
-use super::ContextError;
-use super::compact::CompactionEvent;
-use super::estimate::{self, Estimate, is_summary};
-use super::window::{ResolvedWindow, WindowInputs};
-use crate::agent::conversation::Conversation;
-use crate::agent::record::AgentRecord;
+use crate::agent::context::ContextError;
+pub use crate::agent::context::compact::CompactionEvent;
+use crate::agent::context::estimate::{self, Estimate, is_summary};
+use crate::agent::context::window::{self, ResolvedWindow, WindowError, WindowInputs};
+use crate::agent::tools;
 use crate::agent::tools::Schemas;
-use crate::agent::{cache, prompt_cache, tools};
-use crate::paths::AgentPaths;
+use crate::model::config::ConfigError;
+use crate::paths::{AgentPaths, Home};
+use crate::store::conversation::Conversation;
+use crate::store::record::AgentRecord;
+use crate::store::{prompt_cache, system_prompt_file};
 
 /// What `mini-letta context --json` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -64,6 +70,36 @@ pub struct OperatorWindow {
     pub provider: Option<u64>,
 }
 
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Context(#[from] ContextError),
+}
+
+/// The context figures of `conversation`, with the operator's environment
+/// and configuration.
+pub fn context_report(
+    home: &Home,
+    record: &AgentRecord,
+    paths: &AgentPaths,
+    conversation: &str,
+) -> Result<ContextReport, ReportError> {
+    let (environment, reflection) = window::env_windows()?;
+    let cfg = crate::model::ProviderConfig::load(home)?;
+    let operator = OperatorWindow {
+        environment,
+        reflection,
+        reflection_config: cfg.reflection_context_window,
+        provider: cfg.context_window_for(&record.model),
+    };
+    Ok(report(paths, record, conversation, operator)?)
+}
+
 /// The figures of `conversation` of an agent (nothing is created).
 pub fn report(
     agent: &AgentPaths,
@@ -81,13 +117,13 @@ pub fn report(
             option: None,
             environment: operator.environment,
             conversation: stored_window,
-            agent: super::window::agent_window(&record.model_settings),
+            agent: window::agent_window(&record.model_settings),
             reflection: operator.reflection,
             reflection_config: operator.reflection_config,
         },
         || operator.provider,
     );
-    let system = match cache::load(agent, conversation).ok().flatten() {
+    let system = match system_prompt_file::load(agent, conversation).ok().flatten() {
         Some(c) => c.content,
         None => prompt_cache::compile_now(agent, record, conversation, 0)?.content,
     };

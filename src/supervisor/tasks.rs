@@ -1,42 +1,13 @@
 //! Sub-agents under the supervisor: the tasks children fetch
-//! (`task.get`) and the reports they leave (`task.finish`), and which
-//! reflection and memory worker of each agent is running.
-
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+//! (`task.get`) and the reports they leave (`task.finish`). Which
+//! reflection and memory worker of each agent is running is shared state
+//! (`state::Running`).
 
 use serde_json::json;
 
 use super::state::{Peer, State, error};
 use crate::protocol::task::clip_report;
 use crate::protocol::{ErrorCode, Outcome};
-
-/// Per agent: the running reflection and memory worker (child ids; `0`
-/// while one is being prepared), and the worker instructions waiting for
-/// their turn (each also kept on disk until its worker is finalized).
-#[derive(Debug, Default)]
-pub struct AgentSubagents {
-    pub reflection: Option<u64>,
-    pub worker: Option<u64>,
-    pub queued_workers: VecDeque<crate::reflection::queue::QueuedWorker>,
-    /// A reflection branch the agent is reviewing (explicit mode).
-    pub integration: Option<super::reflect::PendingIntegration>,
-}
-
-/// Sub-agents in flight, by agent id.
-#[derive(Debug, Default)]
-pub struct Running {
-    inner: Mutex<HashMap<String, AgentSubagents>>,
-}
-
-impl Running {
-    /// Run `f` on the agent's entry.
-    pub fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentSubagents) -> T) -> T {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(agent.to_string()).or_default();
-        f(entry)
-    }
-}
 
 /// `task.get`: the task recorded for the calling child at its launch.
 pub fn task_get(state: &State, peer: &Peer) -> Outcome {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::output;
+use crate::console::output;
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, ClientFrame, decode_client};
 

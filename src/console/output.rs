@@ -23,7 +23,7 @@
 //!
 //! The program's own colours are added by `style` around text already
 //! made safe here, so they stay. `chat` and `attach` render model and tool
-//! text with [`super::terminal::clean`], which drops sequences instead.
+//! text with `cli::terminal::clean`, which drops sequences instead.
 
 use std::borrow::Cow;
 use std::io::{IsTerminal, Write};

@@ -18,9 +18,9 @@
 
 use time::OffsetDateTime;
 
-use super::cache::{self, CachedPrompt};
+use super::StoreError;
 use super::record::AgentRecord;
-use super::store::StoreError;
+use super::system_prompt_file::{self, CachedPrompt};
 use crate::memfs::compiler::{CompileOptions, CompiledPrompt, compile_repo};
 use crate::memfs::repo::{self, RepoError};
 use crate::paths::AgentPaths;
@@ -226,7 +226,7 @@ pub fn resolve(
     let cached = if recompile {
         None
     } else {
-        cache::load(agent, conversation)?
+        system_prompt_file::load(agent, conversation)?
     };
     // Nothing changed since the cache was written (its revision was
     // audited then): the cached bytes, without compiling again.
@@ -278,7 +278,7 @@ pub fn resolve(
                 content: c.content.clone(),
                 ..to_cache(&fresh)
             };
-            cache::store(agent, conversation, &kept)?;
+            system_prompt_file::store(agent, conversation, &kept)?;
             Ok(StepPrompt {
                 system: c.content,
                 memory_update: update,
@@ -287,7 +287,7 @@ pub fn resolve(
             })
         }
         _ => {
-            cache::store(agent, conversation, &to_cache(&fresh))?;
+            system_prompt_file::store(agent, conversation, &to_cache(&fresh))?;
             Ok(StepPrompt {
                 system: fresh.content,
                 memory_update: None,

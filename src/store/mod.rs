@@ -1,4 +1,17 @@
-//! Creating, listing and finding agents under a home directory.
+//! The agents' data: their records (`agent.json`), the name index, their
+//! conversations and logs, archives, and the cached system prompt. A
+//! library read by every process of the design (the CLI, the supervisor,
+//! the agent child, Palace); it uses memfs and paths and runs nothing.
+//!
+//! This file holds the store itself: creating, listing and finding agents
+//! under a home directory.
+
+pub mod archive;
+pub mod conversation;
+pub mod index;
+pub mod prompt_cache;
+pub mod record;
+pub mod system_prompt_file;
 
 use std::fs;
 use std::path::PathBuf;
@@ -7,8 +20,8 @@ use git2::Signature;
 use rand::RngCore;
 use time::OffsetDateTime;
 
-use super::index;
-use super::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
+pub use self::record::MAX_NAME_CHARS;
+use self::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
 use crate::fsutil::atomic_write;
 use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::hook::{self, HookError};
@@ -97,6 +110,19 @@ pub fn new_agent_id() -> String {
 pub fn agent_signature(record: &AgentRecord) -> Result<Signature<'static>, StoreError> {
     Signature::now(&record.name, &format!("{}@mini-letta.local", record.id))
         .map_err(StoreError::Signature)
+}
+
+/// The identity merges and replayed commits made for an agent carry: the
+/// agent's, as for its other memory commits, else a generic supervisor one
+/// (a record that cannot be read, a name git refuses). memfs takes it from
+/// its caller: the memory core knows no agent.
+pub fn commit_signature(agent: &AgentPaths) -> Result<Signature<'static>, git2::Error> {
+    if let Ok(record) = load(agent)
+        && let Ok(sig) = agent_signature(&record)
+    {
+        return Ok(sig);
+    }
+    Signature::now("mini-letta", "mini-letta@mini-letta.local")
 }
 
 /// Create an agent: its directory, `agent.json`, and a memory repository with
@@ -228,9 +254,6 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
         why,
     })
 }
-
-/// The longest agent name, in characters.
-pub const MAX_NAME_CHARS: usize = 100;
 
 /// Held while agents' names change (create, rename, import): one process
 /// at a time checks a name is free and takes it. Released on drop.

@@ -1,4 +1,4 @@
-//! The agent-side program, `mini-letta-agent`: what the CLI and `sandbox
+//! The agent program, `mini-letta-agent`: what the CLI and `sandbox
 //! verify` ask the supervisor to run inside a confined child. It is a
 //! program of its own so the user's command line (`mini-letta`) holds no
 //! internal entry: nothing here appears in `mini-letta --help`, and the
@@ -6,8 +6,18 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
+use anyhow::{Context, bail};
 use clap::Parser;
+use serde_json::json;
+
+use super::runtime::{emit_json_line, run_turn};
+use crate::paths::AgentPaths;
+use crate::protocol::Call;
+use crate::protocol::client::Client;
+use crate::protocol::turn::{TurnEvent, TurnInput};
+use crate::store;
 
 /// Started by mini-letta inside a confined child; not a user command.
 #[derive(Debug, Parser)]
@@ -42,35 +52,81 @@ enum AgentProgram {
     /// Talk to the supervisor over the channel this child was started with
     /// (descriptor `MINI_LETTA_CHANNEL_FD`).
     #[command(subcommand)]
-    Channel(crate::cli::channel::ChannelCommand),
+    Channel(super::channel::ChannelCommand),
 }
 
 /// `mini-letta-agent`'s `main`.
 pub fn agent_main() -> ExitCode {
     let program = AgentProgram::parse();
-    crate::cli::init_logging(0);
+    crate::console::init_logging(0);
     let result = match program {
         AgentProgram::Turn {
             agent_dir,
             conversation,
-        } => crate::cli::agent_turn(&agent_dir, conversation.as_deref()),
+        } => turn(&agent_dir, conversation.as_deref()),
         AgentProgram::Subagent { agent_dir } => subagent(&agent_dir),
         AgentProgram::Probe { id, context } => probe(&id, &context),
-        AgentProgram::Channel(cmd) => crate::cli::channel::run(&cmd),
+        AgentProgram::Channel(cmd) => super::channel::run(&cmd),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("mini-letta-agent: error: {}", crate::cli::one_line(&e));
+        eprintln!("mini-letta-agent: error: {}", crate::console::one_line(&e));
         ExitCode::FAILURE
     })
 }
 
+/// `mini-letta-agent turn`: run the turn read from stdin.
+fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Result<ExitCode> {
+    // A write past the file-size limit must be an error we report (and
+    // undo), not a signal that kills the turn half-way through a line.
+    // SAFETY: setting a signal to be ignored installs no handler code.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGXFSZ,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    }
+    .context("cannot ignore SIGXFSZ")?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+    let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
+    // The supervisor serialises turns per conversation by the one it was
+    // asked for: the turn must be that one.
+    if let Some(c) = conversation
+        && c != input.conversation
+    {
+        bail!(
+            "the turn input names conversation {:?}, but this turn was started for {c:?}",
+            input.conversation
+        );
+    }
+    let agent = AgentPaths::from_dir(agent_dir);
+    let record = store::load(&agent)?;
+    let client = Arc::new(Mutex::new(Client::take_channel_env()?));
+    let channel = client.clone();
+    let conversation = input.conversation.clone();
+    // Events go to the CLI that started us (stdout) and, for `attach`, to
+    // the supervisor (which sees the text deltas itself).
+    let mut emit = |e: &TurnEvent| {
+        emit_json_line(e);
+        if !matches!(e, TurnEvent::TextDelta { .. })
+            && let Ok(mut c) = channel.try_lock()
+        {
+            let _ = c.send_request(Call::TurnEvent {
+                conversation: conversation.clone(),
+                event: json!(e),
+            });
+        }
+    };
+    run_turn(&agent, &record, &input, client.clone(), &mut emit)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn subagent(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    use std::sync::{Arc, Mutex};
-    let agent = crate::paths::AgentPaths::from_dir(agent_dir);
+    let agent = AgentPaths::from_dir(agent_dir);
     let channel = Arc::new(Mutex::new(
         crate::protocol::client::Client::take_channel_env()?,
     ));
-    let done = crate::agent::subagent::run(&agent, channel)?;
+    let done = crate::agent::subagent_loop::run(&agent, channel)?;
     tracing::info!(steps = done.steps, "sub-agent finished");
     Ok(ExitCode::SUCCESS)
 }

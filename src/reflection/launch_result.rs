@@ -301,6 +301,16 @@ pub fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> Stri
     format!("{line} System prompt recompilation failed: {error}")
 }
 
+/// A refusal as the caller sees it: `{launched: false, reason, message}`.
+pub fn refused(r: Refusal) -> serde_json::Value {
+    serde_json::to_value(LaunchResult::refused(r)).unwrap_or_default()
+}
+
+/// An `error` refusal carrying what went wrong.
+pub fn failed(e: impl std::fmt::Display) -> serde_json::Value {
+    serde_json::to_value(LaunchResult::error(e)).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,200 @@
+//! The tamper-evident audit log (`<home>/audit/audit.jsonl`): one JSON
+//! record per line, each carrying the sha256 of the line before it, so
+//! editing, removing or reordering a record breaks the chain (`audit
+//! verify`), and a head saved earlier catches a cut tail.
+//!
+//! Only root's processes append — the supervisor (through one writer thread,
+//! [`Log`]) and the operator's CLI for policy changes ([`append`]) — under
+//! a `flock`, each batch made durable (`fdatasync`) before the action it
+//! records is acknowledged. The directory is root's, 0700: no agent uid
+//! opens anything in it.
+
+pub mod budget;
+pub mod file;
+pub mod read;
+pub mod record;
+pub mod verify;
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+pub use file::{Appended, TornNote, Writer};
+pub use record::Entry;
+
+/// Record kinds this program writes.
+pub mod kind {
+    pub const SPAWN: &str = "spawn";
+    pub const EXIT: &str = "exit";
+    pub const TOOL: &str = "tool";
+    pub const COMMIT: &str = "commit";
+    pub const MERGE: &str = "merge";
+    pub const SYNC: &str = "sync";
+    pub const MODEL: &str = "model";
+    pub const DENIED: &str = "denied";
+    pub const BUDGET: &str = "budget";
+    pub const CONFIG: &str = "config";
+    pub const START: &str = "start";
+    pub const TORN: &str = "torn";
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit log {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("audit log {}: {detail}", path.display())]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("the audit log's writer has stopped")]
+    Closed,
+}
+
+/// Records waiting for the writer thread; past this, appenders wait.
+const QUEUE: usize = 1024;
+/// Records one batch (one `fdatasync`) takes at most.
+const BATCH: usize = 256;
+
+struct Job {
+    entry: Entry,
+    done: oneshot::Sender<Result<Appended, String>>,
+}
+
+/// The supervisor's appender: a writer thread taking records from a
+/// bounded queue and writing whatever is queued together with one sync
+/// (group commit), answering each appender once its record is durable.
+#[derive(Clone)]
+pub struct Log {
+    tx: Option<mpsc::Sender<Job>>,
+}
+
+impl Log {
+    /// Open the home's log, note a torn tail, append `first` (durably,
+    /// before anything else can), and start the writer.
+    pub fn start(
+        home: &crate::paths::Home,
+        first: &[Entry],
+    ) -> Result<(Log, Option<TornNote>), AuditError> {
+        let mut writer = Writer::open(home)?;
+        let torn = writer.recover()?;
+        writer.append(first)?;
+        let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
+        std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || {
+                while let Some(first) = rx.blocking_recv() {
+                    let mut jobs = vec![first];
+                    while jobs.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(j) => jobs.push(j),
+                            Err(_) => break,
+                        }
+                    }
+                    let entries: Vec<Entry> = jobs.iter().map(|j| j.entry.clone()).collect();
+                    match writer.append(&entries) {
+                        Ok(done) => {
+                            for (job, a) in jobs.into_iter().zip(done) {
+                                let _ = job.done.send(Ok(a));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!("cannot append to the audit log: {e}");
+                            for job in jobs {
+                                let _ = job.done.send(Err(e.to_string()));
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|source| AuditError::Io {
+                path: home.audit_log(),
+                source,
+            })?;
+        Ok((Log { tx: Some(tx) }, torn))
+    }
+
+    /// A log that records nothing (`MINI_LETTA_AUDIT=off`, for measuring
+    /// what the log costs; never the default).
+    pub fn off() -> Log {
+        Log { tx: None }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Append `entry`; resolves once it is durable.
+    pub async fn append(&self, entry: Entry) -> Result<Appended, AuditError> {
+        let Some(tx) = &self.tx else {
+            return Ok(Appended {
+                seq: 0,
+                head: String::new(),
+            });
+        };
+        let (done, wait) = oneshot::channel();
+        tx.send(Job { entry, done })
+            .await
+            .map_err(|_| AuditError::Closed)?;
+        wait.await
+            .map_err(|_| AuditError::Closed)?
+            .map_err(|detail| AuditError::Corrupt {
+                path: PathBuf::from("audit.jsonl"),
+                detail,
+            })
+    }
+
+    /// [`Log::append`] from a blocking thread (never an async worker).
+    pub fn append_blocking(&self, entry: Entry) -> Result<Appended, AuditError> {
+        let Some(tx) = &self.tx else {
+            return Ok(Appended {
+                seq: 0,
+                head: String::new(),
+            });
+        };
+        let (done, wait) = oneshot::channel();
+        tx.blocking_send(Job { entry, done })
+            .map_err(|_| AuditError::Closed)?;
+        wait.blocking_recv()
+            .map_err(|_| AuditError::Closed)?
+            .map_err(|detail| AuditError::Corrupt {
+                path: PathBuf::from("audit.jsonl"),
+                detail,
+            })
+    }
+
+    /// `append(kind, agent, role, fields)` in the supervisor: the form other
+    /// parts (network egress) use to add their records.
+    pub async fn record(
+        &self,
+        kind: &str,
+        agent: Option<&str>,
+        role: Option<&str>,
+        fields: Map<String, Value>,
+    ) -> Result<Appended, AuditError> {
+        let mut entry = Entry::new(kind, agent, role);
+        entry.fields = fields;
+        self.append(entry).await
+    }
+}
+
+/// Append one record from a process that has no [`Log`] (the operator's
+/// CLI recording a policy change): opens, locks, appends, syncs, closes.
+pub fn append(
+    home: &crate::paths::Home,
+    kind: &str,
+    agent: Option<&str>,
+    role: Option<&str>,
+    fields: Map<String, Value>,
+) -> Result<Appended, AuditError> {
+    let mut entry = Entry::new(kind, agent, role);
+    entry.fields = fields;
+    let mut writer = Writer::open(home)?;
+    writer.append(&[entry])?.pop().ok_or(AuditError::Closed)
+}
+
+/// The sha256 (hex) of a tool call's arguments as the child reported them.
+pub fn arguments_sha256(arguments: &Value) -> String {
+    record::hex(&record::line_hash(arguments.to_string().as_bytes()))
+}

@@ -1,0 +1,220 @@
+//! Reading records back: every line of the chain in order, filtered by
+//! agent, kind and time; and per-agent usage summed from them.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+
+use serde::{Deserialize, Serialize};
+
+use super::AuditError;
+use super::file::chain_files;
+use super::record;
+use crate::paths::Home;
+
+/// Which records a reader wants.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// An agent id.
+    pub agent: Option<String>,
+    pub kind: Option<String>,
+    /// A record time (fixed format, `record::format_time`): records at or
+    /// after it.
+    pub since: Option<String>,
+}
+
+/// The fields every record has, and those usage sums.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct View {
+    #[serde(default)]
+    pub seq: u64,
+    #[serde(default)]
+    pub time: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cpu_us: u64,
+    #[serde(default)]
+    pub peak_memory_bytes: u64,
+    #[serde(default)]
+    pub conversation: Option<String>,
+    #[serde(default)]
+    pub egress_bytes: u64,
+}
+
+impl Filter {
+    pub fn matches(&self, v: &View) -> bool {
+        self.agent
+            .as_ref()
+            .is_none_or(|a| v.agent.as_ref() == Some(a))
+            && self.kind.as_ref().is_none_or(|k| &v.kind == k)
+            && self
+                .since
+                .as_ref()
+                .is_none_or(|s| v.time.as_str() >= s.as_str())
+    }
+}
+
+/// Call `f` with every complete record line of the chain (oldest first)
+/// and its parsed view; lines that are not records are skipped (`audit
+/// verify` is where they are reported).
+pub fn for_each(
+    home: &Home,
+    mut f: impl FnMut(&[u8], &View) -> std::ops::ControlFlow<()>,
+) -> Result<(), AuditError> {
+    for path in chain_files(home)? {
+        let io = |source| AuditError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut reader = BufReader::with_capacity(1 << 20, File::open(&path).map_err(io)?);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+                break;
+            }
+            let Some(line) = buf.strip_suffix(b"\n") else {
+                break;
+            };
+            if record::header(line).is_none() {
+                continue;
+            }
+            let Ok(view) = serde_json::from_slice::<View>(line) else {
+                continue;
+            };
+            if f(line, &view).is_break() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What an agent's children used.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub agent: String,
+    pub turns: u64,
+    pub model_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub tool_calls: u64,
+    pub cpu_ms: u64,
+    pub peak_memory_bytes: u64,
+    pub egress_bytes: u64,
+    pub budget_refusals: u64,
+}
+
+/// Usage per agent id from the records `filter` keeps (its `kind` ignored).
+pub fn usage(home: &Home, filter: &Filter) -> Result<BTreeMap<String, Usage>, AuditError> {
+    let filter = Filter {
+        kind: None,
+        ..filter.clone()
+    };
+    let mut by_agent: BTreeMap<String, (Usage, u64)> = BTreeMap::new();
+    for_each(home, |_, v| {
+        if !filter.matches(v) {
+            return std::ops::ControlFlow::Continue(());
+        }
+        let Some(agent) = &v.agent else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let (u, cpu_us) = by_agent.entry(agent.clone()).or_insert_with(|| {
+            (
+                Usage {
+                    agent: agent.clone(),
+                    ..Usage::default()
+                },
+                0,
+            )
+        });
+        match v.kind.as_str() {
+            // A turn is its agent child, started for a conversation.
+            "spawn" if v.role.as_deref() == Some("agent") && v.conversation.is_some() => {
+                u.turns += 1
+            }
+            "model" => {
+                u.model_calls += 1;
+                u.input_tokens += v.input_tokens;
+                u.output_tokens += v.output_tokens;
+            }
+            "tool" => u.tool_calls += 1,
+            "exit" => {
+                *cpu_us += v.cpu_us;
+                u.peak_memory_bytes = u.peak_memory_bytes.max(v.peak_memory_bytes);
+            }
+            "budget" => u.budget_refusals += 1,
+            _ => {}
+        }
+        u.egress_bytes += v.egress_bytes;
+        std::ops::ControlFlow::Continue(())
+    })?;
+    Ok(by_agent
+        .into_iter()
+        .map(|(k, (mut u, cpu_us))| {
+            u.cpu_ms = cpu_us.div_ceil(1000);
+            (k, u)
+        })
+        .collect())
+}
+
+/// `--since`: an RFC 3339 time, a date (`2025-01-31`, midnight UTC), or an
+/// age (`30m`, `12h`, `7d`); as a record time.
+pub fn parse_since(s: &str) -> Result<String, String> {
+    use time::format_description::well_known::Rfc3339;
+    let s = s.trim();
+    if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(record::format_time(t));
+    }
+    let date_fmt = time::macros::format_description!("[year]-[month]-[day]");
+    if let Ok(d) = time::Date::parse(s, &date_fmt) {
+        return Ok(record::format_time(d.midnight().assume_utc()));
+    }
+    let unit = s.chars().last().unwrap_or(' ');
+    let secs = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => 0,
+    };
+    let n: Option<i64> = s[..s.len() - unit.len_utf8().min(s.len())].parse().ok();
+    match n {
+        Some(n) if secs > 0 && n >= 0 => Ok(record::format_time(
+            time::OffsetDateTime::now_utc() - time::Duration::seconds(n.saturating_mul(secs)),
+        )),
+        _ => Err(format!(
+            "--since {s:?}: give an RFC 3339 time (2025-01-31T12:00:00Z), a date (2025-01-31) or an age (30m, 12h, 7d)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_times_dates_and_ages() {
+        assert_eq!(
+            parse_since("2025-01-31T12:00:00+01:00").unwrap(),
+            "2025-01-31T11:00:00.000000Z"
+        );
+        assert_eq!(
+            parse_since("2025-01-31").unwrap(),
+            "2025-01-31T00:00:00.000000Z"
+        );
+        let hour_ago = parse_since("1h").unwrap();
+        assert!(hour_ago < record::now());
+        assert!(parse_since("yesterday").is_err());
+        assert!(parse_since("-3d").is_err());
+    }
+}

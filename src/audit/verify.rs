@@ -1,0 +1,305 @@
+//! `audit verify`: walk the chain over every file, oldest first, streaming
+//! (one sha256 per line; a JSON parse only for the rare `torn` record).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::AuditError;
+use super::file::chain_files;
+use super::record::{self, GENESIS};
+use crate::paths::Home;
+
+/// What broke the chain first; each names the record concerned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// The line of `seq` no longer hashes to the `prev` of the record
+    /// after it (`next`): it (or that link) was edited.
+    Altered { seq: u64, next: u64 },
+    /// Record `seq` is not where it belongs: `found` follows `after`.
+    Missing { seq: u64, after: u64, found: u64 },
+    /// A record numbered lower than the one before it (`after`).
+    OutOfOrder { seq: u64, after: u64 },
+    /// The first record is not number 1, or its `prev` is not 64 zeros.
+    BadStart { seq: u64 },
+    /// The line after record `after` is not a record at all.
+    NotARecord {
+        after: u64,
+        file: PathBuf,
+        line: u64,
+    },
+    /// The last line has no newline (a crash while appending); the
+    /// supervisor notes it at its next start.
+    TornTail { after: u64, bytes: u64 },
+    /// `--head` is the hash of no line on the chain: records after `last`
+    /// were removed (or the head belongs to another log).
+    HeadNotOnChain { last: u64, head: String },
+}
+
+impl Problem {
+    /// The record the problem names.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Problem::Altered { seq, .. }
+            | Problem::Missing { seq, .. }
+            | Problem::OutOfOrder { seq, .. }
+            | Problem::BadStart { seq } => *seq,
+            Problem::NotARecord { after, .. } | Problem::TornTail { after, .. } => after + 1,
+            Problem::HeadNotOnChain { last, .. } => last + 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Altered { seq, next } => write!(
+                f,
+                "record seq {seq} was altered: its sha256 is not the prev of record seq {next}"
+            ),
+            Problem::Missing { seq, after, found } => write!(
+                f,
+                "record seq {seq} is missing or out of place: seq {found} follows seq {after}"
+            ),
+            Problem::OutOfOrder { seq, after } => {
+                write!(
+                    f,
+                    "record seq {seq} is out of order: it follows seq {after}"
+                )
+            }
+            Problem::BadStart { seq } => write!(
+                f,
+                "record seq {seq} does not start the chain (the first record is seq 1 with a prev of 64 zeros; were older files removed?)"
+            ),
+            Problem::NotARecord { after, file, line } => write!(
+                f,
+                "record seq {} is not a record: line {line} of {} (after seq {after})",
+                after + 1,
+                file.display()
+            ),
+            Problem::TornTail { after, bytes } => write!(
+                f,
+                "record seq {} is torn: the last line ({bytes} bytes, after seq {after}) has no newline (a crash while appending; the supervisor notes it when it next starts)",
+                after + 1
+            ),
+            Problem::HeadNotOnChain { last, head } => write!(
+                f,
+                "the saved head {head} is not on the chain: the log ends at seq {last}, so records from seq {} on were removed (or the head is another log's)",
+                last + 1
+            ),
+        }
+    }
+}
+
+/// A noted torn line the chain steps over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TornSeen {
+    pub after: u64,
+    pub noted_by: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub records: u64,
+    /// The sha256 of the last record's line (`None`: an empty log).
+    pub head: Option<String>,
+    pub last_seq: u64,
+    pub files: usize,
+    pub torn: Vec<TornSeen>,
+    /// Whether `--head` was found on the chain (when one was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_found: Option<bool>,
+    pub problem: Option<Problem>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+/// Where the walk is.
+struct Walk {
+    report: Report,
+    expected: u64,
+    prev: [u8; 32],
+    /// A terminated line that is not a record, waiting for its `torn` note.
+    pending_torn: Option<[u8; 32]>,
+    want_head: Option<[u8; 32]>,
+}
+
+/// Verify the whole chain; `head` is a head saved earlier that must be on it.
+pub fn verify(home: &Home, head: Option<[u8; 32]>) -> Result<Report, AuditError> {
+    let files = chain_files(home)?;
+    let mut walk = Walk {
+        report: Report {
+            files: files.len(),
+            head_found: head.map(|_| false),
+            ..Report::default()
+        },
+        expected: 1,
+        prev: GENESIS,
+        pending_torn: None,
+        want_head: head,
+    };
+    let last = files.len().saturating_sub(1);
+    for (i, path) in files.iter().enumerate() {
+        if let Err(p) = walk_file(&mut walk, path, i == last)? {
+            walk.report.problem = Some(p);
+            return Ok(walk.report);
+        }
+    }
+    if walk.pending_torn.is_some() {
+        walk.report.problem = Some(Problem::NotARecord {
+            after: walk.report.last_seq,
+            file: files.last().cloned().unwrap_or_default(),
+            line: 0,
+        });
+    } else if let (Some(h), Some(false)) = (walk.want_head, walk.report.head_found) {
+        walk.report.problem = Some(Problem::HeadNotOnChain {
+            last: walk.report.last_seq,
+            head: record::hex(&h),
+        });
+    }
+    Ok(walk.report)
+}
+
+/// One file of the chain; the outer `Err` is an I/O failure, the inner
+/// one the first problem.
+fn walk_file(
+    walk: &mut Walk,
+    path: &PathBuf,
+    is_last: bool,
+) -> Result<Result<(), Problem>, AuditError> {
+    let io = |source| AuditError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
+    let mut buf = Vec::with_capacity(512);
+    let mut line_no = 0u64;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+        if n == 0 {
+            return Ok(Ok(()));
+        }
+        line_no += 1;
+        let terminated = buf.last() == Some(&b'\n');
+        if !terminated {
+            let after = walk.report.last_seq;
+            return Ok(Err(if is_last && walk.pending_torn.is_none() {
+                Problem::TornTail {
+                    after,
+                    bytes: buf.len() as u64,
+                }
+            } else {
+                Problem::NotARecord {
+                    after,
+                    file: path.clone(),
+                    line: line_no,
+                }
+            }));
+        }
+        let line = &buf[..buf.len() - 1];
+        if let Err(p) = step(walk, line, path, line_no) {
+            return Ok(Err(p));
+        }
+    }
+}
+
+/// One line.
+fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), Problem> {
+    let after = walk.report.last_seq;
+    let not_a_record = || Problem::NotARecord {
+        after,
+        file: path.to_path_buf(),
+        line: line_no,
+    };
+    let Some((seq, prev)) = record::header(line) else {
+        // A torn line the next record must note; two in a row is damage.
+        if walk.pending_torn.is_some() {
+            return Err(not_a_record());
+        }
+        walk.pending_torn = Some(record::line_hash(line));
+        return Ok(());
+    };
+    if let Some(torn) = walk.pending_torn.take() {
+        if !notes_torn(line, &torn) {
+            return Err(Problem::NotARecord {
+                after,
+                file: path.to_path_buf(),
+                line: line_no - 1,
+            });
+        }
+        walk.report.torn.push(TornSeen {
+            after,
+            noted_by: seq,
+        });
+    }
+    if seq != walk.expected {
+        return Err(match seq {
+            _ if walk.expected == 1 => Problem::BadStart { seq },
+            s if s > walk.expected => Problem::Missing {
+                seq: walk.expected,
+                after,
+                found: s,
+            },
+            s => Problem::OutOfOrder { seq: s, after },
+        });
+    }
+    if prev != walk.prev {
+        return Err(if seq == 1 {
+            Problem::BadStart { seq }
+        } else {
+            Problem::Altered {
+                seq: after,
+                next: seq,
+            }
+        });
+    }
+    let hash = record::line_hash(line);
+    if walk.want_head == Some(hash) {
+        walk.report.head_found = Some(true);
+    }
+    walk.prev = hash;
+    walk.expected = seq + 1;
+    walk.report.records += 1;
+    walk.report.last_seq = seq;
+    walk.report.head = Some(record::hex(&hash));
+    Ok(())
+}
+
+/// Whether `line` is the `torn` record noting the line hashing to `torn`.
+fn notes_torn(line: &[u8], torn: &[u8; 32]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return false;
+    };
+    v["kind"] == "torn" && v["torn_sha256"].as_str() == Some(record::hex(torn).as_str())
+}
+
+/// The current head (the sha256 of the last record's line), read from the
+/// tail alone (no walk).
+pub fn head(home: &Home) -> Result<Option<(u64, String)>, AuditError> {
+    for path in chain_files(home)?.into_iter().rev() {
+        let mut f = File::open(&path).map_err(|source| AuditError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let size = f
+            .metadata()
+            .map_err(|source| AuditError::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        if let (Some(line), _) = super::file::last_line(&mut f, &path, size)? {
+            let seq = record::header(&line).map(|(s, _)| s).unwrap_or(0);
+            return Ok(Some((seq, record::hex(&record::line_hash(&line)))));
+        }
+    }
+    Ok(None)
+}

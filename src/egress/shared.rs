@@ -1,0 +1,213 @@
+//! What the egress proxy's tasks share: the supervisor's egress state
+//! ([`Egress`]), the child a connection belongs to, an agent's policy as
+//! read for a connection, the connection slots, and the reads and name
+//! resolution every session uses. The per-child loop is in
+//! [`super::serve`], a session in [`super::proxy`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::allow::AllowList;
+use super::config::NetworkConfig;
+use super::log::{LogWriter, NetRecord};
+use super::netns::NetnsWorker;
+use crate::paths::Home;
+
+/// Connections through the proxy at once, all agents together.
+pub const MAX_TOTAL: usize = 1024;
+/// Blocking tasks (policy reads, name resolution) at once.
+pub const BLOCKING: usize = 8;
+/// A policy read is reused for this long (a flood of connections costs
+/// one read of the files per agent per interval).
+const POLICY_TTL: Duration = Duration::from_secs(1);
+/// How long a name may take to resolve (and wait for a resolver).
+const DNS_TIMEOUT: Duration = Duration::from_secs(5);
+/// A child as the supervisor's table knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildRef {
+    pub id: u64,
+    pub agent: String,
+    pub role: String,
+}
+
+/// An agent's list and the `[network]` settings, as read for a connection.
+#[derive(Debug)]
+pub struct Policy {
+    pub config: NetworkConfig,
+    /// Why `config.toml` could not be used (then everything is refused).
+    pub config_error: Option<String>,
+    pub list: Result<AllowList, String>,
+}
+
+/// What every proxy task shares.
+pub struct Egress {
+    pub(super) home: Home,
+    pub(super) log: Option<LogWriter>,
+    pub(super) netns: NetnsWorker,
+    pub(super) blocking: Arc<Semaphore>,
+    pub(super) total: Arc<Semaphore>,
+    pub(super) active: Mutex<HashMap<String, usize>>,
+    pub(super) policies: Mutex<HashMap<String, (Instant, Arc<Policy>)>>,
+    pub(super) children: Mutex<HashMap<u64, CancellationToken>>,
+}
+
+/// A held connection slot: one of the agent's and one of all.
+pub struct Slot {
+    pub(super) egress: Arc<Egress>,
+    pub(super) agent: String,
+    pub(super) _total: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut active = lock(&self.egress.active);
+        if let Some(n) = active.get_mut(&self.agent) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                active.remove(&self.agent);
+            }
+        }
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Egress {
+    /// The state of `home`'s supervisor. Without its log writer nothing
+    /// goes through (an attempt that cannot be recorded is not made).
+    pub fn new(home: Home) -> Self {
+        let log = match LogWriter::start(home.clone()) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::error!(
+                    "egress: cannot start the network log writer ({e}); every connection will be refused"
+                );
+                None
+            }
+        };
+        Self {
+            home,
+            log,
+            netns: NetnsWorker::default(),
+            blocking: Arc::new(Semaphore::new(BLOCKING)),
+            total: Arc::new(Semaphore::new(MAX_TOTAL)),
+            active: Mutex::new(HashMap::new()),
+            policies: Mutex::new(HashMap::new()),
+            children: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A refused attempt as a `denied` record of the audit log (every
+    /// field the supervisor's own: the child table's agent, role and id,
+    /// the host as written), appended and synced off the async workers.
+    /// Logged, not fatal, when it cannot be: the refusal stands either way.
+    pub async fn audit_denied(&self, r: &NetRecord) {
+        let mut fields = serde_json::Map::new();
+        fields.insert("child".into(), r.child.into());
+        fields.insert("method".into(), "egress".into());
+        fields.insert("request".into(), r.method.clone().into());
+        fields.insert("host".into(), r.host.clone().into());
+        fields.insert("port".into(), r.port.into());
+        fields.insert("reason".into(), r.reason.clone().into());
+        let (home, agent, role) = (self.home.clone(), r.agent.clone(), r.role.clone());
+        let appended = tokio::task::spawn_blocking(move || {
+            crate::audit::append(
+                &home,
+                crate::audit::kind::DENIED,
+                Some(&agent),
+                Some(&role),
+                fields,
+            )
+        })
+        .await;
+        match appended {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
+            Err(e) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
+        }
+    }
+
+    /// Record an attempt (the writer waits when its queue is full).
+    pub async fn record(&self, record: NetRecord) {
+        match &self.log {
+            Some(log) => log.record(record).await,
+            None => {
+                tracing::warn!(agent = %record.agent, "egress: attempt not recorded: no network log")
+            }
+        }
+    }
+
+    /// The agent's list and the settings, read at most every
+    /// [`POLICY_TTL`] (off the async workers).
+    pub(super) async fn policy(&self, agent: &str) -> Arc<Policy> {
+        if let Some((at, p)) = lock(&self.policies).get(agent)
+            && at.elapsed() < POLICY_TTL
+        {
+            return p.clone();
+        }
+        let (home, id) = (self.home.clone(), agent.to_string());
+        let read = async {
+            let _permit = self.blocking.acquire().await.ok()?;
+            tokio::task::spawn_blocking(move || load(&home, &id))
+                .await
+                .ok()
+        };
+        let policy = Arc::new(read.await.unwrap_or_else(|| Policy {
+            config: NetworkConfig::default(),
+            config_error: Some("the policy could not be read".into()),
+            list: Ok(AllowList::default()),
+        }));
+        let mut cache = lock(&self.policies);
+        // Bounded by the agents with children: stale entries go.
+        cache.retain(|_, (at, _)| at.elapsed() < POLICY_TTL * 60);
+        cache.insert(agent.to_string(), (Instant::now(), policy.clone()));
+        policy
+    }
+
+    /// Resolve `name` (off the async workers, [`BLOCKING`] at once: the
+    /// permit is held by the resolving thread, so a hung resolver cannot
+    /// pile threads up).
+    pub async fn resolve(&self, name: &str, port: u16) -> Result<Vec<std::net::IpAddr>, String> {
+        use std::net::ToSocketAddrs;
+        let wait = DNS_TIMEOUT;
+        let permit = tokio::time::timeout(wait, self.blocking.clone().acquire_owned())
+            .await
+            .map_err(|_| "the resolver is busy".to_string())?
+            .map_err(|_| "the resolver is gone".to_string())?;
+        let n = name.to_string();
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            (n.as_str(), port)
+                .to_socket_addrs()
+                .map(|it| it.map(|a| a.ip()).collect::<Vec<_>>())
+        });
+        match tokio::time::timeout(wait, task).await {
+            Err(_) => Err(format!("no answer within {}s", wait.as_secs())),
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Ok(Ok(mut v))) => {
+                v.dedup();
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// Read the settings and agent `id`'s list.
+fn load(home: &Home, id: &str) -> Policy {
+    let (config, config_error) = match NetworkConfig::load(home) {
+        Ok(c) => (c, None),
+        Err(e) => (NetworkConfig::default(), Some(e.to_string())),
+    };
+    Policy {
+        config,
+        config_error,
+        list: super::policy::read(home, id).map_err(|e| e.to_string()),
+    }
+}
