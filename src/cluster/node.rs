@@ -170,11 +170,10 @@ impl Node {
     /// lease has not expired yet) holds the host key: then give the new
     /// lease back and try again later.
     async fn register(&self) -> Result<(), ClusterError> {
-        let mut client = self.client.clone();
         let sent = Instant::now();
         let ttl = self.cfg.lease_secs as i64;
         let granted = self
-            .bounded(client.lease_grant(ttl, None))
+            .bounded(|mut c| async move { c.lease_grant(ttl, None).await })
             .await
             .map_err(|e| self.fail("refused a lease", e))?;
         let id = granted.id();
@@ -195,11 +194,16 @@ impl Node {
                 ),
             ]);
         let done = self
-            .bounded(client.txn(txn))
+            .bounded(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await
             .map_err(|e| self.fail("did not register this host", e))?;
         if !done.succeeded() {
-            let _ = self.bounded(client.lease_revoke(id)).await;
+            let _ = self
+                .bounded(|mut c| async move { c.lease_revoke(id).await })
+                .await;
             return Err(ClusterError::Config(format!(
                 "host id {} is registered by another live supervisor (or by this host's previous one, until its lease of {ttl} s expires)",
                 self.cfg.host_id
@@ -221,11 +225,10 @@ impl Node {
         let Some(lease) = *lock(&self.lease) else {
             return Ok(());
         };
-        let mut client = self.client.clone();
         let sent = Instant::now();
         let answered = self
-            .bounded(async {
-                let (mut keeper, mut stream) = client.lease_keep_alive(lease.id).await?;
+            .bounded(|mut c| async move {
+                let (mut keeper, mut stream) = c.lease_keep_alive(lease.id).await?;
                 keeper.keep_alive().await?;
                 stream.message().await
             })
@@ -258,18 +261,31 @@ impl Node {
         }
     }
 
-    /// Run an etcd request within [`Self::op_timeout`].
-    async fn bounded<T>(
-        &self,
-        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, String> {
-        match tokio::time::timeout(self.op_timeout(), f).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!(
-                "no answer within {} ms (no quorum?)",
-                self.op_timeout().as_millis()
-            )),
+    /// Run an etcd request within [`Self::op_timeout`], on a fresh handle
+    /// of the client each try. A request that never reached a member (the
+    /// balanced channel handed it to a member that is down: connection
+    /// refused) is made again until the bound — nothing was done, and
+    /// another member may answer.
+    async fn bounded<T, F>(&self, mut request: impl FnMut(Client) -> F) -> Result<T, String>
+    where
+        F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.op_timeout();
+        loop {
+            match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() + RESEND < deadline => {
+                    tracing::debug!("etcd request not delivered ({e}): sent again");
+                    tokio::time::sleep(RESEND).await;
+                }
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => {
+                    return Err(format!(
+                        "no answer within {} ms (no quorum?)",
+                        self.op_timeout().as_millis()
+                    ));
+                }
+            }
         }
     }
 
@@ -302,9 +318,11 @@ impl Node {
                 Some(PutOptions::new().with_lease(lease)),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let mut client = self.client.clone();
         let done = self
-            .bounded(client.txn(txn))
+            .bounded(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await
             .map_err(|e| self.fail("did not answer who owns the agent", e))?;
         if done.succeeded() {
@@ -349,9 +367,11 @@ impl Node {
                 Compare::value(key.clone(), CompareOp::Equal, self.cfg.host_id.clone()),
             ])
             .or_else([TxnOp::get(key, None)]);
-        let mut client = self.client.clone();
         let done = self
-            .bounded(client.txn(txn))
+            .bounded(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await
             .map_err(|e| self.fail("did not confirm this host's ownership", e))?;
         if done.succeeded() {
@@ -387,9 +407,11 @@ impl Node {
             ])
             .and_then([TxnOp::delete(key.clone(), None)])
             .or_else([TxnOp::get(key, None)]);
-        let mut client = self.client.clone();
         let done = self
-            .bounded(client.txn(txn))
+            .bounded(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
             .await
             .map_err(|e| self.fail("did not release the agent", e))?;
         if done.succeeded() {
@@ -423,8 +445,10 @@ impl Node {
         let lease = lock(&self.lease).take();
         let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
         if let Some(l) = lease {
-            let mut client = self.client.clone();
-            match self.bounded(client.lease_revoke(l.id)).await {
+            match self
+                .bounded(|mut c| async move { c.lease_revoke(l.id).await })
+                .await
+            {
                 Ok(_) => {
                     for (agent, epoch) in &owned {
                         owner_changed(
@@ -454,15 +478,31 @@ impl Node {
 
     /// Who owns `agent` now, if anyone.
     pub async fn owner_of(&self, agent: &str) -> Result<Option<String>, ClusterError> {
-        let mut client = self.client.clone();
         let got = self
-            .bounded(client.get(owner_key(agent), Some(GetOptions::new())))
+            .bounded(|mut c| async move { c.get(owner_key(agent), Some(GetOptions::new())).await })
             .await
             .map_err(|e| self.fail("did not say who owns the agent", e))?;
         Ok(got
             .kvs()
             .first()
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+    }
+}
+
+/// The pause before a request that was not delivered is sent again.
+const RESEND: Duration = Duration::from_millis(50);
+
+/// gRPC's `UNAVAILABLE`.
+const UNAVAILABLE: i32 = 14;
+
+/// Whether `e` says the request never reached a member: the connection
+/// to the member the channel picked could not be made.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            i32::from(s.code()) == UNAVAILABLE && s.message().contains("connect")
+        }
+        _ => false,
     }
 }
 
