@@ -15,8 +15,10 @@
 //!   diverged;
 //! * at most one owner of an agent at any instant, from the audit of owner
 //!   changes: in etcd's own history every owner key is created only while
-//!   absent (never two owners at one revision); each host's owner log names
-//!   only epochs etcd gave that host; and along each remote's fence chain
+//!   absent (never two owners at one revision); each host's audit log
+//!   (chain verified) records taking only epochs etcd gave that host, and
+//!   over all hosts each agent's ownerships, in epoch order, end before the
+//!   next begins (`owner` records' `at_ms`); and along each remote's fence chain
 //!   the epochs never go back — no push of a host after it lost the agent
 //!   to a newer owner landed — and each fence commit was pushed by the
 //!   host etcd gave its epoch to.
@@ -502,60 +504,153 @@ fn owner_history(endpoints: &str) -> Vec<(String, bool, String, i64, i64)> {
     })
 }
 
-/// The audit of owner changes: etcd never had two owners of one agent at
-/// once; each host's owner log names only epochs etcd gave that host.
-/// Returns (owner changes, violations).
-fn audit_owners(
-    world: &World,
-    history: &[(String, bool, String, i64, i64)],
-) -> (usize, Vec<String>) {
-    let mut bad = Vec::new();
-    let mut owner: HashMap<&str, &str> = HashMap::new();
-    let mut epochs: HashMap<(String, i64), String> = HashMap::new();
-    let mut changes = 0;
-    for (key, put, value, rev, create) in history {
-        if *put {
-            if *rev == *create {
-                changes += 1;
-                if let Some(prev) = owner.get(key.as_str()) {
-                    bad.push(format!(
-                        "{key}: {value} took it at {rev} while {prev} held it"
-                    ));
+/// The owner checks. From etcd's own history: every owner key created only
+/// while absent (never two owners at one revision). From each host's
+/// audit log (its chain verified first): every `taken` record names an
+/// epoch etcd gave that host, and, over all hosts, every agent's
+/// ownerships in epoch order never overlap — each ended (`released`, or
+/// `lost` at the last instant its lease was surely alive) before the next
+/// began. An ownership whose host was killed has no end record: it is
+/// counted, and left to etcd's history and the fence chains.
+struct OwnerAudit {
+    /// Owner changes in etcd's history (takes).
+    changes: usize,
+    /// `owner` records read from the hosts' audit logs.
+    records: usize,
+    /// Successive ownerships whose order the audit shows.
+    checked: usize,
+    /// Ownerships ended by a kill (no end record).
+    unended: usize,
+    /// Two owners at once, per etcd's history or the audit logs.
+    bad: Vec<String>,
+}
+
+/// One ownership of an agent as the audit logs show it.
+struct Span {
+    host: usize,
+    /// `taken`'s `at_ms`.
+    began: Option<u64>,
+    /// `released`'s or `lost`'s `at_ms`.
+    ended: Option<u64>,
+}
+
+/// (agent id, epoch).
+type Epoch = (String, i64);
+
+fn audit_owners(world: &World, history: &[(String, bool, String, i64, i64)]) -> OwnerAudit {
+    let mut out = OwnerAudit {
+        changes: 0,
+        records: 0,
+        checked: 0,
+        unended: 0,
+        bad: Vec::new(),
+    };
+    let epochs = etcd_owners(history, &mut out);
+    let spans = owner_spans(world, &epochs, &mut out);
+    let mut last: Option<(&Epoch, &Span)> = None;
+    for (key, span) in &spans {
+        if let Some((pkey, prev)) = last.filter(|(k, _)| k.0 == key.0) {
+            match (prev.ended, span.began) {
+                (Some(ended), Some(began)) => {
+                    out.checked += 1;
+                    if ended > began {
+                        out.bad.push(format!(
+                            "{}: host {} owned it (epoch {}) until {ended}, host {} from {began} (epoch {})",
+                            key.0, prev.host, pkey.1, span.host, key.1
+                        ));
+                    }
                 }
+                (None, _) => out.unended += 1,
+                (Some(_), None) => out
+                    .bad
+                    .push(format!("{} epoch {}: ended but never taken", key.0, key.1)),
             }
-            owner.insert(key, value);
-            let agent = key
-                .trim_start_matches("/mini-letta/agents/")
-                .trim_end_matches("/owner");
-            epochs.insert((agent.to_string(), *create), value.clone());
-        } else {
-            owner.remove(key.as_str());
         }
+        last = Some((key, span));
     }
+    out
+}
+
+/// etcd's history: never two owners at once; which host each epoch went to.
+fn etcd_owners(
+    history: &[(String, bool, String, i64, i64)],
+    out: &mut OwnerAudit,
+) -> HashMap<Epoch, String> {
+    let mut owner: HashMap<&str, &str> = HashMap::new();
+    let mut epochs = HashMap::new();
+    for (key, put, value, rev, create) in history {
+        if !*put {
+            owner.remove(key.as_str());
+            continue;
+        }
+        if *rev == *create {
+            out.changes += 1;
+            if let Some(prev) = owner.get(key.as_str()) {
+                out.bad.push(format!(
+                    "{key}: {value} took it at {rev} while {prev} held it"
+                ));
+            }
+        }
+        owner.insert(key, value);
+        let agent = key
+            .trim_start_matches("/mini-letta/agents/")
+            .trim_end_matches("/owner");
+        epochs.insert((agent.to_string(), *create), value.clone());
+    }
+    epochs
+}
+
+/// Every host's `owner` records (each chain verified first), as spans.
+fn owner_spans(
+    world: &World,
+    epochs: &HashMap<Epoch, String>,
+    out: &mut OwnerAudit,
+) -> BTreeMap<Epoch, Span> {
+    let mut spans: BTreeMap<Epoch, Span> = BTreeMap::new();
     for h in 0..HOSTS {
         let home = mini_letta::paths::Home::at(world.homes[h].path());
-        let log = std::fs::read_to_string(home.cluster_owner_log()).unwrap_or_default();
-        for line in log.lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                bad.push(format!("host {h}: unreadable owner log line {line:?}"));
-                continue;
-            };
-            if v["change"] != "taken" {
-                continue;
+        match mini_letta::audit::verify::verify(&home, None) {
+            Ok(r) if r.ok() => {}
+            other => out
+                .bad
+                .push(format!("host {h}: audit chain broken: {other:?}")),
+        }
+        let read = mini_letta::audit::read::for_each(&home, |line, view| {
+            if view.kind == mini_letta::audit::kind::OWNER {
+                out.records += 1;
+                let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
+                let key = (
+                    view.agent.clone().unwrap_or_default(),
+                    v["epoch"].as_i64().unwrap_or(-1),
+                );
+                let span = spans.entry(key.clone()).or_insert(Span {
+                    host: h,
+                    began: None,
+                    ended: None,
+                });
+                if span.host != h || v["host"] != host_id(h).as_str() {
+                    out.bad
+                        .push(format!("{key:?}: recorded by hosts {h} and {}", span.host));
+                }
+                if v["change"] == "taken" {
+                    span.began = v["at_ms"].as_u64();
+                    if epochs.get(&key) != Some(&host_id(h)) {
+                        out.bad.push(format!(
+                            "host {h} recorded taking {key:?}, etcd gave it to {:?}",
+                            epochs.get(&key)
+                        ));
+                    }
+                } else {
+                    span.ended = v["at_ms"].as_u64();
+                }
             }
-            let key = (
-                v["agent"].as_str().unwrap_or("").to_string(),
-                v["epoch"].as_i64().unwrap_or(-1),
-            );
-            match epochs.get(&key) {
-                Some(holder) if *holder == host_id(h) => {}
-                other => bad.push(format!(
-                    "host {h} logged taking {key:?}, etcd says {other:?}"
-                )),
-            }
+            std::ops::ControlFlow::Continue(())
+        });
+        if let Err(e) = read {
+            out.bad.push(format!("host {h}: audit log unreadable: {e}"));
         }
     }
-    (changes, bad)
+    spans
 }
 
 /// Along a remote's fence chain (first parents), the epochs never go back,
@@ -621,8 +716,8 @@ fn report(
     took: Duration,
 ) -> ExitCode {
     let history = owner_history(&world.endpoints);
-    let (changes, owner_bad) = audit_owners(world, &history);
-    let mut violations = owner_bad.clone();
+    let owners = audit_owners(world, &history);
+    let mut violations = owners.bad.clone();
     let (mut lost, mut backwards, mut fence_bad) = (0, 0, 0);
     for (i, (name, id)) in world.agents.iter().enumerate() {
         let repo = Repository::open_bare(world.bare(id)).unwrap();
@@ -668,14 +763,14 @@ fn report(
         println!("    {n} x {why}");
     }
     println!(
-        "  releases {} | owner changes in etcd {changes}",
-        t.releases
+        "  releases {} | owner changes in etcd {} | owner records in the audit logs {}: {} successive ownerships checked, {} ended by a kill (no end record)",
+        t.releases, owners.changes, owners.records, owners.checked, owners.unended
     );
     let faults: Vec<String> = t.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("  faults: {}", faults.join(", "));
     println!(
-        "  acknowledged facts lost {lost} | forced or diverged remote histories {backwards} | two owners at once (etcd history, owner logs) {} | pushes outside the pusher's ownership (fence chains) {fence_bad}",
-        owner_bad.len()
+        "  acknowledged facts lost {lost} | forced or diverged remote histories {backwards} | two owners at once (etcd history, audit logs) {} | pushes outside the pusher's ownership (fence chains) {fence_bad}",
+        owners.bad.len()
     );
     for v in &violations {
         println!("  VIOLATION: {v}");

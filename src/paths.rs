@@ -97,12 +97,6 @@ impl Home {
         self.run_dir().join("supervisor.pid")
     }
 
-    /// In a cluster: this host's record of ownership changes (one JSON line
-    /// each: taken, released, lost), read by the soak's one-owner check.
-    pub fn cluster_owner_log(&self) -> PathBuf {
-        self.run_dir().join("cluster-owners.jsonl")
-    }
-
     /// Line-editing history of interactive chats with one agent (the
     /// operator's, beside the agents rather than in a directory the agent's
     /// children can write).

@@ -174,6 +174,47 @@ fn release_and_clean_stop_give_the_agent_back() {
         began.elapsed() < Duration::from_secs(LEASE),
         "waited for a lease"
     );
+
+    // Every owner change is a record of the host's audit log, in order,
+    // with its epoch: A took, released, took again; B took and, stopping,
+    // gave back.
+    let changes = |host: &common::cluster::Host| -> Vec<(String, i64, u64)> {
+        let o = h.on(host, &["audit", "log", "--kind", "owner", "--json"]);
+        ok(&o)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["agent"] == id.as_str())
+            .map(|r| {
+                assert_eq!(r["host"], host.id, "{r}");
+                (
+                    r["change"].as_str().unwrap().to_string(),
+                    r["epoch"].as_i64().unwrap(),
+                    r["at_ms"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let a = changes(&h.a);
+    let b = changes(&h.b);
+    let kinds = |v: &[(String, i64, u64)]| v.iter().map(|c| c.0.clone()).collect::<Vec<_>>();
+    assert_eq!(kinds(&a), ["taken", "released", "taken"], "{a:?}");
+    assert_eq!(kinds(&b), ["taken", "released"], "{b:?}");
+    // One epoch per ownership, and never two owners at once: in epoch
+    // order, each ownership ended before the next one began.
+    let mut spans: std::collections::BTreeMap<i64, (u64, Option<u64>)> = Default::default();
+    for (change, epoch, at) in [a.clone(), b.clone()].concat() {
+        let span = spans.entry(epoch).or_insert((0, None));
+        match change.as_str() {
+            "taken" => span.0 = at,
+            _ => span.1 = Some(at),
+        }
+    }
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    let spans: Vec<_> = spans.into_values().collect();
+    for w in spans.windows(2) {
+        let ended = w[0].1.expect("an earlier ownership never ended");
+        assert!(ended <= w[1].0, "two owners at once: {spans:?}");
+    }
 }
 
 /// Nothing configured: no etcd, no ownership, the commands say so.

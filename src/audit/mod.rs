@@ -37,6 +37,8 @@ pub mod kind {
     pub const CONFIG: &str = "config";
     pub const START: &str = "start";
     pub const TORN: &str = "torn";
+    /// An agent's owner changed (several hosts, `docs/cluster.md`).
+    pub const OWNER: &str = "owner";
 }
 
 #[derive(Debug, thiserror::Error)]

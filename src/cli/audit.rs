@@ -48,7 +48,7 @@ pub enum AuditCommand {
         #[arg(short = 'a', long = "agent", value_name = "A")]
         agent: Option<String>,
         /// Only records of this kind (spawn, exit, tool, commit, merge,
-        /// sync, model, denied, budget, config, start, torn).
+        /// sync, model, denied, budget, config, start, torn, owner).
         #[arg(long, value_name = "K")]
         kind: Option<String>,
         /// Only records since T: an RFC 3339 time, a date, or an age (30m, 12h, 7d).

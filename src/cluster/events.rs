@@ -1,14 +1,15 @@
-//! Ownership changes, recorded in one place: each is logged and appended
-//! to the home's owner log (`paths::Home::cluster_owner_log`), one JSON
-//! line written whole, so the soak can check from every host's record that
-//! an agent never had two live owners. (When the audit log lands, this
-//! function is where an owner change joins it.)
+//! Ownership changes, recorded in one place: each is logged and handed to
+//! the recorder the supervisor gave its node — the audit log, where it is
+//! an `owner` record (`supervisor::audit_records::owner_changed`). A soak
+//! reads every host's records back and checks that an agent never had two
+//! live owners at once.
 
-use std::io::Write;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-
-use crate::paths::Home;
 
 /// What happened to this host's ownership of an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -22,46 +23,54 @@ pub enum Change {
     Lost,
 }
 
-/// One line of the owner log.
-#[derive(Debug, Clone, Serialize)]
-pub struct OwnerChange<'a> {
-    pub agent: &'a str,
-    pub host: &'a str,
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Taken => "taken",
+            Change::Released => "released",
+            Change::Lost => "lost",
+        }
+    }
+}
+
+/// One ownership change of one agent on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OwnerChange {
+    pub agent: String,
+    pub host: String,
     pub change: Change,
     /// The owner key's create revision: the ownership's epoch.
     pub epoch: i64,
-    /// Wall-clock time in milliseconds since the epoch.
+    /// Wall-clock milliseconds since the Unix epoch of the instant that
+    /// bounds this host's ownership: for `taken`, when etcd's answer came
+    /// (it acted on nothing before); for `released`, when the release was
+    /// sent (nothing was written after); for `lost`, the last instant its
+    /// lease was surely alive, or when the loss was noticed if earlier.
     pub at_ms: u128,
 }
 
-/// Record an ownership change of `agent` on `host`.
-pub fn owner_changed(home: &Home, agent: &str, host: &str, change: Change, epoch: i64) {
-    let at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// Where a node's owner changes go. `Err` when the change could not be
+/// recorded: a take is then given back rather than acted on.
+pub type Recorder = Arc<
+    dyn Fn(OwnerChange) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync,
+>;
+
+/// A recorder that only logs (a node without an audit log: tests).
+pub fn log_only() -> Recorder {
+    Arc::new(|_| Box::pin(async { Ok(()) }))
+}
+
+/// `at` (a monotonic instant, past or future) on the wall clock, in
+/// milliseconds since the Unix epoch.
+pub fn wall_ms(at: Instant) -> u128 {
+    let now = Instant::now();
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    let event = OwnerChange {
-        agent,
-        host,
-        change,
-        epoch,
-        at_ms,
-    };
-    tracing::info!(agent, host, ?change, epoch, "agent ownership changed");
-    let Ok(mut line) = serde_json::to_vec(&event) else {
-        return;
-    };
-    line.push(b'\n');
-    let path = home.cluster_owner_log();
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(&line));
-    if let Err(e) = written {
-        tracing::warn!(
-            "cannot record the ownership change in {}: {e}",
-            path.display()
-        );
+    if at >= now {
+        wall + at.duration_since(now).as_millis()
+    } else {
+        wall.saturating_sub(now.duration_since(at).as_millis())
     }
 }

@@ -26,6 +26,7 @@ pub mod node;
 pub mod status;
 
 pub use config::ClusterConfig;
+pub use events::{Change, OwnerChange, Recorder};
 pub use handle::Handle;
 pub use node::{Node, Owned};
 
@@ -65,6 +66,9 @@ pub enum ClusterError {
     /// This host does not own the agent (any more).
     #[error("this host ({host}) does not own agent {agent}")]
     NotOwned { host: String, agent: String },
+    /// An ownership taken that the audit log did not keep (given back).
+    #[error("the audit log did not record the ownership change: {0}")]
+    Unrecorded(String),
 }
 
 /// A host id from etcd, fit to appear in a message: quoted and escaped

@@ -18,9 +18,8 @@ use etcd_client::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::events::{Change, owner_changed};
+use super::events::{Change, OwnerChange, Recorder};
 use super::{ClusterConfig, ClusterError, host_key, member_key, owner_key};
-use crate::paths::Home;
 
 /// The lease this host holds, and until when it is surely alive.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +49,8 @@ impl Owned {
 /// A clustered supervisor's membership and ownership.
 pub struct Node {
     cfg: ClusterConfig,
-    home: Home,
+    /// Where owner changes are recorded (the supervisor's audit log).
+    recorder: Recorder,
     client: Client,
     runtime: tokio::runtime::Handle,
     lease: Mutex<Option<Lease>>,
@@ -70,7 +70,7 @@ impl Node {
     /// Connect (lazily: etcd may be down now) and start keeping a lease on
     /// the current runtime. Registration happens in the background; until
     /// it has, every ownership request fails naming etcd.
-    pub async fn start(home: &Home, cfg: ClusterConfig) -> Result<Arc<Self>, ClusterError> {
+    pub async fn start(cfg: ClusterConfig, recorder: Recorder) -> Result<Arc<Self>, ClusterError> {
         let timeout = op_timeout(cfg.lease_secs);
         let options = ConnectOptions::new()
             .with_timeout(timeout)
@@ -81,7 +81,7 @@ impl Node {
             .map_err(|e| etcd_error(&cfg, "cannot be reached", e))?;
         let node = Arc::new(Self {
             cfg,
-            home: home.clone(),
+            recorder,
             client,
             runtime: tokio::runtime::Handle::current(),
             lease: Mutex::new(None),
@@ -144,7 +144,7 @@ impl Node {
                     Err(e) => {
                         tracing::warn!("{e}");
                         if self.live_lease().is_err() {
-                            self.lose_lease();
+                            self.lose_lease().await;
                         }
                         Duration::from_millis(250)
                     }
@@ -246,19 +246,60 @@ impl Node {
             }
             _ => {
                 tracing::warn!(lease = lease.id, "etcd let this host's lease expire");
-                self.lose_lease();
+                self.lose_lease().await;
                 Ok(())
             }
         }
     }
 
     /// The lease is gone: so is every ownership under it.
-    fn lose_lease(&self) {
+    async fn lose_lease(&self) {
+        let until = self.lost_at();
         lock(&self.lease).take();
         let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
         for (agent, epoch) in owned {
-            owner_changed(&self.home, &agent, &self.cfg.host_id, Change::Lost, epoch);
+            let _ = self.note(&agent, Change::Lost, epoch, until).await;
         }
+    }
+
+    /// The last instant this host surely held its lease: now, or when its
+    /// lease ran out if that is past.
+    fn lost_at(&self) -> Instant {
+        let now = Instant::now();
+        match *lock(&self.lease) {
+            Some(l) => l.valid_until.min(now),
+            None => now,
+        }
+    }
+
+    /// Record an ownership change of `agent` that happened `at`. `Err`
+    /// when the recorder could not keep it.
+    async fn note(
+        &self,
+        agent: &str,
+        change: Change,
+        epoch: i64,
+        at: Instant,
+    ) -> Result<(), String> {
+        let host = self.cfg.host_id.as_str();
+        tracing::info!(agent, host, ?change, epoch, "agent ownership changed");
+        let recorded = (self.recorder)(OwnerChange {
+            agent: agent.to_string(),
+            host: host.to_string(),
+            change,
+            epoch,
+            at_ms: super::events::wall_ms(at),
+        })
+        .await;
+        if let Err(e) = &recorded {
+            tracing::error!(
+                agent,
+                ?change,
+                epoch,
+                "the ownership change was not recorded: {e}"
+            );
+        }
+        recorded
     }
 
     /// Run an etcd request within [`Self::op_timeout`], on a fresh handle
@@ -327,9 +368,7 @@ impl Node {
             .map_err(|e| self.fail("did not answer who owns the agent", e))?;
         if done.succeeded() {
             let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
-            lock(&self.owned).insert(agent.to_string(), epoch);
-            owner_changed(&self.home, agent, &self.cfg.host_id, Change::Taken, epoch);
-            return Ok(Owned::Taken(epoch));
+            return self.taken(agent, epoch).await;
         }
         let Some(kv) = first_kv(&done.op_responses()) else {
             // Deleted between the compare and the read: ask again.
@@ -341,11 +380,26 @@ impl Node {
             lock(&self.owned).insert(agent.to_string(), epoch);
             return Ok(Owned::Already(epoch));
         }
-        self.forget(agent, Change::Lost);
+        self.forget(agent, Change::Lost, self.lost_at()).await;
         Err(ClusterError::NotOwner {
             agent: agent.to_string(),
             owner,
         })
+    }
+
+    /// This host just took `agent` in `epoch`: recorded before anything
+    /// acts on it — a take the audit log did not keep is given back.
+    async fn taken(&self, agent: &str, epoch: i64) -> Result<Owned, ClusterError> {
+        lock(&self.owned).insert(agent.to_string(), epoch);
+        match self.note(agent, Change::Taken, epoch, Instant::now()).await {
+            Ok(()) => Ok(Owned::Taken(epoch)),
+            Err(e) => {
+                if let Err(r) = self.release(agent).await {
+                    tracing::warn!(agent, "cannot give back an unrecorded take: {r}");
+                }
+                Err(ClusterError::Unrecorded(e))
+            }
+        }
     }
 
     /// The epoch this host owns `agent` in, by its own record (no etcd
@@ -377,7 +431,7 @@ impl Node {
         if done.succeeded() {
             return Ok(());
         }
-        self.forget(agent, Change::Lost);
+        self.forget(agent, Change::Lost, self.lost_at()).await;
         match first_kv(&done.op_responses()) {
             Some(kv) => Err(ClusterError::NotOwner {
                 agent: agent.to_string(),
@@ -399,6 +453,7 @@ impl Node {
     /// host's. Another owner is named.
     pub async fn release(&self, agent: &str) -> Result<(), ClusterError> {
         let lease = self.live_lease()?;
+        let sent = Instant::now();
         let key = owner_key(agent);
         let txn = Txn::new()
             .when([
@@ -415,10 +470,10 @@ impl Node {
             .await
             .map_err(|e| self.fail("did not release the agent", e))?;
         if done.succeeded() {
-            self.forget(agent, Change::Released);
+            self.forget(agent, Change::Released, sent).await;
             return Ok(());
         }
-        self.forget(agent, Change::Lost);
+        self.forget(agent, Change::Lost, self.lost_at()).await;
         match first_kv(&done.op_responses()) {
             Some(kv) => Err(ClusterError::NotOwner {
                 agent: agent.to_string(),
@@ -431,10 +486,11 @@ impl Node {
         }
     }
 
-    /// Drop `agent` from this host's record, noting why.
-    fn forget(&self, agent: &str, change: Change) {
-        if let Some(epoch) = lock(&self.owned).remove(agent) {
-            owner_changed(&self.home, agent, &self.cfg.host_id, change, epoch);
+    /// Drop `agent` from this host's record, noting why and when.
+    async fn forget(&self, agent: &str, change: Change, at: Instant) {
+        let epoch = lock(&self.owned).remove(agent);
+        if let Some(epoch) = epoch {
+            let _ = self.note(agent, change, epoch, at).await;
         }
     }
 
@@ -442,32 +498,26 @@ impl Node {
     /// deletes the host key and every owner key under it at once.
     pub async fn shutdown(&self) {
         self.stop.cancel();
+        let sent = self.lost_at();
         let lease = lock(&self.lease).take();
         let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
-        if let Some(l) = lease {
-            match self
-                .bounded(|mut c| async move { c.lease_revoke(l.id).await })
-                .await
-            {
-                Ok(_) => {
-                    for (agent, epoch) in &owned {
-                        owner_changed(
-                            &self.home,
-                            agent,
-                            &self.cfg.host_id,
-                            Change::Released,
-                            *epoch,
-                        );
-                    }
-                    tracing::info!(host = %self.cfg.host_id, "left the cluster");
-                }
-                Err(e) => {
-                    tracing::warn!("cannot give the lease back ({e}); it expires by itself");
-                    for (agent, epoch) in &owned {
-                        owner_changed(&self.home, agent, &self.cfg.host_id, Change::Lost, *epoch);
-                    }
-                }
+        let Some(l) = lease else { return };
+        let revoked = self
+            .bounded(|mut c| async move { c.lease_revoke(l.id).await })
+            .await;
+        // Stopping, this host acts on nothing after `sent` either way.
+        let change = match revoked {
+            Ok(_) => {
+                tracing::info!(host = %self.cfg.host_id, "left the cluster");
+                Change::Released
             }
+            Err(e) => {
+                tracing::warn!("cannot give the lease back ({e}); it expires by itself");
+                Change::Lost
+            }
+        };
+        for (agent, epoch) in &owned {
+            let _ = self.note(agent, change, *epoch, sent).await;
         }
     }
 

@@ -76,3 +76,18 @@ pub async fn synced(state: &State, agent: &str, outcome: &Value) {
     }
     note(state, entry).await;
 }
+
+/// An ownership change of an agent in a cluster (`cluster::events`): the
+/// host, what changed, the epoch and the instant bounding it. Durable
+/// before the node acts on a take.
+pub async fn owner_changed(
+    log: &crate::audit::Log,
+    c: crate::cluster::OwnerChange,
+) -> Result<(), String> {
+    let entry = Entry::new(kind::OWNER, Some(&c.agent), Some("supervisor"))
+        .with("host", c.host)
+        .with("change", c.change.as_str())
+        .with("epoch", c.epoch)
+        .with("at_ms", u64::try_from(c.at_ms).unwrap_or(u64::MAX));
+    log.append(entry).await.map(drop).map_err(|e| e.to_string())
+}

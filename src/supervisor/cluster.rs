@@ -48,7 +48,13 @@ pub async fn start(state: &Arc<State>) {
     let Some(cfg) = state.cluster.config().cloned() else {
         return;
     };
-    match Node::start(&state.home, cfg).await {
+    // Owner changes are records of the audit log (the soak checks them).
+    let log = state.accounting.log.clone();
+    let recorder: crate::cluster::Recorder = Arc::new(move |change| {
+        let log = log.clone();
+        Box::pin(async move { super::audit_records::owner_changed(&log, change).await })
+    });
+    match Node::start(cfg, recorder).await {
         Ok(node) => state.cluster.joined(node),
         // Every ownership request is then refused, naming etcd.
         Err(e) => tracing::error!("cannot join the cluster: {e}"),
