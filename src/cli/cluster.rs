@@ -22,8 +22,9 @@ pub enum ClusterCommand {
         after_help = "Examples:\n  mini-letta cluster status\n  mini-letta cluster status --json"
     )]
     Status {
-        /// Print {"host", "etcd", "hosts": [{"id", "alive", "agents"}],
-        /// "agents": [{"id", "name", "owner", "epoch"}]}.
+        /// Print {"host", "etcd", "hosts": [{"id", "valid", "alive",
+        /// "agents"}], "agents": [{"id", "name", "owner", "owner_valid",
+        /// "epoch"}]}.
         #[arg(long)]
         json: bool,
     },
@@ -92,6 +93,7 @@ fn agent_row(status: &Status, id: &str, name: Option<String>) -> serde_json::Val
         "id": id,
         "name": name,
         "owner": owned.map(|a| a.owner.clone()),
+        "owner_valid": owned.map(|a| a.owner_valid),
         "epoch": owned.map(|a| a.epoch),
     })
 }

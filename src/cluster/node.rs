@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -374,8 +374,7 @@ impl Node {
             // Deleted between the compare and the read: ask again.
             return Err(self.fail("changed the owner key while it was read", "retrying"));
         };
-        let owner = String::from_utf8_lossy(kv.value()).into_owned();
-        if kv.lease() == lease && owner == self.cfg.host_id {
+        if kv.lease() == lease && kv.value() == self.cfg.host_id.as_bytes() {
             let epoch = kv.create_revision();
             lock(&self.owned).insert(agent.to_string(), epoch);
             return Ok(Owned::Already(epoch));
@@ -383,7 +382,7 @@ impl Node {
         self.forget(agent, Change::Lost, self.lost_at()).await;
         Err(ClusterError::NotOwner {
             agent: agent.to_string(),
-            owner,
+            owner: owner_shown(&kv),
         })
     }
 
@@ -435,7 +434,7 @@ impl Node {
         match first_kv(&done.op_responses()) {
             Some(kv) => Err(ClusterError::NotOwner {
                 agent: agent.to_string(),
-                owner: String::from_utf8_lossy(kv.value()).into_owned(),
+                owner: owner_shown(&kv),
             }),
             None => Err(ClusterError::NotOwned {
                 host: self.cfg.host_id.clone(),
@@ -477,7 +476,7 @@ impl Node {
         match first_kv(&done.op_responses()) {
             Some(kv) => Err(ClusterError::NotOwner {
                 agent: agent.to_string(),
-                owner: String::from_utf8_lossy(kv.value()).into_owned(),
+                owner: owner_shown(&kv),
             }),
             None => Err(ClusterError::NotOwned {
                 host: self.cfg.host_id.clone(),
@@ -525,18 +524,6 @@ impl Node {
     pub async fn status(&self) -> Result<super::status::Status, ClusterError> {
         super::status::read(&self.cfg, self.client.clone()).await
     }
-
-    /// Who owns `agent` now, if anyone.
-    pub async fn owner_of(&self, agent: &str) -> Result<Option<String>, ClusterError> {
-        let got = self
-            .bounded(|mut c| async move { c.get(owner_key(agent), Some(GetOptions::new())).await })
-            .await
-            .map_err(|e| self.fail("did not say who owns the agent", e))?;
-        Ok(got
-            .kvs()
-            .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
-    }
 }
 
 /// The pause before a request that was not delivered is sent again.
@@ -554,6 +541,12 @@ fn never_sent(e: &etcd_client::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// An owner key's value as a message may show it: the host id, or a brief
+/// visible form of a value that is none ([`super::host_from_etcd`]).
+fn owner_shown(kv: &etcd_client::KeyValue) -> String {
+    super::host_from_etcd(kv.value()).unwrap_or_else(|shown| shown)
 }
 
 /// The first key-value of a transaction's `get` branch.

@@ -13,7 +13,10 @@ use super::{ClusterConfig, ClusterError, PREFIX};
 /// One host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostRow {
+    /// Its id, or a brief visible form of a key that names no host id.
     pub id: String,
+    /// Whether `id` is a host id (false: planted or corrupt data).
+    pub valid: bool,
     /// Its lease is alive.
     pub alive: bool,
     /// Agents it owns now.
@@ -23,8 +26,13 @@ pub struct HostRow {
 /// One owned agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentRow {
+    /// The agent's id, or a brief visible form of a key that names none.
     pub id: String,
+    /// The owner's host id, or a brief visible form of a value that is
+    /// none ([`super::host_from_etcd`]).
     pub owner: String,
+    /// Whether `owner` is a host id.
+    pub owner_valid: bool,
     /// The ownership's epoch (the owner key's create revision).
     pub epoch: i64,
 }
@@ -49,6 +57,15 @@ impl Status {
     }
 }
 
+fn row(id: String, valid: bool) -> HostRow {
+    HostRow {
+        id,
+        valid,
+        alive: false,
+        agents: 0,
+    }
+}
+
 /// Read the status with `client`.
 pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, ClusterError> {
     let fail = |e: etcd_client::Error| ClusterError::Etcd {
@@ -62,43 +79,45 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
         .map_err(fail)?;
     let mut members: BTreeMap<String, HostRow> = BTreeMap::new();
     let mut agents = Vec::new();
-    let row = |id: &str| HostRow {
-        id: id.to_string(),
-        alive: false,
-        agents: 0,
-    };
     let mut alive = Vec::new();
+    let either = |r: Result<String, String>| match r {
+        Ok(v) => (v, true),
+        Err(shown) => (shown, false),
+    };
     for kv in all.kvs() {
-        let key = String::from_utf8_lossy(kv.key());
-        let Some(rest) = key.strip_prefix(PREFIX) else {
+        // Keys and values are parsed, never trusted (`host_from_etcd`).
+        let Some(rest) = kv.key().strip_prefix(PREFIX.as_bytes()) else {
             continue;
         };
-        let value = String::from_utf8_lossy(kv.value()).into_owned();
-        if let Some(host) = rest.strip_prefix("members/") {
-            members.entry(host.to_string()).or_insert_with(|| row(host));
-        } else if let Some(host) = rest.strip_prefix("hosts/") {
-            alive.push(host.to_string());
+        if let Some(host) = rest.strip_prefix(b"members/") {
+            let (id, valid) = either(super::host_from_etcd(host));
+            members.entry(id.clone()).or_insert_with(|| row(id, valid));
+        } else if let Some(host) = rest.strip_prefix(b"hosts/") {
+            alive.push(either(super::host_from_etcd(host)));
         } else if let Some(agent) = rest
-            .strip_prefix("agents/")
-            .and_then(|r| r.strip_suffix("/owner"))
+            .strip_prefix(b"agents/")
+            .and_then(|r| r.strip_suffix(b"/owner"))
         {
+            let (owner, owner_valid) = either(super::host_from_etcd(kv.value()));
             agents.push(AgentRow {
-                id: agent.to_string(),
-                owner: value,
+                id: either(super::agent_from_etcd(agent)).0,
+                owner,
+                owner_valid,
                 epoch: kv.create_revision(),
             });
         }
     }
-    for host in alive {
+    for (host, valid) in alive {
         members
             .entry(host.clone())
-            .or_insert_with(|| row(&host))
+            .or_insert_with(|| row(host, valid))
             .alive = true;
     }
-    for a in &agents {
+    // A value that is no host id names no host to count it for.
+    for a in agents.iter().filter(|a| a.owner_valid) {
         members
             .entry(a.owner.clone())
-            .or_insert_with(|| row(&a.owner))
+            .or_insert_with(|| row(a.owner.clone(), true))
             .agents += 1;
     }
     Ok(Status {

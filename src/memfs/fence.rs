@@ -128,11 +128,20 @@ pub fn may_push_over(
 }
 
 /// A host name from the remote as it may be shown: quoted and escaped
-/// when it holds a character a name may not.
+/// when it holds a character a name may not, and cut short when it is
+/// longer than a host id may be (the remote is not trusted).
 pub fn shown(host: &str) -> String {
+    const MAX: usize = 64;
     match crate::names::check(host) {
-        Ok(()) if !host.is_empty() => host.to_string(),
-        _ => format!("{host:?}"),
+        Ok(()) if !host.is_empty() && host.len() <= MAX => host.to_string(),
+        _ => {
+            let head: String = host.chars().take(MAX / 2).collect();
+            if head.len() < host.len() {
+                format!("{head:?}… ({} bytes)", host.len())
+            } else {
+                format!("{head:?}")
+            }
+        }
     }
 }
 

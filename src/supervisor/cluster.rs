@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
-use crate::cluster::{ClusterConfig, ClusterError, Handle, Node, Owned, shown};
+use crate::cluster::{ClusterConfig, ClusterError, Handle, Node, Owned};
 use crate::memfs::fence::{Fence, Stamp};
 use crate::memfs::sync::{SyncError, SyncOutcome, SyncStatus};
 use crate::paths::AgentPaths;
@@ -84,6 +84,7 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
     let Some(node) = state.cluster.node().cloned() else {
         return Err(refusal(
             agent,
+            "",
             &ClusterError::Etcd {
                 endpoints: String::new(),
                 what: "could not be joined".into(),
@@ -112,18 +113,22 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
             _ => false,
         };
         if !may_wait || state.is_stopping() {
-            return Err(refusal(agent, &failure));
+            return Err(refusal(agent, node.host_id(), &failure));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// The error a refused caller gets.
-fn refusal(agent: &str, e: &ClusterError) -> Outcome {
+/// The error a refused caller gets (`host`: this one's id).
+fn refusal(agent: &str, host: &str, e: &ClusterError) -> Outcome {
     let message = match e {
+        // Its own id under another lease: its previous supervisor's (killed,
+        // its lease not yet expired), or a key someone wrote by hand.
+        ClusterError::NotOwner { owner, .. } if owner == host => format!(
+            "agent {agent} is owned by host {owner}, this host's id, under a lease that is not this supervisor's (a previous supervisor's, until it expires: wait with `chat --wait-owner SECS`)"
+        ),
         ClusterError::NotOwner { owner, .. } => format!(
-            "agent {agent} is owned by host {}: it runs there (wait for it with `chat --wait-owner SECS`, or release it there with `agent release`)",
-            shown(owner)
+            "agent {agent} is owned by host {owner}: it runs there (wait for it with `chat --wait-owner SECS`, or release it there with `agent release`)"
         ),
         ClusterError::Etcd { .. } => {
             format!("refusing to change agent {agent} unfenced: {e}")
@@ -292,9 +297,8 @@ pub async fn release(state: &Arc<State>, agent: Option<String>) -> Outcome {
         Err(ClusterError::NotOwner { owner, .. }) => error(
             ErrorCode::Forbidden,
             format!(
-                "agent {} is owned by host {}, not this one ({}): release it there",
+                "agent {} is owned by host {owner}, not this one ({}): release it there",
                 record.name,
-                shown(&owner),
                 node.host_id()
             ),
         ),

@@ -141,7 +141,7 @@ fn an_owner_planted_with_escapes_never_reaches_the_terminal_raw() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
     assert!(out.contains("evil"), "{out}");
-    // JSON keeps the bytes exactly (escaped as JSON).
+    // JSON does not report it as a host id; it shows it, visibly.
     let o = h.on(&h.b, &["cluster", "status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let row = v["agents"]
@@ -151,5 +151,140 @@ fn an_owner_planted_with_escapes_never_reaches_the_terminal_raw() {
         .find(|a| a["id"] == id.as_str())
         .cloned()
         .unwrap();
-    assert_eq!(row["owner"], evil);
+    assert_eq!(row["owner_valid"], false, "{row}");
+    let owner = row["owner"].as_str().unwrap();
+    assert!(
+        owner.contains("evil") && !owner.contains('\u{1b}'),
+        "{owner:?}"
+    );
+}
+
+/// Write `value` under `key` in etcd as a hostile party with access to it
+/// would: any bytes, any size etcd takes, no lease.
+fn plant(etcd: &Etcd, key: &[u8], value: &[u8]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let endpoints: Vec<String> = etcd.endpoints().split(',').map(String::from).collect();
+        let mut c = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        c.put(key, value, None).await.unwrap();
+    });
+}
+
+/// No raw escape, bell or other control character, and no byte of a
+/// planted value that was not UTF-8.
+fn terminal_safe(what: &str, text: &[u8]) {
+    let text = std::str::from_utf8(text).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(bad.is_empty(), "{what}: raw {bad:?} in {text:?}");
+}
+
+/// etcd's data is not trusted (threat model, attacker 3): owner values
+/// that are no host id — a megabyte, bytes that are not UTF-8, a value
+/// equal to this host's id but under no lease of its — and keys naming
+/// agents and hosts with escapes and a path. Each is refused or shown
+/// visibly and briefly (never a megabyte on a terminal, a page or in an
+/// error), nothing is opened by it, and nothing planted is acted on: the
+/// agents stay refused and the planted keys stay as they were.
+#[test]
+fn hostile_etcd_data_is_refused_or_shown_visibly_never_trusted() {
+    let Some(etcd) = Etcd::start("hostile etcd data") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let huge_id = create_agent(h.b.home.path(), &["agent-huge"]);
+    let garbage_id = create_agent(h.b.home.path(), &["agent-garbage"]);
+    let self_id = create_agent(h.b.home.path(), &["agent-self"]);
+    let huge = "H".repeat(1 << 20);
+    let garbage = b"\xff\xfe\x1b[31mred\x1b[0m\x9b2J\x00end".as_slice();
+    let owner = |id: &str| mini_letta::cluster::owner_key(id).into_bytes();
+    plant(&h.etcd, &owner(&huge_id), huge.as_bytes());
+    plant(&h.etcd, &owner(&garbage_id), garbage);
+    plant(&h.etcd, &owner(&self_id), b"host-b");
+    plant(
+        &h.etcd,
+        b"/mini-letta/agents/../../etc\x1b]0;x\x07/owner",
+        b"host-z",
+    );
+    plant(&h.etcd, b"/mini-letta/hosts/\x1b[2Jevil", b"{not json\x07");
+    plant(
+        &h.etcd,
+        format!("/mini-letta/members/{huge}").as_bytes(),
+        b"{}",
+    );
+    let planted: Vec<(String, String)> = [&huge_id, &garbage_id, &self_id]
+        .iter()
+        .map(|id| (id.to_string(), h.owner_key(id)))
+        .collect();
+
+    // Turns: refused, each error one short visible line naming what is wrong.
+    for name in ["agent-huge", "agent-garbage", "agent-self"] {
+        let o = h.on(&h.b, &["chat", "-a", name, "-p", "hi"]);
+        assert!(!o.status.success(), "{name}: {}", stdout(&o));
+        terminal_safe(name, &o.stderr);
+        assert!(
+            o.stderr.len() < 2048,
+            "{name}: {} bytes of error",
+            o.stderr.len()
+        );
+        assert!(
+            stderr(&o).contains("owned by host"),
+            "{name}: {}",
+            stderr(&o)
+        );
+    }
+    let o = h.on(&h.b, &["chat", "-a", "agent-huge", "-p", "hi"]);
+    assert!(stderr(&o).contains("bytes"), "{}", stderr(&o));
+    let o = h.on(&h.b, &["agent", "release", "agent-huge"]);
+    assert!(!o.status.success());
+    terminal_safe("release", &o.stderr);
+    assert!(o.stderr.len() < 2048, "{} bytes of error", o.stderr.len());
+
+    // `cluster status`: short, visible, every planted row there.
+    let o = h.on(&h.b, &["cluster", "status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    terminal_safe("status", &o.stdout);
+    assert!(o.stdout.len() < 8192, "{} bytes of status", o.stdout.len());
+    let out = stdout(&o);
+    assert!(out.contains("etc"), "{out}");
+    assert!(out.contains("evil"), "{out}");
+    let o = h.on(&h.b, &["cluster", "status", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.len() < 8192, "{} bytes of JSON", o.stdout.len());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |id: &str| {
+        v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    // An owner that is no host id is not reported as one.
+    for id in [&huge_id, &garbage_id] {
+        let r = row(id);
+        assert_eq!(r["owner_valid"], false, "{r}");
+        assert!(r["owner"].as_str().unwrap().len() < 256, "{r}");
+    }
+    assert_eq!(row(&self_id)["owner"], "host-b");
+
+    // Palace: the owner column stays short and escaped.
+    let site = tempfile::tempdir().unwrap();
+    let dir = site.path().join("site");
+    let o = h.on(&h.b, &["palace", "export", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let index = std::fs::read(dir.join("index.html")).unwrap();
+    assert!(index.len() < 64 * 1024, "{} bytes of index", index.len());
+    terminal_safe("palace", &index);
+
+    // Nothing planted was acted on: no key taken over, none deleted.
+    for (id, value) in planted {
+        assert_eq!(h.owner_key(&id), value, "{id}'s owner key changed");
+    }
 }
