@@ -32,13 +32,20 @@ use crate::memfs::remote_repo::{self, RemoteRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
 use crate::memfs::status::{StatusError, worktree_status};
 pub use crate::memfs::transport::is_url;
-use crate::memfs::transport::{self, Pushed, TransportError, Update, Wanted};
+use crate::memfs::transport::{self, TransportError, Update, Wanted};
 use crate::memfs::validate::{
     TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
 };
 use crate::memfs::worktree::WorktreeError;
 use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
+
+mod aside;
+mod fenced;
+
+pub use aside::{Aside, SetAside, not_carried_over, set_aside_for_repair};
+use fenced::Pushing;
+pub use fenced::ownership_lost;
 
 /// Environment variable naming the remote root.
 pub const REMOTE_ROOT_ENV: &str = "MINI_LETTA_REMOTE_ROOT";
@@ -560,137 +567,6 @@ pub fn has_pending(agent: &AgentPaths) -> bool {
     main.is_some() && main != seen
 }
 
-/// Local commits set aside for a repair ([`set_aside_for_repair`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetAside {
-    /// The memory-worker branch holding local `main` as it was.
-    pub branch: String,
-    /// The backup ref holding it too.
-    pub backup_ref: String,
-    /// Local `main` before: what the repair must carry over.
-    pub local: Oid,
-    /// The remote's `main`, where `main` moved.
-    pub remote: Oid,
-}
-
-/// What [`set_aside_for_repair`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Aside {
-    /// Nothing to set aside (a dirty checkout, no fetched remote, or local
-    /// `main` already contains it).
-    Nothing,
-    /// The remote's memory is refused (the violations); nothing moved.
-    Refused(String),
-    Set(SetAside),
-}
-
-/// After a `conflict`: set the local commits aside for a repair worker.
-/// Local `main` is kept under a backup ref and on a new memory-worker
-/// branch, and `main` moves to the remote's `main` as last fetched —
-/// validated first, as any move to what the remote has — so the repair
-/// re-applies the local change onto the memory every other host has and
-/// the next sync is a fast-forward. Nothing is lost: the branch and the
-/// backup ref both hold the local history.
-pub fn set_aside_for_repair(agent: &AgentPaths) -> Result<Aside, SyncError> {
-    let git_dir = agent.memory_git_dir();
-    let _lock = RepoLock::acquire(&git_dir)?;
-    let repo = open_agent(agent)?;
-    if !worktree_status(&repo)?.dirty.is_empty() {
-        return Ok(Aside::Nothing);
-    }
-    let local = main_tip(&repo)?;
-    let Ok(remote) = repo.refname_to_id(REMOTE_TRACKING_REF) else {
-        return Ok(Aside::Nothing);
-    };
-    if local == remote
-        || repo
-            .graph_descendant_of(local, remote)
-            .map_err(git("compare histories"))?
-    {
-        return Ok(Aside::Nothing);
-    }
-    if let Some(why) = accept_from_remote(&repo, remote, Some(local))? {
-        return Ok(Aside::Refused(why));
-    }
-    let backup_ref = write_backup(&repo, local)?;
-    let branch = crate::memfs::worktree::keep_as_worker_branch(&repo, local)?;
-    move_main(
-        &repo,
-        agent,
-        local,
-        remote,
-        "mini-letta sync: local commits set aside for a repair",
-    )?;
-    Ok(Aside::Set(SetAside {
-        branch,
-        backup_ref,
-        local,
-        remote,
-    }))
-}
-
-/// After a repair of `aside`: the paths whose local change is not on
-/// `main`, in path order (empty: everything was carried over). The rule,
-/// over the net change of the local commits (merge base → local tip): a
-/// path they deleted is gone from `main`; a path they added or changed is
-/// on `main`, with every line their version has that the merge base's
-/// lacked (lines compared without surrounding blanks; blank lines do not
-/// count); a file that is not UTF-8 text must be on `main` byte for byte.
-pub fn not_carried_over(agent: &AgentPaths, aside: &SetAside) -> Result<Vec<String>, SyncError> {
-    let repo = open_agent(agent)?;
-    let base = repo
-        .merge_base(aside.local, aside.remote)
-        .map_err(git("find the merge base"))?;
-    let (before, mine) = (snapshot(&repo, base)?, snapshot(&repo, aside.local)?);
-    let now = snapshot(&repo, main_tip(&repo)?)?;
-    let mut missing = Vec::new();
-    for path in crate::memfs::worktree::merge::diff_paths(&before, &mine) {
-        let carried = match (mine.get(&path), now.get(&path)) {
-            (None, now) => now.is_none(),
-            (Some(_), None) => false,
-            (Some(m), Some(n)) if m == n => true,
-            (Some(m), Some(n)) => {
-                let old = before.get(&path).map(|e| e.oid);
-                lines_carried(&repo, old, m.oid, n.oid)?
-            }
-        };
-        if !carried {
-            missing.push(path);
-        }
-    }
-    Ok(missing)
-}
-
-/// Whether every line of blob `mine` that blob `old` lacks is a line of
-/// blob `now` (see [`not_carried_over`]).
-fn lines_carried(
-    repo: &Repository,
-    old: Option<Oid>,
-    mine: Oid,
-    now: Oid,
-) -> Result<bool, SyncError> {
-    let text = |id: Oid| -> Result<Option<String>, SyncError> {
-        let blob = repo.find_blob(id).map_err(git("read a blob"))?;
-        Ok(std::str::from_utf8(blob.content()).ok().map(str::to_string))
-    };
-    let (Some(mine), Some(now)) = (text(mine)?, text(now)?) else {
-        return Ok(false);
-    };
-    let old = match old {
-        Some(id) => text(id)?.unwrap_or_default(),
-        None => String::new(),
-    };
-    let set = |t: &str| -> std::collections::HashSet<String> {
-        t.lines().map(|l| l.trim().to_string()).collect()
-    };
-    let (old, now) = (set(&old), set(&now));
-    Ok(mine
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !old.contains(*l))
-        .all(|l| now.contains(l)))
-}
-
 /// The outcome of a sync whose remote repository is refused.
 fn refused(repo: &Repository, why: RemoteRefused) -> SyncOutcome {
     tracing::warn!("{why}");
@@ -808,56 +684,6 @@ fn dirty_outcome(repo: &Repository, agent: &AgentPaths) -> Result<Option<SyncOut
     Ok(Some(out))
 }
 
-/// A backup ref of local `main` when it has commits `remote` (the remote
-/// `main` as last seen) lacks: commits a host that lost an agent made were
-/// never acknowledged, and the next owner's history is not built on them
-/// — but nothing is ever lost.
-fn keep_unpushed(repo: &Repository, remote: Option<Oid>) -> Result<Option<String>, SyncError> {
-    let local = main_tip(repo)?;
-    let unpushed = match remote {
-        Some(r) => {
-            r != local
-                && !repo
-                    .graph_descendant_of(r, local)
-                    .map_err(git("compare histories"))?
-        }
-        None => true,
-    };
-    Ok(if unpushed {
-        Some(write_backup(repo, local)?)
-    } else {
-        None
-    })
-}
-
-fn lost_outcome(why: &str, backup_ref: Option<&str>) -> SyncOutcome {
-    let kept = match backup_ref {
-        Some(b) => format!("; local commits are kept under {b}"),
-        None => String::new(),
-    };
-    tracing::warn!("ownership lost: {why}");
-    let mut out = SyncOutcome::new(
-        SyncStatus::OwnershipLost,
-        format!("ownership of this agent was lost: {why}; nothing was pushed{kept}"),
-    );
-    out.backup_ref = backup_ref.map(str::to_string);
-    out
-}
-
-/// A sync refused before it starts because this host no longer owns the
-/// agent (its lease is gone): nothing is fetched or pushed, and commits
-/// the remote was not seen to have are kept under a backup ref.
-pub fn ownership_lost(agent: &AgentPaths, why: &str) -> Result<SyncOutcome, SyncError> {
-    let _lock = RepoLock::acquire(&agent.memory_git_dir())?;
-    let repo = open_agent(agent)?;
-    let seen = repo.refname_to_id(REMOTE_TRACKING_REF).ok();
-    let backup = keep_unpushed(&repo, seen)?;
-    let mut out = lost_outcome(why, backup.as_deref());
-    out.local = main_tip(&repo).ok().map(|o| o.to_string());
-    out.remote = seen.map(|o| o.to_string());
-    Ok(out)
-}
-
 /// One sync's state across its attempts (a rejected push is retried once
 /// after a new fetch).
 struct Run<'a> {
@@ -869,15 +695,6 @@ struct Run<'a> {
     backup_ref: Option<String>,
     /// In a cluster: the fence every push carries.
     fence: Option<&'a dyn Fence>,
-}
-
-/// How a push of [`Run::push_with_fence`] ended.
-enum Pushing {
-    Done,
-    /// etcd no longer confirms this host's ownership (why).
-    Lost(String),
-    Rejected(String),
-    Failed(String),
 }
 
 /// What the local `main` becomes before the push.
@@ -962,139 +779,10 @@ impl Run<'_> {
         }
     }
 
-    /// Push `main` — with, in a cluster, a new fence commit over
-    /// `remote_fence`, once etcd confirmed ownership — and record what the
-    /// remote now has (a push by URL or in-process moves no tracking ref),
-    /// so "pending" means new commits only.
-    fn push_with_fence(
-        &self,
-        main: Update<'_>,
-        remote_fence: Option<Oid>,
-    ) -> Result<Pushing, SyncError> {
-        let mut updates = vec![main];
-        if let Some(f) = self.fence {
-            if let Err(why) = f.confirm() {
-                return Ok(Pushing::Lost(why));
-            }
-            let stamped = fence::commit(self.repo, remote_fence, &f.stamp())
-                .map_err(git("write the fence commit"))?;
-            updates.push(Update {
-                name: FENCE_REF,
-                old: remote_fence,
-                new: stamped,
-            });
-        }
-        match transport::push(self.repo, self.git_dir, self.url, &updates)? {
-            Pushed::Done => {}
-            Pushed::Rejected(m) => return Ok(Pushing::Rejected(m)),
-            Pushed::Failed(m) => return Ok(Pushing::Failed(m)),
-        }
-        for (u, tracking) in updates
-            .iter()
-            .zip([REMOTE_TRACKING_REF, FENCE_TRACKING_REF])
-        {
-            if let Err(e) = self
-                .repo
-                .reference(tracking, u.new, true, "mini-letta sync: pushed")
-            {
-                tracing::warn!("pushed, but cannot record the remote's {}: {e}", u.name);
-            }
-        }
-        Ok(Pushing::Done)
-    }
-
-    /// The outcome of a sync that found this host no longer owns the
-    /// agent ([`lost_outcome`]).
-    fn lost(&mut self, why: &str, remote: Option<Oid>) -> Result<SyncOutcome, SyncError> {
-        if self.backup_ref.is_none() {
-            self.backup_ref = keep_unpushed(self.repo, remote)?;
-        }
-        let mut out = lost_outcome(why, self.backup_ref.as_deref());
-        out.local = main_tip(self.repo).ok().map(|o| o.to_string());
-        out.remote = remote.map(|o| o.to_string());
-        Ok(out)
-    }
-
     fn descends(&self, a: Oid, b: Oid) -> Result<bool, SyncError> {
         self.repo
             .graph_descendant_of(a, b)
             .map_err(git("compare histories"))
-    }
-
-    /// A new owner's first sync: `main` becomes the remote's (validated;
-    /// local commits the remote lacks were never acknowledged by anyone and
-    /// are set aside under a backup ref), then this host's claim — a fence
-    /// commit of its epoch — is pushed. A remote without `main` gets this
-    /// host's.
-    fn take_over(
-        &mut self,
-        remote: Option<Oid>,
-        remote_fence: Option<Oid>,
-        last: bool,
-    ) -> Result<Result<SyncOutcome, String>, SyncError> {
-        let local = main_tip(self.repo)?;
-        let mut said = String::from("took the agent over");
-        let main = match remote {
-            None => Update {
-                name: LOCAL_MAIN,
-                old: None,
-                new: local,
-            },
-            Some(r) => {
-                if r != local {
-                    if let Some(why) = accept_from_remote(self.repo, r, Some(local))? {
-                        return Ok(Ok(self.finish(
-                            SyncStatus::Invalid,
-                            format!(
-                                "the remote's memory is refused; local main is unchanged:\n{why}"
-                            ),
-                            Some(r),
-                        )));
-                    }
-                    if !self.descends(r, local)? && self.backup_ref.is_none() {
-                        let backup = write_backup(self.repo, local)?;
-                        said.push_str(&format!(
-                            "; local commits the remote lacks are kept under {backup}"
-                        ));
-                        self.backup_ref = Some(backup);
-                    }
-                    move_main(
-                        self.repo,
-                        self.agent,
-                        local,
-                        r,
-                        "mini-letta sync: take over at the remote's main",
-                    )?;
-                }
-                Update {
-                    name: LOCAL_MAIN,
-                    old: Some(r),
-                    new: r,
-                }
-            }
-        };
-        let published = main.old.is_none();
-        match self.push_with_fence(main, remote_fence)? {
-            Pushing::Done => {
-                let (status, what) = if published {
-                    (SyncStatus::Pushed, "; published its memory")
-                } else {
-                    (SyncStatus::Clean, "; main is the remote's")
-                };
-                let mut out = self.finish(status, format!("{said}{what}"), Some(main.new));
-                if published {
-                    out.pushed_commits = count_between(self.repo, main.new, None)?;
-                }
-                Ok(Ok(out))
-            }
-            Pushing::Lost(why) => self.lost(&why, remote).map(Ok),
-            Pushing::Rejected(message) if !last => Ok(Err(message)),
-            Pushing::Rejected(message) | Pushing::Failed(message) => Ok(Ok(self.finish(
-                SyncStatus::PushFailed,
-                format!("the claim on {} failed: {message}", self.url),
-                remote,
-            ))),
-        }
     }
 
     /// Local `main` against the fetched `remote`: nothing to do, push as
@@ -1546,7 +1234,10 @@ mod tests {
             new: tip(&b),
         };
         let pushed = transport::push(&repo, &b.paths.memory_git_dir(), &url, &[update]).unwrap();
-        assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
+        assert!(
+            matches!(pushed, transport::Pushed::Rejected(_)),
+            "{pushed:?}"
+        );
         assert_eq!(remote_tip(&url), before);
         let out = sync(&b.paths, &a.id, Some(&root_s), &sig(&b.paths)).unwrap();
         assert_eq!(out.status, SyncStatus::Pushed, "{out:?}");
