@@ -763,8 +763,13 @@ fn report(
         println!("    {n} x {why}");
     }
     println!(
-        "  releases {} | owner changes in etcd {} | owner records in the audit logs {}: {} successive ownerships checked, {} ended by a kill (no end record)",
-        t.releases, owners.changes, owners.records, owners.checked, owners.unended
+        "  releases {} (refused: not owned here, not cloned here, or no lease {}) | owner changes in etcd {} | owner records in the audit logs {}: {} successive ownerships checked, {} ended by a kill (no end record)",
+        t.releases,
+        t.releases_refused,
+        owners.changes,
+        owners.records,
+        owners.checked,
+        owners.unended
     );
     let faults: Vec<String> = t.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("  faults: {}", faults.join(", "));
