@@ -764,10 +764,13 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
     let (h, id) = (d.path().to_path_buf(), d.agents[0].clone());
     let attempts_file = agent_dir(&h, &id).join("reflections/repair-attempts.json");
     // A worker appending to human.md while the main agent rewrites the line
-    // it appended last conflicts most of the time (appends alone on both
-    // sides merge line-wise); rounds go on until one has.
+    // it appended last conflicts when the rewrite commits after the worker
+    // branched and before it merged (appends alone on both sides merge
+    // line-wise). Where that window falls depends on the machine's load, so
+    // each round starts the rewrite a little later than the one before,
+    // sweeping across it; rounds go on until one has conflicted.
     let mut facts = Vec::new();
-    for round in 0..12 {
+    for round in 0..20u64 {
         let (w, k, renamed) = (
             format!("w{round}z"),
             format!("k{round}z"),
@@ -796,6 +799,7 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
                 ],
             )
         });
+        std::thread::sleep(std::time::Duration::from_millis(round * 25));
         chat_k(&format!("别再叫我 {k} 了，叫我 {renamed}"));
         assert!(worker.join().unwrap().status.success());
         facts.push(w);
@@ -806,7 +810,7 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
     }
     assert!(
         attempts_file.exists(),
-        "no worker merge conflicted in 12 rounds"
+        "no worker merge conflicted in 20 rounds"
     );
     // Everything settles: no worker running or waiting.
     assert!(wait_until(60, || {

@@ -129,8 +129,53 @@ pub fn run_turn(
     if input.compact.is_some() {
         return Ok(window.manual(&mut conv, input.compact.as_deref(), emit)?);
     }
+    let user_id = append_user_message(agent, record, input, &mut conv, emit)?;
+    let mut turn = Turn {
+        tools: tool_context(agent, record, input, &channel),
+        agent,
+        record,
+        input,
+        channel,
+        model,
+        window,
+        conv,
+        user_id,
+        usage: Usage::default(),
+        last_text: String::new(),
+        recompile: input.recompile,
+        step: 0,
+    };
+    let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
+    let stop = loop {
+        if turn.step >= max_steps {
+            break "max_steps";
+        }
+        turn.step += 1;
+        emit(&TurnEvent::Step { n: turn.step });
+        if let Some(stop) = turn.run_step(emit)? {
+            break stop;
+        }
+    };
+    after_turn(agent, &turn.conv, head_at_start.as_deref());
+    let done = TurnEvent::Done {
+        stop_reason: stop.to_string(),
+        text: turn.last_text,
+        steps: turn.step,
+        usage: turn.usage,
+    };
+    emit(&done);
+    Ok(done)
+}
 
-    // Reminders go in front of the user's text, as parts of the same message.
+/// The user's message, reminders in front of the user's text as parts of
+/// the same message; returns its id.
+fn append_user_message(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    input: &TurnInput,
+    conv: &mut Conversation,
+    emit: &mut dyn FnMut(&TurnEvent),
+) -> Result<String, RuntimeError> {
     let mut reminders: Vec<Reminder> = Vec::new();
     if input.new_session {
         reminders.push(Reminder {
@@ -154,8 +199,17 @@ pub fn run_turn(
     let user_id = conv.next_id();
     conv.append(StoredMessage::new(user_id.clone(), Role::User, parts))?;
     conv.set_pending_reminders(&[])?;
+    Ok(user_id)
+}
 
-    let ctx = ToolContext {
+/// What the turn's tools run with: the agent's own checkout, writable.
+fn tool_context(
+    agent: &AgentPaths,
+    record: &AgentRecord,
+    input: &TurnInput,
+    channel: &Arc<Mutex<Client>>,
+) -> ToolContext {
+    ToolContext {
         agent: agent.clone(),
         agent_id: record.id.clone(),
         conversation_id: input.conversation.clone(),
@@ -164,32 +218,78 @@ pub fn run_turn(
         worktree: None,
         read_only: false,
         read_roots: Vec::new(),
-    };
-    let max_steps = input.max_steps.unwrap_or(DEFAULT_MAX_STEPS).max(1);
-    let mut usage = Usage::default();
-    let mut last_text = String::new();
-    let mut recompile = input.recompile;
-    let mut step = 0;
-    let stop = loop {
-        if step >= max_steps {
-            break "max_steps".to_string();
+    }
+}
+
+/// What the steps of one turn share.
+struct Turn<'a> {
+    agent: &'a AgentPaths,
+    record: &'a AgentRecord,
+    input: &'a TurnInput,
+    channel: Arc<Mutex<Client>>,
+    model: String,
+    window: TurnContext<'a>,
+    conv: Conversation,
+    tools: ToolContext,
+    /// The message this turn answers.
+    user_id: String,
+    usage: Usage,
+    last_text: String,
+    /// Recompile the system prompt (only the first step's request asks).
+    recompile: bool,
+    step: u32,
+}
+
+impl Turn<'_> {
+    /// One step: a request, the model's answer, the tools it calls.
+    /// `Some` is the turn's stop reason.
+    fn run_step(
+        &mut self,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> Result<Option<&'static str>, RuntimeError> {
+        let request = self.build_request(emit)?;
+        let (request, response) = self.ask_model(request, emit);
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                self.record_failure(&e, emit)?;
+                return Ok(Some("error"));
+            }
+        };
+        let calls = self.record_response(&response, &request, emit)?;
+        if calls.is_empty() {
+            return Ok(Some("end_turn"));
         }
-        step += 1;
-        emit(&TurnEvent::Step { n: step });
+        self.run_tools(calls, &request, emit)?;
+        Ok(None)
+    }
+
+    /// The step's request: the prompt (with the skills and any memory
+    /// notices stored first), the context, the tools the window allows.
+    fn build_request(
+        &mut self,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> Result<ModelRequest, RuntimeError> {
+        let (agent, conv) = (self.agent, &mut self.conv);
         let context_len = conv.context()?.len() as u64;
-        let prompt =
-            prompt_cache::resolve(agent, record, &input.conversation, context_len, recompile)?;
-        recompile = false;
+        let prompt = prompt_cache::resolve(
+            agent,
+            self.record,
+            &self.input.conversation,
+            context_len,
+            self.recompile,
+        )?;
+        self.recompile = false;
         // Skills are offered per request, outside the cached prompt.
         let system = super::skills::append_block(
             &prompt.system,
             &super::skills::discover(&agent.memory_dir()),
         );
-        if let Some(notice) = prompt.notice.as_ref().filter(|_| step == 1) {
+        if let Some(notice) = prompt.notice.as_ref().filter(|_| self.step == 1) {
             emit(&TurnEvent::Reminders {
                 items: vec!["memory-revision-invalid".into()],
             });
-            append_reminder(&mut conv, "reminder", notice)?;
+            append_reminder(conv, "reminder", notice)?;
         }
         if let Some(update) = &prompt.memory_update {
             emit(&TurnEvent::MemoryUpdate {
@@ -197,37 +297,48 @@ pub fn run_turn(
             });
             // Stored, so every later request carries it (none sees the
             // stale memory again) and none generates it twice.
-            append_reminder(&mut conv, "memory_update", &update.text)?;
+            append_reminder(conv, "memory_update", &update.text)?;
         }
         let messages: Vec<Message> = conv.context()?.iter().map(|m| m.to_message()).collect();
-        let request = ModelRequest {
-            model: model.clone(),
+        Ok(ModelRequest {
+            model: self.model.clone(),
             system,
             messages,
             // Fewer and shorter as the window shrinks (tools::schemas).
-            tools: tools::specs_for(window.window.context_window),
+            tools: tools::specs_for(self.window.window.context_window),
             max_tokens: None,
             purpose: Purpose::Turn,
             context_window: None,
-        };
+        })
+    }
+
+    /// Send the request, fitted to the window, and again smaller while the
+    /// provider says it does not fit; returns the request last sent and
+    /// the answer (an empty answer is a failure).
+    fn ask_model(
+        &mut self,
+        request: ModelRequest,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> (ModelRequest, Result<ModelResponse, ModelFailure>) {
+        let (agent, conv, window) = (self.agent, &mut self.conv, &self.window);
         // Over the threshold: compacted first (the request rebuilt); over
         // the whole window: compacted harder, tool results trimmed.
         let mut fit = Fit::default();
-        let mut request = window.preflight(&mut conv, request, &mut fit, emit);
+        let mut request = window.preflight(conv, request, &mut fit, emit);
         // What the model was sent, for operators (and tests).
         let _ = conv.write_last_request(agent, &request);
-        let mut response = complete_with_retries(&channel, &request, emit);
+        let mut response = complete_with_retries(&self.channel, &request, emit);
         // The provider said it does not fit: the next rung, and again.
         for _ in 0..MAX_OVERFLOW_RETRIES {
             if !matches!(response, Err(ModelFailure::ContextOverflow { .. })) {
                 break;
             }
-            let Some(retry) = window.after_overflow(&mut conv, &request, &mut fit, emit) else {
+            let Some(retry) = window.after_overflow(conv, &request, &mut fit, emit) else {
                 break;
             };
             request = retry;
             let _ = conv.write_last_request(agent, &request);
-            response = complete_with_retries(&channel, &request, emit);
+            response = complete_with_retries(&self.channel, &request, emit);
         }
         let response = match response {
             Ok(r) if r.parts.is_empty() => Err(ModelFailure::fatal(
@@ -236,45 +347,58 @@ pub fn run_turn(
             Err(e @ ModelFailure::ContextOverflow { .. }) => Err(window.does_not_fit(&request, e)),
             other => other,
         };
-        let response = match response {
-            Ok(r) => r,
-            Err(e) => {
-                // Kept for the record, never shown to the model as its own
-                // answer; a user message nothing answered leaves the
-                // context too, so asking again does not send it twice.
-                let id = conv.next_id();
-                conv.append_outside_context(StoredMessage {
-                    id,
-                    role: Role::Assistant,
-                    parts: vec![Part::Text {
-                        text: format!("[error] {e}"),
-                    }],
-                    kind: Some("error".into()),
-                    usage: None,
-                    stop: Some("error".into()),
-                    model: Some(model.clone()),
-                    ts: now(),
-                })?;
-                if step == 1 {
-                    conv.remove_from_context(&user_id)?;
-                }
-                emit(&TurnEvent::Error {
-                    message: e.to_string(),
-                    hint: hint_for(&e),
-                });
-                last_text = format!("error: {e}");
-                break "error".to_string();
-            }
-        };
-        usage.input_tokens += response.usage.input_tokens;
-        usage.output_tokens += response.usage.output_tokens;
+        (request, response)
+    }
+
+    /// A failed step: kept for the record, never shown to the model as its
+    /// own answer; a user message nothing answered leaves the context too,
+    /// so asking again does not send it twice.
+    fn record_failure(
+        &mut self,
+        e: &ModelFailure,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> Result<(), RuntimeError> {
+        let id = self.conv.next_id();
+        self.conv.append_outside_context(StoredMessage {
+            id,
+            role: Role::Assistant,
+            parts: vec![Part::Text {
+                text: format!("[error] {e}"),
+            }],
+            kind: Some("error".into()),
+            usage: None,
+            stop: Some("error".into()),
+            model: Some(self.model.clone()),
+            ts: now(),
+        })?;
+        if self.step == 1 {
+            self.conv.remove_from_context(&self.user_id)?;
+        }
+        emit(&TurnEvent::Error {
+            message: e.to_string(),
+            hint: hint_for(e),
+        });
+        self.last_text = format!("error: {e}");
+        Ok(())
+    }
+
+    /// The model's answer, stored (compacted after, if over the
+    /// threshold); returns the tool calls it makes.
+    fn record_response(
+        &mut self,
+        response: &ModelResponse,
+        request: &ModelRequest,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> Result<Vec<(String, String, serde_json::Value)>, RuntimeError> {
+        self.usage.input_tokens += response.usage.input_tokens;
+        self.usage.output_tokens += response.usage.output_tokens;
         let calls = response.tool_calls();
         let text = response.text();
         if !text.is_empty() {
-            last_text = text;
+            self.last_text = text;
         }
-        let id = conv.next_id();
-        conv.append(StoredMessage {
+        let id = self.conv.next_id();
+        self.conv.append(StoredMessage {
             id,
             role: Role::Assistant,
             parts: response.parts.clone(),
@@ -291,10 +415,18 @@ pub fn run_turn(
             model: Some(response.model.clone()),
             ts: now(),
         })?;
-        window.after_response(&mut conv, &request, emit);
-        if calls.is_empty() {
-            break "end_turn".to_string();
-        }
+        self.window.after_response(&mut self.conv, request, emit);
+        Ok(calls)
+    }
+
+    /// Run the calls (only what the request offered) and store their
+    /// results as one tool message.
+    fn run_tools(
+        &mut self,
+        calls: Vec<(String, String, serde_json::Value)>,
+        request: &ModelRequest,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> Result<(), RuntimeError> {
         let mut results = Vec::new();
         for (call_id, name, arguments) in calls {
             emit(&TurnEvent::ToolCall {
@@ -305,7 +437,7 @@ pub fn run_turn(
             // Only what the request offered runs (a small window offers
             // fewer tools; a model may name another).
             let out = if request.tools.iter().any(|t| t.name == name) {
-                tools::execute(&ctx, &name, &arguments)
+                tools::execute(&self.tools, &name, &arguments)
             } else {
                 tools::not_offered(&name, &request.tools, request.context_window)
             };
@@ -322,18 +454,11 @@ pub fn run_turn(
                 is_error: out.is_error,
             });
         }
-        let id = conv.next_id();
-        conv.append(StoredMessage::new(id, Role::Tool, results))?;
-    };
-    after_turn(agent, &conv, head_at_start.as_deref());
-    let done = TurnEvent::Done {
-        stop_reason: stop,
-        text: last_text,
-        steps: step,
-        usage,
-    };
-    emit(&done);
-    Ok(done)
+        let id = self.conv.next_id();
+        self.conv
+            .append(StoredMessage::new(id, Role::Tool, results))?;
+        Ok(())
+    }
 }
 
 /// Store a harness reminder as a user message of its own (`kind` says

@@ -1,7 +1,7 @@
 //! `mini-letta agent …`
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::Cli;
 use super::output::{self, field as f};
+use crate::paths::Home;
 use crate::store::record::ModelSource;
 use crate::store::{self, archive};
 
@@ -304,92 +305,21 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             context_window,
             json,
         } => {
-            let model = chosen_model(&home, model.as_deref())?;
-            // Checked before anything is made: a typo in [network] must not
-            // leave an agent with a list nobody chose.
-            let network = crate::egress::config::NetworkConfig::load(&home)
-                .context("the agent was not created: config.toml")?;
-            // Read-only: a refused create leaves nothing behind.
-            if crate::remote::root_from_env().is_some()
-                && !store::list_all(&home)?.name_taken(name, None)
-            {
-                check_remote_name(&home, name)?;
-            }
-            let mut model_settings = serde_json::Map::new();
-            if let Some(w) = context_window {
-                model_settings.insert(
-                    crate::agent::context::window::WINDOW_SETTING.into(),
-                    json!(w),
-                );
-            }
-            let system =
-                match system_file {
-                    Some(f) => Some(std::fs::read_to_string(f).with_context(|| {
-                        format!("cannot read system prompt file {}", f.display())
-                    })?),
-                    None => None,
-                };
-            // What another host or an import would refuse is refused here.
-            if let (Some(text), Some(f)) = (&system, system_file) {
-                crate::store::record::check_system(text)
-                    .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
-            }
-            let default = crate::sandbox::volume::default_quota(&home)?;
-            let quota = match (disk_mb, inodes, default) {
-                (None, None, d) => d,
-                (disk, inodes, d) => {
-                    let disk_mb = disk.or(d.map(|q| q.disk_mb)).unwrap_or(1024);
-                    Some(crate::sandbox::volume::Quota {
-                        disk_mb,
-                        inodes: inodes
-                            .or(d.map(|q| q.inodes))
-                            .unwrap_or(disk_mb.saturating_mul(64)),
-                    })
-                }
-            };
-            let record = store::create_choosing(
-                &home,
+            let asked = CreateArgs {
                 name,
-                system,
-                quota,
-                model.as_ref().map(|(m, source)| (m.as_str(), *source)),
-                model_settings,
-            )?;
-            crate::egress::policy::apply_default(&home, &record.id, &network)?;
-            if *json {
-                output::json(&record)?;
-            } else {
-                println!(
-                    "created agent {} ({}), model {}",
-                    f(&record.name),
-                    f(&record.id),
-                    f(&record.model)
-                );
-            }
+                model: model.as_deref(),
+                system_file: system_file.as_deref(),
+                disk_mb: *disk_mb,
+                inodes: *inodes,
+                context_window: *context_window,
+            };
+            create(&home, &asked, *json)?
         }
         AgentCommand::Rename {
             agent,
             new_name,
             json,
-        } => {
-            let (old, record) = store::rename(&home, agent, new_name)?;
-            if *json {
-                output::json(&record)?;
-            } else if old == record.name {
-                println!(
-                    "agent {} ({}) already has that name",
-                    f(&record.name),
-                    f(&record.id)
-                );
-            } else {
-                println!(
-                    "renamed agent {} to {} ({})",
-                    f(&old),
-                    f(&record.name),
-                    f(&record.id)
-                );
-            }
-        }
+        } => rename(&home, agent, new_name, *json)?,
         AgentCommand::SetBudget {
             agent,
             tokens,
@@ -399,22 +329,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
         } => {
             return super::audit::set_budget(&home, agent, *tokens, *period, *clear, *json);
         }
-        AgentCommand::SetModel { agent, model, json } => {
-            let model = model_handle(model)?;
-            let (old, record) = store::set_model(&home, agent, &model)?;
-            super::audit::record_config(&home, &record.id, "model", json!(record.model))?;
-            if *json {
-                output::json(&record)?;
-            } else {
-                println!(
-                    "agent {} ({}): model {} -> {}",
-                    f(&record.name),
-                    f(&record.id),
-                    f(&old),
-                    f(&record.model)
-                );
-            }
-        }
+        AgentCommand::SetModel { agent, model, json } => set_model(&home, agent, model, *json)?,
         AgentCommand::SetNetwork {
             agent,
             allow,
@@ -433,76 +348,13 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
             *json,
         )?,
         AgentCommand::Delete { agent, yes, json } => delete(&home, agent, *yes, *json)?,
-        AgentCommand::Release { agent, json } => {
-            let v = crate::supervisor::Session::call_once(
-                &home,
-                crate::protocol::Call::AgentRelease {
-                    agent: Some(agent.clone()),
-                },
-            )?;
-            if *json {
-                output::json(&v)?;
-            } else {
-                println!(
-                    "released agent {} ({}): host {} owns it no more",
-                    f(v["name"].as_str().unwrap_or_default()),
-                    f(v["agent"].as_str().unwrap_or_default()),
-                    f(v["host"].as_str().unwrap_or_default())
-                );
-            }
-        }
+        AgentCommand::Release { agent, json } => release(&home, agent, *json)?,
         AgentCommand::Export {
             agent,
             output: out,
             json,
-        } => {
-            let out = match out {
-                Some(p) => p.clone(),
-                None => {
-                    let (record, _) = store::find(&home, Some(agent))?;
-                    PathBuf::from(default_export_name(&record.name))
-                }
-            };
-            let done = archive::export(&home, agent, &out)?;
-            for s in &done.skipped {
-                super::style::eprint_warning(&format!("skipped {s}"));
-            }
-            if *json {
-                output::json(&done)?;
-            } else {
-                println!(
-                    "exported agent {} ({}) to {} ({} entries, {} bytes)",
-                    f(&done.name),
-                    f(&done.id),
-                    f(&done.path.display().to_string()),
-                    done.entries,
-                    done.bytes
-                );
-            }
-        }
-        AgentCommand::Import { file, name, json } => {
-            let check = |m: &str| {
-                crate::model::factory::parse_handle(m)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            };
-            let opts = archive::ImportOptions {
-                name: name.clone(),
-                check_model: Some(&check),
-                ..Default::default()
-            };
-            let network = crate::egress::config::NetworkConfig::load(&home)
-                .context("nothing was imported: config.toml")?;
-            let record = archive::import(&home, file, &opts)
-                .with_context(|| format!("cannot import {}", file.display()))?;
-            // The list is this host's, never the archive's: the default.
-            crate::egress::policy::apply_default(&home, &record.id, &network)?;
-            if *json {
-                output::json(&record)?;
-            } else {
-                println!("imported agent {} ({})", f(&record.name), f(&record.id));
-            }
-        }
+        } => export(&home, agent, out.as_deref(), *json)?,
+        AgentCommand::Import { file, name, json } => import(&home, file, name.as_deref(), *json)?,
         AgentCommand::List { json, remote } => {
             if *remote {
                 list_remote(&home, *json)?
@@ -517,6 +369,211 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
         } => show(&home, agent.as_deref().or(agent_flag.as_deref()), *json)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `agent release`: in a cluster, give back an agent this host owns.
+fn release(home: &Home, agent: &str, json: bool) -> anyhow::Result<()> {
+    let v = crate::supervisor::Session::call_once(
+        home,
+        crate::protocol::Call::AgentRelease {
+            agent: Some(agent.to_string()),
+        },
+    )?;
+    if json {
+        output::json(&v)?;
+    } else {
+        println!(
+            "released agent {} ({}): host {} owns it no more",
+            f(v["name"].as_str().unwrap_or_default()),
+            f(v["agent"].as_str().unwrap_or_default()),
+            f(v["host"].as_str().unwrap_or_default())
+        );
+    }
+    Ok(())
+}
+
+/// What `agent create` was asked for, its flags as given.
+struct CreateArgs<'a> {
+    name: &'a str,
+    model: Option<&'a str>,
+    system_file: Option<&'a Path>,
+    disk_mb: Option<u64>,
+    inodes: Option<u64>,
+    context_window: Option<u64>,
+}
+
+/// `agent create`: everything another host or an import would refuse is
+/// refused before anything is made.
+fn create(home: &Home, asked: &CreateArgs, json: bool) -> anyhow::Result<()> {
+    let model = chosen_model(home, asked.model)?;
+    // Checked before anything is made: a typo in [network] must not
+    // leave an agent with a list nobody chose.
+    let network = crate::egress::config::NetworkConfig::load(home)
+        .context("the agent was not created: config.toml")?;
+    // Read-only: a refused create leaves nothing behind.
+    if crate::remote::root_from_env().is_some()
+        && !store::list_all(home)?.name_taken(asked.name, None)
+    {
+        check_remote_name(home, asked.name)?;
+    }
+    let mut model_settings = serde_json::Map::new();
+    if let Some(w) = asked.context_window {
+        model_settings.insert(
+            crate::agent::context::window::WINDOW_SETTING.into(),
+            json!(w),
+        );
+    }
+    let system = match asked.system_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read system prompt file {}", f.display()))?,
+        ),
+        None => None,
+    };
+    // What another host or an import would refuse is refused here.
+    if let (Some(text), Some(f)) = (&system, asked.system_file) {
+        crate::store::record::check_system(text)
+            .map_err(|why| anyhow::anyhow!("{}: {why}", f.display()))?;
+    }
+    let quota = chosen_quota(home, asked.disk_mb, asked.inodes)?;
+    let record = store::create_choosing(
+        home,
+        asked.name,
+        system,
+        quota,
+        model.as_ref().map(|(m, source)| (m.as_str(), *source)),
+        model_settings,
+    )?;
+    crate::egress::policy::apply_default(home, &record.id, &network)?;
+    if json {
+        output::json(&record)?;
+    } else {
+        println!(
+            "created agent {} ({}), model {}",
+            f(&record.name),
+            f(&record.id),
+            f(&record.model)
+        );
+    }
+    Ok(())
+}
+
+/// The volume quota of a new agent: the flags, each falling back to the
+/// home's default, or none when neither is set.
+fn chosen_quota(
+    home: &Home,
+    disk_mb: Option<u64>,
+    inodes: Option<u64>,
+) -> anyhow::Result<Option<crate::sandbox::volume::Quota>> {
+    let default = crate::sandbox::volume::default_quota(home)?;
+    Ok(match (disk_mb, inodes, default) {
+        (None, None, d) => d,
+        (disk, inodes, d) => {
+            let disk_mb = disk.or(d.map(|q| q.disk_mb)).unwrap_or(1024);
+            Some(crate::sandbox::volume::Quota {
+                disk_mb,
+                inodes: inodes
+                    .or(d.map(|q| q.inodes))
+                    .unwrap_or(disk_mb.saturating_mul(64)),
+            })
+        }
+    })
+}
+
+/// `agent rename`.
+fn rename(home: &Home, agent: &str, new_name: &str, json: bool) -> anyhow::Result<()> {
+    let (old, record) = store::rename(home, agent, new_name)?;
+    if json {
+        output::json(&record)?;
+    } else if old == record.name {
+        println!(
+            "agent {} ({}) already has that name",
+            f(&record.name),
+            f(&record.id)
+        );
+    } else {
+        println!(
+            "renamed agent {} to {} ({})",
+            f(&old),
+            f(&record.name),
+            f(&record.id)
+        );
+    }
+    Ok(())
+}
+
+/// `agent set-model`: the change is a `config` record of the audit log.
+fn set_model(home: &Home, agent: &str, model: &str, json: bool) -> anyhow::Result<()> {
+    let model = model_handle(model)?;
+    let (old, record) = store::set_model(home, agent, &model)?;
+    super::audit::record_config(home, &record.id, "model", json!(record.model))?;
+    if json {
+        output::json(&record)?;
+    } else {
+        println!(
+            "agent {} ({}): model {} -> {}",
+            f(&record.name),
+            f(&record.id),
+            f(&old),
+            f(&record.model)
+        );
+    }
+    Ok(())
+}
+
+/// `agent export`, to the file given or a default name in the current
+/// directory.
+fn export(home: &Home, agent: &str, out: Option<&Path>, json: bool) -> anyhow::Result<()> {
+    let out = match out {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let (record, _) = store::find(home, Some(agent))?;
+            PathBuf::from(default_export_name(&record.name))
+        }
+    };
+    let done = archive::export(home, agent, &out)?;
+    for s in &done.skipped {
+        super::style::eprint_warning(&format!("skipped {s}"));
+    }
+    if json {
+        output::json(&done)?;
+    } else {
+        println!(
+            "exported agent {} ({}) to {} ({} entries, {} bytes)",
+            f(&done.name),
+            f(&done.id),
+            f(&done.path.display().to_string()),
+            done.entries,
+            done.bytes
+        );
+    }
+    Ok(())
+}
+
+/// `agent import`: the archive's model must be one this program knows,
+/// and the network list is this host's default, never the archive's.
+fn import(home: &Home, file: &Path, name: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let check = |m: &str| {
+        crate::model::factory::parse_handle(m)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let opts = archive::ImportOptions {
+        name: name.map(str::to_string),
+        check_model: Some(&check),
+        ..Default::default()
+    };
+    let network = crate::egress::config::NetworkConfig::load(home)
+        .context("nothing was imported: config.toml")?;
+    let record = archive::import(home, file, &opts)
+        .with_context(|| format!("cannot import {}", file.display()))?;
+    crate::egress::policy::apply_default(home, &record.id, &network)?;
+    if json {
+        output::json(&record)?;
+    } else {
+        println!("imported agent {} ({})", f(&record.name), f(&record.id));
+    }
+    Ok(())
 }
 
 /// `agent show`: the record, its directories and the default

@@ -466,21 +466,7 @@ fn turn(
     let in_r = OwnedFd::from(in_r);
     let out_w = OwnedFd::from(out_w);
     let err_w = OwnedFd::from(err_w);
-    let relay_err = std::thread::spawn(move || {
-        // Capped lines: an endless line from the child must not grow the
-        // operator's process.
-        for line in LogLines::resuming(BufReader::new(err_r), LinePos::default(), CHILD_ERR_LINE) {
-            match line {
-                Ok(Line::Text { bytes, .. }) => {
-                    eprintln!("{}", clean(&String::from_utf8_lossy(&bytes)));
-                }
-                Ok(Line::TooLong { len, .. }) => {
-                    eprintln!("(a line of {len} bytes from the agent was not shown)");
-                }
-                Err(_) => break,
-            }
-        }
-    });
+    let relay_err = std::thread::spawn(move || relay_child_errors(err_r));
     let client = &mut session.client;
     let sent = client.send_request_with_fds(
         Call::TurnRun(TurnParams {
@@ -509,30 +495,7 @@ fn turn(
     // turn's child has not started yet.
     let text = serde_json::to_vec(input)?;
     let feeder = std::thread::spawn(move || in_w.write_all(&text));
-    let mut done = None;
-    let mut seen = 0usize;
-    // Events are capped as log lines are: a message the turn may store
-    // fits, an endless line is skipped without being held.
-    for line in LogLines::new(BufReader::new(out_r)) {
-        let line = match line? {
-            Line::Text { bytes, .. } => String::from_utf8_lossy(&bytes).into_owned(),
-            Line::TooLong { len, .. } => {
-                seen += 1;
-                eprintln!("(an event of {len} bytes from the agent was not shown)");
-                continue;
-            }
-        };
-        seen += 1;
-        match serde_json::from_str::<TurnEvent>(&line) {
-            Ok(e) => {
-                on_event(&e);
-                if matches!(e, TurnEvent::Done { .. }) {
-                    done = Some(e);
-                }
-            }
-            Err(_) => eprintln!("{}", clean(&line)),
-        }
-    }
+    let (done, seen) = read_events(out_r, on_event)?;
     let ended = match client.wait_response_with(req, |_| {}) {
         Ok(v) => v,
         Err(ClientError::Io(_) | ClientError::Closed) if seen == 0 => {
@@ -554,15 +517,7 @@ fn turn(
                 .to_string(),
             waits: session.is_embedded(),
         });
-    // Its stderr closes with it; a lingering descendant could keep it open,
-    // so wait only briefly — but do wait: the error that ended it is there.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while !relay_err.is_finished() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    if relay_err.is_finished() {
-        let _ = relay_err.join();
-    }
+    wait_briefly(relay_err);
     if ended["cancelled"] == json!(true) {
         let done = TurnEvent::Done {
             stop_reason: "cancelled".into(),
@@ -589,6 +544,68 @@ fn turn(
             }
         )
     })
+}
+
+/// The child's stderr, relayed cleaned of control sequences, so the
+/// operator's terminal is never the child's. Capped lines: an endless line
+/// from the child must not grow the operator's process.
+fn relay_child_errors(err_r: std::io::PipeReader) {
+    for line in LogLines::resuming(BufReader::new(err_r), LinePos::default(), CHILD_ERR_LINE) {
+        match line {
+            Ok(Line::Text { bytes, .. }) => {
+                eprintln!("{}", clean(&String::from_utf8_lossy(&bytes)));
+            }
+            Ok(Line::TooLong { len, .. }) => {
+                eprintln!("(a line of {len} bytes from the agent was not shown)");
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+/// The turn's events as they come, each handed to `on_event`: the `done`
+/// event, and how many lines came at all (none means the turn never
+/// started). Events are capped as log lines are: a message the turn may
+/// store fits, an endless line is skipped without being held.
+fn read_events(
+    out_r: std::io::PipeReader,
+    on_event: &mut dyn FnMut(&TurnEvent),
+) -> anyhow::Result<(Option<TurnEvent>, usize)> {
+    let mut done = None;
+    let mut seen = 0usize;
+    for line in LogLines::new(BufReader::new(out_r)) {
+        let line = match line? {
+            Line::Text { bytes, .. } => String::from_utf8_lossy(&bytes).into_owned(),
+            Line::TooLong { len, .. } => {
+                seen += 1;
+                eprintln!("(an event of {len} bytes from the agent was not shown)");
+                continue;
+            }
+        };
+        seen += 1;
+        match serde_json::from_str::<TurnEvent>(&line) {
+            Ok(e) => {
+                on_event(&e);
+                if matches!(e, TurnEvent::Done { .. }) {
+                    done = Some(e);
+                }
+            }
+            Err(_) => eprintln!("{}", clean(&line)),
+        }
+    }
+    Ok((done, seen))
+}
+
+/// The child's stderr closes with it; a lingering descendant could keep it
+/// open, so wait only briefly — but do wait: the error that ended it is there.
+fn wait_briefly(relay_err: std::thread::JoinHandle<()>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !relay_err.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if relay_err.is_finished() {
+        let _ = relay_err.join();
+    }
 }
 
 #[derive(Debug, Args)]

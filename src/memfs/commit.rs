@@ -299,14 +299,7 @@ pub fn commit_paths(
         .ok_or_else(|| CommitError::Bare(repo.path().to_path_buf()))?
         .to_path_buf();
     let root = Dir::open(&work_tree)?;
-    let specs: BTreeSet<String> = paths
-        .iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| locate(&root, p).map(|(p, _)| p))
-        .collect::<Result<_, _>>()?;
-    if specs.is_empty() {
-        return Err(CommitError::NoPaths);
-    }
+    let specs = named_specs(&root, paths)?;
     let git_dir = hook::common_git_dir(repo).to_path_buf();
     if let Some(bin) = &opts.hook_binary {
         hook::ensure(&git_dir, bin, EnsureMode::InstallOrRefresh)?;
@@ -314,6 +307,75 @@ pub fn commit_paths(
 
     let _lock = RepoLock::acquire(&git_dir)?;
 
+    let (head_commit, head_tree) = read_head(repo)?;
+    let mut index = Index::new().map_err(git("create an in-memory index"))?;
+    if let Some(t) = &head_tree {
+        index.read_tree(t).map_err(git("read the HEAD tree"))?;
+    }
+    let Walk {
+        staged, pending, ..
+    } = stage_specs(&mut index, &root, &specs, opts)?;
+
+    let head_snapshot = match &head_tree {
+        Some(t) => Some(TreeSnapshot::from_tree(repo, t)?),
+        None => None,
+    };
+    let candidate = TreeSnapshot::from_index(&index)?;
+    let changed = changed_paths(&candidate, head_snapshot.as_ref(), &specs);
+    if changed.is_empty() {
+        return Ok(CommitOutcome {
+            commit: None,
+            changed,
+        });
+    }
+    check_new_paths_case(&candidate, head_snapshot.as_ref(), &changed)?;
+
+    let report = validate_pending(repo, &pending, &candidate, head_snapshot.as_ref(), opts)?;
+    if !report.is_ok() {
+        return Err(CommitError::Rejected(Box::new(report)));
+    }
+    let id = write_commit(
+        repo,
+        &pending,
+        &mut index,
+        message,
+        author,
+        head_commit.as_ref(),
+    )?;
+
+    // The commit is made; the index only gets the same entries for the
+    // named paths. A failure here cannot undo the commit, so it is logged.
+    if let Err(e) = replace_index_entries(repo, &specs, remove_from_index, &staged) {
+        tracing::warn!(
+            "committed {id}, but could not update the index for {:?}: {e}",
+            specs
+        );
+    }
+    crate::memfs::mirror::head_committed(repo);
+    Ok(CommitOutcome {
+        commit: Some(id),
+        changed,
+    })
+}
+
+/// The named paths, checked and in repository form (blank ones ignored;
+/// none left is an error).
+fn named_specs(root: &Dir, paths: &[String]) -> Result<BTreeSet<String>, CommitError> {
+    let specs: BTreeSet<String> = paths
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| locate(root, p).map(|(p, _)| p))
+        .collect::<Result<_, _>>()?;
+    if specs.is_empty() {
+        return Err(CommitError::NoPaths);
+    }
+    Ok(specs)
+}
+
+/// `HEAD`'s commit and tree; both `None` on an unborn branch.
+fn read_head(
+    repo: &Repository,
+) -> Result<(Option<git2::Commit<'_>>, Option<git2::Tree<'_>>), CommitError> {
     let head_commit = match repo.head() {
         Ok(h) => Some(h.peel_to_commit().map_err(git("read the HEAD commit"))?),
         Err(e)
@@ -330,14 +392,18 @@ pub fn commit_paths(
         Some(c) => Some(c.tree().map_err(git("read the HEAD tree"))?),
         None => None,
     };
-    let mut index = Index::new().map_err(git("create an in-memory index"))?;
-    if let Some(t) = &head_tree {
-        index.read_tree(t).map_err(git("read the HEAD tree"))?;
-    }
+    Ok((head_commit, head_tree))
+}
 
-    // Take every named path from the working tree. Contents stay in
-    // memory (`pending`) until the validator has accepted the tree: nothing
-    // a child planted enters the object database before that.
+/// Take every named path from the working tree into `index`. Contents stay
+/// in memory (the walk's `pending`) until the validator has accepted the
+/// tree: nothing a child planted enters the object database before that.
+fn stage_specs(
+    index: &mut Index,
+    root: &Dir,
+    specs: &BTreeSet<String>,
+    opts: &CommitOptions,
+) -> Result<Walk, CommitError> {
     let mut walk = Walk {
         cap: opts
             .validate
@@ -349,39 +415,33 @@ pub fn commit_paths(
         staged: Vec::new(),
         pending: HashMap::new(),
     };
-    for spec in &specs {
+    for spec in specs {
         let known = index.get_path(Path::new(spec), 0).is_some()
             || index.find_prefix(format!("{spec}/")).is_ok();
-        remove_from_index(&mut index, spec).map_err(git("update the in-memory index"))?;
-        let found = walk.collect(&root, spec)?;
+        remove_from_index(index, spec).map_err(git("update the in-memory index"))?;
+        let found = walk.collect(root, spec)?;
         if !found && !known {
             return Err(CommitError::NoSuchPath(spec.clone()));
         }
     }
-    let Walk {
-        staged, pending, ..
-    } = walk;
-    for entry in &staged {
+    for entry in &walk.staged {
         index
             .add(entry)
             .map_err(git("update the in-memory index"))?;
     }
+    Ok(walk)
+}
 
-    let head_snapshot = match &head_tree {
-        Some(t) => Some(TreeSnapshot::from_tree(repo, t)?),
-        None => None,
-    };
-    let candidate = TreeSnapshot::from_index(&index)?;
-    let changed = changed_paths(&candidate, head_snapshot.as_ref(), &specs);
-    if changed.is_empty() {
-        return Ok(CommitOutcome {
-            commit: None,
-            changed,
-        });
-    }
+/// A path the change creates may not differ only in case from another
+/// path of the candidate tree.
+fn check_new_paths_case(
+    candidate: &TreeSnapshot,
+    head: Option<&TreeSnapshot>,
+    changed: &[String],
+) -> Result<(), CommitError> {
     let new_paths: Vec<String> = changed
         .iter()
-        .filter(|p| candidate.contains(p) && !head_snapshot.as_ref().is_some_and(|h| h.contains(p)))
+        .filter(|p| candidate.contains(p) && !head.is_some_and(|h| h.contains(p)))
         .cloned()
         .collect();
     check_case_collision(
@@ -390,14 +450,20 @@ pub fn commit_paths(
             .map(|(p, _)| p)
             .filter(|p| !new_paths.iter().any(|n| n == p)),
         &new_paths,
-    )?;
+    )
+}
 
-    let report = validate_pending(repo, &pending, &candidate, head_snapshot.as_ref(), opts)?;
-    if !report.is_ok() {
-        return Err(CommitError::Rejected(Box::new(report)));
-    }
-    // Accepted: now, and only now, the new contents become objects.
-    for (id, bytes) in &pending {
+/// The accepted tree as a commit on `HEAD`: now, and only now, the new
+/// contents become objects.
+fn write_commit(
+    repo: &Repository,
+    pending: &HashMap<Oid, Vec<u8>>,
+    index: &mut Index,
+    message: &str,
+    author: &Signature<'_>,
+    head_commit: Option<&git2::Commit<'_>>,
+) -> Result<Oid, CommitError> {
+    for (id, bytes) in pending {
         let written = repo.blob(bytes).map_err(git("write a blob"))?;
         debug_assert_eq!(written, *id);
     }
@@ -409,24 +475,9 @@ pub fn commit_paths(
     } else {
         format!("{message}\n")
     };
-    let parents: Vec<&git2::Commit<'_>> = head_commit.iter().collect();
-    let id = repo
-        .commit(Some("HEAD"), author, author, &message, &tree, &parents)
-        .map_err(git("write the commit"))?;
-
-    // The commit is made; the index only gets the same entries for the
-    // named paths. A failure here cannot undo the commit, so it is logged.
-    if let Err(e) = replace_index_entries(repo, &specs, remove_from_index, &staged) {
-        tracing::warn!(
-            "committed {id}, but could not update the index for {:?}: {e}",
-            specs
-        );
-    }
-    crate::memfs::mirror::head_committed(repo);
-    Ok(CommitOutcome {
-        commit: Some(id),
-        changed,
-    })
+    let parents: Vec<&git2::Commit<'_>> = head_commit.into_iter().collect();
+    repo.commit(Some("HEAD"), author, author, &message, &tree, &parents)
+        .map_err(git("write the commit"))
 }
 
 /// Remove `spec` and everything below it (all stages).

@@ -125,11 +125,37 @@ impl Index {
         limit: usize,
     ) -> Result<Vec<Hit>, RecallError> {
         let limit = limit.max(1);
+        let Some((ranked, sequences)) = self.candidates(q, filters) else {
+            return Ok(Vec::new());
+        };
+        // Best first, lazily: phrases may reject some of the best.
+        let mut ranked = std::collections::BinaryHeap::from(ranked);
+        let check = self.check(q, sequences);
+        let mut contexts: HashMap<u32, Option<HashSet<String>>> = HashMap::new();
+        let mut hits: Vec<(f64, i64, u32, Hit)> = Vec::new();
+        while hits.len() < limit {
+            let Some(Ranked(s, ts, d)) = ranked.pop() else {
+                break;
+            };
+            if let Some((bonus, hit)) = self.hit(d, &check, &mut contexts) {
+                hits.push((f64::from(s) + bonus, ts, d, hit));
+            }
+        }
+        Ok(best_first(hits))
+    }
+
+    /// The messages that may answer `q` under `filters`, scored by BM25,
+    /// and each phrase's postings in order; `None` when none can.
+    fn candidates(
+        &self,
+        q: &Query,
+        filters: &Filters,
+    ) -> Option<(Vec<Ranked>, Vec<Vec<&Postings>>)> {
         let n = self.docs.len();
         let conv = match &filters.conversation {
             Some(c) => match self.conversation_number(c) {
                 Some(n) => Some(n),
-                None => return Ok(Vec::new()),
+                None => return None,
             },
             None => None,
         };
@@ -141,8 +167,21 @@ impl Index {
             .map(|p| (p, idf(n as u64, p.docs.len() as u64)))
             .collect();
         if terms.is_empty() {
-            return Ok(Vec::new());
+            return None;
         }
+        let (req, sequences) = self.phrase_postings(q)?;
+        let total: usize = terms.iter().map(|(p, _)| p.docs.len()).sum();
+        let ranked = if total.saturating_mul(8) < n {
+            self.rank_sparse(&terms, &req, filters, conv)
+        } else {
+            self.rank_dense(&terms, &req, filters, conv)
+        };
+        Some((ranked, sequences))
+    }
+
+    /// The postings of every phrase token (a candidate holds them all) and
+    /// each phrase's in order; `None` when a token is in no message.
+    fn phrase_postings(&self, q: &Query) -> Option<(Vec<&Postings>, Vec<Vec<&Postings>>)> {
         // Every token of every phrase must be in a candidate.
         let mut required: Vec<&str> = q
             .phrases
@@ -155,7 +194,7 @@ impl Index {
         for t in &required {
             match self.postings_of(t) {
                 Some(p) => req.push(p),
-                None => return Ok(Vec::new()),
+                None => return None,
             }
         }
         // Each phrase's tokens in order, to rule candidates out by their
@@ -169,18 +208,16 @@ impl Index {
                 None => missing = true,
             });
             if missing {
-                return Ok(Vec::new());
+                return None;
             }
             sequences.push(seq);
         }
-        let total: usize = terms.iter().map(|(p, _)| p.docs.len()).sum();
-        let ranked = if total.saturating_mul(8) < n {
-            self.rank_sparse(&terms, &req, filters, conv)
-        } else {
-            self.rank_dense(&terms, &req, filters, conv)
-        };
-        // Best first, lazily: phrases may reject some of the best.
-        let mut ranked = std::collections::BinaryHeap::from(ranked);
+        Some((req, sequences))
+    }
+
+    /// What checking and showing a candidate needs of `q`.
+    fn check<'a>(&'a self, q: &'a Query, sequences: Vec<Vec<&'a Postings>>) -> Check<'a> {
+        let n = self.docs.len();
         let idf_of = |t: &str| {
             self.postings_of(t)
                 .map_or(0.0, |p| idf(n as u64, p.docs.len() as u64))
@@ -195,79 +232,77 @@ impl Index {
             t.sort_by(|a, b| b.1.total_cmp(&a.1));
             t
         };
-        let mut contexts: HashMap<u32, Option<HashSet<String>>> = HashMap::new();
-        let mut hits: Vec<(f64, i64, u32, Hit)> = Vec::new();
-        while hits.len() < limit {
-            let Some(Ranked(s, ts, d)) = ranked.pop() else {
-                break;
-            };
-            if !sequences.iter().all(|seq| may_be_consecutive(d, seq)) {
-                continue; // the text check below would fail too
-            }
-            let Some(msg) = self.message(d) else {
-                continue;
-            };
-            let original = searchable_text(&msg);
-            let text = normalize(&original);
-            let mut bonus = 0.0;
-            let mut at: Option<(usize, usize)> = None;
-            let mut all = true;
-            for (p, w) in q.phrases.iter().zip(&phrase_weight) {
-                let found = phrase_count(&text, &p.text);
-                if found == 0 {
-                    all = false;
-                    break;
-                }
-                bonus += w * found.min(3) as f64;
-                if at.is_none() {
-                    at = text.find(&p.text).map(|i| (i, p.text.len()));
-                }
-            }
-            if !all {
-                continue;
-            }
-            if at.is_none() {
-                at = best_term
-                    .iter()
-                    .find_map(|(t, _)| text.find(t).map(|i| (i, t.len())));
-            }
-            let conv_no = self.docs.get(d as usize).map_or(0, |m| m.conv);
-            let context = contexts
-                .entry(conv_no)
-                .or_insert_with(|| self.context_ids(conv_no));
-            let evicted = context.as_ref().is_some_and(|ids| !ids.contains(&msg.id));
-            let shown = if text.len() == original.len()
-                && at.is_some_and(|(i, l)| {
-                    original.is_char_boundary(i) && original.is_char_boundary(i + l)
-                }) {
-                &original
-            } else {
-                &text
-            };
-            hits.push((
-                f64::from(s) + bonus,
-                ts,
-                d,
-                Hit {
-                    conversation_id: self.conversation_id(conv_no).to_string(),
-                    message_id: msg.id,
-                    role: msg.role,
-                    kind: msg.kind,
-                    created_at: msg.ts,
-                    score: 0.0,
-                    snippet: snippet(shown, at.unwrap_or((0, 0))),
-                    evicted,
-                },
-            ));
+        Check {
+            q,
+            sequences,
+            phrase_weight,
+            best_term,
         }
-        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
-        Ok(hits
-            .into_iter()
-            .map(|(s, _, _, mut h)| {
-                h.score = (s * 1000.0).round() / 1000.0;
-                h
-            })
-            .collect())
+    }
+
+    /// Candidate `d` re-read and checked against the phrases: its phrase
+    /// bonus and result row, or `None` when a phrase is not in its text.
+    fn hit(
+        &self,
+        d: u32,
+        check: &Check<'_>,
+        contexts: &mut HashMap<u32, Option<HashSet<String>>>,
+    ) -> Option<(f64, Hit)> {
+        if !check.sequences.iter().all(|seq| may_be_consecutive(d, seq)) {
+            return None; // the text check below would fail too
+        }
+        let msg = self.message(d)?;
+        let original = searchable_text(&msg);
+        let text = normalize(&original);
+        let mut bonus = 0.0;
+        let mut at: Option<(usize, usize)> = None;
+        let mut all = true;
+        for (p, w) in check.q.phrases.iter().zip(&check.phrase_weight) {
+            let found = phrase_count(&text, &p.text);
+            if found == 0 {
+                all = false;
+                break;
+            }
+            bonus += w * found.min(3) as f64;
+            if at.is_none() {
+                at = text.find(&p.text).map(|i| (i, p.text.len()));
+            }
+        }
+        if !all {
+            return None;
+        }
+        if at.is_none() {
+            at = check
+                .best_term
+                .iter()
+                .find_map(|(t, _)| text.find(t).map(|i| (i, t.len())));
+        }
+        let conv_no = self.docs.get(d as usize).map_or(0, |m| m.conv);
+        let context = contexts
+            .entry(conv_no)
+            .or_insert_with(|| self.context_ids(conv_no));
+        let evicted = context.as_ref().is_some_and(|ids| !ids.contains(&msg.id));
+        let shown = if text.len() == original.len()
+            && at.is_some_and(|(i, l)| {
+                original.is_char_boundary(i) && original.is_char_boundary(i + l)
+            }) {
+            &original
+        } else {
+            &text
+        };
+        Some((
+            bonus,
+            Hit {
+                conversation_id: self.conversation_id(conv_no).to_string(),
+                message_id: msg.id,
+                role: msg.role,
+                kind: msg.kind,
+                created_at: msg.ts,
+                score: 0.0,
+                snippet: snippet(shown, at.unwrap_or((0, 0))),
+                evicted,
+            },
+        ))
     }
 
     /// Candidates scored by accumulating into one slot per message (many
@@ -415,6 +450,29 @@ impl Index {
             .ok()
             .map(|c| c.in_context_message_ids.into_iter().collect())
     }
+}
+
+/// What checking and showing a candidate needs of the query.
+struct Check<'a> {
+    q: &'a Query,
+    /// Each phrase's postings, token after token.
+    sequences: Vec<Vec<&'a Postings>>,
+    /// Each phrase's bonus per occurrence.
+    phrase_weight: Vec<f64>,
+    /// The query's terms, highest idf first (a snippet without a phrase
+    /// is centred on the first found).
+    best_term: Vec<(&'a str, f64)>,
+}
+
+/// The hits best first (then newest), scores rounded to thousandths.
+fn best_first(mut hits: Vec<(f64, i64, u32, Hit)>) -> Vec<Hit> {
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+    hits.into_iter()
+        .map(|(s, _, _, mut h)| {
+            h.score = (s * 1000.0).round() / 1000.0;
+            h
+        })
+        .collect()
 }
 
 /// A candidate: score, time, doc id; ordered best (then newest) greatest.

@@ -17,7 +17,7 @@
 //! pipeline by the sandbox module; until then only `isolation: off` runs.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -337,6 +337,54 @@ pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
 }
 
 fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchError> {
+    let mut cmd = stage_command(stage, &spec)?;
+    set_stdio(&mut cmd, spec.stdio);
+    // Opened here, written in the child: joining a cgroup before exec puts
+    // the whole sandbox under its limits from the first instruction.
+    let cgroup_fds: Vec<std::fs::File> = spec
+        .plan
+        .cgroup_procs
+        .iter()
+        .map(|p| std::fs::OpenOptions::new().write(true).open(p))
+        .collect::<Result<_, _>>()
+        .map_err(LaunchError::Spawn)?;
+    let fork = ForkSteps {
+        cgroups: cgroup_fds.iter().map(|f| f.as_raw_fd()).collect(),
+        channel: spec.channel.as_raw_fd(),
+        egress: spec.egress.as_ref().map(|f| f.as_raw_fd()),
+        parent: std::process::id(),
+        uid: spec.plan.uid,
+        limits: spec.plan.rlimits,
+    };
+    // SAFETY: only async-signal-safe calls between fork and exec: the nix
+    // wrappers and `sandbox::sys` used are thin system calls that do not
+    // allocate; the descriptors `fork` names stay open in the supervisor
+    // until `spawn` returns.
+    unsafe {
+        cmd.pre_exec(move || fork.run());
+    }
+    let started = Instant::now();
+    let child = cmd.spawn().map_err(|e| {
+        let err = PreExecStep::decode(e);
+        tracing::error!(agent = %spec.agent_id, role = %spec.role, "{err}");
+        err
+    })?;
+    drop(spec.channel);
+    drop(cgroup_fds);
+    let pid = child.id().unwrap_or(0);
+    Ok(Launched {
+        child,
+        pid,
+        started,
+    })
+}
+
+/// The child-stage program's command line (through the plan's wrapper,
+/// if any), its environment and working directory.
+fn stage_command(
+    stage: &std::path::Path,
+    spec: &LaunchSpec,
+) -> Result<tokio::process::Command, LaunchError> {
     let plan = &spec.plan;
     // Without a wrapper, the stage program is what we exec directly.
     let mut cmd = if plan.wrapper_args.is_empty() {
@@ -355,12 +403,18 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
     cmd.arg("--");
     cmd.args(&spec.argv);
     cmd.env_clear();
-    for (k, v) in child_env(&spec) {
+    for (k, v) in child_env(spec) {
         cmd.env(k, v);
     }
     cmd.current_dir(&spec.cwd);
     cmd.kill_on_drop(false);
-    match spec.stdio {
+    Ok(cmd)
+}
+
+/// The caller's descriptors, or nothing in and both outputs piped to the
+/// log.
+fn set_stdio(cmd: &mut tokio::process::Command, stdio: Option<[OwnedFd; 3]>) {
+    match stdio {
         Some([i, o, e]) => {
             cmd.stdin(Stdio::from(i))
                 .stdout(Stdio::from(o))
@@ -372,116 +426,136 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
                 .stderr(Stdio::piped());
         }
     }
-    // Opened here, written in the child: joining a cgroup before exec puts
-    // the whole sandbox under its limits from the first instruction.
-    let cgroup_fds: Vec<std::fs::File> = plan
-        .cgroup_procs
-        .iter()
-        .map(|p| std::fs::OpenOptions::new().write(true).open(p))
-        .collect::<Result<_, _>>()
-        .map_err(LaunchError::Spawn)?;
-    let cgroup_raw: Vec<i32> = cgroup_fds.iter().map(|f| f.as_raw_fd()).collect();
-    let channel_fd = spec.channel.as_raw_fd();
-    let egress_fd = spec.egress.as_ref().map(|f| f.as_raw_fd());
-    let parent = std::process::id();
-    let uid = plan.uid;
-    let limits = plan.rlimits;
-    // SAFETY: only async-signal-safe calls between fork and exec: the nix
-    // wrappers and `sandbox::sys` used are thin system calls that do not
-    // allocate.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::sys::resource::{Resource, setrlimit};
-            use nix::unistd::{Gid, Uid};
-            use std::os::fd::BorrowedFd;
-            // Any failure stops the child before exec (std reports the
-            // error to `spawn`), tagged with the step (see `PreExecStep`).
-            let failed = |step: PreExecStep| move |e: nix::Error| step.error(e.into());
-            // SAFETY: the channel and the cgroup files stay open in the
-            // supervisor until `spawn` returns, so their copies in this
-            // forked process are open while we use them.
-            let channel = BorrowedFd::borrow_raw(channel_fd);
-            // The handshake first out of the way (its number may be 3),
-            // then both in place.
-            let egress = match egress_fd {
-                Some(fd) => Some(
-                    nix::fcntl::fcntl(
-                        BorrowedFd::borrow_raw(fd),
-                        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10),
-                    )
-                    .map_err(failed(PreExecStep::Egress))?,
-                ),
-                None => None,
-            };
-            sys::install_fd(channel, 3).map_err(|e| PreExecStep::Channel.error(e))?;
-            if let Some(fd) = egress {
-                // SAFETY: the duplicate just made, open until exec.
-                sys::install_fd(
-                    BorrowedFd::borrow_raw(fd),
-                    crate::sandbox::egress_stage::SYNC_FD,
-                )
-                .map_err(|e| PreExecStep::Egress.error(e))?;
-            }
-            nix::unistd::setsid().map_err(failed(PreExecStep::Session))?;
-            for fd in &cgroup_raw {
-                // SAFETY: as for the channel above.
-                let procs = BorrowedFd::borrow_raw(*fd);
-                nix::unistd::write(procs, b"0\n").map_err(failed(PreExecStep::Cgroup))?;
-            }
-            if let Some(l) = limits {
-                let set = |res, v: u64| setrlimit(res, v, v).map_err(failed(PreExecStep::Rlimits));
-                set(Resource::RLIMIT_NOFILE, l.nofile)?;
-                set(Resource::RLIMIT_FSIZE, l.fsize)?;
-                set(Resource::RLIMIT_CORE, 0)?;
-                if uid.is_some() {
-                    set(Resource::RLIMIT_NPROC, l.nproc)?;
-                }
-            }
-            if let Some(u) = uid {
-                // Empty the bounding set while still privileged, so nothing
-                // below can regain a capability (even without namespaces).
-                sys::clear_bounding_set().map_err(|e| PreExecStep::BoundingSet.error(e.into()))?;
-                nix::unistd::setgroups(&[]).map_err(failed(PreExecStep::Groups))?;
-                let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
-                nix::unistd::setresgid(g, g, g).map_err(failed(PreExecStep::Gid))?;
-                nix::unistd::setresuid(u, u, u).map_err(failed(PreExecStep::Uid))?;
-                // Read back: a uid change that silently did not happen
-                // would run the child as root.
-                if nix::unistd::getresuid().map(|r| (r.real, r.effective, r.saved)) != Ok((u, u, u))
-                    || nix::unistd::getresgid().map(|r| (r.real, r.effective, r.saved))
-                        != Ok((g, g, g))
-                {
-                    return Err(failed(PreExecStep::Uid)(nix::Error::EPERM));
-                }
-                nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-            }
-            // After the uid change: changing credentials clears it.
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(failed(PreExecStep::DeathSignal))?;
-            // The supervisor may have died between fork and prctl.
-            if u32::try_from(nix::unistd::getppid().as_raw()) != Ok(parent) {
-                sys::exit_now(1);
-            }
-            // Nothing but 0–3 (and 4, the egress handshake) survives exec,
-            // whatever the supervisor holds.
-            sys::cloexec_from(if egress.is_some() { 5 } else { 4 });
-            Ok(())
-        });
+}
+
+/// What the forked child does before exec, in order. Everything is
+/// decided (and allocated) before the fork.
+struct ForkSteps {
+    /// The channel, installed as descriptor 3.
+    channel: RawFd,
+    /// The egress handshake, installed as descriptor 4.
+    egress: Option<RawFd>,
+    /// The agent's cgroups' `cgroup.procs`, opened for writing.
+    cgroups: Vec<RawFd>,
+    /// The supervisor's pid.
+    parent: u32,
+    uid: Option<u32>,
+    limits: Option<crate::sandbox::plan::Rlimits>,
+}
+
+/// A failed nix call's error, tagged with `step` (see [`PreExecStep`]).
+fn failed(step: PreExecStep) -> impl Fn(nix::Error) -> std::io::Error {
+    move |e: nix::Error| step.error(e.into())
+}
+
+impl ForkSteps {
+    /// Runs in the forked child (async-signal-safe calls only). Any
+    /// failure stops the child before exec (std reports the error to
+    /// `spawn`), tagged with the step.
+    ///
+    /// # Safety
+    /// Call only between fork and exec, while the supervisor holds the
+    /// descriptors this names open.
+    unsafe fn run(&self) -> std::io::Result<()> {
+        // SAFETY: our caller's promise.
+        let egress = unsafe { self.install_descriptors() }?;
+        nix::unistd::setsid().map_err(failed(PreExecStep::Session))?;
+        for fd in &self.cgroups {
+            // SAFETY: open in the supervisor until `spawn` returns, so its
+            // copy in this forked process is open while we use it.
+            let procs = unsafe { BorrowedFd::borrow_raw(*fd) };
+            nix::unistd::write(procs, b"0\n").map_err(failed(PreExecStep::Cgroup))?;
+        }
+        self.set_limits()?;
+        if let Some(u) = self.uid {
+            become_uid(u)?;
+        }
+        // After the uid change: changing credentials clears it.
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(failed(PreExecStep::DeathSignal))?;
+        // The supervisor may have died between fork and prctl.
+        if u32::try_from(nix::unistd::getppid().as_raw()) != Ok(self.parent) {
+            sys::exit_now(1);
+        }
+        // Nothing but 0–3 (and 4, the egress handshake) survives exec,
+        // whatever the supervisor holds.
+        sys::cloexec_from(if egress.is_some() { 5 } else { 4 });
+        Ok(())
     }
-    let started = Instant::now();
-    let child = cmd.spawn().map_err(|e| {
-        let err = PreExecStep::decode(e);
-        tracing::error!(agent = %spec.agent_id, role = %spec.role, "{err}");
-        err
-    })?;
-    drop(spec.channel);
-    drop(cgroup_fds);
-    let pid = child.id().unwrap_or(0);
-    Ok(Launched {
-        child,
-        pid,
-        started,
-    })
+
+    /// The channel as descriptor 3, the egress handshake (if any) as 4;
+    /// returns the handshake's temporary number.
+    ///
+    /// # Safety
+    /// As for [`ForkSteps::run`].
+    unsafe fn install_descriptors(&self) -> std::io::Result<Option<RawFd>> {
+        // SAFETY: the channel stays open in the supervisor until `spawn`
+        // returns, so its copy in this forked process is open while we
+        // use it.
+        let channel = unsafe { BorrowedFd::borrow_raw(self.channel) };
+        // The handshake first out of the way (its number may be 3),
+        // then both in place.
+        let egress = match self.egress {
+            Some(fd) => Some(
+                nix::fcntl::fcntl(
+                    // SAFETY: as for the channel.
+                    unsafe { BorrowedFd::borrow_raw(fd) },
+                    nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10),
+                )
+                .map_err(failed(PreExecStep::Egress))?,
+            ),
+            None => None,
+        };
+        sys::install_fd(channel, 3).map_err(|e| PreExecStep::Channel.error(e))?;
+        if let Some(fd) = egress {
+            // SAFETY: the duplicate just made, open until exec.
+            sys::install_fd(
+                unsafe { BorrowedFd::borrow_raw(fd) },
+                crate::sandbox::egress_stage::SYNC_FD,
+            )
+            .map_err(|e| PreExecStep::Egress.error(e))?;
+        }
+        Ok(egress)
+    }
+
+    /// The plan's resource limits (the process count only under an agent
+    /// uid: the kernel exempts root).
+    fn set_limits(&self) -> std::io::Result<()> {
+        use nix::sys::resource::{Resource, setrlimit};
+        let Some(l) = self.limits else {
+            return Ok(());
+        };
+        let set = |res, v: u64| setrlimit(res, v, v).map_err(failed(PreExecStep::Rlimits));
+        set(Resource::RLIMIT_NOFILE, l.nofile)?;
+        set(Resource::RLIMIT_FSIZE, l.fsize)?;
+        set(Resource::RLIMIT_CORE, 0)?;
+        if self.uid.is_some() {
+            set(Resource::RLIMIT_NPROC, l.nproc)?;
+        }
+        Ok(())
+    }
+}
+
+/// Become the agent's uid and gid for good, with no capability left to
+/// regain and a private umask.
+fn become_uid(u: u32) -> std::io::Result<()> {
+    use nix::unistd::{Gid, Uid};
+    // Empty the bounding set while still privileged, so nothing
+    // below can regain a capability (even without namespaces).
+    sys::clear_bounding_set().map_err(|e| PreExecStep::BoundingSet.error(e.into()))?;
+    nix::unistd::setgroups(&[]).map_err(failed(PreExecStep::Groups))?;
+    let (g, u) = (Gid::from_raw(u), Uid::from_raw(u));
+    nix::unistd::setresgid(g, g, g).map_err(failed(PreExecStep::Gid))?;
+    nix::unistd::setresuid(u, u, u).map_err(failed(PreExecStep::Uid))?;
+    // Read back: a uid change that silently did not happen
+    // would run the child as root.
+    if nix::unistd::getresuid().map(|r| (r.real, r.effective, r.saved)) != Ok((u, u, u))
+        || nix::unistd::getresgid().map(|r| (r.real, r.effective, r.saved)) != Ok((g, g, g))
+    {
+        return Err(failed(PreExecStep::Uid)(nix::Error::EPERM));
+    }
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    Ok(())
 }
 
 /// The confinement steps done between fork and exec. `pre_exec` can hand

@@ -2,14 +2,15 @@
 //! read frames under backpressure, answer `hello`, refuse what the peer's
 //! role may not send, and hand requests to [`super::dispatch`].
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::dispatch::{handle, refuse_by_policy};
-use super::frames_io::{FrameReader, FrameSender};
-use super::state::{Peer, State};
+use super::frames_io::{FrameReader, FrameSender, PassedFds};
+use super::state::{Connection, Peer, State};
 use crate::protocol::events::Lagged;
 use crate::protocol::{
     Call, ClientFrame, ErrorCode, Event, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
@@ -36,48 +37,111 @@ async fn serve_frames_inner(
     sender: FrameSender,
     peer: Peer,
 ) {
-    let mut greeted = matches!(peer, Peer::Child { .. });
-    let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
-    let inflight = Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION));
-    // Cancelled when this peer goes away: its turns have nobody to answer.
-    let conn = super::state::Connection {
-        id: state.connection_id(),
-        gone: tokio_util::sync::CancellationToken::new(),
-    };
-    let _gone_on_exit = conn.gone.clone().drop_guard();
-    // Set once the supervisor drains (CLI peers only): what is in flight
-    // is answered, anything new is refused as not taken, and the peer is
-    // still read so that its going away is noticed (its turns stopped).
-    let mut draining = false;
+    let mut this = PeerLoop::new(state, sender, peer);
+    let _gone_on_exit = this.conn.gone.clone().drop_guard();
     loop {
+        let (line, fds, refused) = match this.read(&mut reader).await {
+            Read::Frame(line, fds, refused) => (line, fds, refused),
+            Read::Again => continue,
+            Read::Closed => break,
+        };
+        let Some(frame) = this.decode(line, refused) else {
+            continue;
+        };
+        match frame {
+            ClientFrame::Hello {
+                version,
+                peer: said,
+            } => this.hello(version, said),
+            ClientFrame::Request { id, call } => {
+                if this.request(id, call, fds).await.is_break() {
+                    break;
+                }
+            }
+        }
+    }
+    this.finish();
+}
+
+/// What a frame read brought.
+enum Read {
+    /// A frame line, the descriptors that came with it, and how many more
+    /// were refused (already closed).
+    Frame(Line, PassedFds, usize),
+    /// Nothing yet: read again.
+    Again,
+    /// The peer is gone or cut off.
+    Closed,
+}
+
+/// One peer's loop: what it keeps between frames.
+struct PeerLoop {
+    state: Arc<State>,
+    sender: FrameSender,
+    peer: Peer,
+    /// Cancelled when this peer goes away: its turns have nobody to answer.
+    conn: Connection,
+    inflight: Arc<tokio::sync::Semaphore>,
+    greeted: bool,
+    /// Set once the supervisor drains (CLI peers only): what is in flight
+    /// is answered, anything new is refused as not taken, and the peer is
+    /// still read so that its going away is noticed (its turns stopped).
+    draining: bool,
+    subscription: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl PeerLoop {
+    fn new(state: Arc<State>, sender: FrameSender, peer: Peer) -> Self {
+        let conn = Connection {
+            id: state.connection_id(),
+            gone: tokio_util::sync::CancellationToken::new(),
+        };
+        PeerLoop {
+            greeted: matches!(peer, Peer::Child { .. }),
+            inflight: Arc::new(tokio::sync::Semaphore::new(MAX_INFLIGHT_PER_CONNECTION)),
+            state,
+            sender,
+            peer,
+            conn,
+            draining: false,
+            subscription: None,
+        }
+    }
+
+    /// The next frame, once the peer has room for answers.
+    async fn read(&mut self, reader: &mut FrameReader) -> Read {
         // Backpressure: no new request is read while this peer's answers
         // pile up unread; one that never reads is cut off.
-        if !sender.room().await {
-            report_cut_off(&peer, &sender);
-            break;
+        if !self.sender.room().await {
+            report_cut_off(&self.peer, &self.sender);
+            return Read::Closed;
         }
         let next = tokio::select! {
             next = reader.next() => next,
-            _ = sender.cut_off() => {
-                report_cut_off(&peer, &sender);
-                break;
+            _ = self.sender.cut_off() => {
+                report_cut_off(&self.peer, &self.sender);
+                return Read::Closed;
             }
             // Until the supervisor is gone the peer is read (a request
             // refused as not taken is one it may safely send again).
-            _ = state.drain.cancelled(), if matches!(peer, Peer::Cli) && !draining => {
-                draining = true;
-                continue;
+            _ = self.state.drain.cancelled(), if matches!(self.peer, Peer::Cli) && !self.draining => {
+                self.draining = true;
+                return Read::Again;
             }
         };
-        let next = match next {
-            Ok(Some(n)) => n,
-            Ok(None) => break,
+        match next {
+            Ok(Some((line, fds, refused))) => Read::Frame(line, fds, refused),
+            Ok(None) => Read::Closed,
             Err(e) => {
                 tracing::debug!("connection read error: {e}");
-                break;
+                Read::Closed
             }
-        };
-        let (line, fds, refused) = next;
+        }
+    }
+
+    /// The frame a line holds; `None` when it was answered here already
+    /// (too large, undecodable, or with descriptors a child may not pass).
+    fn decode(&self, line: Line, refused: usize) -> Option<ClientFrame> {
         let frame = match line {
             Line::TooLarge => Err(FrameError {
                 id: None,
@@ -87,147 +151,166 @@ async fn serve_frames_inner(
             Line::Frame(bytes) => decode_client(&bytes),
         };
         if refused > 0 {
-            // Already closed by the reader; the frame they came with is
-            // refused (answered with its id when it had one).
-            if let Peer::Child {
-                id, agent, role, ..
-            } = &peer
-            {
-                tracing::warn!(child = id, agent = %agent, role = %role, descriptors = refused, "closed descriptors a child tried to pass");
-            }
-            let id = match &frame {
-                Ok(ClientFrame::Request { id, .. }) => Some(*id),
-                Ok(_) => None,
-                Err(e) => e.id,
-            };
-            sender.send(&ServerFrame::Error {
-                id,
-                code: ErrorCode::Forbidden,
-                message: format!(
-                    "children may not pass descriptors: {refused} closed, the frame they came with refused"
-                ),
-            });
-            continue;
+            self.refuse_descriptors(&frame, refused);
+            return None;
         }
-        let frame = match frame {
-            Ok(f) => f,
+        match frame {
+            Ok(f) => Some(f),
             Err(e) => {
-                sender.send(&e.to_frame());
-                continue;
+                self.sender.send(&e.to_frame());
+                None
+            }
+        }
+    }
+
+    /// Descriptors a child tried to pass are already closed by the reader;
+    /// the frame they came with is refused (answered with its id when it
+    /// had one).
+    fn refuse_descriptors(&self, frame: &Result<ClientFrame, FrameError>, refused: usize) {
+        if let Peer::Child {
+            id, agent, role, ..
+        } = &self.peer
+        {
+            tracing::warn!(child = id, agent = %agent, role = %role, descriptors = refused, "closed descriptors a child tried to pass");
+        }
+        let id = match frame {
+            Ok(ClientFrame::Request { id, .. }) => Some(*id),
+            Ok(_) => None,
+            Err(e) => e.id,
+        };
+        self.sender.send(&ServerFrame::Error {
+            id,
+            code: ErrorCode::Forbidden,
+            message: format!(
+                "children may not pass descriptors: {refused} closed, the frame they came with refused"
+            ),
+        });
+    }
+
+    /// `hello`: the protocol version checked, a child marked running.
+    fn hello(&mut self, version: u32, said: PeerKind) {
+        if version != PROTOCOL_VERSION {
+            self.sender.send(&ServerFrame::Error {
+                id: None,
+                code: ErrorCode::VersionMismatch,
+                message: format!("protocol version {version} is not supported (this supervisor speaks {PROTOCOL_VERSION})"),
+            });
+            return;
+        }
+        if let Peer::Child { id, .. } = &self.peer {
+            if let Ok(mut t) = self.state.table.lock() {
+                t.mark_running(*id);
+            }
+        } else if said == PeerKind::Child {
+            tracing::debug!("a control-socket peer called itself a child; treated as a CLI");
+        }
+        self.greeted = true;
+        self.sender.send(&ServerFrame::Hello {
+            version: PROTOCOL_VERSION,
+            server: format!("mini-letta {}", env!("CARGO_PKG_VERSION")),
+            pid: std::process::id(),
+        });
+    }
+
+    /// A request: admitted, then answered here (`subscribe`) or handed to
+    /// [`handle`] as a task of its own. `Break`: stop reading this peer.
+    async fn request(&mut self, id: u64, call: Call, fds: PassedFds) -> ControlFlow<()> {
+        if !self.admit(id, &call) {
+            return ControlFlow::Continue(());
+        }
+        if matches!(call, Call::Subscribe {}) {
+            self.subscribe(id, &call);
+            return ControlFlow::Continue(());
+        }
+        // Descriptors belong to the frame they came with; any other
+        // frame's are closed here (by dropping them).
+        let fds = match &call {
+            Call::Spawn(p) if p.stdio == StdioMode::Passed => fds.into_iter().take(3).collect(),
+            Call::TurnRun(_) => fds.into_iter().take(3).collect(),
+            _ => Vec::new(),
+        };
+        // At most this many requests of one connection run at once:
+        // past it we stop reading (the peer waits, nobody else does).
+        let permit = tokio::select! {
+            p = self.inflight.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return ControlFlow::Break(()),
+            },
+            _ = self.sender.cut_off() => {
+                report_cut_off(&self.peer, &self.sender);
+                return ControlFlow::Break(());
             }
         };
-        match frame {
-            ClientFrame::Hello {
-                version,
-                peer: said,
-            } => {
-                if version != PROTOCOL_VERSION {
-                    sender.send(&ServerFrame::Error {
-                        id: None,
-                        code: ErrorCode::VersionMismatch,
-                        message: format!("protocol version {version} is not supported (this supervisor speaks {PROTOCOL_VERSION})"),
-                    });
-                    continue;
-                }
-                if let Peer::Child { id, .. } = &peer {
-                    if let Ok(mut t) = state.table.lock() {
-                        t.mark_running(*id);
-                    }
-                } else if said == PeerKind::Child {
-                    tracing::debug!(
-                        "a control-socket peer called itself a child; treated as a CLI"
-                    );
-                }
-                greeted = true;
-                sender.send(&ServerFrame::Hello {
-                    version: PROTOCOL_VERSION,
-                    server: format!("mini-letta {}", env!("CARGO_PKG_VERSION")),
-                    pid: std::process::id(),
-                });
-            }
-            ClientFrame::Request { id, call } => {
-                if matches!(peer, Peer::Cli) {
-                    state
-                        .cli_requests
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                if draining && !matches!(call, Call::TurnCancel { .. }) {
-                    sender.send(&ServerFrame::Error {
-                        id: Some(id),
-                        code: ErrorCode::NotTaken,
-                        message: "the supervisor is stopping and took nothing new: send the request again (the next supervisor will take it)".into(),
-                    });
-                    continue;
-                }
-                if !greeted {
-                    sender.send(&ServerFrame::Error {
-                        id: Some(id),
-                        code: ErrorCode::HelloRequired,
-                        message: "send hello with the protocol version first".into(),
-                    });
-                    continue;
-                }
-                if matches!(call, Call::Subscribe {}) {
-                    // Events name every agent's children: not for children.
-                    if let Some(refused) = refuse_by_policy(&peer, &call) {
-                        sender.send(&ServerFrame::Response {
-                            id,
-                            outcome: refused,
-                        });
-                        continue;
-                    }
-                    if subscription.is_none() {
-                        subscription = Some(forward_events(state.clone(), sender.clone()));
-                    }
-                    sender.send(&ServerFrame::Response {
-                        id,
-                        outcome: Outcome::Result(json!({ "subscribed": true })),
-                    });
-                    continue;
-                }
-                // Descriptors belong to the frame they came with; any other
-                // frame's are closed here (by dropping them).
-                let fds = match &call {
-                    Call::Spawn(p) if p.stdio == StdioMode::Passed => {
-                        fds.into_iter().take(3).collect()
-                    }
-                    Call::TurnRun(_) => fds.into_iter().take(3).collect(),
-                    _ => Vec::new(),
-                };
-                // At most this many requests of one connection run at once:
-                // past it we stop reading (the peer waits, nobody else does).
-                let permit = tokio::select! {
-                    p = inflight.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = sender.cut_off() => {
-                        report_cut_off(&peer, &sender);
-                        break;
-                    }
-                };
-                let st = state.clone();
-                let sender = sender.clone();
-                let peer = peer.clone();
-                let conn = conn.clone();
-                // Tracked: shutdown lets running requests (commits) finish.
-                state.requests.spawn(async move {
-                    let _permit = permit;
-                    let state = st;
-                    let outcome = handle(&state, &peer, id, call, fds, &sender, &conn).await;
-                    sender.send(&ServerFrame::Response { id, outcome });
-                });
-            }
+        let state = self.state.clone();
+        let sender = self.sender.clone();
+        let peer = self.peer.clone();
+        let conn = self.conn.clone();
+        // Tracked: shutdown lets running requests (commits) finish.
+        self.state.requests.spawn(async move {
+            let _permit = permit;
+            let outcome = handle(&state, &peer, id, call, fds, &sender, &conn).await;
+            sender.send(&ServerFrame::Response { id, outcome });
+        });
+        ControlFlow::Continue(())
+    }
+
+    /// Whether a request is taken: counted (CLI peers), refused as not
+    /// taken while draining (all but cancels), refused before `hello`.
+    fn admit(&self, id: u64, call: &Call) -> bool {
+        if matches!(self.peer, Peer::Cli) {
+            self.state
+                .cli_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        if self.draining && !matches!(call, Call::TurnCancel { .. }) {
+            self.sender.send(&ServerFrame::Error {
+                id: Some(id),
+                code: ErrorCode::NotTaken,
+                message: "the supervisor is stopping and took nothing new: send the request again (the next supervisor will take it)".into(),
+            });
+            return false;
+        }
+        if !self.greeted {
+            self.sender.send(&ServerFrame::Error {
+                id: Some(id),
+                code: ErrorCode::HelloRequired,
+                message: "send hello with the protocol version first".into(),
+            });
+            return false;
+        }
+        true
     }
-    if let Some(s) = subscription {
-        s.abort();
+
+    /// `subscribe`: this peer hears the supervisor's events from now on.
+    fn subscribe(&mut self, id: u64, call: &Call) {
+        // Events name every agent's children: not for children.
+        if let Some(refused) = refuse_by_policy(&self.peer, call) {
+            self.sender.send(&ServerFrame::Response {
+                id,
+                outcome: refused,
+            });
+            return;
+        }
+        if self.subscription.is_none() {
+            self.subscription = Some(forward_events(self.state.clone(), self.sender.clone()));
+        }
+        self.sender.send(&ServerFrame::Response {
+            id,
+            outcome: Outcome::Result(json!({ "subscribed": true })),
+        });
     }
-    // A CLI's memory lease ends with its connection.
-    if matches!(peer, Peer::Cli) {
-        state
-            .leases
-            .release(super::leases::Holder::Connection(conn.id));
+
+    /// The peer is gone: its subscription stops, a CLI's memory lease ends
+    /// with its connection.
+    fn finish(&mut self) {
+        if let Some(s) = self.subscription.take() {
+            s.abort();
+        }
+        if matches!(self.peer, Peer::Cli) {
+            self.state
+                .leases
+                .release(super::leases::Holder::Connection(self.conn.id));
+        }
     }
 }
 

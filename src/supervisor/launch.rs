@@ -55,6 +55,86 @@ pub async fn spawn_with(
     fds: PassedFds,
     sub: SubagentLaunch,
 ) -> Result<Outcome, Outcome> {
+    let (isolation, stdio) = check_spawn(state, &params, fds)?;
+    let workspace = params.workspace.as_ref().map(PathBuf::from);
+    let (record, agent, plan) = prepare_child(state, &params, &sub, isolation, &workspace).await?;
+    let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| internal("cannot create the child channel", e))?;
+    // The egress handshake, for a child whose plan gives it the proxy.
+    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
+        Some(_) => Some(
+            std::os::unix::net::UnixStream::pair()
+                .map_err(|e| internal("cannot create the egress handshake", e))?,
+        ),
+        None => None,
+    };
+    let wrapper_depth = plan.wrapper_depth();
+    // The child's own cgroups: removed when it is reaped (or now, when it
+    // cannot be started).
+    let groups = plan.cgroup_procs.clone();
+    let uid = plan.uid;
+    let spec = LaunchSpec {
+        agent_id: record.id.clone(),
+        agent,
+        role: params.role.clone(),
+        argv: params.argv.clone(),
+        cwd,
+        plan,
+        stdio,
+        channel: OwnedFd::from(theirs),
+        egress: egress
+            .as_ref()
+            .and_then(|(_, t)| t.try_clone().ok())
+            .map(OwnedFd::from),
+    };
+    let launched = match state.launcher.launch(spec).await {
+        Ok(l) => l,
+        Err(e) => {
+            release_groups(groups).await;
+            return Err(error(ErrorCode::Internal, e.to_string()));
+        }
+    };
+    let id = register_child(state, &record, &params, &sub, &launched, wrapper_depth, uid).await?;
+    state.accounting.track(id, groups.clone());
+    let ends = ChildEnds { ours, egress };
+    serve_child(state, id, &record, &params, sub, ends, launched.pid)?;
+    let mut child = launched.child;
+    log_output(id, child.stdout.take(), "stdout");
+    log_output(id, child.stderr.take(), "stderr");
+    let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
+    let ended = Ended {
+        id,
+        agent_id,
+        role,
+        pid,
+        uid,
+        groups,
+    };
+    tokio::spawn(reap(state.clone(), child, ended));
+    state.emit(Event::ChildStart(ChildStart {
+        child: id,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+        pid: launched.pid,
+    }));
+    Ok(Outcome::Result(
+        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
+    ))
+}
+
+fn internal(what: &str, e: std::io::Error) -> Outcome {
+    error(ErrorCode::Internal, format!("{what}: {e}"))
+}
+
+/// The request's own checks: the supervisor is taking children, the role
+/// is known, argv names a program, the isolation parses, and "passed" stdio
+/// came with its three descriptors.
+fn check_spawn(
+    state: &State,
+    params: &SpawnParams,
+    fds: PassedFds,
+) -> Result<(Isolation, Option<[OwnedFd; 3]>), Outcome> {
     if state.is_stopping() {
         return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
     }
@@ -92,71 +172,54 @@ pub async fn spawn_with(
             }
         }
     };
-    let workspace = params.workspace.as_ref().map(PathBuf::from);
-    // Reading the record, chown, cgroup set-up: all blocking.
-    let (record, agent, plan) = {
-        let (st, name, role, ws, wt) = (
-            state.clone(),
-            params.agent.clone(),
-            params.role.clone(),
-            workspace.clone(),
-            sub.worktree.as_ref().map(|(_, dir)| dir.clone()),
-        );
-        blocking(move || {
-            let (mut record, agent) = store::find(&st.home, Some(&name))
-                .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-            let plan = plan_child(
-                &st,
-                &mut record,
-                &agent,
-                &role,
-                isolation,
-                ws.as_deref(),
-                wt.as_deref(),
-            )?;
-            Ok((record, agent, plan))
-        })
-        .await?
-    };
-    let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
-    let internal =
-        |what: &str, e: std::io::Error| error(ErrorCode::Internal, format!("{what}: {e}"));
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| internal("cannot create the child channel", e))?;
-    // The egress handshake, for a child whose plan gives it the proxy.
-    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
-        Some(_) => Some(
-            std::os::unix::net::UnixStream::pair()
-                .map_err(|e| internal("cannot create the egress handshake", e))?,
-        ),
-        None => None,
-    };
-    let wrapper_depth = plan.wrapper_depth();
-    // The child's own cgroups: removed when it is reaped (or now, when it
-    // cannot be started).
-    let groups = plan.cgroup_procs.clone();
-    let uid = plan.uid;
-    let spec = LaunchSpec {
-        agent_id: record.id.clone(),
-        agent,
-        role: params.role.clone(),
-        argv: params.argv.clone(),
-        cwd,
-        plan,
-        stdio,
-        channel: OwnedFd::from(theirs),
-        egress: egress
-            .as_ref()
-            .and_then(|(_, t)| t.try_clone().ok())
-            .map(OwnedFd::from),
-    };
-    let launched = match state.launcher.launch(spec).await {
-        Ok(l) => l,
-        Err(e) => {
-            release_groups(groups).await;
-            return Err(error(ErrorCode::Internal, e.to_string()));
-        }
-    };
+    Ok((isolation, stdio))
+}
+
+/// Reading the record, chown, cgroup set-up and the confinement plan: all
+/// blocking, so off the async workers.
+async fn prepare_child(
+    state: &Arc<State>,
+    params: &SpawnParams,
+    sub: &SubagentLaunch,
+    isolation: Isolation,
+    workspace: &Option<PathBuf>,
+) -> Result<(AgentRecord, AgentPaths, LaunchPlan), Outcome> {
+    let (st, name, role, ws, wt) = (
+        state.clone(),
+        params.agent.clone(),
+        params.role.clone(),
+        workspace.clone(),
+        sub.worktree.as_ref().map(|(_, dir)| dir.clone()),
+    );
+    blocking(move || {
+        let (mut record, agent) = store::find(&st.home, Some(&name))
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        let plan = plan_child(
+            &st,
+            &mut record,
+            &agent,
+            &role,
+            isolation,
+            ws.as_deref(),
+            wt.as_deref(),
+        )?;
+        Ok((record, agent, plan))
+    })
+    .await
+}
+
+/// The child in the supervisor's table, and its `spawn` record in the
+/// audit log before its channel is served or its start acknowledged (a
+/// child whose record cannot be written is killed).
+async fn register_child(
+    state: &Arc<State>,
+    record: &AgentRecord,
+    params: &SpawnParams,
+    sub: &SubagentLaunch,
+    launched: &super::children::Launched,
+    wrapper_depth: usize,
+    uid: Option<u32>,
+) -> Result<u64, Outcome> {
     let id = state
         .table
         .lock()
@@ -169,8 +232,6 @@ pub async fn spawn_with(
             launched.started,
             wrapper_depth,
         );
-    // Recorded before its channel is served or its start acknowledged.
-    state.accounting.track(id, groups.clone());
     let spawned = crate::audit::Entry::new(
         crate::audit::kind::SPAWN,
         Some(&record.id),
@@ -186,6 +247,31 @@ pub async fn spawn_with(
         let _ = super::children::kill_child_tree(launched.pid);
         return Err(o);
     }
+    Ok(id)
+}
+
+/// The supervisor's ends of a new child's channel and, when it has the
+/// proxy, of its egress handshake (with the child's end, dropped here).
+struct ChildEnds {
+    ours: std::os::unix::net::UnixStream,
+    egress: Option<(
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    )>,
+}
+
+/// The child's channel served as the peer its table entry says it is, its
+/// proxy endpoint served when it has one, its task recorded.
+fn serve_child(
+    state: &Arc<State>,
+    id: u64,
+    record: &AgentRecord,
+    params: &SpawnParams,
+    sub: SubagentLaunch,
+    ends: ChildEnds,
+    pid: u32,
+) -> Result<(), Outcome> {
+    let ChildEnds { ours, egress } = ends;
     // What this child may do is fixed here, from the operator's request
     // and the agent's record; nothing it sends later changes it.
     let peer = Peer::Child {
@@ -204,7 +290,7 @@ pub async fn spawn_with(
             agent: record.id.clone(),
             role: params.role.clone(),
         };
-        state.egress.serve_child(ours, child, launched.pid);
+        state.egress.serve_child(ours, child, pid);
     }
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
@@ -220,28 +306,7 @@ pub async fn spawn_with(
         ch.insert(id, sender.clone());
     }
     tokio::spawn((state.serve_channel)(state.clone(), reader, sender, peer));
-    let mut child = launched.child;
-    log_output(id, child.stdout.take(), "stdout");
-    log_output(id, child.stderr.take(), "stderr");
-    let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
-    let ended = Ended {
-        id,
-        agent_id,
-        role,
-        pid,
-        uid,
-        groups,
-    };
-    tokio::spawn(reap(state.clone(), child, ended));
-    state.emit(Event::ChildStart(ChildStart {
-        child: id,
-        agent: record.id.clone(),
-        role: params.role.clone(),
-        pid: launched.pid,
-    }));
-    Ok(Outcome::Result(
-        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
-    ))
+    Ok(())
 }
 
 /// Output of children without passed stdio goes to our log, quoted and

@@ -57,23 +57,9 @@ pub async fn memory_commit(
         Ok(a) => a,
         Err(o) => return o,
     };
-    // A sub-agent commits on its own worktree's branch: the worktree is the
-    // one recorded when it was launched, never one it names.
-    let worktree = match peer {
-        Peer::Child { role, worktree, .. }
-            if matches!(role.as_str(), "reflection" | "memory-worker") =>
-        {
-            match worktree {
-                Some(name) => Some(name.clone()),
-                None => {
-                    return error(
-                        ErrorCode::Forbidden,
-                        "this sub-agent was launched without a worktree: it has nowhere to commit",
-                    );
-                }
-            }
-        }
-        _ => None,
+    let worktree = match commit_worktree(peer) {
+        Ok(w) => w,
+        Err(o) => return o,
     };
     // A commit to the checkout is a memory write: it waits for whoever
     // else edits this agent's memory, unless the caller is that child
@@ -115,30 +101,7 @@ pub async fn memory_commit(
                 "commit": outcome.commit.map(|c| c.to_string()),
                 "changed": outcome.changed,
             })),
-            Err(CommitError::Rejected(report)) => Err(Outcome::Error(ErrorBody {
-                code: ErrorCode::ValidationFailed,
-                message: report.render_block(),
-                data: Some(json!({ "violations": report.messages() })),
-            })),
-            Err(
-                e @ (CommitError::Path(_)
-                | CommitError::GitDirPath(_)
-                | CommitError::ThroughSymlink { .. }
-                | CommitError::SymlinkOutside { .. }
-                | CommitError::CaseCollision { .. }
-                | CommitError::NotADirectory { .. }
-                | CommitError::NoSuchPath(_)
-                | CommitError::NoPaths
-                | CommitError::NotAFile(_)
-                | CommitError::TooLarge { .. }
-                | CommitError::TooMuch { .. }
-                | CommitError::Changed(_)),
-            ) => Err(error(ErrorCode::Forbidden, e.to_string())),
-            // Another writer held the repository for the whole bounded wait.
-            Err(e @ CommitError::Lock(crate::memfs::lock::LockError::Timeout { .. })) => {
-                Err(error(ErrorCode::Unavailable, e.to_string()))
-            }
-            Err(e) => Err(error(ErrorCode::Internal, e.to_string())),
+            Err(e) => Err(commit_refusal(e)),
         }
     })
     .await;
@@ -157,6 +120,56 @@ pub async fn memory_commit(
         }
         Ok(Err(o)) => o,
         Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
+    }
+}
+
+/// The worktree a commit lands on: a sub-agent commits on its own
+/// worktree's branch — the one recorded when it was launched, never one it
+/// names; everyone else on the checkout.
+fn commit_worktree(peer: &Peer) -> Result<Option<String>, Outcome> {
+    match peer {
+        Peer::Child { role, worktree, .. }
+            if matches!(role.as_str(), "reflection" | "memory-worker") =>
+        {
+            match worktree {
+                Some(name) => Ok(Some(name.clone())),
+                None => Err(error(
+                    ErrorCode::Forbidden,
+                    "this sub-agent was launched without a worktree: it has nowhere to commit",
+                )),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A refused commit as the caller hears it: the validator's report, a
+/// path or size the caller chose (forbidden), a lock held past the bounded
+/// wait (unavailable), anything else internal.
+fn commit_refusal(e: CommitError) -> Outcome {
+    match e {
+        CommitError::Rejected(report) => Outcome::Error(ErrorBody {
+            code: ErrorCode::ValidationFailed,
+            message: report.render_block(),
+            data: Some(json!({ "violations": report.messages() })),
+        }),
+        e @ (CommitError::Path(_)
+        | CommitError::GitDirPath(_)
+        | CommitError::ThroughSymlink { .. }
+        | CommitError::SymlinkOutside { .. }
+        | CommitError::CaseCollision { .. }
+        | CommitError::NotADirectory { .. }
+        | CommitError::NoSuchPath(_)
+        | CommitError::NoPaths
+        | CommitError::NotAFile(_)
+        | CommitError::TooLarge { .. }
+        | CommitError::TooMuch { .. }
+        | CommitError::Changed(_)) => error(ErrorCode::Forbidden, e.to_string()),
+        // Another writer held the repository for the whole bounded wait.
+        e @ CommitError::Lock(crate::memfs::lock::LockError::Timeout { .. }) => {
+            error(ErrorCode::Unavailable, e.to_string())
+        }
+        e => error(ErrorCode::Internal, e.to_string()),
     }
 }
 

@@ -11,9 +11,11 @@ use super::children::ChildState;
 use super::frames_io::PassedFds;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::state::{State, blocking, error};
+use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::store;
+use crate::store::record::AgentRecord;
 
 /// `turn.run`: start the agent's turn child on the caller's descriptors and
 /// answer once it has exited. Turns of one conversation run one at a time;
@@ -39,68 +41,15 @@ async fn try_run_turn(
     if state.is_stopping() {
         return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
     }
-    let (st, selector, model, conversation) = (
-        state.clone(),
-        params.agent.clone(),
-        params.model.clone(),
-        params.conversation.clone(),
-    );
-    // Everything a turn needs is checked before anything is stored: a bad
-    // model, key or configuration fails here, with its message, and the
-    // conversation never holds a turn that could not run.
-    let (record, agent, model) = blocking(move || {
-        let (record, agent) = store::find(&st.home, selector.as_deref())
-            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        agent
-            .conversation(&conversation)
-            .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
-        let model = model.unwrap_or_else(|| record.model.clone());
-        check_model(&st.home, &model)?;
-        // A spent budget refuses the turn before anything starts.
-        st.accounting
-            .check_budget(&st.home, &record.id, "agent", "turn_start")
-            .map_err(|r| {
-                Outcome::Error(crate::protocol::ErrorBody {
-                    code: ErrorCode::Forbidden,
-                    message: r.message.clone(),
-                    data: serde_json::to_value(&r).ok(),
-                })
-            })?;
-        Ok((record, agent, model))
-    })
-    .await?;
+    let (record, agent, model) = check_turn(state, &params).await?;
     // In a cluster, only the agent's owner runs its turns (issue 35).
     let wait = params.wait_owner_secs.map(std::time::Duration::from_secs);
     super::cluster::own(state, &record.id, wait).await?;
     let conversation = params.conversation.clone();
-    let slot = match state.turns.try_acquire(&record.id, &conversation) {
-        Some(slot) => slot,
-        None => {
-            // Said on the turn's own stream, so the caller shows it.
-            notify_waiting(&fds, &conversation);
-            wait_for_slot(state, &record.id, &conversation, &gone).await?
-        }
-    };
-    let programs = crate::paths::Programs::installed()
-        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-    let spawn = SpawnParams {
-        agent: record.id.clone(),
-        role: "agent".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "turn".into(),
-            "--agent-dir".into(),
-            agent.dir().display().to_string(),
-            "--conversation".into(),
-            conversation.clone(),
-        ],
-        stdio: StdioMode::Passed,
-        workspace: params.workspace,
-        isolation: params.isolation.clone(),
-        model: Some(model),
-    };
+    let slot = take_slot(state, &record.id, &conversation, &fds, &gone).await?;
+    let spawn = turn_spawn(&params, &record, &agent, model)?;
     // Subscribed before the launch, so the exit cannot pass unseen.
-    let mut events = state.events.subscribe();
+    let events = state.events.subscribe();
     let sub = SubagentLaunch {
         conversation: Some(conversation.clone()),
         ..SubagentLaunch::default()
@@ -109,50 +58,12 @@ async fn try_run_turn(
         return Err(error(ErrorCode::Internal, "the turn's child did not start"));
     };
     let id = started["child"].as_u64().unwrap_or_default();
-    let cancel = CancellationToken::new();
-    state
-        .turns
-        .set_running(&record.id, &conversation, cancel.clone(), id);
-    let mut cancelled = false;
-    let end = loop {
-        tokio::select! {
-            ev = events.recv() => match ev {
-                Ok(Event::ChildExit(exit)) if exit.child == id => break exit.end,
-                Ok(_) => {}
-                // Missed events: the table still knows how the child ended.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    if let Some(end) = ended_in_table(state, id) {
-                        break end;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                    state.turns.clear_running(&record.id, &conversation);
-                    return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
-                }
-            },
-            _ = cancel.cancelled(), if !cancelled => {
-                cancelled = stop_turn_child(state, id);
-            }
-            _ = gone.cancelled(), if !cancelled => {
-                tracing::info!(child = id, "the caller of a turn went away: cancelling it");
-                cancelled = stop_turn_child(state, id);
-            }
-        }
-    };
-    state.turns.clear_running(&record.id, &conversation);
+    let (end, signalled) = watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
     // Killed by us: the turn was cancelled. A child that finished on its
     // own just before the signal was not (its answer stands).
-    let cancelled = cancelled && matches!(end, ChildEnd::Killed { .. });
+    let cancelled = signalled && matches!(end, ChildEnd::Killed { .. });
     if cancelled {
-        let (a, c) = (agent.clone(), conversation.clone());
-        let recorded = blocking(move || {
-            crate::agent::runtime::record_interruption(&a, &c)
-                .map_err(|e| error(ErrorCode::Internal, e.to_string()))
-        })
-        .await;
-        if let Err(Outcome::Error(e)) = recorded {
-            tracing::warn!(child = id, "cannot record the interruption: {}", e.message);
-        }
+        record_interruption(&agent, &conversation, id).await;
     }
     // The slot is held until the conversation is settled.
     drop(slot);
@@ -177,21 +88,186 @@ async fn try_run_turn(
         )
         .await
     };
-    let mut result = started;
-    if let Some(obj) = result.as_object_mut() {
-        if let Ok(end) = serde_json::to_value(end) {
-            obj.insert("exit".into(), end);
-        }
-        obj.insert("conversation".into(), json!(conversation));
-        obj.insert("cancelled".into(), json!(cancelled));
-        if let Some(r) = reflection {
-            obj.insert("reflection".into(), r);
-        }
-        if let Some(s) = synced {
-            obj.insert("sync".into(), s);
+    let ended = TurnEnded {
+        end,
+        conversation,
+        cancelled,
+        reflection,
+        synced,
+    };
+    Ok(Outcome::Result(ended.into_result(started)))
+}
+
+/// Everything a turn needs is checked before anything is stored: a bad
+/// model, key or configuration fails here, with its message, and the
+/// conversation never holds a turn that could not run. Returns the agent
+/// and the model the turn uses.
+async fn check_turn(
+    state: &Arc<State>,
+    params: &TurnParams,
+) -> Result<(AgentRecord, AgentPaths, String), Outcome> {
+    let (st, selector, model, conversation) = (
+        state.clone(),
+        params.agent.clone(),
+        params.model.clone(),
+        params.conversation.clone(),
+    );
+    blocking(move || {
+        let (record, agent) = store::find(&st.home, selector.as_deref())
+            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+        agent
+            .conversation(&conversation)
+            .map_err(|e| error(ErrorCode::InvalidParams, e.to_string()))?;
+        let model = model.unwrap_or_else(|| record.model.clone());
+        check_model(&st.home, &model)?;
+        // A spent budget refuses the turn before anything starts.
+        st.accounting
+            .check_budget(&st.home, &record.id, "agent", "turn_start")
+            .map_err(|r| {
+                Outcome::Error(crate::protocol::ErrorBody {
+                    code: ErrorCode::Forbidden,
+                    message: r.message.clone(),
+                    data: serde_json::to_value(&r).ok(),
+                })
+            })?;
+        Ok((record, agent, model))
+    })
+    .await
+}
+
+/// The conversation's turn slot, now or once its running turn ends.
+async fn take_slot(
+    state: &Arc<State>,
+    agent: &str,
+    conversation: &str,
+    fds: &PassedFds,
+    gone: &CancellationToken,
+) -> Result<super::turns::TurnSlot, Outcome> {
+    match state.turns.try_acquire(agent, conversation) {
+        Some(slot) => Ok(slot),
+        None => {
+            // Said on the turn's own stream, so the caller shows it.
+            notify_waiting(fds, conversation);
+            wait_for_slot(state, agent, conversation, gone).await
         }
     }
-    Ok(Outcome::Result(result))
+}
+
+/// The turn's child: the agent program's `turn`, on the caller's
+/// descriptors.
+fn turn_spawn(
+    params: &TurnParams,
+    record: &AgentRecord,
+    agent: &AgentPaths,
+    model: String,
+) -> Result<SpawnParams, Outcome> {
+    let programs = crate::paths::Programs::installed()
+        .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    Ok(SpawnParams {
+        agent: record.id.clone(),
+        role: "agent".into(),
+        argv: vec![
+            programs.agent.display().to_string(),
+            "turn".into(),
+            "--agent-dir".into(),
+            agent.dir().display().to_string(),
+            "--conversation".into(),
+            params.conversation.clone(),
+        ],
+        stdio: StdioMode::Passed,
+        workspace: params.workspace.clone(),
+        isolation: params.isolation.clone(),
+        model: Some(model),
+    })
+}
+
+/// Wait for the turn's child `id` to end, stopping it when the turn is
+/// cancelled or its caller goes away. Returns how it ended and whether we
+/// sent the signal.
+async fn watch_turn(
+    state: &Arc<State>,
+    agent: &str,
+    conversation: &str,
+    id: u64,
+    mut events: tokio::sync::broadcast::Receiver<Event>,
+    gone: &CancellationToken,
+) -> Result<(ChildEnd, bool), Outcome> {
+    let cancel = CancellationToken::new();
+    state
+        .turns
+        .set_running(agent, conversation, cancel.clone(), id);
+    let mut cancelled = false;
+    let end = loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Ok(Event::ChildExit(exit)) if exit.child == id => break exit.end,
+                Ok(_) => {}
+                // Missed events: the table still knows how the child ended.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    if let Some(end) = ended_in_table(state, id) {
+                        break end;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    state.turns.clear_running(agent, conversation);
+                    return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
+                }
+            },
+            _ = cancel.cancelled(), if !cancelled => {
+                cancelled = stop_turn_child(state, id);
+            }
+            _ = gone.cancelled(), if !cancelled => {
+                tracing::info!(child = id, "the caller of a turn went away: cancelling it");
+                cancelled = stop_turn_child(state, id);
+            }
+        }
+    };
+    state.turns.clear_running(agent, conversation);
+    Ok((end, cancelled))
+}
+
+/// A cancelled turn's conversation shows the interruption (child `id`'s
+/// calls answered as interrupted).
+async fn record_interruption(agent: &AgentPaths, conversation: &str, id: u64) {
+    let (a, c) = (agent.clone(), conversation.to_string());
+    let recorded = blocking(move || {
+        crate::agent::runtime::record_interruption(&a, &c)
+            .map_err(|e| error(ErrorCode::Internal, e.to_string()))
+    })
+    .await;
+    if let Err(Outcome::Error(e)) = recorded {
+        tracing::warn!(child = id, "cannot record the interruption: {}", e.message);
+    }
+}
+
+/// How a turn ended, for its answer.
+struct TurnEnded {
+    end: ChildEnd,
+    conversation: String,
+    cancelled: bool,
+    reflection: Option<serde_json::Value>,
+    synced: Option<serde_json::Value>,
+}
+
+impl TurnEnded {
+    /// `turn.run`'s answer: the launch's result (`started`) with the end.
+    fn into_result(self, started: serde_json::Value) -> serde_json::Value {
+        let mut result = started;
+        if let Some(obj) = result.as_object_mut() {
+            if let Ok(end) = serde_json::to_value(self.end) {
+                obj.insert("exit".into(), end);
+            }
+            obj.insert("conversation".into(), json!(self.conversation));
+            obj.insert("cancelled".into(), json!(self.cancelled));
+            if let Some(r) = self.reflection {
+                obj.insert("reflection".into(), r);
+            }
+            if let Some(s) = self.synced {
+                obj.insert("sync".into(), s);
+            }
+        }
+        result
+    }
 }
 
 /// `turn.cancel`: cancel the running turn of a conversation.

@@ -2,13 +2,14 @@
 //! through the supervisor's `child.spawn` like any child, and its verdict
 //! checked again from outside.
 
-use std::io::{Read, Write};
+use std::io::{PipeReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use crate::protocol::client::Client;
+use crate::protocol::events::ChildExit;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
 
@@ -22,20 +23,50 @@ pub(super) fn run(
     id: &str,
     ctx: &str,
 ) -> Verdict {
-    let (mut out_r, out_w) = match std::io::pipe() {
+    let (req, mut out_r) = match start(client, agent, role, iso, exe, id, ctx) {
+        Ok(started) => started,
+        Err(skipped) => return skipped,
+    };
+    let mut exits = Vec::new();
+    let child = match client.wait_response_keeping_exits(req, &mut exits) {
+        Ok(v) => v["child"].as_u64().unwrap_or(0),
+        Err(e) => return Verdict::skipped(format!("the supervisor refused the probe: {e}")),
+    };
+    let mut output = String::new();
+    let _ = out_r.read_to_string(&mut output);
+    let exit = match client.wait_exit(child, &mut exits) {
+        Ok(e) => e,
+        Err(e) => return Verdict::skipped(format!("lost the supervisor: {e}")),
+    };
+    verdict_of(&output, &exit)
+}
+
+/// Ask the supervisor for the probe's child, its context written to the
+/// child's stdin: the request's id and the read end of the child's
+/// stdout, or the skip verdict saying why it could not start.
+fn start(
+    client: &mut Client,
+    agent: &str,
+    role: &str,
+    iso: &str,
+    exe: &Path,
+    id: &str,
+    ctx: &str,
+) -> Result<(u64, PipeReader), Verdict> {
+    let (out_r, out_w) = match std::io::pipe() {
         Ok(p) => p,
-        Err(e) => return Verdict::skipped(format!("cannot create a pipe: {e}")),
+        Err(e) => return Err(Verdict::skipped(format!("cannot create a pipe: {e}"))),
     };
     let null = match std::fs::File::open("/dev/null") {
         Ok(f) => OwnedFd::from(f),
-        Err(e) => return Verdict::skipped(format!("cannot open /dev/null: {e}")),
+        Err(e) => return Err(Verdict::skipped(format!("cannot open /dev/null: {e}"))),
     };
     // The context (with the decoy values the probes look for) goes in on
     // stdin, never in argv or the environment, where a probe would find it
     // and report a false escape.
     let (in_r, mut in_w) = match std::io::pipe() {
         Ok(p) => p,
-        Err(e) => return Verdict::skipped(format!("cannot create a pipe: {e}")),
+        Err(e) => return Err(Verdict::skipped(format!("cannot create a pipe: {e}"))),
     };
     let in_r = OwnedFd::from(in_r);
     let out_w = OwnedFd::from(out_w);
@@ -57,42 +88,14 @@ pub(super) fn run(
     });
     let req = match client.send_request_with_fds(spawn, &fds) {
         Ok(id) => id,
-        Err(e) => return Verdict::skipped(format!("cannot start the probe: {e}")),
+        Err(e) => return Err(Verdict::skipped(format!("cannot start the probe: {e}"))),
     };
     drop(out_w);
     drop(null);
     drop(in_r);
     let _ = in_w.write_all(ctx.as_bytes());
     drop(in_w);
-    let mut exits = Vec::new();
-    let child = match client.wait_response_keeping_exits(req, &mut exits) {
-        Ok(v) => v["child"].as_u64().unwrap_or(0),
-        Err(e) => return Verdict::skipped(format!("the supervisor refused the probe: {e}")),
-    };
-    let mut output = String::new();
-    let _ = out_r.read_to_string(&mut output);
-    let exit = match client.wait_exit(child, &mut exits) {
-        Ok(e) => e,
-        Err(e) => return Verdict::skipped(format!("lost the supervisor: {e}")),
-    };
-    let last = output
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'));
-    if let Some(line) = last
-        && let Ok(v) = serde_json::from_str::<Value>(line)
-        && let Ok(verdict) = serde_json::from_value::<Verdict>(v.clone())
-    {
-        return verdict;
-    }
-    match (exit.signal(), exit.code()) {
-        (Some(sig), _) => Verdict::blocked(format!("the probe process was killed by signal {sig}")),
-        (_, code) => Verdict::skipped(format!(
-            "the probe gave no verdict (exit {}): {}",
-            code.unwrap_or(-1),
-            output.trim()
-        )),
-    }
+    Ok((req, out_r))
 }
 
 /// What must not change whatever a probe says: B's secret, the sibling
@@ -151,4 +154,27 @@ fn list_dir(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// The verdict the probe printed last (a JSON line), or, without one,
+/// what its exit says.
+fn verdict_of(output: &str, exit: &ChildExit) -> Verdict {
+    let last = output
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'));
+    if let Some(line) = last
+        && let Ok(v) = serde_json::from_str::<Value>(line)
+        && let Ok(verdict) = serde_json::from_value::<Verdict>(v.clone())
+    {
+        return verdict;
+    }
+    match (exit.signal(), exit.code()) {
+        (Some(sig), _) => Verdict::blocked(format!("the probe process was killed by signal {sig}")),
+        (_, code) => Verdict::skipped(format!(
+            "the probe gave no verdict (exit {}): {}",
+            code.unwrap_or(-1),
+            output.trim()
+        )),
+    }
 }

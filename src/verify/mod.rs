@@ -22,13 +22,14 @@ mod attack;
 mod decoys;
 pub mod report;
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
 
-use crate::paths::Home;
-use crate::protocol::client::ClientError;
+use crate::paths::{AgentPaths, Home};
+use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::{self, ProbeContext};
 use crate::sandbox::report::{Isolation, SandboxReport};
@@ -75,43 +76,11 @@ fn run_in(
     role: &str,
     on_result: &mut dyn FnMut(&AttackResult),
 ) -> Result<VerifyReport, VerifyError> {
-    std::fs::create_dir_all(root).map_err(setup("temporary home"))?;
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))
-        .map_err(setup("temporary home"))?;
-    let home = Home::at(root);
+    let home = temporary_home(root)?;
     let exe = crate::paths::Programs::installed()
         .map_err(setup("mini-letta's programs"))?
         .agent;
-    let marker = format!("MINI-LETTA-DECOY-SECRET-{:016x}", rand::random::<u64>());
-    let env_value = format!("sk-decoy{:032x}", rand::random::<u128>());
-    // The supervisor (embedded in this process) holds the decoy key. Set
-    // before any thread exists: the CLI calls us single-threaded.
-    // SAFETY: no other thread reads the environment yet.
-    unsafe { std::env::set_var(DECOY_ENV, &env_value) };
-
-    let a = store::create(&home, "attacker", None).map_err(setup("agent A"))?;
-    let b = store::create(&home, "decoy", None).map_err(setup("agent B"))?;
-    let a_paths = home.agent(&a.id).map_err(setup("agent A"))?;
-    let b_paths = home.agent(&b.id).map_err(setup("agent B"))?;
-    let secret = b_paths.memory_dir().join("secret.md");
-    std::fs::write(&secret, format!("{marker}\n")).map_err(setup("decoy secret"))?;
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))
-        .map_err(setup("decoy secret"))?;
-    let is_root = nix::unistd::geteuid().is_root();
-    if isolation != Isolation::Off && report.uid_switch.available {
-        let mut b_rec = b.clone();
-        let uid =
-            store::ensure_sandbox_uid(&home, &mut b_rec, &b_paths).map_err(setup("agent B uid"))?;
-        identity::own_agent_dir(&b_paths, uid).map_err(setup("agent B ownership"))?;
-    }
-    let planted = decoys::plant(&a_paths, &secret, is_root)?;
-    std::fs::create_dir_all(a_paths.tmp_dir()).map_err(setup("scratch dir"))?;
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0").map_err(setup("TCP listener"))?;
-    let tcp_port = tcp.local_addr().map_err(setup("TCP listener"))?.port();
-    let abstract_name = format!("mini-letta-verify-{}", rand::random::<u32>());
-    let _abstract = decoys::abstract_listener(&abstract_name).map_err(setup("abstract socket"))?;
-    let shm = decoys::HostShm::create();
-    decoys::tighten_profile(&home, role)?;
+    let decoys = Decoys::plant(&home, report, isolation, role)?;
 
     let mut session = Session::open(&home)?;
     let iso = match isolation {
@@ -120,58 +89,23 @@ fn run_in(
         Isolation::Off => "off",
     };
     session.client.call(Call::Subscribe {})?;
-    let sibling = session.client.call(Call::Spawn(SpawnParams {
-        agent: b.id.clone(),
-        role: "tool".into(),
-        argv: vec!["sleep".into(), "3600".into()],
-        stdio: StdioMode::Null,
-        workspace: None,
-        isolation: Some(iso.into()),
-        model: None,
-    }))?;
-    let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
-    let sibling_child = sibling["child"].as_u64().unwrap_or(0);
+    let (sibling_pid, sibling_child) = spawn_sibling(&mut session.client, &decoys.b, iso)?;
     let profile = profile::load(&home, role).map_err(setup("profile"))?;
     let listed = decoys::ListedHost::start().map_err(setup("listed host"))?;
-    let egress = egress_rows(&home, &a.id, &profile, report, isolation, &listed)?;
-    let ctx = ProbeContext {
-        own_agent_dir: a_paths.dir().to_path_buf(),
-        own_memory_git_dir: a_paths.memory_git_dir(),
-        other_agent_dir: b_paths.dir().to_path_buf(),
-        other_secret_file: secret.clone(),
-        secret_marker: marker.clone(),
-        agents_dir: home.agents_dir(),
-        supervisor_pid: std::process::id(),
-        sibling_pid,
-        env_secret_name: DECOY_ENV.into(),
-        env_secret_value: env_value.clone(),
-        control_socket: home.supervisor_socket(),
-        host_tcp_port: tcp_port,
-        host_abstract_socket: abstract_name.clone(),
-        planted_symlink: Some(planted.symlink),
-        planted_hardlink: planted.hardlink,
-        planted_setuid: planted.setuid,
-        host_shm_name: shm.as_ref().map(|s| format!("{:#x}", s.key)),
-        pids_limit: report.cgroup.available.then_some(profile.limits.pids),
-        fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
-        scratch_dir: a_paths.tmp_dir(),
-        read_only_checkout: ["reflection", "memory-worker", "recall"]
-            .contains(&role)
-            .then(|| a_paths.memory_dir()),
-        egress,
-    };
+    let egress = egress_rows(&home, &decoys.a, &profile, report, isolation, &listed)?;
+    let ctx = probe_context(&home, &decoys, sibling_pid, report, &profile, role, egress);
     let ctx_json = serde_json::to_string(&ctx).map_err(setup("context"))?;
     let witness = attack::Witness::new(
-        secret,
-        marker,
+        decoys.secret.clone(),
+        decoys.marker.clone(),
         sibling_pid,
-        a_paths.memory_git_dir().join("hooks"),
+        decoys.a_paths.memory_git_dir().join("hooks"),
     );
     let mut results = Vec::new();
     for attack in probes::catalogue() {
         let verdict = attack::run(
             &mut session.client,
-            &a.id,
+            &decoys.a,
             role,
             iso,
             &exe,
@@ -192,10 +126,155 @@ fn run_in(
         signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
     });
     session.close();
-    drop(shm);
-    drop(tcp);
+    drop(decoys);
     drop(listed);
     Ok(VerifyReport::new(report.level, isolation, role, results))
+}
+
+/// `root`, made private, as the throw-away home.
+fn temporary_home(root: &Path) -> Result<Home, VerifyError> {
+    std::fs::create_dir_all(root).map_err(setup("temporary home"))?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))
+        .map_err(setup("temporary home"))?;
+    Ok(Home::at(root))
+}
+
+/// What the attacker (agent A) is set against: the decoy values, agent B
+/// and its secret, the links planted in A's directory, the host's
+/// listeners and shared memory (closed and removed when dropped).
+struct Decoys {
+    marker: String,
+    env_value: String,
+    /// Agent A's id.
+    a: String,
+    /// Agent B's id.
+    b: String,
+    a_paths: AgentPaths,
+    b_paths: AgentPaths,
+    secret: PathBuf,
+    planted: decoys::Planted,
+    shm: Option<decoys::HostShm>,
+    /// Held open for the probes to try: a TCP listener on loopback and an
+    /// abstract Unix socket.
+    _tcp: std::net::TcpListener,
+    tcp_port: u16,
+    abstract_name: String,
+    _abstract: OwnedFd,
+}
+
+impl Decoys {
+    /// Plant everything in `home`, and tighten `role`'s limits.
+    fn plant(
+        home: &Home,
+        report: &SandboxReport,
+        isolation: Isolation,
+        role: &str,
+    ) -> Result<Self, VerifyError> {
+        let marker = format!("MINI-LETTA-DECOY-SECRET-{:016x}", rand::random::<u64>());
+        let env_value = format!("sk-decoy{:032x}", rand::random::<u128>());
+        // The supervisor (embedded in this process) holds the decoy key. Set
+        // before any thread exists: the CLI calls us single-threaded.
+        // SAFETY: no other thread reads the environment yet.
+        unsafe { std::env::set_var(DECOY_ENV, &env_value) };
+
+        let a = store::create(home, "attacker", None).map_err(setup("agent A"))?;
+        let b = store::create(home, "decoy", None).map_err(setup("agent B"))?;
+        let a_paths = home.agent(&a.id).map_err(setup("agent A"))?;
+        let b_paths = home.agent(&b.id).map_err(setup("agent B"))?;
+        let secret = b_paths.memory_dir().join("secret.md");
+        std::fs::write(&secret, format!("{marker}\n")).map_err(setup("decoy secret"))?;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))
+            .map_err(setup("decoy secret"))?;
+        let is_root = nix::unistd::geteuid().is_root();
+        if isolation != Isolation::Off && report.uid_switch.available {
+            let mut b_rec = b.clone();
+            let uid = store::ensure_sandbox_uid(home, &mut b_rec, &b_paths)
+                .map_err(setup("agent B uid"))?;
+            identity::own_agent_dir(&b_paths, uid).map_err(setup("agent B ownership"))?;
+        }
+        let planted = decoys::plant(&a_paths, &secret, is_root)?;
+        std::fs::create_dir_all(a_paths.tmp_dir()).map_err(setup("scratch dir"))?;
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").map_err(setup("TCP listener"))?;
+        let tcp_port = tcp.local_addr().map_err(setup("TCP listener"))?.port();
+        let abstract_name = format!("mini-letta-verify-{}", rand::random::<u32>());
+        let _abstract =
+            decoys::abstract_listener(&abstract_name).map_err(setup("abstract socket"))?;
+        let shm = decoys::HostShm::create();
+        decoys::tighten_profile(home, role)?;
+        Ok(Decoys {
+            marker,
+            env_value,
+            a: a.id,
+            b: b.id,
+            a_paths,
+            b_paths,
+            secret,
+            planted,
+            shm,
+            _tcp: tcp,
+            tcp_port,
+            abstract_name,
+            _abstract,
+        })
+    }
+}
+
+/// A child of agent B sleeping beside the attacker's (a sibling no probe
+/// may signal): its host pid and its child id.
+fn spawn_sibling(client: &mut Client, agent: &str, iso: &str) -> Result<(u32, u64), VerifyError> {
+    let sibling = client.call(Call::Spawn(SpawnParams {
+        agent: agent.to_string(),
+        role: "tool".into(),
+        argv: vec!["sleep".into(), "3600".into()],
+        stdio: StdioMode::Null,
+        workspace: None,
+        isolation: Some(iso.into()),
+        model: None,
+    }))?;
+    let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
+    let sibling_child = sibling["child"].as_u64().unwrap_or(0);
+    Ok((sibling_pid, sibling_child))
+}
+
+/// What every probe is told: where the decoys are and what they hold.
+fn probe_context(
+    home: &Home,
+    decoys: &Decoys,
+    sibling_pid: u32,
+    report: &SandboxReport,
+    profile: &profile::Profile,
+    role: &str,
+    egress: Option<probes::EgressContext>,
+) -> ProbeContext {
+    let Decoys {
+        a_paths, b_paths, ..
+    } = decoys;
+    ProbeContext {
+        own_agent_dir: a_paths.dir().to_path_buf(),
+        own_memory_git_dir: a_paths.memory_git_dir(),
+        other_agent_dir: b_paths.dir().to_path_buf(),
+        other_secret_file: decoys.secret.clone(),
+        secret_marker: decoys.marker.clone(),
+        agents_dir: home.agents_dir(),
+        supervisor_pid: std::process::id(),
+        sibling_pid,
+        env_secret_name: DECOY_ENV.into(),
+        env_secret_value: decoys.env_value.clone(),
+        control_socket: home.supervisor_socket(),
+        host_tcp_port: decoys.tcp_port,
+        host_abstract_socket: decoys.abstract_name.clone(),
+        planted_symlink: Some(decoys.planted.symlink.clone()),
+        planted_hardlink: decoys.planted.hardlink.clone(),
+        planted_setuid: decoys.planted.setuid.clone(),
+        host_shm_name: decoys.shm.as_ref().map(|s| format!("{:#x}", s.key)),
+        pids_limit: report.cgroup.available.then_some(profile.limits.pids),
+        fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
+        scratch_dir: a_paths.tmp_dir(),
+        read_only_checkout: ["reflection", "memory-worker", "recall"]
+            .contains(&role)
+            .then(|| a_paths.memory_dir()),
+        egress,
+    }
 }
 
 /// When the attacked role's children get the egress proxy: the

@@ -154,89 +154,8 @@ pub fn parse_config(text: &str) -> Result<ConstraintsConfig, Vec<String>> {
 
     let read_only_files = glob_list(get("readOnlyFiles"), "readOnlyFiles", &mut errors);
 
-    let mut formatting = None;
-    if let Some(v) = get("formatting") {
-        match v {
-            Json::Object(items) => {
-                let mut f = Formatting::default();
-                for (key, value) in items {
-                    match key.as_str() {
-                        "lineEndings" => match value {
-                            Json::String(s) if s == "lf" => f.line_endings_lf = true,
-                            _ => errors.push(format!("{p}: formatting.lineEndings must be 'lf'")),
-                        },
-                        "finalNewline" | "trailingWhitespace" => match value {
-                            Json::Bool(b) => {
-                                if key == "finalNewline" {
-                                    f.final_newline = *b;
-                                } else {
-                                    f.trailing_whitespace = *b;
-                                }
-                            }
-                            _ => errors.push(format!("{p}: formatting.{key} must be a boolean")),
-                        },
-                        _ => errors.push(format!("{p}: formatting: unknown field '{key}'")),
-                    }
-                }
-                formatting = Some(f);
-            }
-            _ => errors.push(format!("{p}: formatting must be an object")),
-        }
-    }
-
-    let mut file_character_limits = Vec::new();
-    match get("fileCharacterLimits") {
-        None => {}
-        Some(Json::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                let label = format!("{p}: fileCharacterLimits[{i}]");
-                let Json::Object(obj) = item else {
-                    errors.push(format!("{label} must be an object"));
-                    continue;
-                };
-                for (key, _) in obj {
-                    if key != "pattern" && key != "maxCharacters" {
-                        errors.push(format!("{label}: unknown field '{key}'"));
-                    }
-                }
-                let field = |name: &str| obj.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-                let pattern = match field("pattern") {
-                    Some(Json::String(s)) => match check_pattern(s) {
-                        Ok(()) => Some(s.clone()),
-                        Err(e) => {
-                            errors.push(format!("{label}: {}", e.message()));
-                            None
-                        }
-                    },
-                    _ => {
-                        errors.push(format!(
-                            "{label}: {}",
-                            super::glob::PatternError::NotRepoRelative.message()
-                        ));
-                        None
-                    }
-                };
-                // JavaScript: `maxCharacters !== null` – an absent key is an error.
-                let max_characters = match field("maxCharacters") {
-                    Some(Json::Null) => Some(None),
-                    Some(v) => safe_integer(v).filter(|n| *n > 0.0).map(|n| Some(n as u64)),
-                    None => None,
-                };
-                if max_characters.is_none() {
-                    errors.push(format!(
-                        "{label}: maxCharacters must be a positive integer or null"
-                    ));
-                }
-                if let (Some(pattern), Some(max_characters)) = (pattern, max_characters) {
-                    file_character_limits.push(FileCharacterLimit {
-                        pattern,
-                        max_characters,
-                    });
-                }
-            }
-        }
-        Some(_) => errors.push(format!("{p}: fileCharacterLimits must be an array")),
-    }
+    let formatting = get("formatting").and_then(|v| formatting_field(v, &mut errors));
+    let file_character_limits = file_character_limits(get("fileCharacterLimits"), &mut errors);
 
     let secret_scan_allow = glob_list(get("secretScanAllow"), "secretScanAllow", &mut errors);
 
@@ -251,6 +170,107 @@ pub fn parse_config(text: &str) -> Result<ConstraintsConfig, Vec<String>> {
         read_only_files,
         formatting,
         secret_scan_allow,
+    })
+}
+
+/// `formatting`: the opt-in hygiene checks (`None` unless an object).
+fn formatting_field(value: &Json, errors: &mut Vec<String>) -> Option<Formatting> {
+    let p = CONFIG_PATH;
+    let Json::Object(items) = value else {
+        errors.push(format!("{p}: formatting must be an object"));
+        return None;
+    };
+    let mut f = Formatting::default();
+    for (key, value) in items {
+        match key.as_str() {
+            "lineEndings" => match value {
+                Json::String(s) if s == "lf" => f.line_endings_lf = true,
+                _ => errors.push(format!("{p}: formatting.lineEndings must be 'lf'")),
+            },
+            "finalNewline" | "trailingWhitespace" => match value {
+                Json::Bool(b) => {
+                    if key == "finalNewline" {
+                        f.final_newline = *b;
+                    } else {
+                        f.trailing_whitespace = *b;
+                    }
+                }
+                _ => errors.push(format!("{p}: formatting.{key} must be a boolean")),
+            },
+            _ => errors.push(format!("{p}: formatting: unknown field '{key}'")),
+        }
+    }
+    Some(f)
+}
+
+/// `fileCharacterLimits`: the ordered per-file overrides that parse.
+fn file_character_limits(
+    value: Option<&Json>,
+    errors: &mut Vec<String>,
+) -> Vec<FileCharacterLimit> {
+    let p = CONFIG_PATH;
+    match value {
+        None => Vec::new(),
+        Some(Json::Array(items)) => items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| file_character_limit(i, item, errors))
+            .collect(),
+        Some(_) => {
+            errors.push(format!("{p}: fileCharacterLimits must be an array"));
+            Vec::new()
+        }
+    }
+}
+
+/// `fileCharacterLimits[i]`, when both its fields are valid.
+fn file_character_limit(
+    i: usize,
+    item: &Json,
+    errors: &mut Vec<String>,
+) -> Option<FileCharacterLimit> {
+    let p = CONFIG_PATH;
+    let label = format!("{p}: fileCharacterLimits[{i}]");
+    let Json::Object(obj) = item else {
+        errors.push(format!("{label} must be an object"));
+        return None;
+    };
+    for (key, _) in obj {
+        if key != "pattern" && key != "maxCharacters" {
+            errors.push(format!("{label}: unknown field '{key}'"));
+        }
+    }
+    let field = |name: &str| obj.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let pattern = match field("pattern") {
+        Some(Json::String(s)) => match check_pattern(s) {
+            Ok(()) => Some(s.clone()),
+            Err(e) => {
+                errors.push(format!("{label}: {}", e.message()));
+                None
+            }
+        },
+        _ => {
+            errors.push(format!(
+                "{label}: {}",
+                super::glob::PatternError::NotRepoRelative.message()
+            ));
+            None
+        }
+    };
+    // JavaScript: `maxCharacters !== null` – an absent key is an error.
+    let max_characters = match field("maxCharacters") {
+        Some(Json::Null) => Some(None),
+        Some(v) => safe_integer(v).filter(|n| *n > 0.0).map(|n| Some(n as u64)),
+        None => None,
+    };
+    if max_characters.is_none() {
+        errors.push(format!(
+            "{label}: maxCharacters must be a positive integer or null"
+        ));
+    }
+    Some(FileCharacterLimit {
+        pattern: pattern?,
+        max_characters: max_characters?,
     })
 }
 

@@ -8,7 +8,7 @@ use git2::Repository;
 use super::config::ConstraintsConfig;
 use super::glob::Glob;
 use super::report::{Rule, Violation};
-use super::snapshot::TreeSnapshot;
+use super::snapshot::{Entry, TreeSnapshot};
 use super::{Policy, Stage, ValidateError, read_blob};
 
 pub(crate) struct TreeOptions<'a> {
@@ -66,47 +66,97 @@ pub(crate) fn validate_tree_constraints(
 
     if !config.read_only_files.is_empty() {
         let accepted = opts.accepted.ok_or(ValidateError::MissingAcceptedTree)?;
-        let globs: Vec<Glob> = config
-            .read_only_files
-            .iter()
-            .map(|p| Glob::new(p))
-            .collect();
-        // Accepted paths first, then paths only the candidate has (the
-        // order of letta-code's Set over both listings).
-        let accepted_paths = accepted.iter().map(|(p, _)| p);
-        let created = tree
-            .iter()
-            .map(|(p, _)| p)
-            .filter(|p| !accepted.contains(p));
-        for path in accepted_paths.chain(created) {
-            if !globs.iter().any(|g| g.is_match(path)) {
-                continue;
-            }
-            // Same mode and same object id = same bytes (content-addressed).
-            if accepted.get(path) != tree.get(path) {
-                out.push(Violation::new(
-                    Some(path),
-                    Rule::ReadOnly,
-                    format!("{path}: read-only file cannot be created, changed or removed"),
-                ));
-            }
-        }
+        read_only_violations(config, accepted, tree, &mut out);
     }
 
-    let overrides: Vec<(Glob, Option<u64>)> = config
-        .file_character_limits
-        .iter()
-        .map(|l| (Glob::new(&l.pattern), l.max_characters))
-        .collect();
+    let rules = FileRules {
+        repo,
+        config,
+        overrides: config
+            .file_character_limits
+            .iter()
+            .map(|l| (Glob::new(&l.pattern), l.max_characters))
+            .collect(),
+        root_marker,
+    };
     let mut core_characters: u64 = 0;
     for (path, entry) in &memory_files {
+        core_characters += rules.check(path, entry, &mut out)?;
+    }
+    if root_marker
+        && let Some(max) = config.max_core_memory_characters
+        && core_characters > max
+    {
+        out.push(Violation::new(
+            None,
+            Rule::CoreBudget,
+            format!("core memory: {core_characters} characters exceeds {max} from maxCoreMemoryCharacters"),
+        ));
+    }
+    Ok(out)
+}
+
+/// `readOnlyFiles`: a matching path created, changed or removed against
+/// the accepted tree.
+fn read_only_violations(
+    config: &ConstraintsConfig,
+    accepted: &TreeSnapshot,
+    tree: &TreeSnapshot,
+    out: &mut Vec<Violation>,
+) {
+    let globs: Vec<Glob> = config
+        .read_only_files
+        .iter()
+        .map(|p| Glob::new(p))
+        .collect();
+    // Accepted paths first, then paths only the candidate has (the
+    // order of letta-code's Set over both listings).
+    let accepted_paths = accepted.iter().map(|(p, _)| p);
+    let created = tree
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| !accepted.contains(p));
+    for path in accepted_paths.chain(created) {
+        if !globs.iter().any(|g| g.is_match(path)) {
+            continue;
+        }
+        // Same mode and same object id = same bytes (content-addressed).
+        if accepted.get(path) != tree.get(path) {
+            out.push(Violation::new(
+                Some(path),
+                Rule::ReadOnly,
+                format!("{path}: read-only file cannot be created, changed or removed"),
+            ));
+        }
+    }
+}
+
+/// The per-file rules: regular file, formatting, depth, size.
+struct FileRules<'a> {
+    repo: &'a Repository,
+    config: &'a ConstraintsConfig,
+    /// `fileCharacterLimits`, in order (the first match wins).
+    overrides: Vec<(Glob, Option<u64>)>,
+    root_marker: bool,
+}
+
+impl FileRules<'_> {
+    /// Check one memory file; returns the characters it adds to the core
+    /// budget.
+    fn check(
+        &self,
+        path: &str,
+        entry: &Entry,
+        out: &mut Vec<Violation>,
+    ) -> Result<u64, ValidateError> {
+        let (repo, config) = (self.repo, self.config);
         if !entry.is_regular() {
             out.push(Violation::new(
                 Some(path),
                 Rule::NotRegular,
                 format!("{path}: memory Markdown must be a regular file"),
             ));
-            continue;
+            return Ok(0);
         }
         let mut bytes: Option<Vec<u8>> = None;
         if let Some(formatting) = &config.formatting {
@@ -127,22 +177,19 @@ pub(crate) fn validate_tree_constraints(
                 format!("{path}: depth {depth} exceeds maxDepth {max}"),
             ));
         }
-        let (limit, source) = match overrides.iter().find(|(g, _)| g.is_match(path)) {
+        let (limit, source) = match self.overrides.iter().find(|(g, _)| g.is_match(path)) {
             Some((g, max)) => (*max, format!("glob '{}'", g.as_str())),
             None => (config.max_file_characters, "maxFileCharacters".to_string()),
         };
         let count_core =
-            root_marker && !path.contains('/') && config.max_core_memory_characters.is_some();
+            self.root_marker && !path.contains('/') && config.max_core_memory_characters.is_some();
         if limit.is_none() && !count_core {
-            continue;
+            return Ok(0);
         }
         let characters = match &bytes {
             Some(b) => count_code_points(b),
             None => count_code_points(&read_blob(repo, path, entry.oid, Stage::Constraints)?),
         };
-        if count_core {
-            core_characters += characters;
-        }
         if let Some(limit) = limit
             && characters > limit
         {
@@ -152,18 +199,8 @@ pub(crate) fn validate_tree_constraints(
                 format!("{path}: {characters} characters exceeds {limit} from {source}"),
             ));
         }
+        Ok(if count_core { characters } else { 0 })
     }
-    if root_marker
-        && let Some(max) = config.max_core_memory_characters
-        && core_characters > max
-    {
-        out.push(Violation::new(
-            None,
-            Rule::CoreBudget,
-            format!("core memory: {core_characters} characters exceeds {max} from maxCoreMemoryCharacters"),
-        ));
-    }
-    Ok(out)
 }
 
 /// The outermost directory of `path` lacking `<dir>/MEMORY.md`, if any:

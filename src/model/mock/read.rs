@@ -1,0 +1,84 @@
+//! What the mock's rules read of a request: the user's own words, the
+//! text of a message, a sub-agent's task, a tagged block.
+
+use crate::model::{Message, Part, Role};
+use crate::protocol::messages::strip_reminders;
+
+/// The user's own words: the last text part, not only reminders, of the
+/// last user message that has one, trimmed.
+pub fn last_user_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .find_map(|m| {
+            m.parts.iter().rev().find_map(|p| match p {
+                Part::Text { text } => {
+                    let s = strip_reminders(text);
+                    let s = s.trim();
+                    (!s.is_empty()).then(|| s.to_string())
+                }
+                _ => None,
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// A user message carrying nothing but `<system-reminder>` blocks (the
+/// runtime may send one after tool results).
+pub(super) fn is_reminder_only(m: &Message) -> bool {
+    m.role == Role::User
+        && m.parts.iter().all(|p| match p {
+            Part::Text { text } => strip_reminders(text).trim().is_empty(),
+            _ => false,
+        })
+}
+
+pub(super) fn clean_capture(s: &str) -> String {
+    s.trim()
+        .trim_end_matches(['。', '.', '!', '！'])
+        .trim()
+        .to_string()
+}
+
+/// The text of a message as the summary and reflection rules read it.
+pub(super) fn message_text(m: &Message) -> String {
+    let pieces: Vec<String> = m
+        .parts
+        .iter()
+        .map(|p| match p {
+            Part::Text { text } => strip_reminders(text).trim().to_string(),
+            Part::ToolCall {
+                name, arguments, ..
+            } => format!("{name} {arguments}"),
+            Part::ToolResult { name, text, .. } => format!("{name}: {text}"),
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    pieces.join("\n")
+}
+
+pub(super) fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+/// The task a sub-agent was given: its user messages' text.
+pub(super) fn task_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(message_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The text between the first `open` and the next `close`.
+pub(super) fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let start = text.find(open)? + open.len();
+    let end = text[start..].find(close)? + start;
+    Some(&text[start..end])
+}

@@ -1,0 +1,278 @@
+//! A turn's rules: the user's words matched against the rules (a tool
+//! call each), an integration turn, the question of what it knows, and the
+//! reply to tool results.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::json;
+
+use super::read::{between, clean_capture, is_reminder_only, last_user_text};
+use super::response::next_call_id;
+use crate::model::{Message, Part};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rule {
+    Run,
+    Forget,
+    Remember,
+    Persona,
+    Rename,
+    Delegate,
+    Recall,
+    Commit,
+}
+
+const RULE_PATTERNS: &[(Rule, &str)] = &[
+    (Rule::Run, r"(?i)^run:\s*(.+)"),
+    (Rule::Forget, r"忘掉[:：]\s*(.+)"),
+    (Rule::Forget, r"(?i)forget:\s*(.+)"),
+    (Rule::Rename, r"别再叫我\s*(.+?)\s*了[，,]\s*叫我\s*(.+)"),
+    (
+        Rule::Rename,
+        r"(?i)don[’']?t call me\s+(.+?),?\s+call me\s+(.+)",
+    ),
+    (Rule::Recall, r"回忆[:：]\s*(.+)"),
+    (Rule::Recall, r"(?i)^recall:\s*(.+)"),
+    (Rule::Delegate, r"后台记住[:：]\s*(.+)"),
+    (
+        Rule::Delegate,
+        r"(?i)in the background,?\s*remember:\s*(.+)",
+    ),
+    (Rule::Remember, r"记住[:：]\s*(.+)"),
+    (Rule::Remember, r"(?i)remember:\s*(.+)"),
+    (Rule::Persona, r"设定[:：]\s*(.+)"),
+    (Rule::Commit, r"^提交记忆"),
+    (Rule::Commit, r"(?i)^commit (your )?memory"),
+];
+
+/// Compiled rules, in priority order. Patterns are constants (a unit test
+/// checks that all compile), so a failure here drops the rule, never panics.
+pub(super) static RULES: LazyLock<Vec<(Rule, Regex)>> = LazyLock::new(|| {
+    RULE_PATTERNS
+        .iter()
+        .filter_map(|(r, p)| Regex::new(p).ok().map(|re| (*r, re)))
+        .collect()
+});
+
+pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
+    let last = messages.iter().rev().find(|m| !is_reminder_only(m));
+    if let Some(last) = last
+        && last
+            .parts
+            .iter()
+            .any(|p| matches!(p, Part::ToolResult { .. }))
+    {
+        return vec![Part::text(follow_up(last))];
+    }
+    let text = last_user_text(messages);
+    if let Some(parts) = integrate(&text) {
+        return parts;
+    }
+    for (rule, re) in RULES.iter() {
+        let Some(c) = re.captures(&text) else {
+            continue;
+        };
+        let group = |i: usize| c.get(i).map(|m| m.as_str()).unwrap_or("");
+        let (name, args) = match rule {
+            Rule::Run => {
+                let cmd = group(1).trim();
+                (
+                    "Bash",
+                    json!({"command": cmd, "description": format!("run {cmd}")}),
+                )
+            }
+            Rule::Forget => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "str_replace", "file_path": "human.md",
+                           "old_string": x, "new_string": "", "reason": format!("forget: {x}")}),
+                )
+            }
+            Rule::Remember => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "insert", "file_path": "human.md",
+                           "insert_text": format!("- {x}"), "reason": format!("remember: {x}")}),
+                )
+            }
+            Rule::Persona => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "insert", "file_path": "persona.md",
+                           "insert_text": format!("- {x}"), "reason": format!("persona: {x}")}),
+                )
+            }
+            Rule::Recall => {
+                let x = clean_capture(group(1));
+                ("recall_search", json!({"query": x, "subagent": true}))
+            }
+            Rule::Delegate => {
+                let x = clean_capture(group(1));
+                (
+                    "memory",
+                    json!({"command": "delegate", "instruction": format!("记住: {x}"),
+                           "reason": format!("delegate: remember {x}")}),
+                )
+            }
+            Rule::Commit => (
+                "memory",
+                json!({"command": "commit", "reason": "commit the pending memory edits"}),
+            ),
+            Rule::Rename => {
+                let (x, y) = (clean_capture(group(1)), clean_capture(group(2)));
+                (
+                    "memory",
+                    json!({"command": "str_replace", "file_path": "human.md",
+                           "old_string": x, "new_string": y, "reason": format!("rename: {x} -> {y}")}),
+                )
+            }
+        };
+        return vec![Part::ToolCall {
+            id: next_call_id(),
+            name: name.to_string(),
+            arguments: args,
+        }];
+    }
+    if ASK_ABOUT_ME.is_match(&text) {
+        return vec![Part::text(what_i_know(system, messages))];
+    }
+    vec![Part::text(format!("mock: {text}"))]
+}
+
+static ASK_ABOUT_ME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"你(知道|记得)我(什么|些什么)|(?i)what do you (know|remember) about me")
+        .unwrap_or_else(|e| unreachable!("constant pattern: {e}"))
+});
+
+/// The `- ` lines of the newest `<human>` block the model can see (the
+/// system prompt's, or a later `<memory_update>`'s), as an answer.
+fn what_i_know(system: &str, messages: &[Message]) -> String {
+    let texts = std::iter::once(system.to_string()).chain(messages.iter().flat_map(|m| {
+        m.parts.iter().filter_map(|p| match p {
+            Part::Text { text } => Some(text.clone()),
+            _ => None,
+        })
+    }));
+    let block = texts
+        .filter_map(|t| between(&t, "<human>", "</human>").map(str::to_string))
+        .next_back();
+    let facts: Vec<String> = block
+        .iter()
+        .flat_map(|b| b.lines())
+        .filter_map(|l| l.trim().strip_prefix("- ").map(|f| f.trim().to_string()))
+        .filter(|f| !f.is_empty())
+        .collect();
+    if facts.is_empty() {
+        "我还不知道关于你的事。".to_string()
+    } else {
+        format!("我记得：{}。", facts.join("；"))
+    }
+}
+
+/// An integration turn (the explicit merge mode): merge the reflection's
+/// branch, unless the merge instructions say not to.
+fn integrate(text: &str) -> Option<Vec<Part>> {
+    let block = between(
+        text,
+        "<reflection-integration branch=\"",
+        "</reflection-integration>",
+    )?;
+    let branch = block.split('"').next().unwrap_or("").to_string();
+    let instructions = between(
+        block,
+        "<reflection-merge-instructions>",
+        "</reflection-merge-instructions>",
+    )
+    .unwrap_or("")
+    .to_lowercase();
+    if instructions.contains("do not merge") || instructions.contains("不要合并") {
+        return Some(vec![Part::text(
+            "不合并：合并说明要求不要合并这个反思提议。".to_string(),
+        )]);
+    }
+    Some(vec![Part::ToolCall {
+        id: next_call_id(),
+        name: "memory".into(),
+        arguments: json!({"command": "merge", "branch": branch, "reason": "merge the reviewed reflection"}),
+    }])
+}
+
+/// The short revision in a memory tool result such as `Memory insert
+/// committed locally (abc1234).`
+fn committed_revision(text: &str) -> Option<&str> {
+    let rest = text.split(" committed").nth(1)?;
+    let inner = rest.split('(').nth(1)?.split(')').next()?;
+    (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_hexdigit())).then_some(inner)
+}
+
+/// The reply to a message of tool results.
+pub(super) fn follow_up(results: &Message) -> String {
+    let results: Vec<(&str, &str, bool)> = results
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolResult {
+                name,
+                text,
+                is_error,
+                ..
+            } => Some((name.as_str(), text.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    if let Some((_, text, _)) = results.iter().find(|r| r.2) {
+        return format!("操作失败：{text}");
+    }
+    match results.first() {
+        // Said only when the tool reports a commit, naming it: the reply
+        // comes from what happened, not from a fixed string.
+        Some(("memory", text, _)) if text.starts_with("Merged the reflection branch") => {
+            let rev = text.rsplit('(').next().unwrap_or("").trim_end_matches(").");
+            format!("好的，已合并反思分支（提交 {rev}）。")
+        }
+        Some(("memory", text, _)) if text.starts_with("Memory worker") => {
+            "好的，已交给后台记忆工作者处理。".to_string()
+        }
+        Some(("memory", text, _)) => match committed_revision(text) {
+            Some(rev) => format!("好的，已更新记忆（提交 {rev}）。"),
+            None => format!(
+                "记忆没有变化：{}",
+                text.chars().take(200).collect::<String>()
+            ),
+        },
+        Some((_, text, _)) => format!("工具结果：{}", text.chars().take(200).collect::<String>()),
+        None => "工具结果：".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Role;
+    #[test]
+    fn every_rule_pattern_compiles() {
+        assert_eq!(RULES.len(), RULE_PATTERNS.len());
+    }
+
+    #[test]
+    fn asked_what_it_knows_it_answers_from_the_newest_human_block() {
+        let user = |t: &str| Message {
+            role: Role::User,
+            parts: vec![Part::text(t)],
+        };
+        let system = "SYS\n<human>\n<description>d</description>\n- 我住在杭州\n</human>\n";
+        let answer = what_i_know(system, &[user("你知道我什么？")]);
+        assert_eq!(answer, "我记得：我住在杭州。");
+        // A later memory update replaces what the system prompt showed.
+        let update = "<system-reminder><memory_update><human>\n- 我住在杭州\n- 我喜欢绿茶\n</human></memory_update></system-reminder>";
+        let answer = what_i_know(system, &[user(update), user("what do you know about me?")]);
+        assert_eq!(answer, "我记得：我住在杭州；我喜欢绿茶。");
+        assert_eq!(what_i_know("SYS", &[]), "我还不知道关于你的事。");
+        assert!(ASK_ABOUT_ME.is_match("What do you know about me?"));
+        assert!(!ASK_ABOUT_ME.is_match("hello"));
+    }
+}
