@@ -113,5 +113,121 @@ fn main() {
     for l in lines {
         println!("  {l}");
     }
+    let iso = if rootless { "off" } else { "strict" };
+    let daemon = breakdown(h, runs, iso);
     run(h, &["supervisor", "stop"]);
+    let embedded = breakdown(h, runs, iso);
+    print_breakdown(runs, iso, &daemon, &embedded);
+}
+
+/// The phases of a turn: from one mark to the next (see
+/// `protocol::timings`; the first mark of that name in the turn).
+const PHASES: &[(&str, &str, &str)] = &[
+    ("CLI start, supervisor connect", "cli.main", "cli.connected"),
+    ("request to the supervisor", "cli.connected", "sup.received"),
+    (
+        "turn checks, conversation slot",
+        "sup.received",
+        "sup.slot_taken",
+    ),
+    (
+        "child plan (record, uid, cgroup)",
+        "sup.slot_taken",
+        "sup.child_planned",
+    ),
+    (
+        "fork, exec of the stage",
+        "sup.child_planned",
+        "stage.start",
+    ),
+    ("  namespaces, mounts", "stage.start", "stage.namespaces"),
+    ("  landlock", "stage.namespaces", "stage.landlock"),
+    ("  seccomp", "stage.landlock", "stage.seccomp"),
+    ("  hello, exec of the agent", "stage.seccomp", "agent.main"),
+    ("agent start (input, record)", "agent.main", "agent.loaded"),
+    (
+        "conversation, context open",
+        "agent.loaded",
+        "agent.context_open",
+    ),
+    (
+        "user message logged",
+        "agent.context_open",
+        "agent.user_logged",
+    ),
+    (
+        "prompt, request built",
+        "agent.user_logged",
+        "agent.request_built",
+    ),
+    (
+        "request stored, compaction check",
+        "agent.request_built",
+        "agent.model_asked",
+    ),
+    (
+        "model call (through the supervisor)",
+        "agent.model_asked",
+        "agent.model_answered",
+    ),
+    (
+        "response logged",
+        "agent.model_answered",
+        "agent.response_logged",
+    ),
+    (
+        "after the turn (memory check)",
+        "agent.response_logged",
+        "agent.done",
+    ),
+    ("child exit, reaped", "agent.done", "sup.child_exited"),
+    ("sync, reflection check", "sup.child_exited", "sup.answered"),
+    ("answer back to the CLI", "sup.answered", "cli.answered"),
+    ("whole turn (to the answer)", "cli.main", "cli.answered"),
+];
+
+/// Medians of each phase over `runs` one-shot turns with `--timings`.
+fn breakdown(h: &Path, runs: usize, iso: &str) -> Vec<f64> {
+    let mut per_phase: Vec<Vec<f64>> = vec![Vec::new(); PHASES.len()];
+    for i in 0..runs {
+        let o = run(
+            h,
+            &[
+                "chat",
+                "-p",
+                &format!("timed {i}"),
+                "--isolation",
+                iso,
+                "--json",
+                "--timings",
+            ],
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let marks = doc["timings"]["marks"].as_array().unwrap();
+        let at = |name: &str| {
+            marks
+                .iter()
+                .find(|m| m["name"] == name)
+                .and_then(|m| m["at_us"].as_f64())
+        };
+        for (k, (_, from, to)) in PHASES.iter().enumerate() {
+            if let (Some(a), Some(b)) = (at(from), at(to)) {
+                per_phase[k].push((b - a) / 1000.0);
+            }
+        }
+    }
+    per_phase
+        .into_iter()
+        .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
+        .collect()
+}
+
+fn print_breakdown(runs: usize, iso: &str, daemon: &[f64], embedded: &[f64]) {
+    println!(
+        "phases of one turn (`chat -p --timings`, isolation {iso}, {runs} runs, medians in ms):"
+    );
+    println!("  {:<38} {:>9} {:>9}", "phase", "daemon", "embedded");
+    for (k, (label, _, _)) in PHASES.iter().enumerate() {
+        println!("  {label:<38} {:>9.2} {:>9.2}", daemon[k], embedded[k]);
+    }
 }

@@ -8,6 +8,7 @@
 //! before `exec`: landlock confines only the calling thread, so it must run
 //! in this fresh single-threaded process.
 
+use crate::protocol::timings;
 use std::io::Write;
 use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
@@ -74,6 +75,14 @@ impl std::fmt::Display for StageFailure {
 /// applied before anything else, and failing to apply it is fatal.
 pub fn run(role: &str, agent: &str, policy: Option<&str>, argv: &[String]) -> StageFailure {
     tracing::debug!(role, agent, "child stage");
+    // A turn's child hands the stage's marks to the agent program, which
+    // reports them when the turn asked (`chat --timings`): a few clock
+    // reads, so they are always taken.
+    let timed = role == "agent";
+    if timed {
+        timings::enable();
+        timings::mark("stage.start");
+    }
     if let Some(text) = policy {
         let policy: StagePolicy = match serde_json::from_str(text) {
             Ok(p) => p,
@@ -95,7 +104,13 @@ pub fn run(role: &str, agent: &str, policy: Option<&str>, argv: &[String]) -> St
     let Some((program, args)) = argv.split_first() else {
         return StageFailure::Stage(std::io::Error::other("no program to run"));
     };
-    let error = std::process::Command::new(program).args(args).exec();
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if timed {
+        timings::mark("stage.exec");
+        command.env(timings::STAGE_ENV, timings::encode(&timings::taken()));
+    }
+    let error = command.exec();
     StageFailure::Exec {
         program: program.clone(),
         error,

@@ -889,3 +889,94 @@ fn a_chat_turn_a_draining_supervisor_did_not_take_goes_to_the_next_one() {
     let text = std::fs::read_to_string(log).unwrap();
     assert_eq!(text.matches("mock: second").count(), 1, "{text}");
 }
+
+/// `chat -p --timings`: one list of marks from the four processes of a
+/// turn (CLI, supervisor, child stage, agent program) on one clock, in the
+/// order the turn reaches them, and the phases between them; without the
+/// flag the answer carries none.
+#[test]
+fn a_timed_turn_shows_the_marks_of_every_process_in_order() {
+    if !confinement_or_skip("turn timings through the child stage") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    run(h, &["supervisor", "start"]);
+    let o = chat(h)
+        .args(["-a", "owl", "-p", "hi", "--json", "--timings"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let marks = doc["timings"]["marks"].as_array().unwrap();
+    let at = |name: &str| {
+        marks
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["at_us"].as_u64())
+            .unwrap_or_else(|| panic!("no mark {name} in {marks:?}"))
+    };
+    let order = [
+        "cli.main",
+        "cli.connected",
+        "cli.sent",
+        "sup.received",
+        "sup.slot_taken",
+        "sup.child_planned",
+        "stage.start",
+        "stage.namespaces",
+        "stage.landlock",
+        "stage.seccomp",
+        "stage.exec",
+        "agent.main",
+        "agent.loaded",
+        "agent.user_logged",
+        "agent.model_asked",
+        "agent.model_answered",
+        "agent.response_logged",
+        "agent.done",
+        "sup.child_exited",
+        "sup.answered",
+        "cli.answered",
+    ];
+    for w in order.windows(2) {
+        assert!(
+            at(w[0]) <= at(w[1]),
+            "{} ({}) after {} ({})",
+            w[0],
+            at(w[0]),
+            w[1],
+            at(w[1])
+        );
+    }
+    let phases = doc["timings"]["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), marks.len() - 1);
+    let whole = (at("cli.answered") - at("cli.main")) as f64 / 1000.0;
+    let sum: f64 = phases.iter().filter_map(|p| p["ms"].as_f64()).sum();
+    assert!(sum >= whole - 0.01, "phases {sum} ms < whole {whole} ms");
+    // The events the turn printed carry no timings event of the child.
+    assert!(
+        doc["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["type"] != "timings")
+    );
+    // Text mode: the table on stderr, the reply alone on stdout.
+    let o = chat(h)
+        .args(["-a", "owl", "-p", "hi", "--timings"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("timings (ms)") && stderr(&o).contains("agent.model_answered"));
+    assert!(!stdout(&o).contains("timings"), "{}", stdout(&o));
+    // Not asked: no marks anywhere.
+    let o = chat(h)
+        .args(["-a", "owl", "-p", "hi", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(doc.get("timings").is_none(), "{doc}");
+    run(h, &["supervisor", "stop"]);
+}

@@ -57,6 +57,7 @@ enum AgentProgram {
 
 /// `mini-letta-agent`'s `main`.
 pub fn agent_main() -> ExitCode {
+    crate::protocol::timings::note_start();
     let program = AgentProgram::parse();
     crate::console::init_logging(0);
     let result = match program {
@@ -89,6 +90,9 @@ fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Resu
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
+    if input.timings {
+        start_timings();
+    }
     // The supervisor serialises turns per conversation by the one it was
     // asked for: the turn must be that one.
     if let Some(c) = conversation
@@ -117,8 +121,26 @@ fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Resu
             });
         }
     };
+    crate::protocol::timings::mark("agent.loaded");
     run_turn(&agent, &record, &input, client.clone(), &mut emit)?;
+    if input.timings {
+        crate::protocol::timings::mark("agent.done");
+        emit_json_line(&TurnEvent::Timings {
+            marks: crate::protocol::timings::taken(),
+        });
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The turn asked for its marks: the stage's (from the environment it
+/// handed over), this program's start, and from now on every step's.
+fn start_timings() {
+    use crate::protocol::timings;
+    timings::enable_from_start("agent.main");
+    if let Ok(stage) = std::env::var(timings::STAGE_ENV) {
+        timings::extend(timings::decode(&stage));
+    }
+    timings::mark("agent.input_read");
 }
 
 fn subagent(agent_dir: &std::path::Path) -> anyhow::Result<ExitCode> {

@@ -122,14 +122,17 @@ pub fn run_turn(
 ) -> Result<TurnEvent, RuntimeError> {
     let mut conv = Conversation::open(agent, &input.conversation)?;
     settle_dangling(&mut conv, DID_NOT_COMPLETE)?;
+    crate::protocol::timings::mark("agent.conversation_open");
     let head_at_start = memory_head(agent);
     let model = input.model.clone().unwrap_or_else(|| record.model.clone());
     // Context accounting and compaction (agent::context).
     let window = TurnContext::open(agent, record, input, &model, &conv, channel.clone())?;
+    crate::protocol::timings::mark("agent.context_open");
     if input.compact.is_some() {
         return Ok(window.manual(&mut conv, input.compact.as_deref(), emit)?);
     }
     let user_id = append_user_message(agent, record, input, &mut conv, emit)?;
+    crate::protocol::timings::mark("agent.user_logged");
     let mut turn = Turn {
         tools: tool_context(agent, record, input, &channel),
         agent,
@@ -157,6 +160,7 @@ pub fn run_turn(
         }
     };
     after_turn(agent, &turn.conv, head_at_start.as_deref());
+    crate::protocol::timings::mark("agent.after_turn");
     let done = TurnEvent::Done {
         stop_reason: stop.to_string(),
         text: turn.last_text,
@@ -248,7 +252,9 @@ impl Turn<'_> {
         emit: &mut dyn FnMut(&TurnEvent),
     ) -> Result<Option<&'static str>, RuntimeError> {
         let request = self.build_request(emit)?;
+        crate::protocol::timings::mark("agent.request_built");
         let (request, response) = self.ask_model(request, emit);
+        crate::protocol::timings::mark("agent.model_answered");
         let response = match response {
             Ok(r) => r,
             Err(e) => {
@@ -257,6 +263,7 @@ impl Turn<'_> {
             }
         };
         let calls = self.record_response(&response, &request, emit)?;
+        crate::protocol::timings::mark("agent.response_logged");
         if calls.is_empty() {
             return Ok(Some("end_turn"));
         }
@@ -327,6 +334,7 @@ impl Turn<'_> {
         let mut request = window.preflight(conv, request, &mut fit, emit);
         // What the model was sent, for operators (and tests).
         let _ = conv.write_last_request(agent, &request);
+        crate::protocol::timings::mark("agent.model_asked");
         let mut response = complete_with_retries(&self.channel, &request, emit);
         // The provider said it does not fit: the next rung, and again.
         for _ in 0..MAX_OVERFLOW_RETRIES {

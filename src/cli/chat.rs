@@ -26,6 +26,7 @@ use crate::agent::context::window::env_windows;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::client::ClientError;
 use crate::protocol::events::ChildEnd;
+use crate::protocol::timings;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
 use crate::store;
@@ -100,6 +101,12 @@ pub struct ChatArgs {
     /// release) instead of being refused.
     #[arg(long, value_name = "SECS")]
     wait_owner: Option<u64>,
+    /// With a one-shot message: where the turn's time went — the marks the
+    /// CLI, the supervisor, the child stage and the agent program took, and
+    /// the phases between them (on stderr; with --json, as "timings" in the
+    /// document).
+    #[arg(long)]
+    timings: bool,
 }
 
 /// Largest message read from stdin or a file.
@@ -161,6 +168,9 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let one_shot = one_shot_text(args)?;
+    if args.timings {
+        timings::enable_from_start("cli.main");
+    }
     let (env_window, reflection_window) = env_windows()?;
     interrupt::install();
     let (record, agent) = super::sync::find_or_clone(&home, args.agent.as_deref())?;
@@ -186,6 +196,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         context_window_override: env_window,
         reflection_context_window: reflection_window,
         compact: None,
+        timings: args.timings,
     };
     let Some(prompt) = one_shot else {
         return interactive(&mut runner, &home, &record, args, &input);
@@ -215,14 +226,22 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .find(|e| e["type"] == "error")
             .map(|e| e["message"].clone());
-        output::json(&json!({
+        let mut doc = json!({
             "text": text,
             "stop_reason": stop_reason,
             "error": error,
             "events": events,
-        }))?;
+        });
+        if args.timings {
+            let marks = timings::taken();
+            doc["timings"] = json!({ "marks": marks, "phases": timings::phases(&marks) });
+        }
+        output::json(&doc)?;
     } else {
         printer.end_line()?;
+        if args.timings {
+            print_timings(&timings::taken());
+        }
     }
     if let Some(sig) = interrupt::end_requested() {
         return Ok(ExitCode::from(128 + sig as u8));
@@ -232,6 +251,27 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         "cancelled" => ExitCode::from(130),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// The marks of a turn in time order on stderr: milliseconds since the
+/// command began, and since the mark before.
+fn print_timings(marks: &[timings::Mark]) {
+    let mut sorted = marks.to_vec();
+    sorted.sort_by_key(|m| m.at_us);
+    let Some(first) = sorted.first().map(|m| m.at_us) else {
+        return;
+    };
+    eprintln!("timings (ms): since start, since the mark before, mark");
+    let mut before = first;
+    for m in &sorted {
+        eprintln!(
+            "  {:>8.2} {:>8.2}  {}",
+            m.at_us.saturating_sub(first) as f64 / 1000.0,
+            m.at_us.saturating_sub(before) as f64 / 1000.0,
+            output::field(&m.name)
+        );
+        before = m.at_us;
+    }
 }
 
 /// The spinner runs while a model request is out.
@@ -382,6 +422,7 @@ impl TurnRunner {
     fn session(&mut self) -> anyhow::Result<&mut Session> {
         if self.session.is_none() {
             let session = Session::open(&self.home)?;
+            timings::mark("cli.connected");
             interrupt::set_stopper(session.stopper());
             self.session = Some(session);
         }
@@ -478,12 +519,14 @@ fn turn(
             context_window: input.context_window_override,
             reflection_context_window: input.reflection_context_window,
             wait_owner_secs: wait_owner,
+            timings: input.timings,
         }),
         &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
     );
     drop(in_r);
     drop(out_w);
     drop(err_w);
+    timings::mark("cli.sent");
     let req = match sent {
         Ok(r) => r,
         Err(ClientError::Io(_) | ClientError::Closed) => return Err(NotTaken.into()),
@@ -505,6 +548,10 @@ fn turn(
         Err(e) if e.code() == Some(ErrorCode::NotTaken) => return Err(NotTaken.into()),
         Err(e) => return Err(e.into()),
     };
+    timings::mark("cli.answered");
+    if let Some(marks) = ended.get("timings") {
+        timings::extend(serde_json::from_value(marks.clone()).unwrap_or_default());
+    }
     let fed = feeder
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("input thread panicked")));
@@ -584,9 +631,12 @@ fn read_events(
         };
         seen += 1;
         match serde_json::from_str::<TurnEvent>(&line) {
+            // The child's marks join this command's (checked there).
+            Ok(TurnEvent::Timings { marks }) => timings::extend(marks),
             Ok(e) => {
                 on_event(&e);
                 if matches!(e, TurnEvent::Done { .. }) {
+                    timings::mark("cli.done_event");
                     done = Some(e);
                 }
             }

@@ -230,6 +230,7 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
         context_window_override: env_window,
         reflection_context_window: reflection_window,
         compact: Some(mode),
+        timings: false,
     };
     let mut compaction = None;
     let mut error = None;

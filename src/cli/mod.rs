@@ -186,6 +186,7 @@ impl Cli {
 /// command quietly with success, as a filter's would: neither the panic of
 /// a `println!` into the closed pipe nor a write error is reported.
 pub fn main() -> ExitCode {
+    crate::protocol::timings::note_start();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if !panic_text(info.payload()).is_some_and(output::is_broken_pipe_message) {

@@ -340,6 +340,10 @@ pub struct TurnParams {
     /// of the agent to end (`chat --wait-owner`) instead of being refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_owner_secs: Option<u64>,
+    /// `chat --timings`: the answer carries the supervisor's marks of this
+    /// turn (`timings`, see `protocol::timings`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timings: bool,
 }
 
 fn default_conversation() -> String {

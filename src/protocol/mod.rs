@@ -28,6 +28,7 @@ pub mod events;
 pub mod frames;
 pub mod messages;
 pub mod task;
+pub mod timings;
 pub mod turn;
 
 pub use events::Event;

@@ -45,6 +45,10 @@ pub struct TurnInput {
     /// in this mode (`all` or `sliding_window`); `text` is ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact: Option<String>,
+    /// `chat --timings`: the agent reports its marks (and the stage's) in a
+    /// `timings` event after `done`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timings: bool,
 }
 
 fn yes() -> bool {
@@ -122,5 +126,10 @@ pub enum TurnEvent {
         text: String,
         steps: u32,
         usage: Usage,
+    },
+    /// The marks the child stage and the agent program recorded (only when
+    /// the turn input asked for them), after `done`.
+    Timings {
+        marks: Vec<super::timings::Mark>,
     },
 }

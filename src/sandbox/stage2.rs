@@ -3,6 +3,7 @@
 //! thread, hence a fresh process) and then seccomp, last, because its filter
 //! denies calls the earlier steps need.
 
+use crate::protocol::timings;
 use std::path::PathBuf;
 
 use landlock::{
@@ -83,6 +84,7 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
     if let Some(ns) = &policy.namespaces {
         // Returns in the program process only, capabilities dropped.
         super::namespaces::enter(ns)?;
+        timings::mark("stage.namespaces");
     }
     if policy.require_no_caps {
         let (eff, prm, amb) = capabilities()?;
@@ -102,6 +104,7 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
     set_no_new_privs()?;
     if policy.landlock {
         apply_landlock(policy, egress_port)?;
+        timings::mark("stage.landlock");
     }
     if policy.seccomp {
         let opts = seccomp::Options {
@@ -113,6 +116,7 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
             role: policy.seccomp_role,
             source,
         })?;
+        timings::mark("stage.seccomp");
     }
     Ok(())
 }

@@ -151,6 +151,7 @@ async fn run_internal_turn(
         context_window_override: p.task.context_window,
         reflection_context_window: None,
         compact: None,
+        timings: false,
     };
     let bytes = serde_json::to_vec(&input).map_err(|e| e.to_string())?;
     // The child reads its input and writes its events on threads of their

@@ -15,6 +15,7 @@ use super::state::{Peer, State, blocking, error};
 use super::untrusted;
 use crate::paths::AgentPaths;
 use crate::protocol::events::{ChildEnd, ChildExit, ChildStart};
+use crate::protocol::timings::Marks;
 use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
@@ -45,6 +46,8 @@ pub struct SubagentLaunch {
     pub task: Option<crate::protocol::task::SubagentTask>,
     /// The conversation a turn child runs.
     pub conversation: Option<String>,
+    /// The launch's marks go into the answer (`timings`): `chat --timings`.
+    pub timings: bool,
 }
 
 /// Start a child; its worktree and task, when given, are recorded with it
@@ -55,9 +58,11 @@ pub async fn spawn_with(
     fds: PassedFds,
     sub: SubagentLaunch,
 ) -> Result<Outcome, Outcome> {
+    let mut marks = Marks::new(sub.timings);
     let (isolation, stdio) = check_spawn(state, &params, fds)?;
     let workspace = params.workspace.as_ref().map(PathBuf::from);
     let (record, agent, plan) = prepare_child(state, &params, &sub, isolation, &workspace).await?;
+    marks.mark("sup.child_planned");
     let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
@@ -95,7 +100,9 @@ pub async fn spawn_with(
             return Err(error(ErrorCode::Internal, e.to_string()));
         }
     };
+    marks.mark("sup.child_forked");
     let id = register_child(state, &record, &params, &sub, &launched, wrapper_depth, uid).await?;
+    marks.mark("sup.child_registered");
     state.accounting.track(id, groups.clone());
     let ends = ChildEnds { ours, egress };
     serve_child(state, id, &record, &params, sub, ends, launched.pid)?;
@@ -118,9 +125,12 @@ pub async fn spawn_with(
         role: params.role.clone(),
         pid: launched.pid,
     }));
-    Ok(Outcome::Result(
-        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role }),
-    ))
+    let mut started =
+        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role });
+    if let Some(list) = marks.into_list() {
+        started["timings"] = json!(list);
+    }
+    Ok(Outcome::Result(started))
 }
 
 fn internal(what: &str, e: std::io::Error) -> Outcome {

@@ -87,6 +87,7 @@ pub async fn recall_delegate(
         worktree: None,
         task: Some(task),
         conversation: None,
+        timings: false,
     };
     let child = match spawn_with(state, spawn, Vec::new(), sub).await {
         Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),

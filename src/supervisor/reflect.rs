@@ -105,6 +105,7 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
                 worktree: Some((worktree_name.clone(), worktree_dir.clone())),
                 task: Some(prepared.task.clone()),
                 conversation: None,
+                timings: false,
             };
             start_child(state, spawn, Vec::new(), sub)
                 .await

@@ -13,6 +13,7 @@ use super::launch::{SubagentLaunch, spawn_with};
 use super::state::{State, blocking, error};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
+use crate::protocol::timings::Marks;
 use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::store;
 use crate::store::record::AgentRecord;
@@ -38,27 +39,36 @@ async fn try_run_turn(
     fds: PassedFds,
     gone: CancellationToken,
 ) -> Result<Outcome, Outcome> {
+    let mut marks = Marks::new(params.timings);
+    marks.mark("sup.received");
     if state.is_stopping() {
         return Err(error(ErrorCode::Unavailable, "the supervisor is stopping"));
     }
     let (record, agent, model) = check_turn(state, &params).await?;
+    marks.mark("sup.checked");
     // In a cluster, only the agent's owner runs its turns (issue 35).
     let wait = params.wait_owner_secs.map(std::time::Duration::from_secs);
     super::cluster::own(state, &record.id, wait).await?;
     let conversation = params.conversation.clone();
     let slot = take_slot(state, &record.id, &conversation, &fds, &gone).await?;
+    marks.mark("sup.slot_taken");
     let spawn = turn_spawn(&params, &record, &agent, model)?;
     // Subscribed before the launch, so the exit cannot pass unseen.
     let events = state.events.subscribe();
     let sub = SubagentLaunch {
         conversation: Some(conversation.clone()),
+        timings: params.timings,
         ..SubagentLaunch::default()
     };
-    let Outcome::Result(started) = spawn_with(state, spawn, fds, sub).await? else {
+    let Outcome::Result(mut started) = spawn_with(state, spawn, fds, sub).await? else {
         return Err(error(ErrorCode::Internal, "the turn's child did not start"));
     };
+    if let Some(launch) = started.as_object_mut().and_then(|o| o.remove("timings")) {
+        marks.extend(serde_json::from_value(launch).unwrap_or_default());
+    }
     let id = started["child"].as_u64().unwrap_or_default();
     let (end, signalled) = watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
+    marks.mark("sup.child_exited");
     // Killed by us: the turn was cancelled. A child that finished on its
     // own just before the signal was not (its answer stands).
     let cancelled = signalled && matches!(end, ChildEnd::Killed { .. });
@@ -74,6 +84,7 @@ async fn try_run_turn(
         super::autosync::sync_after(state, &record.id, Some(conversation.clone())).await
     };
     super::cluster::acknowledged(state, synced.as_ref())?;
+    marks.mark("sup.synced");
     // A finished turn may trigger a reflection (spec §5.1); it runs on
     // under the supervisor while the caller gets its answer.
     let reflection = if cancelled {
@@ -88,6 +99,7 @@ async fn try_run_turn(
         )
         .await
     };
+    marks.mark("sup.answered");
     let ended = TurnEnded {
         end,
         conversation,
@@ -95,7 +107,11 @@ async fn try_run_turn(
         reflection,
         synced,
     };
-    Ok(Outcome::Result(ended.into_result(started)))
+    let mut result = ended.into_result(started);
+    if let (Some(list), Some(obj)) = (marks.into_list(), result.as_object_mut()) {
+        obj.insert("timings".into(), json!(list));
+    }
+    Ok(Outcome::Result(result))
 }
 
 /// Everything a turn needs is checked before anything is stored: a bad

@@ -291,6 +291,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         worktree: Some((worktree.name.clone(), worktree.dir.clone())),
         task: Some(task),
         conversation: None,
+        timings: false,
     };
     let child = match start_child(state, spawn, Vec::new(), sub).await {
         Ok(child) => child,

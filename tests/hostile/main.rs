@@ -19,3 +19,4 @@ mod recovery;
 mod subagents;
 mod sync;
 mod terminal;
+mod timings;
