@@ -507,7 +507,11 @@ fn turn(
     let in_r = OwnedFd::from(in_r);
     let out_w = OwnedFd::from(out_w);
     let err_w = OwnedFd::from(err_w);
-    let relay_err = std::thread::spawn(move || relay_child_errors(err_r));
+    let (relayed, relay_err) = std::sync::mpsc::channel::<()>();
+    let relay = std::thread::spawn(move || {
+        relay_child_errors(err_r);
+        let _ = relayed.send(());
+    });
     let client = &mut session.client;
     let sent = client.send_request_with_fds(
         Call::TurnRun(TurnParams {
@@ -564,7 +568,7 @@ fn turn(
                 .to_string(),
             waits: session.is_embedded(),
         });
-    wait_briefly(relay_err);
+    wait_briefly(relay, relay_err);
     if ended["cancelled"] == json!(true) {
         let done = TurnEvent::Done {
             stop_reason: "cancelled".into(),
@@ -648,13 +652,14 @@ fn read_events(
 
 /// The child's stderr closes with it; a lingering descendant could keep it
 /// open, so wait only briefly — but do wait: the error that ended it is there.
-fn wait_briefly(relay_err: std::thread::JoinHandle<()>) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while !relay_err.is_finished() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    if relay_err.is_finished() {
-        let _ = relay_err.join();
+/// Woken by the relay's own signal when it ends (a poll would add its
+/// interval to every turn).
+fn wait_briefly(relay: std::thread::JoinHandle<()>, relayed: std::sync::mpsc::Receiver<()>) {
+    if relayed
+        .recv_timeout(std::time::Duration::from_secs(2))
+        .is_ok()
+    {
+        let _ = relay.join();
     }
 }
 

@@ -419,7 +419,9 @@ impl Conversation {
         request: &crate::protocol::messages::ModelRequest,
     ) -> Result<(), ConversationError> {
         let record = last_request::record(request, LAST_REQUEST_MAX_BYTES);
-        self.write_file(LAST_REQUEST_FILE_NAME, &record)?;
+        // For operators only: nothing reads it back after a crash.
+        self.dir
+            .replace_file_unsynced(LAST_REQUEST_FILE_NAME, &record, FILE_PERM)?;
         last_request::prune(agent, LAST_REQUEST_MAX_FILES)
     }
 
