@@ -431,16 +431,7 @@ impl Node {
             return Ok(());
         }
         self.forget(agent, Change::Lost, self.lost_at()).await;
-        match first_kv(&done.op_responses()) {
-            Some(kv) => Err(ClusterError::NotOwner {
-                agent: agent.to_string(),
-                owner: owner_shown(&kv),
-            }),
-            None => Err(ClusterError::NotOwned {
-                host: self.cfg.host_id.clone(),
-                agent: agent.to_string(),
-            }),
-        }
+        Err(self.not_ours(agent, &done.op_responses()))
     }
 
     /// [`Self::confirm`] from a blocking thread (a sync runs on one).
@@ -473,15 +464,21 @@ impl Node {
             return Ok(());
         }
         self.forget(agent, Change::Lost, self.lost_at()).await;
-        match first_kv(&done.op_responses()) {
-            Some(kv) => Err(ClusterError::NotOwner {
+        Err(self.not_ours(agent, &done.op_responses()))
+    }
+
+    /// Why a transaction on this host's owner key failed: another host owns
+    /// the agent (named from the key read back), or nobody does.
+    fn not_ours(&self, agent: &str, read_back: &[TxnOpResponse]) -> ClusterError {
+        match first_kv(read_back) {
+            Some(kv) => ClusterError::NotOwner {
                 agent: agent.to_string(),
                 owner: owner_shown(&kv),
-            }),
-            None => Err(ClusterError::NotOwned {
+            },
+            None => ClusterError::NotOwned {
                 host: self.cfg.host_id.clone(),
                 agent: agent.to_string(),
-            }),
+            },
         }
     }
 

@@ -312,3 +312,17 @@ pub fn hostile_child() -> PathBuf {
         })
         .clone()
 }
+
+/// mini-letta's programs as installed side by side in `dir`, with the
+/// agent program replaced by the shell `script`: a copy of the CLI and of
+/// the child stage, and a hostile `mini-letta-agent`. Returns the CLI.
+pub fn install_with_agent_program(dir: &Path, script: &str) -> PathBuf {
+    let cli = dir.join("mini-letta");
+    std::fs::copy(bin(), &cli).unwrap();
+    let stage = bin().with_file_name("mini-letta-stage2");
+    std::fs::copy(&stage, dir.join("mini-letta-stage2")).unwrap();
+    let agent = dir.join("mini-letta-agent");
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    cli
+}

@@ -407,20 +407,13 @@ fn chat_over_an_agent_program_writing_200mb_lines_stays_small() {
     // mini-letta's programs are installed side by side: a copy of the CLI
     // and the child stage beside a hostile agent program.
     let dir = tempfile::tempdir().unwrap();
-    let cli = dir.path().join("mini-letta");
-    std::fs::copy(bin(), &cli).unwrap();
-    let stage = bin().with_file_name("mini-letta-stage2");
-    std::fs::copy(&stage, dir.path().join("mini-letta-stage2")).unwrap();
-    let agent = dir.path().join("mini-letta-agent");
-    std::fs::write(
-        &agent,
-        format!(
+    let cli = crate::common::install_with_agent_program(
+        dir.path(),
+        &format!(
             "#!/bin/sh\nhead -c {BIG_LINE_BYTES} /dev/zero | tr '\\0' x >&2\necho >&2\n\
              head -c {BIG_LINE_BYTES} /dev/zero | tr '\\0' y\necho\nexit 3\n"
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let (_, err, ok, peak) =
         run_measured_program(&cli, home.path(), &["chat", "-a", "demo", "-p", "hi"]);
     assert!(!ok, "the hostile agent program cannot finish a turn");
