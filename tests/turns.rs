@@ -971,6 +971,14 @@ fn a_timed_turn_shows_the_marks_of_every_process_in_order() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("timings (ms)") && stderr(&o).contains("agent.model_answered"));
     assert!(!stdout(&o).contains("timings"), "{}", stdout(&o));
+    // Only a one-shot turn is timed; an interactive chat says so.
+    let o = chat(h).args(["-a", "owl", "--timings"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--timings needs a one-shot message"),
+        "{}",
+        stderr(&o)
+    );
     // Not asked: no marks anywhere.
     let o = chat(h)
         .args(["-a", "owl", "-p", "hi", "--json"])

@@ -169,6 +169,9 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     };
     let one_shot = one_shot_text(args)?;
     if args.timings {
+        if one_shot.is_none() {
+            bail!("--timings needs a one-shot message (-p TEXT, -p - or --prompt-file F)");
+        }
         timings::enable_from_start("cli.main");
     }
     let (env_window, reflection_window) = env_windows()?;
