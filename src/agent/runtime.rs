@@ -202,7 +202,7 @@ fn append_user_message(
     });
     let user_id = conv.next_id();
     conv.append(StoredMessage::new(user_id.clone(), Role::User, parts))?;
-    conv.set_pending_reminders(&[])?;
+    conv.clear_pending_reminders()?;
     Ok(user_id)
 }
 

@@ -507,6 +507,20 @@ impl Conversation {
         self.write_file(PENDING_REMINDERS_FILE_NAME, &json)
     }
 
+    /// Empty the reminder queue once its reminders are delivered; when
+    /// there is no queue, or it is already empty — the common turn —
+    /// nothing is written (an atomic replace costs two disk flushes).
+    pub fn clear_pending_reminders(&self) -> Result<(), ConversationError> {
+        let queued = read_optional(&self.dir, PENDING_REMINDERS_FILE_NAME, MAX_JSON_BYTES)?;
+        let empty = queued.as_deref().is_none_or(|b| {
+            serde_json::from_slice::<RemindersFile>(b).is_ok_and(|r| r.items.is_empty())
+        });
+        if empty {
+            return Ok(());
+        }
+        self.set_pending_reminders(&[])
+    }
+
     /// Queue one reminder (replacing one with the same id).
     pub fn queue_reminder(&self, id: &str, text: &str) -> Result<(), ConversationError> {
         let mut items = self.pending_reminders()?;
@@ -963,6 +977,32 @@ mod tests {
         for line in text.lines() {
             serde_json::from_str::<StoredMessage>(line).unwrap();
         }
+    }
+
+    /// Delivered reminders leave an empty queue behind; a turn with nothing
+    /// queued writes nothing (the file is not replaced: same inode); an
+    /// unreadable queue is emptied rather than warned about forever.
+    #[test]
+    fn clearing_the_reminder_queue_writes_only_when_there_is_one() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Home::at(dir.path()).agent("agent-x").unwrap();
+        let c = Conversation::open(&agent, "default").unwrap();
+        let file = c.paths().pending_reminders_json();
+        c.clear_pending_reminders().unwrap();
+        assert!(!file.exists(), "no queue, nothing written");
+        c.queue_reminder("r1", "hello").unwrap();
+        c.clear_pending_reminders().unwrap();
+        assert!(c.pending_reminders().unwrap().is_empty());
+        let inode = std::fs::metadata(&file).unwrap().ino();
+        c.clear_pending_reminders().unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().ino(), inode);
+        std::fs::write(&file, b"{not json").unwrap();
+        c.clear_pending_reminders().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&std::fs::read(&file).unwrap()).unwrap(),
+            serde_json::json!({"items": []})
+        );
     }
 
     /// Append raw bytes to conversation `id`'s log.
