@@ -115,6 +115,21 @@ impl Node {
         etcd_error(&self.cfg, what, e)
     }
 
+    /// One transaction, bounded in time like every request; `what` names
+    /// it in the error when etcd does not answer.
+    async fn transact(
+        &self,
+        txn: Txn,
+        what: &str,
+    ) -> Result<etcd_client::TxnResponse, ClusterError> {
+        self.bounded(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+        .map_err(|e| self.fail(what, e))
+    }
+
     /// The lease, if it is surely alive now.
     fn live_lease(&self) -> Result<i64, ClusterError> {
         match *lock(&self.lease) {
@@ -193,13 +208,7 @@ impl Node {
                     None,
                 ),
             ]);
-        let done = self
-            .bounded(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(|e| self.fail("did not register this host", e))?;
+        let done = self.transact(txn, "did not register this host").await?;
         if !done.succeeded() {
             let _ = self
                 .bounded(|mut c| async move { c.lease_revoke(id).await })
@@ -360,12 +369,8 @@ impl Node {
             )])
             .or_else([TxnOp::get(key, None)]);
         let done = self
-            .bounded(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(|e| self.fail("did not answer who owns the agent", e))?;
+            .transact(txn, "did not answer who owns the agent")
+            .await?;
         if done.succeeded() {
             let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
             return self.taken(agent, epoch).await;
@@ -421,12 +426,8 @@ impl Node {
             ])
             .or_else([TxnOp::get(key, None)]);
         let done = self
-            .bounded(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(|e| self.fail("did not confirm this host's ownership", e))?;
+            .transact(txn, "did not confirm this host's ownership")
+            .await?;
         if done.succeeded() {
             return Ok(());
         }
@@ -452,13 +453,7 @@ impl Node {
             ])
             .and_then([TxnOp::delete(key.clone(), None)])
             .or_else([TxnOp::get(key, None)]);
-        let done = self
-            .bounded(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(|e| self.fail("did not release the agent", e))?;
+        let done = self.transact(txn, "did not release the agent").await?;
         if done.succeeded() {
             self.forget(agent, Change::Released, sent).await;
             return Ok(());

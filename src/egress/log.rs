@@ -167,14 +167,8 @@ fn read_log(path: &std::path::Path) -> Result<Option<Vec<u8>>, EgressError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(err(e)),
+    let Some(file) = super::policy::open_no_follow(path)? else {
+        return Ok(None);
     };
     if !file.metadata().map_err(err)?.is_file() {
         return Ok(None);

@@ -108,9 +108,9 @@ pub(super) fn private_dirs(network: &Path, dir: &Path) -> Result<(), EgressError
     Ok(())
 }
 
-/// A small regular file's bytes, never through a symlink; `None` when it
-/// does not exist.
-pub(super) fn read_small(path: &Path) -> Result<Option<Vec<u8>>, EgressError> {
+/// `path` opened for reading, never through a symlink (nor blocking on a
+/// FIFO); `None` when it does not exist.
+pub(super) fn open_no_follow(path: &Path) -> Result<Option<std::fs::File>, EgressError> {
     let err = |source: std::io::Error| EgressError::Read {
         path: path.to_path_buf(),
         source,
@@ -123,6 +123,19 @@ pub(super) fn read_small(path: &Path) -> Result<Option<Vec<u8>>, EgressError> {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(err(e)),
+    };
+    Ok(Some(file))
+}
+
+/// A small regular file's bytes, never through a symlink; `None` when it
+/// does not exist.
+pub(super) fn read_small(path: &Path) -> Result<Option<Vec<u8>>, EgressError> {
+    let err = |source: std::io::Error| EgressError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let Some(file) = open_no_follow(path)? else {
+        return Ok(None);
     };
     let meta = file.metadata().map_err(err)?;
     if !meta.is_file() || meta.len() > MAX_FILE {

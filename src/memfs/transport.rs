@@ -420,6 +420,22 @@ fn push_cli(git_dir: &Path, url: &str, updates: &[Update<'_>]) -> Result<Pushed,
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// Both refs a fenced push moves: `(old, new)` of main and of the fence.
+    fn main_and_fence(main: (Option<Oid>, Oid), fence: (Option<Oid>, Oid)) -> [Update<'static>; 2] {
+        [
+            Update {
+                name: "refs/heads/main",
+                old: main.0,
+                new: main.1,
+            },
+            Update {
+                name: "refs/mini-letta/fence",
+                old: fence.0,
+                new: fence.1,
+            },
+        ]
+    }
     use std::path::PathBuf;
 
     fn commit(repo: &Repository, parent: Option<Oid>, text: &str) -> Oid {
@@ -444,18 +460,7 @@ mod tests {
         let base = commit(&local, None, "base");
         let fence = commit(&local, None, "fence");
         let url = remote_dir.to_str().unwrap().to_string();
-        let first = [
-            Update {
-                name: "refs/heads/main",
-                old: None,
-                new: base,
-            },
-            Update {
-                name: "refs/mini-letta/fence",
-                old: None,
-                new: fence,
-            },
-        ];
+        let first = main_and_fence((None, base), (None, fence));
         assert_eq!(
             push(&local, local.path(), &url, &first).unwrap(),
             Pushed::Done
@@ -479,18 +484,7 @@ mod tests {
             &local,
             local.path(),
             url,
-            &[
-                Update {
-                    name: "refs/heads/main",
-                    old: Some(base),
-                    new: next,
-                },
-                Update {
-                    name: "refs/mini-letta/fence",
-                    old: Some(stale_fence),
-                    new: new_fence,
-                },
-            ],
+            &main_and_fence((Some(base), next), (Some(stale_fence), new_fence)),
         )
         .unwrap();
         assert!(matches!(refused, Pushed::Rejected(_)), "{refused:?}");
@@ -505,18 +499,7 @@ mod tests {
             &local,
             local.path(),
             url,
-            &[
-                Update {
-                    name: "refs/heads/main",
-                    old: Some(base),
-                    new: next,
-                },
-                Update {
-                    name: "refs/mini-letta/fence",
-                    old: Some(fence),
-                    new: good_fence,
-                },
-            ],
+            &main_and_fence((Some(base), next), (Some(fence), good_fence)),
         )
         .unwrap();
         assert_eq!(done, Pushed::Done);

@@ -33,17 +33,9 @@ pub async fn recall_delegate(
     peer: &super::state::Peer,
     query: String,
 ) -> Outcome {
-    let super::state::Peer::Child {
-        agent,
-        isolation,
-        conversation,
-        ..
-    } = peer
-    else {
-        return error(
-            ErrorCode::Forbidden,
-            "recall.delegate comes from agent children only",
-        );
+    let (agent, isolation, conversation) = match peer.agent_child("recall.delegate") {
+        Ok(c) => c,
+        Err(o) => return o,
     };
     let Some(conversation) = conversation.clone() else {
         return error(

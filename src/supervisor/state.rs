@@ -41,6 +41,27 @@ pub enum Peer {
 }
 
 impl Peer {
+    /// What the child table says of the child that called `method` — its
+    /// agent, isolation and conversation; `forbidden` for any other peer.
+    #[allow(clippy::type_complexity)]
+    pub fn agent_child(
+        &self,
+        method: &str,
+    ) -> Result<(&String, &Option<String>, &Option<String>), Outcome> {
+        match self {
+            Peer::Child {
+                agent,
+                isolation,
+                conversation,
+                ..
+            } => Ok((agent, isolation, conversation)),
+            _ => Err(error(
+                ErrorCode::Forbidden,
+                format!("{method} comes from agent children only"),
+            )),
+        }
+    }
+
     /// The allow-list column: `"cli"` or the child's recorded role.
     pub fn kind(&self) -> &str {
         match self {

@@ -34,17 +34,9 @@ pub async fn worker_start(
     peer: &super::state::Peer,
     instruction: String,
 ) -> Outcome {
-    let super::state::Peer::Child {
-        agent,
-        isolation,
-        conversation,
-        ..
-    } = peer
-    else {
-        return error(
-            ErrorCode::Forbidden,
-            "worker.start comes from agent children only",
-        );
+    let (agent, isolation, conversation) = match peer.agent_child("worker.start") {
+        Ok(c) => c,
+        Err(o) => return o,
     };
     let instruction = instruction.trim().to_string();
     if instruction.is_empty() {
