@@ -799,8 +799,17 @@ fn a_conflicted_memory_worker_is_repaired_once_and_nothing_is_left_on_a_branch()
                 ],
             )
         });
-        std::thread::sleep(std::time::Duration::from_millis(round * 25));
+        // Caught while it runs, the worker is stopped until the rewrite has
+        // committed (a certain conflict); a worker done too fast to be seen
+        // leaves the sweep to find the window.
+        let stopped = stop_running_worker(&h);
+        if stopped.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(round * 25));
+        }
         chat_k(&format!("别再叫我 {k} 了，叫我 {renamed}"));
+        if let Some(pgid) = stopped {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGCONT);
+        }
         assert!(worker.join().unwrap().status.success());
         facts.push(w);
         facts.push(renamed);
@@ -1381,4 +1390,38 @@ fn an_instruction_that_fails_too_often_stays_visible_reminds_the_agent_and_resta
     assert_main_valid(&h, &id);
     drop(d);
     drop(script_dir);
+}
+
+/// Stop (SIGSTOP to its process group) a memory worker of the home's
+/// supervisor seen running within 3 s; its group, to be continued. A
+/// watchdog continues it after 10 s whatever happens, so a test never
+/// leaves it stopped.
+fn stop_running_worker(h: &Path) -> Option<nix::unistd::Pid> {
+    use mini_letta::protocol::Call;
+    use mini_letta::protocol::client::Client;
+    let sock = mini_letta::paths::Home::at(h).supervisor_socket();
+    let mut c = Client::connect(&sock).ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        let ps = c.call(Call::Ps {}).ok()?;
+        let pid = ps["children"].as_array().and_then(|rows| {
+            rows.iter()
+                .find(|r| {
+                    r["role"] == "memory-worker"
+                        && (r["state"] == "running" || r["state"] == "starting")
+                })
+                .and_then(|r| r["pid"].as_i64())
+        });
+        if let Some(pid) = pid {
+            let pgid = nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?);
+            nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGSTOP).ok()?;
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_secs(10));
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGCONT);
+            });
+            return Some(pgid);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    None
 }
