@@ -129,6 +129,11 @@ impl Home {
         self.root.join("sandbox-profiles")
     }
 
+    /// The operator's override of one role's profile (`<role>.toml`).
+    pub fn sandbox_profile_file(&self, role: &str) -> PathBuf {
+        self.sandbox_profiles_dir().join(format!("{role}.toml"))
+    }
+
     /// Per-agent quota volumes (filesystem images), root's only.
     pub fn volumes_dir(&self) -> PathBuf {
         self.root.join("volumes")

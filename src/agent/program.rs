@@ -31,8 +31,12 @@ enum AgentProgram {
         agent_dir: PathBuf,
         /// The conversation the supervisor started this turn for; the
         /// input must name the same one.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with = "warm")]
         conversation: Option<String>,
+        /// Started ahead of the turn: wait on the channel for the turn the
+        /// supervisor hands over (its conversation and the caller's stdio).
+        #[arg(long)]
+        warm: bool,
     },
     /// Run the sub-agent task (reflection, memory worker) the supervisor
     /// recorded for this child, in its worktree; exit 0 when it completed.
@@ -64,7 +68,8 @@ pub fn agent_main() -> ExitCode {
         AgentProgram::Turn {
             agent_dir,
             conversation,
-        } => turn(&agent_dir, conversation.as_deref()),
+            warm,
+        } => turn(&agent_dir, conversation, warm),
         AgentProgram::Subagent { agent_dir } => subagent(&agent_dir),
         AgentProgram::Probe { id, context } => probe(&id, &context),
         AgentProgram::Channel(cmd) => super::channel::run(&cmd),
@@ -76,7 +81,11 @@ pub fn agent_main() -> ExitCode {
 }
 
 /// `mini-letta-agent turn`: run the turn read from stdin.
-fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Result<ExitCode> {
+fn turn(
+    agent_dir: &std::path::Path,
+    conversation: Option<String>,
+    warm: bool,
+) -> anyhow::Result<ExitCode> {
     // A write past the file-size limit must be an error we report (and
     // undo), not a signal that kills the turn half-way through a line.
     // SAFETY: setting a signal to be ignored installs no handler code.
@@ -87,11 +96,23 @@ fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Resu
         )
     }
     .context("cannot ignore SIGXFSZ")?;
+    // A warm child learns its turn only now: nothing of the agent is read
+    // before the handover, so the turn sees the agent as it is then.
+    let (conversation, warm_timings) = match warm {
+        true => {
+            let h = take_handover()?;
+            (Some(h.conversation), h.timings)
+        }
+        false => (conversation, false),
+    };
+    let conversation = conversation.as_deref();
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
     let input: TurnInput = serde_json::from_str(&text).context("invalid turn input")?;
-    if input.timings {
+    if input.timings && !warm {
         start_timings();
+    } else if warm_timings {
+        crate::protocol::timings::mark("agent.input_read");
     }
     // The supervisor serialises turns per conversation by the one it was
     // asked for: the turn must be that one.
@@ -130,6 +151,30 @@ fn turn(agent_dir: &std::path::Path, conversation: Option<&str>) -> anyhow::Resu
         });
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A warm child's wait: the handover on its channel, then the caller's
+/// descriptors become its stdin, stdout and stderr.
+fn take_handover() -> anyhow::Result<crate::protocol::handover::Handover> {
+    use crate::protocol::{CHANNEL_FD_ENV, handover};
+    use std::os::fd::{AsFd, BorrowedFd};
+    let fd: i32 = std::env::var(CHANNEL_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .context("a warm turn needs its channel")?;
+    // SAFETY: the stage left the channel open at this number for us; it
+    // is only borrowed here (the protocol client takes it next).
+    let channel = unsafe { BorrowedFd::borrow_raw(fd) };
+    let (h, stdio) = handover::receive(channel)?;
+    if h.timings {
+        crate::protocol::timings::enable();
+        crate::protocol::timings::mark("agent.handover");
+    }
+    for (at, fd) in stdio.iter().enumerate() {
+        crate::sandbox::sys::install_fd(fd.as_fd(), at as i32)
+            .context("cannot take the caller's descriptors")?;
+    }
+    Ok(h)
 }
 
 /// The turn asked for its marks: the stage's (from the environment it

@@ -806,6 +806,21 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
     // A running supervisor may have children of this agent.
     if let Ok(mut client) = crate::supervisor::connect(home) {
         let rows = client.call(crate::protocol::Call::Ps {})?;
+        // A child started ahead of the agent's next turn holds nothing:
+        // it goes first.
+        for warm in rows["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["agent"] == record.id.as_str() && r["state"] == "warm")
+        {
+            if let Some(child) = warm["id"].as_u64() {
+                let _ = client.call(crate::protocol::Call::Kill {
+                    child,
+                    signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
+                });
+            }
+        }
         let live: Vec<String> = rows["children"]
             .as_array()
             .into_iter()

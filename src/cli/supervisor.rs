@@ -164,7 +164,7 @@ pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|c| all || matches!(c["state"].as_str(), Some("starting" | "running")))
+        .filter(|c| all || matches!(c["state"].as_str(), Some("warm" | "starting" | "running")))
         .cloned()
         .collect();
     if json {

@@ -26,6 +26,7 @@
 pub mod client;
 pub mod events;
 pub mod frames;
+pub mod handover;
 pub mod messages;
 pub mod task;
 pub mod timings;

@@ -69,6 +69,11 @@ impl Marks {
         }
     }
 
+    /// Whether marks are being recorded.
+    pub fn enabled(&self) -> bool {
+        self.on
+    }
+
     /// Add marks taken elsewhere for this turn.
     pub fn extend(&mut self, marks: Vec<Mark>) {
         if self.on {

@@ -106,6 +106,15 @@ fn write_in(dir: &Dir, state: &ReflectionState) -> Result<(), ReflectionError> {
     Ok(())
 }
 
+/// Store a state that differs from `before` only in its step count: that
+/// count is always recomputed from the log, so losing it in a crash loses
+/// nothing, and it is written without disk flushes (after every turn).
+fn write_count_in(dir: &Dir, state: &ReflectionState) -> Result<(), ReflectionError> {
+    let bytes = super::to_pretty_json(state, dir.path().join(REFLECTION_STATE_FILE_NAME))?;
+    dir.replace_file_unsynced(REFLECTION_STATE_FILE_NAME, &bytes, STATE_FILE_MODE)?;
+    Ok(())
+}
+
 /// The stored state of conversation `id` as it is on disk (the default
 /// when it has none). Its step count may be stale; see [`refresh`].
 pub fn load(agent: &AgentPaths, id: &str) -> Result<ReflectionState, ReflectionError> {
@@ -131,13 +140,19 @@ fn update<T>(
     })?;
     let dir = open_conversation_dir(agent, id)?;
     let mut state = read_in(&dir)?;
+    let before = state.clone();
     let out = f(&mut state, conv.messages())?;
+    let changed = state != before;
     // The count always follows the log, whatever else changed.
     state.steps_since_last_reflection = steps_since(
         conv.messages(),
         state.reflected_through_message_id.as_deref(),
     );
-    write_in(&dir, &state)?;
+    if changed {
+        write_in(&dir, &state)?;
+    } else if state != before || dir.stat_at(REFLECTION_STATE_FILE_NAME)?.is_none() {
+        write_count_in(&dir, &state)?;
+    }
     Ok((state, out))
 }
 

@@ -153,7 +153,7 @@ pub fn load(home: &Home, role: &str) -> Result<Profile, ProfileError> {
         .iter()
         .find(|(r, _)| *r == role)
         .ok_or_else(|| ProfileError::UnknownRole(role.to_string()))?;
-    let override_path = home.sandbox_profiles_dir().join(format!("{role}.toml"));
+    let override_path = home.sandbox_profile_file(role);
     let profile = match std::fs::read_to_string(&override_path) {
         Ok(text) => parse(&override_path.display().to_string(), &text)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -45,6 +45,9 @@ const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
 pub enum ChildState {
+    /// Confined and waiting for a turn to be handed over
+    /// (`supervisor::warm`); its channel is not served yet.
+    Warm,
     /// Launched, no frame received yet.
     Starting,
     /// Said hello on its channel.
@@ -109,7 +112,10 @@ impl ChildInfo {
     }
 
     pub fn is_live(&self) -> bool {
-        matches!(self.state, ChildState::Starting | ChildState::Running)
+        matches!(
+            self.state,
+            ChildState::Warm | ChildState::Starting | ChildState::Running
+        )
     }
 }
 
@@ -172,6 +178,17 @@ impl ChildTable {
 
             if c.state == ChildState::Starting {
                 c.state = ChildState::Running;
+            }
+        }
+    }
+
+    /// A warm child's turn was handed over: it starts now.
+    pub fn mark_warm(&mut self, id: u64, warm: bool) {
+        if let Some(c) = self.rows.get_mut(&id) {
+            match (&c.state, warm) {
+                (ChildState::Starting, true) => c.state = ChildState::Warm,
+                (ChildState::Warm, false) => c.state = ChildState::Starting,
+                _ => {}
             }
         }
     }

@@ -195,7 +195,9 @@ fn status(state: &State) -> Value {
 fn with_figures(state: &State, row: super::children::ChildRow) -> Value {
     let live = matches!(
         row.state,
-        super::children::ChildState::Starting | super::children::ChildState::Running
+        super::children::ChildState::Warm
+            | super::children::ChildState::Starting
+            | super::children::ChildState::Running
     );
     let (id, pid) = (row.id, row.pid);
     let mut v = serde_json::to_value(row).unwrap_or_default();

@@ -48,6 +48,9 @@ pub struct SubagentLaunch {
     pub conversation: Option<String>,
     /// The launch's marks go into the answer (`timings`): `chat --timings`.
     pub timings: bool,
+    /// Started ahead of its turn (`supervisor::warm`): it waits, unserved,
+    /// for the turn handed over to it.
+    pub warm: bool,
 }
 
 /// Start a child; its worktree and task, when given, are recorded with it
@@ -59,9 +62,43 @@ pub async fn spawn_with(
     sub: SubagentLaunch,
 ) -> Result<Outcome, Outcome> {
     let mut marks = Marks::new(sub.timings);
-    let (isolation, stdio) = check_spawn(state, &params, fds)?;
+    let up = launch_registered(state, &params, fds, &sub, &mut marks).await?;
+    let mut started = up.started_json(&params);
+    serve_child(state, up.id, &up.record, &params, sub, up.ends)?;
+    if let Some(list) = marks.into_list() {
+        started["timings"] = json!(list);
+    }
+    Ok(Outcome::Result(started))
+}
+
+/// A child launched and in the table (its output logged, its reaper
+/// running), whose channel is not served yet.
+pub(super) struct Registered {
+    pub id: u64,
+    pub pid: u32,
+    pub record: AgentRecord,
+    pub ends: ChildEnds,
+}
+
+impl Registered {
+    /// The answer of a launch: `{child, pid, agent, role}`.
+    pub fn started_json(&self, params: &SpawnParams) -> serde_json::Value {
+        json!({ "child": self.id, "pid": self.pid, "agent": self.record.id, "role": params.role })
+    }
+}
+
+/// Plan, launch and register a child: everything of a start but serving
+/// its channel (a warm child's waits for its turn).
+pub(super) async fn launch_registered(
+    state: &Arc<State>,
+    params: &SpawnParams,
+    fds: PassedFds,
+    sub: &SubagentLaunch,
+    marks: &mut Marks,
+) -> Result<Registered, Outcome> {
+    let (isolation, stdio) = check_spawn(state, params, fds)?;
     let workspace = params.workspace.as_ref().map(PathBuf::from);
-    let (record, agent, plan) = prepare_child(state, &params, &sub, isolation, &workspace).await?;
+    let (record, agent, plan) = prepare_child(state, params, sub, isolation, &workspace).await?;
     marks.mark("sup.child_planned");
     let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -101,19 +138,17 @@ pub async fn spawn_with(
         }
     };
     marks.mark("sup.child_forked");
-    let id = register_child(state, &record, &params, &sub, &launched, wrapper_depth, uid).await?;
+    let id = register_child(state, &record, params, sub, &launched, wrapper_depth, uid).await?;
     marks.mark("sup.child_registered");
     state.accounting.track(id, groups.clone());
-    let ends = ChildEnds { ours, egress };
-    serve_child(state, id, &record, &params, sub, ends, launched.pid)?;
     let mut child = launched.child;
     log_output(id, child.stdout.take(), "stdout");
     log_output(id, child.stderr.take(), "stderr");
-    let (agent_id, role, pid) = (record.id.clone(), params.role.clone(), launched.pid);
+    let pid = launched.pid;
     let ended = Ended {
         id,
-        agent_id,
-        role,
+        agent_id: record.id.clone(),
+        role: params.role.clone(),
         pid,
         uid,
         groups,
@@ -123,14 +158,27 @@ pub async fn spawn_with(
         child: id,
         agent: record.id.clone(),
         role: params.role.clone(),
-        pid: launched.pid,
+        pid,
     }));
-    let mut started =
-        json!({ "child": id, "pid": launched.pid, "agent": record.id, "role": params.role });
-    if let Some(list) = marks.into_list() {
-        started["timings"] = json!(list);
+    // Its proxy endpoint, when it has one: made now, as its stage waits
+    // for it before it confines itself (a warm child's too, whose channel
+    // is served only at its turn). What it may reach is decided per
+    // connection from the agent's policy then.
+    if let Some((ours, theirs)) = egress {
+        drop(theirs);
+        let child = crate::egress::serve::ChildRef {
+            id,
+            agent: record.id.clone(),
+            role: params.role.clone(),
+        };
+        state.egress.serve_child(ours, child, pid);
     }
-    Ok(Outcome::Result(started))
+    Ok(Registered {
+        id,
+        pid,
+        record,
+        ends: ChildEnds { ours },
+    })
 }
 
 fn internal(what: &str, e: std::io::Error) -> Outcome {
@@ -253,6 +301,11 @@ async fn register_child(
     .with("program", program_name(&params.argv))
     .with("isolation", params.isolation.as_deref().unwrap_or("strict"))
     .with("conversation", json!(sub.conversation));
+    let spawned = if sub.warm {
+        spawned.with("warm", true)
+    } else {
+        spawned
+    };
     if let Err(o) = super::audit_records::record(state, spawned).await {
         let _ = super::children::kill_child_tree(launched.pid);
         return Err(o);
@@ -260,28 +313,22 @@ async fn register_child(
     Ok(id)
 }
 
-/// The supervisor's ends of a new child's channel and, when it has the
-/// proxy, of its egress handshake (with the child's end, dropped here).
-struct ChildEnds {
-    ours: std::os::unix::net::UnixStream,
-    egress: Option<(
-        std::os::unix::net::UnixStream,
-        std::os::unix::net::UnixStream,
-    )>,
+/// The supervisor's end of a new child's channel, not served yet.
+pub(super) struct ChildEnds {
+    pub ours: std::os::unix::net::UnixStream,
 }
 
 /// The child's channel served as the peer its table entry says it is, its
-/// proxy endpoint served when it has one, its task recorded.
-fn serve_child(
+/// task recorded.
+pub(super) fn serve_child(
     state: &Arc<State>,
     id: u64,
     record: &AgentRecord,
     params: &SpawnParams,
     sub: SubagentLaunch,
     ends: ChildEnds,
-    pid: u32,
 ) -> Result<(), Outcome> {
-    let ChildEnds { ours, egress } = ends;
+    let ChildEnds { ours } = ends;
     // What this child may do is fixed here, from the operator's request
     // and the agent's record; nothing it sends later changes it.
     let peer = Peer::Child {
@@ -293,15 +340,6 @@ fn serve_child(
         isolation: params.isolation.clone(),
         conversation: sub.conversation.clone(),
     };
-    if let Some((ours, theirs)) = egress {
-        drop(theirs);
-        let child = crate::egress::serve::ChildRef {
-            id,
-            agent: record.id.clone(),
-            role: params.role.clone(),
-        };
-        state.egress.serve_child(ours, child, pid);
-    }
     if let Some(task) = sub.task
         && let Ok(mut tasks) = state.tasks.lock()
     {
@@ -438,7 +476,9 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         ChildState::Killed { signal } => ChildEnd::Killed { signal },
         ChildState::Exited { code } => ChildEnd::Exited { code },
         // An ended child is never starting or running.
-        ChildState::Starting | ChildState::Running => ChildEnd::Exited { code: -1 },
+        ChildState::Warm | ChildState::Starting | ChildState::Running => {
+            ChildEnd::Exited { code: -1 }
+        }
     };
     state.emit(Event::ChildExit(ChildExit {
         child: id,
@@ -567,7 +607,7 @@ fn exit_entry(
     let (code, signal) = match ended {
         ChildState::Exited { code } => (Some(*code), None),
         ChildState::Killed { signal } => (None, Some(*signal)),
-        ChildState::Starting | ChildState::Running => (None, None),
+        ChildState::Warm | ChildState::Starting | ChildState::Running => (None, None),
     };
     let (rusage_cpu, rusage_peak) = used.unwrap_or((0, 0));
     crate::audit::Entry::new(crate::audit::kind::EXIT, Some(agent), Some(role))

@@ -33,6 +33,8 @@ pub mod tasks;
 pub mod turn_run;
 pub mod turns;
 pub mod untrusted;
+pub mod warm;
+pub mod warm_pool;
 pub mod workers;
 
 use std::path::Path;
@@ -366,6 +368,9 @@ impl Session {
                 rt.block_on(async {
                     match listener::bind(&h) {
                         Ok(bound) => {
+                            // It ends with its command: a child started
+                            // for a next turn would only be killed.
+                            bound.state.warm.disable();
                             let _ = tx.send(Ok(bound.state.clone()));
                             bound.serve().await;
                         }

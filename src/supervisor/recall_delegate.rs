@@ -80,6 +80,7 @@ pub async fn recall_delegate(
         task: Some(task),
         conversation: None,
         timings: false,
+        warm: false,
     };
     let child = match spawn_with(state, spawn, Vec::new(), sub).await {
         Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),

@@ -106,6 +106,7 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
                 task: Some(prepared.task.clone()),
                 conversation: None,
                 timings: false,
+                warm: false,
             };
             start_child(state, spawn, Vec::new(), sub)
                 .await

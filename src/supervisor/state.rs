@@ -129,6 +129,8 @@ pub struct State {
     pub egress: Arc<crate::egress::serve::Egress>,
     /// Several hosts (issue 35): who owns which agent, through etcd.
     pub cluster: crate::cluster::Handle,
+    /// Turn children started ahead of their turn (`warm`).
+    pub warm: super::warm_pool::WarmPool,
 }
 
 /// A sub-agent's task as recorded at launch, and the report it left.
@@ -207,6 +209,7 @@ impl State {
             subagents: Default::default(),
             accounting: super::accounting::Accounting::with_log(crate::audit::Log::off()),
             cluster: Default::default(),
+            warm: Default::default(),
         }
     }
 

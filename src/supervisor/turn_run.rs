@@ -52,20 +52,10 @@ async fn try_run_turn(
     let conversation = params.conversation.clone();
     let slot = take_slot(state, &record.id, &conversation, &fds, &gone).await?;
     marks.mark("sup.slot_taken");
-    let spawn = turn_spawn(&params, &record, &agent, model)?;
+    let spawn = turn_spawn(&params, &record, &agent, model, Some(&conversation))?;
     // Subscribed before the launch, so the exit cannot pass unseen.
     let events = state.events.subscribe();
-    let sub = SubagentLaunch {
-        conversation: Some(conversation.clone()),
-        timings: params.timings,
-        ..SubagentLaunch::default()
-    };
-    let Outcome::Result(mut started) = spawn_with(state, spawn, fds, sub).await? else {
-        return Err(error(ErrorCode::Internal, "the turn's child did not start"));
-    };
-    if let Some(launch) = started.as_object_mut().and_then(|o| o.remove("timings")) {
-        marks.extend(serde_json::from_value(launch).unwrap_or_default());
-    }
+    let started = start_turn_child(state, &record, spawn, fds, &conversation, &mut marks).await?;
     let id = started["child"].as_u64().unwrap_or_default();
     let (end, signalled) = watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
     marks.mark("sup.child_exited");
@@ -100,6 +90,11 @@ async fn try_run_turn(
         .await
     };
     marks.mark("sup.answered");
+    if !cancelled && let Ok(next) = turn_spawn(&params, &record, &agent, String::new(), None) {
+        // The agent's next turn finds its child started (`warm`); begun
+        // once this turn's own work is done, so the two do not compete.
+        super::warm::refill(state, &record.id, next);
+    }
     let ended = TurnEnded {
         end,
         conversation,
@@ -151,6 +146,41 @@ async fn check_turn(
     .await
 }
 
+/// The turn's child: the agent's warm child when one is parked and still
+/// planned the same, else a new one. Returns the launch's answer.
+async fn start_turn_child(
+    state: &Arc<State>,
+    record: &AgentRecord,
+    spawn: SpawnParams,
+    fds: PassedFds,
+    conversation: &str,
+    marks: &mut Marks,
+) -> Result<serde_json::Value, Outcome> {
+    let timings = marks.enabled();
+    let sub = || SubagentLaunch {
+        conversation: Some(conversation.to_string()),
+        timings,
+        ..SubagentLaunch::default()
+    };
+    let fds = match super::warm::take(state, &record.id, &spawn).await {
+        Some(warm) => match super::warm::hand_over(state, warm, record, &spawn, sub(), fds) {
+            Ok(started) => {
+                marks.mark("sup.handed_over");
+                return Ok(started);
+            }
+            Err(fds) => fds,
+        },
+        None => fds,
+    };
+    let Outcome::Result(mut started) = spawn_with(state, spawn, fds, sub()).await? else {
+        return Err(error(ErrorCode::Internal, "the turn's child did not start"));
+    };
+    if let Some(launch) = started.as_object_mut().and_then(|o| o.remove("timings")) {
+        marks.extend(serde_json::from_value(launch).unwrap_or_default());
+    }
+    Ok(started)
+}
+
 /// The conversation's turn slot, now or once its running turn ends.
 async fn take_slot(
     state: &Arc<State>,
@@ -169,28 +199,36 @@ async fn take_slot(
     }
 }
 
-/// The turn's child: the agent program's `turn`, on the caller's
-/// descriptors.
+/// The turn's child: the agent program's `turn` for `conversation`, on the
+/// caller's descriptors — or, without a conversation, a warm one that waits
+/// for its turn to be handed over.
 fn turn_spawn(
     params: &TurnParams,
     record: &AgentRecord,
     agent: &AgentPaths,
     model: String,
+    conversation: Option<&str>,
 ) -> Result<SpawnParams, Outcome> {
     let programs = crate::paths::Programs::installed()
         .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+    let mut argv = vec![
+        programs.agent.display().to_string(),
+        "turn".into(),
+        "--agent-dir".into(),
+        agent.dir().display().to_string(),
+    ];
+    match conversation {
+        Some(c) => argv.extend(["--conversation".into(), c.to_string()]),
+        None => argv.push("--warm".into()),
+    }
     Ok(SpawnParams {
         agent: record.id.clone(),
         role: "agent".into(),
-        argv: vec![
-            programs.agent.display().to_string(),
-            "turn".into(),
-            "--agent-dir".into(),
-            agent.dir().display().to_string(),
-            "--conversation".into(),
-            params.conversation.clone(),
-        ],
-        stdio: StdioMode::Passed,
+        argv,
+        stdio: match conversation {
+            Some(_) => StdioMode::Passed,
+            None => StdioMode::Null,
+        },
         workspace: params.workspace.clone(),
         isolation: params.isolation.clone(),
         model: Some(model),
@@ -400,6 +438,6 @@ fn ended_in_table(state: &State, id: u64) -> Option<ChildEnd> {
     match info.state {
         ChildState::Exited { code } => Some(ChildEnd::Exited { code }),
         ChildState::Killed { signal } => Some(ChildEnd::Killed { signal }),
-        ChildState::Starting | ChildState::Running => None,
+        ChildState::Warm | ChildState::Starting | ChildState::Running => None,
     }
 }

@@ -284,6 +284,7 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         task: Some(task),
         conversation: None,
         timings: false,
+        warm: false,
     };
     let child = match start_child(state, spawn, Vec::new(), sub).await {
         Ok(child) => child,

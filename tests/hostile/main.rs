@@ -20,3 +20,4 @@ mod subagents;
 mod sync;
 mod terminal;
 mod timings;
+mod warm;
