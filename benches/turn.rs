@@ -45,7 +45,15 @@ fn main() {
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
     run(h, &["agent", "create", "bench"]);
-    run(h, &["supervisor", "start"]);
+    // The coarse split times a cold child's launch to its first frame: no
+    // warm children for it (the breakdown below has them).
+    let started = Command::new(bin())
+        .args(["supervisor", "start"])
+        .env("MINI_LETTA_HOME", h)
+        .env("MINI_LETTA_WARM_CHILDREN", "0")
+        .status()
+        .unwrap();
+    assert!(started.success());
     let mut c = Client::connect(&Home::at(h).supervisor_socket()).unwrap();
 
     let cli_only: Vec<f64> = (0..runs)
@@ -109,16 +117,24 @@ fn main() {
             t - cli - f - m
         ));
     }
-    println!("one mock turn (`chat -p`, {runs} runs each, medians):");
+    println!("one mock turn (`chat -p`, {runs} runs each, medians; cold children):");
     for l in lines {
         println!("  {l}");
     }
     let iso = if rootless { "off" } else { "strict" };
-    let daemon = breakdown(h, runs, iso);
     run(h, &["supervisor", "stop"]);
-    let embedded = breakdown(h, runs, iso);
-    print_breakdown(runs, iso, &daemon, &embedded);
+    run(h, &["supervisor", "start"]);
+    // Turns a moment apart (a person, a script that does something
+    // between calls): the agent's warm child is parked by then.
+    let apart = breakdown(h, runs, iso, PAUSE);
+    let back_to_back = breakdown(h, runs, iso, std::time::Duration::ZERO);
+    run(h, &["supervisor", "stop"]);
+    let embedded = breakdown(h, runs, iso, PAUSE);
+    print_breakdown(runs, iso, &[&apart, &back_to_back, &embedded]);
 }
+
+/// The pause between turns "a moment apart".
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// The phases of a turn: from one mark to the next (see
 /// `protocol::timings`; the first mark of that name in the turn).
@@ -144,6 +160,13 @@ const PHASES: &[(&str, &str, &str)] = &[
     ("  landlock", "stage.namespaces", "stage.landlock"),
     ("  seccomp", "stage.landlock", "stage.seccomp"),
     ("  hello, exec of the agent", "stage.seccomp", "agent.main"),
+    (
+        "warm child: turn handed over",
+        "sup.slot_taken",
+        "sup.handed_over",
+    ),
+    ("  handover read by it", "sup.handed_over", "agent.handover"),
+    ("  input, record", "agent.handover", "agent.loaded"),
     ("agent start (input, record)", "agent.main", "agent.loaded"),
     (
         "conversation, context open",
@@ -186,10 +209,13 @@ const PHASES: &[(&str, &str, &str)] = &[
     ("whole turn (to the answer)", "cli.main", "cli.answered"),
 ];
 
-/// Medians of each phase over `runs` one-shot turns with `--timings`.
-fn breakdown(h: &Path, runs: usize, iso: &str) -> Vec<f64> {
+/// Medians of each phase over `runs` one-shot turns with `--timings`,
+/// `pause` apart. A phase a turn did not go through (a warm child's turn
+/// has no stage) counts only where it happened.
+fn breakdown(h: &Path, runs: usize, iso: &str, pause: std::time::Duration) -> Vec<f64> {
     let mut per_phase: Vec<Vec<f64>> = vec![Vec::new(); PHASES.len()];
     for i in 0..runs {
+        std::thread::sleep(pause);
         let o = run(
             h,
             &[
@@ -222,12 +248,29 @@ fn breakdown(h: &Path, runs: usize, iso: &str) -> Vec<f64> {
         .collect()
 }
 
-fn print_breakdown(runs: usize, iso: &str, daemon: &[f64], embedded: &[f64]) {
+fn print_breakdown(runs: usize, iso: &str, columns: &[&[f64]]) {
     println!(
-        "phases of one turn (`chat -p --timings`, isolation {iso}, {runs} runs, medians in ms):"
+        "phases of one turn (`chat -p --timings`, isolation {iso}, {runs} runs, medians in ms; \
+         daemon turns {} ms apart and back to back; \"-\": not on that path):",
+        PAUSE.as_millis()
     );
-    println!("  {:<38} {:>9} {:>9}", "phase", "daemon", "embedded");
+    println!(
+        "  {:<38} {:>9} {:>9} {:>9}",
+        "phase", "daemon", "b-to-b", "embedded"
+    );
     for (k, (label, _, _)) in PHASES.iter().enumerate() {
-        println!("  {label:<38} {:>9.2} {:>9.2}", daemon[k], embedded[k]);
+        let cell = |c: &[f64]| {
+            if c[k].is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", c[k])
+            }
+        };
+        println!(
+            "  {label:<38} {:>9} {:>9} {:>9}",
+            cell(columns[0]),
+            cell(columns[1]),
+            cell(columns[2])
+        );
     }
 }

@@ -627,6 +627,23 @@ impl Dir {
         perm: u32,
         durable: bool,
     ) -> Result<(), FsError> {
+        self.replace_file_flushing(name, bytes, perm, durable)?;
+        if !durable {
+            return Ok(());
+        }
+        // Persist the rename itself.
+        nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
+    }
+
+    /// Write `bytes` beside `name`, flush them when `flush`, and rename
+    /// them over `name`.
+    fn replace_file_flushing(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        perm: u32,
+        flush: bool,
+    ) -> Result<(), FsError> {
         single(name).ok_or_else(|| FsError::BadName {
             path: self.shown(name),
         })?;
@@ -648,7 +665,7 @@ impl Dir {
             std::io::Write::write_all(&mut file, bytes).map_err(io)?;
             nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(perm))
                 .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
-            if durable {
+            if flush {
                 file.sync_all().map_err(io)?;
             }
             nix::fcntl::renameat(&self.fd, tmp.as_os_str(), &self.fd, name)
@@ -658,11 +675,7 @@ impl Dir {
             let _ = self.remove_file(&tmp);
             return Err(e);
         }
-        if !durable {
-            return Ok(());
-        }
-        // Persist the rename itself.
-        nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
+        Ok(())
     }
 
     /// Replace (or create) `name` with a symlink to `target` atomically: the

@@ -83,6 +83,12 @@ impl Home {
         self.root.join("run")
     }
 
+    /// The last sandbox probe of this host, for a supervisor started for
+    /// one command (`sandbox::report_cache`).
+    pub fn sandbox_report_cache(&self) -> PathBuf {
+        self.run_dir().join("sandbox-report.json")
+    }
+
     pub fn supervisor_socket(&self) -> PathBuf {
         self.run_dir().join("supervisor.sock")
     }

@@ -64,6 +64,27 @@ struct Job {
     done: oneshot::Sender<Result<Appended, String>>,
 }
 
+/// A queued record ([`Log::enqueue`]).
+pub struct Queued(Option<oneshot::Receiver<Result<Appended, String>>>);
+
+impl Queued {
+    /// Wait until the record is durable.
+    pub async fn durable(self) -> Result<Appended, AuditError> {
+        let Some(wait) = self.0 else {
+            return Ok(Appended {
+                seq: 0,
+                head: String::new(),
+            });
+        };
+        wait.await
+            .map_err(|_| AuditError::Closed)?
+            .map_err(|detail| AuditError::Corrupt {
+                path: PathBuf::from("audit.jsonl"),
+                detail,
+            })
+    }
+}
+
 /// The supervisor's appender: a writer thread taking records from a
 /// bounded queue and writing whatever is queued together with one sync
 /// (group commit), answering each appender once its record is durable.
@@ -129,22 +150,23 @@ impl Log {
 
     /// Append `entry`; resolves once it is durable.
     pub async fn append(&self, entry: Entry) -> Result<Appended, AuditError> {
+        self.enqueue(entry).await?.durable().await
+    }
+
+    /// Put `entry` in the writer's queue — after every record queued
+    /// before it, ahead of every record queued after — and return; the
+    /// answer says when it is durable. For what is told before it is
+    /// durable (a child's exit: it has happened, nothing waits to be
+    /// acknowledged).
+    pub async fn enqueue(&self, entry: Entry) -> Result<Queued, AuditError> {
         let Some(tx) = &self.tx else {
-            return Ok(Appended {
-                seq: 0,
-                head: String::new(),
-            });
+            return Ok(Queued(None));
         };
         let (done, wait) = oneshot::channel();
         tx.send(Job { entry, done })
             .await
             .map_err(|_| AuditError::Closed)?;
-        wait.await
-            .map_err(|_| AuditError::Closed)?
-            .map_err(|detail| AuditError::Corrupt {
-                path: PathBuf::from("audit.jsonl"),
-                detail,
-            })
+        Ok(Queued(Some(wait)))
     }
 
     /// [`Log::append`] from a blocking thread (never an async worker).

@@ -106,9 +106,16 @@ pub async fn session(
     let mut attempt = Attempt::new();
     let (verdict, end) = match decide(&egress, &child, &mut client, &policy, &mut attempt).await {
         Ok((req, rest, address)) => {
+            // Counted as they move, so a connection cut at the command's end
+            // is recorded with what it carried.
+            let counts = Counts::default();
             let end = tokio::select! {
-                end = forward(client, &req, rest, address, &policy) => end,
-                () = cancel.cancelled() => End::because("the command ended"),
+                end = forward(client, &req, rest, address, &policy, &counts) => end,
+                () = cancel.cancelled() => End {
+                    up: counts.up.load(Ordering::Relaxed),
+                    down: counts.down.load(Ordering::Relaxed),
+                    ..End::because("the command ended")
+                },
             };
             (Verdict::Allowed, end)
         }
@@ -304,6 +311,7 @@ async fn forward(
     rest: Vec<u8>,
     mut server: TcpStream,
     policy: &Policy,
+    counts: &Counts,
 ) -> End {
     let address = server.peer_addr().ok().map(|a| a.ip().to_string());
     // What goes to the server before the relay: the rewritten head of a
@@ -322,23 +330,29 @@ async fn forward(
     }
     .await;
     let mut end = match opened {
-        Ok(()) => relay(client, server, &policy.config).await,
+        Ok(()) => {
+            counts.up.fetch_add(first.len() as u64, Ordering::Relaxed);
+            relay(client, server, &policy.config, counts).await
+        }
         Err(e) => End::because(format!("cannot open the way: {e}")),
     };
     end.address = address;
-    end.up += first.len() as u64;
     end
 }
 
 /// Copy both ways until the server side ends (or both do), a side fails,
 /// nothing moves for the idle timeout, or the byte limit is reached.
-async fn relay(client: TcpStream, server: TcpStream, cfg: &super::config::NetworkConfig) -> End {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    cfg: &super::config::NetworkConfig,
+    counts: &Counts,
+) -> End {
     let start = Instant::now();
-    let counts = Arc::new(Counts::default());
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
-    let up = pump(&mut cr, &mut sw, &counts, true, cfg.max_bytes, start);
-    let down = pump(&mut sr, &mut cw, &counts, false, cfg.max_bytes, start);
+    let up = pump(&mut cr, &mut sw, counts, true, cfg.max_bytes, start);
+    let down = pump(&mut sr, &mut cw, counts, false, cfg.max_bytes, start);
     tokio::pin!(up, down);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut up_done = false;

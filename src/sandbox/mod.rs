@@ -13,6 +13,7 @@ pub mod probes;
 pub mod proc_tree;
 pub mod profile;
 pub mod report;
+pub mod report_cache;
 pub mod seccomp;
 pub mod stage2;
 pub mod sys;

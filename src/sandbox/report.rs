@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Landlock ABI below which signal and abstract-socket scopes are missing.
 pub const LANDLOCK_SCOPES_ABI: i32 = 6;
@@ -28,7 +28,7 @@ pub const LANDLOCK_SCOPES_ABI: i32 = 6;
 pub const DISABLE_ENV: &str = "MINI_LETTA_SANDBOX_DISABLE";
 
 /// The isolation level reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Level {
     L0,
     L2,
@@ -73,7 +73,7 @@ impl Isolation {
 }
 
 /// One layer's probe result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layer {
     pub available: bool,
     /// Why it is missing, or what was found.
@@ -96,7 +96,7 @@ impl Layer {
 }
 
 /// Cgroup facts.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CgroupInfo {
     /// `"v2"`, `"v1"` or `"none"`.
     pub version: String,
@@ -105,7 +105,7 @@ pub struct CgroupInfo {
 }
 
 /// The host's confinement capabilities.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxReport {
     pub level: Level,
     pub backend: String,
@@ -327,7 +327,7 @@ pub fn landlock_abi() -> i32 {
 pub const NAMESPACES_ENV: &str = "MINI_LETTA_NAMESPACES";
 
 /// How a child's namespaces are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NsBackend {
     Native,

@@ -141,6 +141,30 @@ pub(crate) fn read_optional(dir: &Dir, name: &str, max: u64) -> Result<Option<Ve
 }
 
 /// Pretty JSON with a final newline.
+/// Of `messages` (a stretch of the log), the ids an append put in the
+/// context: ordinary messages (no `kind`), but not a user's message
+/// answered by an error record (a turn that failed at its first step takes
+/// its user message out of the context).
+fn appended_in_context(messages: &[StoredMessage]) -> impl Iterator<Item = String> + '_ {
+    messages.iter().enumerate().filter_map(|(i, m)| {
+        let failed = m.role == Role::User
+            && messages
+                .get(i + 1)
+                .is_some_and(|n| n.kind.as_deref() == Some("error"));
+        (m.kind.is_none() && !failed).then(|| m.id.clone())
+    })
+}
+
+/// `context.json`'s bytes for `ids`.
+fn context_json(path: PathBuf, ids: &[String]) -> Result<Vec<u8>, ConversationError> {
+    to_json(
+        path,
+        &ContextFile {
+            in_context_message_ids: ids.to_vec(),
+        },
+    )
+}
+
 fn to_json<T: Serialize>(path: PathBuf, value: &T) -> Result<Vec<u8>, ConversationError> {
     let mut json = serde_json::to_vec_pretty(value).map_err(|e| ConversationError::Corrupt {
         path,
@@ -331,11 +355,19 @@ impl Conversation {
     /// disk, mid-append) was never an acknowledged message: it is cut off
     /// before writing. A write that fails (ENOSPC) is undone the same way,
     /// so the log never keeps a fragment.
+    ///
+    /// The log's line is the one flushed write of an append: the context
+    /// list is replaced without flushes, so a crash can leave it behind the
+    /// log (or, on a filesystem that does not order a file's data before
+    /// its rename, unreadable), which [`Self::context_ids`] makes good
+    /// from the log.
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
         self.append_to_log(&msg)?;
         let mut ids = self.context_ids()?;
         ids.push(msg.id.clone());
-        self.set_context_ids(&ids)?;
+        let json = context_json(self.paths.context_json(), &ids)?;
+        self.dir
+            .replace_file_unsynced(CONTEXT_FILE_NAME, &json, FILE_PERM)?;
         self.messages.push(msg);
         Ok(())
     }
@@ -386,23 +418,61 @@ impl Conversation {
     pub fn context_ids(&self) -> Result<Vec<String>, ConversationError> {
         let path = self.paths.context_json();
         match read_optional(&self.dir, CONTEXT_FILE_NAME, MAX_JSON_BYTES)? {
-            Some(b) => serde_json::from_slice::<ContextFile>(&b)
-                .map(|c| c.in_context_message_ids)
-                .map_err(|e| ConversationError::Corrupt {
-                    path,
-                    message: e.to_string(),
-                }),
+            Some(b) => match serde_json::from_slice::<ContextFile>(&b) {
+                Ok(c) => Ok(self.with_unflushed_appends(c.in_context_message_ids)),
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: {e}; rebuilt from the log (the last compaction's summary on)",
+                        path.display()
+                    );
+                    Ok(self.rebuilt_context())
+                }
+            },
             None => Ok(self.messages.iter().map(|m| m.id.clone()).collect()),
         }
     }
 
+    /// The context list after a crash that lost appends' (unflushed)
+    /// replacements of it: the log's messages after the list's last one
+    /// that an append put in the context. Every other way a message
+    /// reaches the log outside the context marks it (`kind`: errors,
+    /// summaries, memory updates) or, for the user message of a failed
+    /// turn, follows it with an error record; and those rewrites of the
+    /// list are flushed.
+    fn with_unflushed_appends(&self, mut ids: Vec<String>) -> Vec<String> {
+        let Some(last) = ids.last() else {
+            return ids;
+        };
+        let Some(at) = self.messages.iter().rposition(|m| &m.id == last) else {
+            return ids;
+        };
+        let later = &self.messages[at + 1..];
+        let missing: Vec<String> = appended_in_context(later)
+            .filter(|id| !ids.contains(id))
+            .collect();
+        ids.extend(missing);
+        ids
+    }
+
+    /// A context list that cannot be read (torn by a crash): the last
+    /// compaction's summary and what an append put in the context after it.
+    fn rebuilt_context(&self) -> Vec<String> {
+        let from = self
+            .messages
+            .iter()
+            .rposition(|m| m.kind.as_deref() == Some("summary"));
+        let (summary, later) = match from {
+            Some(at) => (Some(self.messages[at].id.clone()), &self.messages[at + 1..]),
+            None => (None, &self.messages[..]),
+        };
+        summary
+            .into_iter()
+            .chain(appended_in_context(later))
+            .collect()
+    }
+
     pub fn set_context_ids(&self, ids: &[String]) -> Result<(), ConversationError> {
-        let json = to_json(
-            self.paths.context_json(),
-            &ContextFile {
-                in_context_message_ids: ids.to_vec(),
-            },
-        )?;
+        let json = context_json(self.paths.context_json(), ids)?;
         self.write_file(CONTEXT_FILE_NAME, &json)
     }
 
@@ -944,6 +1014,68 @@ mod tests {
             model: None,
             ts: "2026-01-01T00:00:00Z".into(),
         }
+    }
+
+    /// An append flushes the log but not the context list: a crash may
+    /// leave the list appends behind, or torn, and the messages are back in
+    /// the context on the next open — while a message the log holds
+    /// outside the context on purpose (an error record after a failed
+    /// turn, which also took the user message out) stays out.
+    #[test]
+    fn a_context_list_behind_the_log_or_torn_is_made_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let agent = home.agent("agent-x").unwrap();
+        let mut c = Conversation::open(&agent, "default").unwrap();
+        let one = msg(&mut c, "one");
+        c.append(one.clone()).unwrap();
+        let behind = std::fs::read(c.paths().context_json()).unwrap();
+        let two = msg(&mut c, "two");
+        c.append(two.clone()).unwrap();
+        // The crash: the list as it was before the second append.
+        std::fs::write(c.paths().context_json(), &behind).unwrap();
+        let c = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(
+            c.context_ids().unwrap(),
+            vec![one.id.clone(), two.id.clone()]
+        );
+
+        // A failed turn: user message in, error record outside, user out.
+        let mut c = Conversation::open(&agent, "default").unwrap();
+        let asked = msg(&mut c, "three");
+        c.append(asked.clone()).unwrap();
+        let mut error = msg(&mut c, "[error] boom");
+        error.kind = Some("error".into());
+        c.append_outside_context(error).unwrap();
+        c.remove_from_context(&asked.id).unwrap();
+        let c = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(
+            c.context_ids().unwrap(),
+            vec![one.id.clone(), two.id.clone()]
+        );
+
+        // A list the compaction rewrote is taken as it is.
+        let mut c = Conversation::open(&agent, "default").unwrap();
+        let mut summary = msg(&mut c, "summary");
+        summary.kind = Some("summary".into());
+        c.append_and_set_context(summary.clone(), std::slice::from_ref(&summary.id))
+            .unwrap();
+        let c = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(c.context_ids().unwrap(), vec![summary.id.clone()]);
+
+        // Two appends behind, then a torn list: both made good from the log.
+        let mut c = Conversation::open(&agent, "default").unwrap();
+        let behind = std::fs::read(c.paths().context_json()).unwrap();
+        let (four, five) = (msg(&mut c, "four"), msg(&mut c, "five"));
+        c.append(four.clone()).unwrap();
+        c.append(five.clone()).unwrap();
+        std::fs::write(c.paths().context_json(), &behind).unwrap();
+        let want = vec![summary.id.clone(), four.id.clone(), five.id.clone()];
+        let c = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(c.context_ids().unwrap(), want);
+        std::fs::write(c.paths().context_json(), b"{\"in_context_mess").unwrap();
+        let c = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(c.context_ids().unwrap(), want);
     }
 
     #[test]

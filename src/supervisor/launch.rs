@@ -453,11 +453,11 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     let group_usage = state.accounting.untrack(id);
     let exited = exit_entry(&agent_id, &role, id, pid, uid, &ended, used, group_usage)
         .with("duration_ms", started.elapsed().as_millis() as u64);
-    super::audit_records::note(&state, exited).await;
+    // In the log's order before its exit is announced; made durable with
+    // the writer's next batch, which the announcement need not wait for.
+    let recorded = state.accounting.log.enqueue(exited).await;
     // Nor reaches the network: its proxy endpoint and connections close.
     state.egress.child_ended(id);
-    release_groups(groups).await;
-    state.child_ended.notify_waiters();
     match &ended {
         ChildState::Killed { signal } => {
             tracing::warn!(child = id, agent = %agent_id, role = %role, pid, signal, "child killed by a signal")
@@ -487,6 +487,14 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         pid,
         end,
     }));
+    // Its groups go after its exit is announced (their figures are read
+    // and recorded; a turn's answer need not wait), before shutdown hears
+    // of its end.
+    release_groups(groups).await;
+    if let Err(e) = async { recorded?.durable().await }.await {
+        tracing::error!("cannot append to the audit log: {e}");
+    }
+    state.child_ended.notify_waiters();
 }
 /// `child.kill`: a signal to a live child (its whole tree for SIGKILL).
 pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {

@@ -48,6 +48,19 @@ pub struct Bound {
 /// Take the home's pid file and bind the control socket (mode 0600 before
 /// anyone can connect, inside a 0700 directory).
 pub fn bind(home: &Home) -> Result<Bound, ServeError> {
+    bind_probing(home, crate::sandbox::report_cache::probe_fresh)
+}
+
+/// [`bind`] for a supervisor that serves one command: the home's recent
+/// sandbox probe is reused (`sandbox::report_cache`).
+pub fn bind_for_one_command(home: &Home) -> Result<Bound, ServeError> {
+    bind_probing(home, crate::sandbox::report_cache::probe_reusing)
+}
+
+fn bind_probing(
+    home: &Home,
+    probe: fn(&Home) -> crate::sandbox::report::SandboxReport,
+) -> Result<Bound, ServeError> {
     // A bad cluster configuration stops the start: never run unfenced.
     let cluster = super::cluster::load(home)?;
     ensure_private_dir(&home.run_dir())?;
@@ -78,7 +91,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
         Ok(n) => tracing::info!("mounted {n} agent quota volume(s)"),
         Err(e) => tracing::error!("cannot mount the agents' quota volumes: {e}"),
     }
-    let sandbox = crate::sandbox::report::SandboxReport::probe();
+    let sandbox = probe(home);
     prune_cgroups(home, &sandbox);
     tracing::info!(level = ?sandbox.level, backend = %sandbox.backend, "sandbox layers probed");
     for m in &sandbox.missing {

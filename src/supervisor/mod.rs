@@ -366,7 +366,7 @@ impl Session {
                     }
                 };
                 rt.block_on(async {
-                    match listener::bind(&h) {
+                    match listener::bind_for_one_command(&h) {
                         Ok(bound) => {
                             // It ends with its command: a child started
                             // for a next turn would only be killed.
