@@ -247,6 +247,8 @@ fn parse_hot(args: &[std::ffi::OsString]) -> Option<Cli> {
             memory::CompileArgs::augment_args(clap::Command::new("compile")),
         ),
         ("prompt", _) => prompt::PromptArgs::augment_args(clap::Command::new("prompt")),
+        // A scripted one-shot turn: the command whose time issue 38 counts.
+        ("chat", _) => chat::ChatArgs::augment_args(clap::Command::new("chat")),
         _ => return None,
     };
     let root = Globals::augment_args(clap::Command::new(Cli::command_name())).subcommand(tree);
@@ -360,6 +362,34 @@ mod parse_tests {
             ],
             &["mini-letta", "--home=/h", "prompt", "-a", "x", "--fresh"],
             &["mini-letta", "prompt"],
+            &[
+                "mini-letta",
+                "chat",
+                "-a",
+                "x",
+                "-p",
+                "hi",
+                "--json",
+                "--timings",
+            ],
+            &[
+                "mini-letta",
+                "--home",
+                "/h",
+                "chat",
+                "-p",
+                "-",
+                "--isolation",
+                "off",
+            ],
+            &[
+                "mini-letta",
+                "chat",
+                "--conversation",
+                "work",
+                "--model",
+                "mock",
+            ],
         ];
         for case in cases {
             let hot = parse_hot(&os(case)).unwrap_or_else(|| panic!("declined {case:?}"));
@@ -389,6 +419,9 @@ mod parse_tests {
                 "/x",
             ],
             &["mini-letta", "agent", "list"],
+            &["mini-letta", "chat", "--help"],
+            &["mini-letta", "chat", "-p"],
+            &["mini-letta", "chat", "--no-such-flag"],
         ];
         for case in declined {
             assert!(parse_hot(&os(case)).is_none(), "{case:?}");

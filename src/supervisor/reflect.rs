@@ -219,20 +219,12 @@ pub async fn after_turn(
     conversation: &str,
     window: Option<u64>,
     isolation: Option<String>,
+    evaluated: Option<Evaluation>,
 ) -> Option<Value> {
-    let (home, id, conv) = (
-        state.home.clone(),
-        agent_id.to_string(),
-        conversation.to_string(),
-    );
-    let fired = off_thread(move || {
-        let agent = home.agent(&id).map_err(|e| failed(e.to_string()))?;
-        let settings = settings::load(&agent).unwrap_or_default();
-        Ok(trigger::evaluate(&agent, &conv, &settings).ok().flatten())
-    })
-    .await
-    .ok()
-    .flatten()?;
+    let fired = match evaluated {
+        Some(e) => e.await.ok().flatten(),
+        None => evaluate(state, agent_id, conversation).await,
+    }?;
     let req = Request {
         agent: Some(agent_id.to_string()),
         manual: false,
@@ -249,6 +241,42 @@ pub async fn after_turn(
         Ok(l) => l.info,
         Err(v) => v,
     })
+}
+
+/// A trigger evaluation begun early ([`evaluate_early`]).
+pub type Evaluation = tokio::task::JoinHandle<Option<trigger::TriggerReason>>;
+
+/// Begin a finished turn's trigger evaluation now, while its child exits:
+/// once the turn's child said `done` its log holds the turn (a child that
+/// said so and wrote on only moves a reflection by a step).
+pub fn evaluate_early(state: &Arc<State>, agent_id: &str, conversation: &str) -> Evaluation {
+    let (state, agent, conversation) = (
+        state.clone(),
+        agent_id.to_string(),
+        conversation.to_string(),
+    );
+    tokio::spawn(async move { evaluate(&state, &agent, &conversation).await })
+}
+
+/// Refresh the conversation's step count, note a new compaction, decide.
+async fn evaluate(
+    state: &Arc<State>,
+    agent_id: &str,
+    conversation: &str,
+) -> Option<trigger::TriggerReason> {
+    let (home, id, conv) = (
+        state.home.clone(),
+        agent_id.to_string(),
+        conversation.to_string(),
+    );
+    off_thread(move || {
+        let agent = home.agent(&id).map_err(|e| failed(e.to_string()))?;
+        let settings = settings::load(&agent).unwrap_or_default();
+        Ok(trigger::evaluate(&agent, &conv, &settings).ok().flatten())
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// `reflect.status`: lock, backoff, running child, last result, cursors.

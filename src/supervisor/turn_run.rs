@@ -14,6 +14,7 @@ use super::state::{State, blocking, error};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::timings::Marks;
+use crate::protocol::turn::TurnEvent;
 use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
 use crate::store;
 use crate::store::record::AgentRecord;
@@ -57,7 +58,8 @@ async fn try_run_turn(
     let events = state.events.subscribe();
     let started = start_turn_child(state, &record, spawn, fds, &conversation, &mut marks).await?;
     let id = started["child"].as_u64().unwrap_or_default();
-    let (end, signalled) = watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
+    let (end, signalled, evaluated) =
+        watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
     marks.mark("sup.child_exited");
     // Killed by us: the turn was cancelled. A child that finished on its
     // own just before the signal was not (its answer stands).
@@ -86,6 +88,7 @@ async fn try_run_turn(
             &conversation,
             params.reflection_context_window.or(params.context_window),
             params.isolation.clone(),
+            evaluated,
         )
         .await
     };
@@ -236,8 +239,9 @@ fn turn_spawn(
 }
 
 /// Wait for the turn's child `id` to end, stopping it when the turn is
-/// cancelled or its caller goes away. Returns how it ended and whether we
-/// sent the signal.
+/// cancelled or its caller goes away. Returns how it ended, whether we
+/// sent the signal, and the reflection trigger's evaluation when it began
+/// at the child's `done` (it runs while the child exits).
 async fn watch_turn(
     state: &Arc<State>,
     agent: &str,
@@ -245,16 +249,24 @@ async fn watch_turn(
     id: u64,
     mut events: tokio::sync::broadcast::Receiver<Event>,
     gone: &CancellationToken,
-) -> Result<(ChildEnd, bool), Outcome> {
+) -> Result<(ChildEnd, bool, Option<super::reflect::Evaluation>), Outcome> {
     let cancel = CancellationToken::new();
     state
         .turns
         .set_running(agent, conversation, cancel.clone(), id);
     let mut cancelled = false;
+    let mut evaluated = None;
     let end = loop {
         tokio::select! {
             ev = events.recv() => match ev {
                 Ok(Event::ChildExit(exit)) if exit.child == id => break exit.end,
+                Ok(Event::TurnEvent(notice))
+                    if notice.child == id
+                        && evaluated.is_none()
+                        && matches!(notice.turn_event(), Some(TurnEvent::Done { .. })) =>
+                {
+                    evaluated = Some(super::reflect::evaluate_early(state, agent, conversation));
+                }
                 Ok(_) => {}
                 // Missed events: the table still knows how the child ended.
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -277,7 +289,7 @@ async fn watch_turn(
         }
     };
     state.turns.clear_running(agent, conversation);
-    Ok((end, cancelled))
+    Ok((end, cancelled, evaluated))
 }
 
 /// A cancelled turn's conversation shows the interruption (child `id`'s

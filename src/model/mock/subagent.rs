@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::read::{between, clean_capture, is_reminder_only, message_text, task_text};
 use super::response::next_call_id;
-use super::turn::{RULES, Rule, follow_up};
+use super::turn::{Rule, first_pattern, follow_up, rules_for};
 use crate::model::{Message, Part};
 use crate::protocol::messages::strip_reminders;
 
@@ -218,11 +218,8 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
         };
         let said = strip_reminders(said);
         let said = said.trim();
-        if let Some(c) = RULES
-            .iter()
-            .find(|(r, _)| *r == Rule::Rename)
-            .and_then(|(_, re)| re.captures(said))
-        {
+        let rules = rules_for(said);
+        if let Some(c) = first_pattern(Rule::Rename, said).and_then(|re| re.captures(said)) {
             let group = |i: usize| clean_capture(c.get(i).map(|m| m.as_str()).unwrap_or(""));
             let (x, y) = (group(1), group(2));
             if !x.is_empty() && memory.contains(&x) {
@@ -232,7 +229,7 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
         }
         // A worker is asked to remember; in a transcript the main agent
         // already acted on such commands, so they are not facts there.
-        let asked = RULES
+        let asked = rules
             .iter()
             .find(|(r, re)| *r == Rule::Remember && re.is_match(said))
             .and_then(|(_, re)| re.captures(said))
@@ -244,7 +241,7 @@ fn reflection_plan(prompt: &str) -> ReflectionPlan {
             }
             continue;
         }
-        if RULES.iter().any(|(_, re)| re.is_match(said)) {
+        if rules.iter().any(|(_, re)| re.is_match(said)) {
             continue;
         }
         let candidate = match said.strip_prefix("- ") {

@@ -2,7 +2,7 @@
 //! call each), an integration turn, the question of what it knows, and the
 //! reply to tool results.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use regex::Regex;
 use serde_json::json;
@@ -23,37 +23,72 @@ pub(super) enum Rule {
     Commit,
 }
 
-const RULE_PATTERNS: &[(Rule, &str)] = &[
-    (Rule::Run, r"(?i)^run:\s*(.+)"),
-    (Rule::Forget, r"忘掉[:：]\s*(.+)"),
-    (Rule::Forget, r"(?i)forget:\s*(.+)"),
-    (Rule::Rename, r"别再叫我\s*(.+?)\s*了[，,]\s*叫我\s*(.+)"),
+/// `(rule, pattern, word)`: `word` is in the lower-cased text of every
+/// match of `pattern`, so a text without it is not tried, and the pattern
+/// is compiled only when some text has it (compiling all of them costs a
+/// few milliseconds: the first turn of every supervisor paid it).
+const RULE_PATTERNS: &[(Rule, &str, &str)] = &[
+    (Rule::Run, r"(?i)^run:\s*(.+)", "run:"),
+    (Rule::Forget, r"忘掉[:：]\s*(.+)", "忘掉"),
+    (Rule::Forget, r"(?i)forget:\s*(.+)", "forget:"),
+    (
+        Rule::Rename,
+        r"别再叫我\s*(.+?)\s*了[，,]\s*叫我\s*(.+)",
+        "别再叫我",
+    ),
     (
         Rule::Rename,
         r"(?i)don[’']?t call me\s+(.+?),?\s+call me\s+(.+)",
+        "call me",
     ),
-    (Rule::Recall, r"回忆[:：]\s*(.+)"),
-    (Rule::Recall, r"(?i)^recall:\s*(.+)"),
-    (Rule::Delegate, r"后台记住[:：]\s*(.+)"),
+    (Rule::Recall, r"回忆[:：]\s*(.+)", "回忆"),
+    (Rule::Recall, r"(?i)^recall:\s*(.+)", "recall:"),
+    (Rule::Delegate, r"后台记住[:：]\s*(.+)", "后台记住"),
     (
         Rule::Delegate,
         r"(?i)in the background,?\s*remember:\s*(.+)",
+        "remember:",
     ),
-    (Rule::Remember, r"记住[:：]\s*(.+)"),
-    (Rule::Remember, r"(?i)remember:\s*(.+)"),
-    (Rule::Persona, r"设定[:：]\s*(.+)"),
-    (Rule::Commit, r"^提交记忆"),
-    (Rule::Commit, r"(?i)^commit (your )?memory"),
+    (Rule::Remember, r"记住[:：]\s*(.+)", "记住"),
+    (Rule::Remember, r"(?i)remember:\s*(.+)", "remember:"),
+    (Rule::Persona, r"设定[:：]\s*(.+)", "设定"),
+    (Rule::Commit, r"^提交记忆", "提交记忆"),
+    (Rule::Commit, r"(?i)^commit (your )?memory", "commit"),
 ];
 
-/// Compiled rules, in priority order. Patterns are constants (a unit test
-/// checks that all compile), so a failure here drops the rule, never panics.
-pub(super) static RULES: LazyLock<Vec<(Rule, Regex)>> = LazyLock::new(|| {
+/// The compiled patterns, each made on first need.
+static COMPILED: [OnceLock<Option<Regex>>; RULE_PATTERNS.len()] =
+    [const { OnceLock::new() }; RULE_PATTERNS.len()];
+
+/// The first pattern of `rule` (in priority order), when `text` may match it.
+pub(super) fn first_pattern(rule: Rule, text: &str) -> Option<&'static Regex> {
+    let at = RULE_PATTERNS.iter().position(|(r, _, _)| *r == rule)?;
+    let (_, pattern, word) = RULE_PATTERNS.get(at)?;
+    if !text.to_lowercase().contains(word) {
+        return None;
+    }
+    COMPILED
+        .get(at)?
+        .get_or_init(|| Regex::new(pattern).ok())
+        .as_ref()
+}
+
+/// The rules that may match `text`, in priority order, compiled. Patterns
+/// are constants (a unit test checks that all compile), so a failure drops
+/// the rule, never panics.
+pub(super) fn rules_for(text: &str) -> Vec<(Rule, &'static Regex)> {
+    let lower = text.to_lowercase();
     RULE_PATTERNS
         .iter()
-        .filter_map(|(r, p)| Regex::new(p).ok().map(|re| (*r, re)))
+        .zip(&COMPILED)
+        .filter(|((_, _, word), _)| lower.contains(word))
+        .filter_map(|((rule, pattern, _), slot)| {
+            slot.get_or_init(|| Regex::new(pattern).ok())
+                .as_ref()
+                .map(|re| (*rule, re))
+        })
         .collect()
-});
+}
 
 pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
     let last = messages.iter().rev().find(|m| !is_reminder_only(m));
@@ -69,7 +104,7 @@ pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
     if let Some(parts) = integrate(&text) {
         return parts;
     }
-    for (rule, re) in RULES.iter() {
+    for (rule, re) in rules_for(&text) {
         let Some(c) = re.captures(&text) else {
             continue;
         };
@@ -137,10 +172,16 @@ pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
             arguments: args,
         }];
     }
-    if ASK_ABOUT_ME.is_match(&text) {
+    if may_ask_about_me(&text) && ASK_ABOUT_ME.is_match(&text) {
         return vec![Part::text(what_i_know(system, messages))];
     }
     vec![Part::text(format!("mock: {text}"))]
+}
+
+/// Whether `text` has a word every question of [`ASK_ABOUT_ME`] has (the
+/// pattern is compiled only then).
+fn may_ask_about_me(text: &str) -> bool {
+    text.contains("我") || text.to_lowercase().contains("about me")
 }
 
 static ASK_ABOUT_ME: LazyLock<Regex> = LazyLock::new(|| {
@@ -254,8 +295,33 @@ mod tests {
     use super::*;
     use crate::model::Role;
     #[test]
-    fn every_rule_pattern_compiles() {
-        assert_eq!(RULES.len(), RULE_PATTERNS.len());
+    fn every_rule_pattern_compiles_and_has_its_word() {
+        let all: String = RULE_PATTERNS
+            .iter()
+            .map(|(_, _, w)| *w)
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(rules_for(&all).len(), RULE_PATTERNS.len());
+        // A match always holds its rule's word, whatever the case.
+        let said = [
+            ("RUN: ls", Rule::Run),
+            ("Forget: tea", Rule::Forget),
+            ("Don't call me Al, call me Bo", Rule::Rename),
+            ("RECALL: tea", Rule::Recall),
+            ("In the background, Remember: x", Rule::Delegate),
+            ("REMEMBER: x", Rule::Remember),
+            ("Commit your memory", Rule::Commit),
+            ("记住：茶", Rule::Remember),
+        ];
+        for (text, rule) in said {
+            assert!(
+                rules_for(text)
+                    .iter()
+                    .any(|(r, re)| *r == rule && re.is_match(text)),
+                "{text}"
+            );
+        }
+        assert!(rules_for("hello there").is_empty());
     }
 
     #[test]
