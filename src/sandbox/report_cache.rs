@@ -97,18 +97,15 @@ pub fn probe_fresh(home: &Home) -> SandboxReport {
 }
 
 /// The kept probe, when it is ours (a regular file of this uid that no one
-/// else may write), for this key and recent.
+/// else may write, opened without following links), for this key and
+/// recent.
 fn read(path: &Path, key: &ProbeKey) -> Option<SandboxReport> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    let ours = meta.file_type().is_file()
-        && meta.uid() == key.euid
-        && meta.mode() & 0o022 == 0
-        && meta.len() < 1 << 20;
-    if !ours {
+    let dir = crate::agentfs::Dir::open(path.parent()?).ok()?;
+    let (bytes, st) = dir.read_file_capped(path.file_name()?, 1 << 20).ok()?;
+    if st.uid != key.euid || st.perm & 0o022 != 0 {
         return None;
     }
-    let cached: Cached = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let cached: Cached = serde_json::from_slice(&bytes).ok()?;
     let age = now_secs().checked_sub(cached.at)?;
     (cached.key == *key && age < MAX_AGE.as_secs()).then_some(cached.report)
 }
@@ -166,6 +163,13 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(read(&path, &key).is_none());
+        // A link where it goes: not followed.
+        keep(&path, key.clone(), &report);
+        let elsewhere = dir.path().join("elsewhere.json");
+        std::fs::rename(&path, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert!(read(&path, &key).is_none());
+        std::fs::remove_file(&path).unwrap();
         // A fresh probe replaces it.
         assert_ne!(probe_fresh(&home).backend, "kept");
         assert_ne!(read(&path, &key).unwrap().backend, "kept");
