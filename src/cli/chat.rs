@@ -516,6 +516,9 @@ fn turn(
         let _ = relayed.send(());
     });
     let client = &mut session.client;
+    // Marked as the request is handed to the socket: the supervisor may
+    // read it before this thread runs again.
+    timings::mark("cli.sent");
     let sent = client.send_request_with_fds(
         Call::TurnRun(TurnParams {
             agent: Some(agent.to_string()),
@@ -533,7 +536,6 @@ fn turn(
     drop(in_r);
     drop(out_w);
     drop(err_w);
-    timings::mark("cli.sent");
     let req = match sent {
         Ok(r) => r,
         Err(ClientError::Io(_) | ClientError::Closed) => return Err(NotTaken.into()),
