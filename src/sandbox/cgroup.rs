@@ -299,6 +299,21 @@ pub struct GroupUsage {
     pub peak_memory_bytes: Option<u64>,
 }
 
+/// Open the file through which a forked child joins the group whose
+/// `cgroup.procs` is `procs` by writing `0` (itself): on a v1 hierarchy its
+/// `tasks` file, else `procs`. Why: the kernel moves a process written to
+/// `cgroup.procs` under a global lock whose first taker waits out an RCU
+/// grace period (7–35 ms seen on a 2-CPU VM, on the first child of a
+/// process); a thread moving itself through `tasks` takes no such lock,
+/// and a child just forked has one thread, so it is the same move.
+pub fn open_for_joining(procs: &Path) -> std::io::Result<std::fs::File> {
+    let write = |p: &Path| std::fs::OpenOptions::new().write(true).open(p);
+    match write(&procs.with_file_name("tasks")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write(procs),
+        other => other,
+    }
+}
+
 /// Read a child's groups (the `cgroup.procs` files [`prepare`] returned),
 /// before they are released.
 pub fn usage(procs: &[PathBuf]) -> GroupUsage {

@@ -357,12 +357,13 @@ fn launch(stage: &std::path::Path, spec: LaunchSpec) -> Result<Launched, LaunchE
     let mut cmd = stage_command(stage, &spec)?;
     set_stdio(&mut cmd, spec.stdio);
     // Opened here, written in the child: joining a cgroup before exec puts
-    // the whole sandbox under its limits from the first instruction.
+    // the whole sandbox under its limits from the first instruction (and
+    // through `tasks` on v1, which needs no global lock: see the opener).
     let cgroup_fds: Vec<std::fs::File> = spec
         .plan
         .cgroup_procs
         .iter()
-        .map(|p| std::fs::OpenOptions::new().write(true).open(p))
+        .map(|p| crate::sandbox::cgroup::open_for_joining(p))
         .collect::<Result<_, _>>()
         .map_err(LaunchError::Spawn)?;
     let fork = ForkSteps {
@@ -452,7 +453,8 @@ struct ForkSteps {
     channel: RawFd,
     /// The egress handshake, installed as descriptor 4.
     egress: Option<RawFd>,
-    /// The agent's cgroups' `cgroup.procs`, opened for writing.
+    /// The agent's cgroups' join files (`tasks` on v1, else
+    /// `cgroup.procs`), opened for writing.
     cgroups: Vec<RawFd>,
     /// The supervisor's pid.
     parent: u32,

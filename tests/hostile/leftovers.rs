@@ -94,6 +94,50 @@ fn a_reaped_childs_cgroups_go_with_it() {
     );
 }
 
+/// A child is in its own group under every root while it runs (it joins
+/// through v1's `tasks` file, not `cgroup.procs`: the move must still be
+/// the whole process's, and under every hierarchy's limits).
+#[test]
+fn a_running_child_is_in_its_group_under_every_root() {
+    let Some(roots) = cgroup_roots("a_running_child_is_in_its_group_under_every_root") else {
+        return;
+    };
+    let d = Daemon::start(&["a"]);
+    let agent = d.agents[0].clone();
+    let v = spawn(&d, &["sh", "-c", "sleep 3 & sleep 3"]).unwrap();
+    let pid = v["pid"].as_u64().unwrap().to_string();
+    let child = v["child"].as_u64().unwrap();
+    // Every process of the child (the shell and what it forked) is listed
+    // in one leaf under `<root>/<agent>/tool/` of each hierarchy.
+    let members = |root: &Path| -> Vec<String> {
+        let role = root.join(&agent).join("tool");
+        std::fs::read_dir(&role)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default())
+            .collect::<String>()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        wait_until(5, || roots.iter().all(|r| members(r).len() >= 2)),
+        "not every process of the child is in its groups: {:?}",
+        roots.iter().map(|r| (r, members(r))).collect::<Vec<_>>()
+    );
+    for root in &roots {
+        assert!(
+            members(root).contains(&pid),
+            "child {pid} is not in its group under {}: {:?}",
+            root.display(),
+            members(root)
+        );
+    }
+    assert!(wait_until(20, || child_ended(&d, child)));
+}
+
 /// A child group named after a supervisor: `c<seq>-s<pid>-<start>-n<pidns>`.
 fn leaf(pid: u32, started: u64) -> String {
     let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
