@@ -3,6 +3,9 @@
 //! child's launch to first frame, one `model.complete` round trip, and the
 //! remainder (turn loop, prompt compile, conversation writes, pipes).
 //!
+//! Then the same breakdown for `memory` commands (a write, and reads) and
+//! `sandbox run`, from their `--timings` tables.
+//!
 //! Run: `cargo bench --bench turn` (or `scripts/bench-turn`); `--quick`
 //! for fewer runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -131,6 +134,192 @@ fn main() {
     run(h, &["supervisor", "stop"]);
     let embedded = breakdown(h, runs, iso, PAUSE);
     print_breakdown(runs, iso, &[&apart, &back_to_back, &embedded]);
+    commands(h, runs, iso);
+}
+
+/// `memory` commands and `sandbox run`, each with `--timings`, with a
+/// running supervisor and without.
+fn commands(h: &Path, runs: usize, iso: &str) {
+    let memory = |label: &str, args: &dyn Fn(usize) -> Vec<String>| -> (String, Vec<Timeline>) {
+        let lines = (0..runs)
+            .map(|i| {
+                let mut a = args(i);
+                a.push("--timings".into());
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                timeline(&run(h, &a).stderr)
+            })
+            .collect();
+        (label.to_string(), lines)
+    };
+    let insert = |i: usize| -> Vec<String> {
+        ["memory", "insert", "human.md", "--text"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("timed line {i}")])
+            .collect()
+    };
+    let read = |what: &'static str| {
+        move |_| -> Vec<String> {
+            let mut a = vec!["memory".to_string(), what.to_string()];
+            if what == "show" {
+                a.push("human.md".into());
+            }
+            a
+        }
+    };
+    let sandbox = |i: usize| -> Vec<String> {
+        ["sandbox", "run", "--isolation", iso, "--json", "--", "echo"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([i.to_string()])
+            .collect()
+    };
+    let sandbox_runs = || -> Vec<Vec<(String, f64)>> {
+        (0..runs)
+            .map(|i| {
+                let a = sandbox(i);
+                let mut a: Vec<&str> = a.iter().map(String::as_str).collect();
+                a.insert(2, "--timings");
+                let o = run(h, &a);
+                let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                doc["timings"]["marks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| {
+                        (
+                            m["name"].as_str().unwrap().to_string(),
+                            m["at_us"].as_f64().unwrap() / 1000.0,
+                        )
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let cold = [
+        memory("insert", &insert),
+        memory("show", &read("show")),
+        memory("tree", &read("tree")),
+        memory("status", &read("status")),
+    ];
+    let sandbox_embedded = sandbox_runs();
+    run(h, &["supervisor", "start"]);
+    let warm = [
+        memory("insert (daemon)", &insert),
+        memory("show (daemon)", &read("show")),
+    ];
+    let sandbox_daemon = sandbox_runs();
+    run(h, &["supervisor", "stop"]);
+    println!(
+        "memory commands (`--timings`, {runs} runs, medians in ms from the mark before; \
+         without a supervisor, and with one running):"
+    );
+    for (label, lines) in cold.iter().chain(warm.iter()) {
+        print_timeline(label, lines);
+    }
+    print_sandbox(runs, iso, &sandbox_daemon, &sandbox_embedded);
+}
+
+/// One command's `--timings` table: the marks and milliseconds since the
+/// first, in time order.
+type Timeline = Vec<(String, f64)>;
+
+fn timeline(stderr: &[u8]) -> Timeline {
+    let text = String::from_utf8_lossy(stderr);
+    let table = text
+        .split_once("timings (ms):")
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| panic!("no timings table in: {text}"));
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let at: f64 = f.next()?.parse().ok()?;
+            let _since_before = f.next()?;
+            Some((f.next()?.to_string(), at))
+        })
+        .collect()
+}
+
+/// The median gap before each mark (in the first run's order), and the
+/// whole.
+fn print_timeline(label: &str, lines: &[Timeline]) {
+    let Some(first) = lines.first() else {
+        return;
+    };
+    let gap = |line: &Timeline, name: &str| -> Option<f64> {
+        let k = line.iter().position(|(n, _)| n == name)?;
+        Some(line[k].1 - line[k.checked_sub(1)?].1)
+    };
+    let whole = median(lines.iter().filter_map(|l| l.last().map(|m| m.1)).collect());
+    println!("  {label}: {whole:.2} ms");
+    for (name, _) in first.iter().skip(1) {
+        let gaps: Vec<f64> = lines.iter().filter_map(|l| gap(l, name)).collect();
+        if !gaps.is_empty() {
+            println!("    {:<34} {:>7.2}", format!("→ {name}"), median(gaps));
+        }
+    }
+}
+
+/// The phases of `sandbox run -- echo N`, from its marks.
+const SANDBOX_PHASES: &[(&str, &str, &str)] = &[
+    ("CLI start, session open", "cli.main", "cli.connected"),
+    (
+        "request to the supervisor",
+        "cli.connected",
+        "sup.spawn_received",
+    ),
+    (
+        "child plan (record, uid, cgroup)",
+        "sup.spawn_received",
+        "sup.child_planned",
+    ),
+    (
+        "fork, exec of the stage",
+        "sup.child_planned",
+        "stage.start",
+    ),
+    ("  namespaces, mounts", "stage.start", "stage.namespaces"),
+    ("  landlock", "stage.namespaces", "stage.landlock"),
+    ("  seccomp", "stage.landlock", "stage.seccomp"),
+    ("  hello heard", "stage.seccomp", "sup.child_hello"),
+    (
+        "command runs, exits, reaped",
+        "sup.child_hello",
+        "sup.child_exited",
+    ),
+    (
+        "exit recorded, announced",
+        "sup.child_exited",
+        "sup.exit_announced",
+    ),
+    ("exit to the CLI", "sup.exit_announced", "cli.exited"),
+    ("whole (to the exit)", "cli.main", "cli.exited"),
+];
+
+fn print_sandbox(runs: usize, iso: &str, daemon: &[Timeline], embedded: &[Timeline]) {
+    let medians = |lines: &[Timeline], from: &str, to: &str| -> String {
+        let at = |l: &Timeline, n: &str| l.iter().find(|(m, _)| m == n).map(|m| m.1);
+        let v: Vec<f64> = lines
+            .iter()
+            .filter_map(|l| Some(at(l, to)? - at(l, from)?))
+            .collect();
+        if v.is_empty() {
+            "-".into()
+        } else {
+            format!("{:.2}", median(v))
+        }
+    };
+    println!("`sandbox run --timings -- echo N` (isolation {iso}, {runs} runs, medians in ms):");
+    println!("  {:<38} {:>9} {:>9}", "phase", "daemon", "embedded");
+    for (label, from, to) in SANDBOX_PHASES {
+        println!(
+            "  {label:<38} {:>9} {:>9}",
+            medians(daemon, from, to),
+            medians(embedded, from, to)
+        );
+    }
 }
 
 /// The pause between turns "a moment apart".

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
-use crate::protocol::{ClientFrame, PROTOCOL_VERSION, PeerKind, encode};
+use crate::protocol::PROTOCOL_VERSION;
 use crate::sandbox::stage2::StagePolicy;
 
 /// The launcher's own failures before `exec` exit with it too, so it is
@@ -75,14 +75,13 @@ impl std::fmt::Display for StageFailure {
 /// applied before anything else, and failing to apply it is fatal.
 pub fn run(role: &str, agent: &str, policy: Option<&str>, argv: &[String]) -> StageFailure {
     tracing::debug!(role, agent, "child stage");
-    // A turn's child hands the stage's marks to the agent program, which
-    // reports them when the turn asked (`chat --timings`): a few clock
-    // reads, so they are always taken.
+    // The stage's marks go to the supervisor with its hello (`sandbox run
+    // --timings` reads them there), and a turn's child hands them to the
+    // agent program too, which reports them when the turn asked (`chat
+    // --timings`): a few clock reads, so they are always taken.
     let timed = role == "agent";
-    if timed {
-        timings::enable();
-        timings::mark("stage.start");
-    }
+    timings::enable();
+    timings::mark("stage.start");
     if let Some(text) = policy {
         let policy: StagePolicy = match serde_json::from_str(text) {
             Ok(p) => p,
@@ -122,10 +121,11 @@ fn say_hello() -> std::io::Result<()> {
     // borrow it for one write and leave it open for the program.
     let fd = unsafe { BorrowedFd::borrow_raw(3) };
     let mut stream = std::os::unix::net::UnixStream::from(fd.try_clone_to_owned()?);
-    stream.write_all(&encode(&ClientFrame::Hello {
-        version: PROTOCOL_VERSION,
-        peer: PeerKind::Child,
-    }))
+    timings::mark("stage.hello");
+    stream.write_all(&timings::hello_with_marks(
+        PROTOCOL_VERSION,
+        &timings::taken(),
+    ))
 }
 
 #[cfg(test)]

@@ -236,14 +236,13 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
             "events": events,
         });
         if args.timings {
-            let marks = timings::taken();
-            doc["timings"] = json!({ "marks": marks, "phases": timings::phases(&marks) });
+            doc["timings"] = timings::document(&timings::taken());
         }
         output::json(&doc)?;
     } else {
         printer.end_line()?;
         if args.timings {
-            print_timings(&timings::taken());
+            eprint!("{}", timings::table(&timings::taken()));
         }
     }
     if let Some(sig) = interrupt::end_requested() {
@@ -254,27 +253,6 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         "cancelled" => ExitCode::from(130),
         _ => ExitCode::SUCCESS,
     })
-}
-
-/// The marks of a turn in time order on stderr: milliseconds since the
-/// command began, and since the mark before.
-fn print_timings(marks: &[timings::Mark]) {
-    let mut sorted = marks.to_vec();
-    sorted.sort_by_key(|m| m.at_us);
-    let Some(first) = sorted.first().map(|m| m.at_us) else {
-        return;
-    };
-    eprintln!("timings (ms): since start, since the mark before, mark");
-    let mut before = first;
-    for m in &sorted {
-        eprintln!(
-            "  {:>8.2} {:>8.2}  {}",
-            m.at_us.saturating_sub(first) as f64 / 1000.0,
-            m.at_us.saturating_sub(before) as f64 / 1000.0,
-            output::field(&m.name)
-        );
-        before = m.at_us;
-    }
 }
 
 /// The spinner runs while a model request is out.

@@ -1,5 +1,6 @@
 //! `mini-letta memory …`
 
+use crate::protocol::timings;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -273,6 +274,11 @@ pub struct AgentArg {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
     pub agent: Option<String>,
+    /// When the command ends, print where its time went (the steps of
+    /// this process and of the commit, on the monotonic clock) as a table
+    /// on stderr.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 #[derive(Debug, Args)]
@@ -312,6 +318,39 @@ pub struct CompileArgs {
 }
 
 pub fn run(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
+    let timed = target_of(cmd).is_some_and(|t| t.timings);
+    if timed {
+        timings::enable_from_start("cli.main");
+    }
+    let result = run_command(cli, cmd);
+    if timed {
+        timings::mark("cli.done");
+        eprint!("{}", timings::table(&timings::taken()));
+    }
+    result
+}
+
+/// The agent a command acts on, for those that name one.
+fn target_of(cmd: &MemoryCommand) -> Option<&AgentArg> {
+    match cmd {
+        MemoryCommand::Compile(_) | MemoryCommand::Validate(_) => None,
+        MemoryCommand::Show { target, .. }
+        | MemoryCommand::Tree { target, .. }
+        | MemoryCommand::Status { target, .. }
+        | MemoryCommand::Create { target, .. }
+        | MemoryCommand::Replace { target, .. }
+        | MemoryCommand::Insert { target, .. }
+        | MemoryCommand::Delete { target, .. }
+        | MemoryCommand::Rename { target, .. }
+        | MemoryCommand::SetDescription { target, .. }
+        | MemoryCommand::Commit { target, .. }
+        | MemoryCommand::Log { target, .. }
+        | MemoryCommand::Diff { target, .. }
+        | MemoryCommand::CommitLoop { target, .. } => Some(target),
+    }
+}
+
+fn run_command(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         MemoryCommand::Compile(args) => compile(cli, args),
         MemoryCommand::Show { target, path, json } => show(cli, target, path, *json),
@@ -465,8 +504,17 @@ fn validate_error(e: ValidateError) -> anyhow::Error {
 /// from the repository and environment, and the hook kept current.
 fn writer(cli: &Cli, target: &AgentArg) -> anyhow::Result<Writer> {
     let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
-    let repo = repo::open_agent(&paths)?;
-    let author = store::agent_signature(&record)?;
+    timings::mark("cli.agent_found");
+    writer_for(&record, &paths)
+}
+
+fn writer_for(
+    record: &store::record::AgentRecord,
+    paths: &crate::paths::AgentPaths,
+) -> anyhow::Result<Writer> {
+    let repo = repo::open_agent(paths)?;
+    timings::mark("cli.repo_open");
+    let author = store::agent_signature(record)?;
     let opts = CommitOptions::from_env(&repo);
     Ok(Writer::new(repo, author, opts)?)
 }
@@ -474,17 +522,20 @@ fn writer(cli: &Cli, target: &AgentArg) -> anyhow::Result<Writer> {
 /// With a supervisor running, its children may be editing this agent's
 /// memory: take the agent's memory lease for the length of the edit and
 /// commit (it ends with the returned connection).
-fn lease(cli: &Cli, target: &AgentArg) -> anyhow::Result<Option<crate::protocol::client::Client>> {
-    let home = cli.home()?;
-    let (record, _) = store::find(&home, target.agent.as_deref())?;
-    let Ok(mut client) = crate::supervisor::connect(&home) else {
+fn lease(
+    home: &crate::paths::Home,
+    agent: &str,
+) -> anyhow::Result<Option<crate::protocol::client::Client>> {
+    let Ok(mut client) = crate::supervisor::connect(home) else {
         return Ok(None);
     };
+    timings::mark("cli.connected");
     client
         .call(crate::protocol::Call::MemoryLease {
-            agent: Some(record.id),
+            agent: Some(agent.to_string()),
         })
         .context("cannot take the agent's memory lease from the supervisor")?;
+    timings::mark("cli.lease_taken");
     Ok(Some(client))
 }
 
@@ -495,9 +546,15 @@ fn write_op(
     op: &str,
     f: impl FnOnce(&Writer) -> Result<CommitOutcome, OpError>,
 ) -> anyhow::Result<ExitCode> {
-    let _lease = lease(cli, target)?;
-    let w = writer(cli, target)?;
-    match f(&w) {
+    let home = cli.home()?;
+    let (record, paths) = store::find(&home, target.agent.as_deref())?;
+    timings::mark("cli.agent_found");
+    let _lease = lease(&home, &record.id)?;
+    let w = writer_for(&record, &paths)?;
+    timings::mark("cli.writer_open");
+    let done = f(&w);
+    timings::mark("cli.op_done");
+    match done {
         Ok(outcome) => {
             match outcome.commit {
                 Some(id) => {
@@ -666,9 +723,12 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
 
 fn show(cli: &Cli, target: &AgentArg, path: &str, json: bool) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    timings::mark("cli.agent_found");
     let path = pathrules::check_relative(path)?;
     let repo = repo::open_agent(&paths)?;
+    timings::mark("cli.repo_open");
     let head = read_head(&repo)?.context("the memory repository has no commit yet")?;
+    timings::mark("cli.head_read");
     let entry = head
         .find(&path)?
         .with_context(|| format!("{path}: no such file at HEAD"))?;
@@ -733,9 +793,12 @@ fn read_only_at_head(head: &crate::memfs::snapshot::Head<'_>, path: &str) -> boo
 /// which opens the agent's files by path).
 fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
     let (record, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    timings::mark("cli.agent_found");
     let repo = repo::open_agent(&paths)?;
+    timings::mark("cli.repo_open");
     let st = crate::memfs::status::worktree_status(&repo)
         .with_context(|| format!("cannot read {}", paths.memory_dir().display()))?;
+    timings::mark("cli.status_read");
     if json {
         output::json(&serde_json::json!({
             "agent": record.id,
@@ -775,9 +838,12 @@ struct TreeEntry {
 
 fn tree(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> {
     let (_, paths) = store::find(&cli.home()?, target.agent.as_deref())?;
+    timings::mark("cli.agent_found");
     let repo = repo::open_agent(&paths)?;
+    timings::mark("cli.repo_open");
     let head = read_head(&repo)?.context("the memory repository has no commit yet")?;
     let blobs = head.all_blobs()?;
+    timings::mark("cli.head_read");
     let format = if head.has_root_index() {
         MemoryFormat::V2
     } else {

@@ -6,7 +6,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, terminal};
+use crate::protocol::client::Client;
 use crate::protocol::events::ChildExit;
+use crate::protocol::timings;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
 use crate::sandbox::report::{Isolation, SandboxReport};
@@ -89,6 +91,12 @@ pub struct RunArgs {
     /// bytes replaced). The exit status is the command's, as without --json.
     #[arg(long, conflicts_with = "raw")]
     json: bool,
+    /// When the command ends, print where the time went: the marks of this
+    /// CLI, the supervisor and the child's stage (each confinement layer)
+    /// on one monotonic clock, as a table on stderr (with --json, as
+    /// "timings": {"marks", "phases"} in the document).
+    #[arg(long)]
+    timings: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -107,6 +115,9 @@ pub fn run(cli: &Cli, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    if args.timings {
+        timings::enable_from_start("cli.main");
+    }
     let home = cli.home()?;
     let (record, _) = crate::store::find(&home, args.agent.as_deref())?;
     let workspace = match &args.workspace {
@@ -120,6 +131,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     };
     let spawn = |passed: &[RawFd; 3]| -> anyhow::Result<Spawned> {
         let mut session = Session::open(&home)?;
+        timings::mark("cli.connected");
         // A signal ends the command, but not before its embedded
         // supervisor (and with it the child) is stopped and its files gone.
         super::interrupt::install();
@@ -141,6 +153,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         // child.exit may arrive before the spawn response: remember them all.
         let mut exits = Vec::new();
         let spawned = client.wait_response_keeping_exits(id, &mut exits)?;
+        timings::mark("cli.spawned");
         let child = spawned["child"]
             .as_u64()
             .context("supervisor gave no child id")?;
@@ -210,8 +223,26 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         drop(raw_mode);
     }
     let exit = exit?;
+    let marks = child_timings(&mut session.client, child);
     session.close();
+    if let Some(marks) = marks {
+        eprint!("{}", timings::table(&marks));
+    }
     Ok(exit_status(&exit))
+}
+
+/// With `--timings`: the child's launch marks from the supervisor (its own
+/// and its stage's) added to this process's; `None` when not asked.
+fn child_timings(client: &mut Client, child: u64) -> Option<Vec<timings::Mark>> {
+    if !timings::enabled() {
+        return None;
+    }
+    timings::mark("cli.exited");
+    match client.call(Call::ChildTimings { child }) {
+        Ok(v) => timings::extend(serde_json::from_value(v["marks"].clone()).unwrap_or_default()),
+        Err(e) => tracing::warn!("no launch timings from the supervisor: {e}"),
+    }
+    Some(timings::taken())
 }
 
 /// A child started by `sandbox run`: the session it was spawned on, its id,
@@ -274,6 +305,7 @@ fn run_captured(
         mut exits,
     } = spawned?;
     let exit = session.client.wait_exit(child, &mut exits)?;
+    let marks = child_timings(&mut session.client, child);
     session.close();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while !(out.0.is_finished() && err.0.is_finished()) && std::time::Instant::now() < deadline {
@@ -284,12 +316,16 @@ fn run_captured(
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     };
-    super::output::json(&serde_json::json!({
+    let mut doc = serde_json::json!({
         "exit_code": exit.code(),
         "signal": exit.signal(),
         "stdout": text(&out),
         "stderr": text(&err),
-    }))?;
+    });
+    if let Some(marks) = marks {
+        doc["timings"] = timings::document(&marks);
+    }
+    super::output::json(&doc)?;
     Ok(exit_status(&exit))
 }
 

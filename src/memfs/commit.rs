@@ -21,6 +21,7 @@
 //! tree_safety`), checked here early on the working tree; the validator
 //! applies them again to the whole candidate tree, as to every other tree.
 
+use crate::protocol::timings::mark;
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -305,7 +306,9 @@ pub fn commit_paths(
         hook::ensure(&git_dir, bin, EnsureMode::InstallOrRefresh)?;
     }
 
+    mark("commit.hook_checked");
     let _lock = RepoLock::acquire(&git_dir)?;
+    mark("commit.locked");
 
     let (head_commit, head_tree) = read_head(repo)?;
     let mut index = Index::new().map_err(git("create an in-memory index"))?;
@@ -315,6 +318,7 @@ pub fn commit_paths(
     let Walk {
         staged, pending, ..
     } = stage_specs(&mut index, &root, &specs, opts)?;
+    mark("commit.staged");
 
     let head_snapshot = match &head_tree {
         Some(t) => Some(TreeSnapshot::from_tree(repo, t)?),
@@ -329,11 +333,13 @@ pub fn commit_paths(
         });
     }
     check_new_paths_case(&candidate, head_snapshot.as_ref(), &changed)?;
+    mark("commit.compared");
 
     let report = validate_pending(repo, &pending, &candidate, head_snapshot.as_ref(), opts)?;
     if !report.is_ok() {
         return Err(CommitError::Rejected(Box::new(report)));
     }
+    mark("commit.validated");
     let id = write_commit(
         repo,
         &pending,
@@ -342,6 +348,7 @@ pub fn commit_paths(
         author,
         head_commit.as_ref(),
     )?;
+    mark("commit.written");
 
     // The commit is made; the index only gets the same entries for the
     // named paths. A failure here cannot undo the commit, so it is logged.
@@ -351,7 +358,9 @@ pub fn commit_paths(
             specs
         );
     }
+    mark("commit.index_updated");
     crate::memfs::mirror::head_committed(repo);
+    mark("commit.mirrored");
     Ok(CommitOutcome {
         commit: Some(id),
         changed,
@@ -468,7 +477,9 @@ fn write_commit(
         debug_assert_eq!(written, *id);
     }
 
+    mark("commit.blobs_written");
     let tree_id = index.write_tree_to(repo).map_err(git("write the tree"))?;
+    mark("commit.tree_written");
     let tree = repo.find_tree(tree_id).map_err(git("read the new tree"))?;
     let message = if message.ends_with('\n') {
         message.to_string()

@@ -61,6 +61,12 @@ pub enum Call {
         #[serde(default)]
         signal: Option<i32>,
     },
+    /// Where a child's launch went: the supervisor's marks (request,
+    /// plan, fork, first frame, exit) and those its stage reported (each
+    /// confinement layer), on the monotonic clock of `protocol::timings`.
+    /// `sandbox run --timings` asks for them once its command ended.
+    #[serde(rename = "child.timings")]
+    ChildTimings { child: u64 },
     /// Receive `child.*` events on this connection.
     #[serde(rename = "events.subscribe")]
     Subscribe {},
@@ -228,6 +234,7 @@ impl Call {
             Call::Ps {} => "ps",
             Call::Spawn(_) => "child.spawn",
             Call::Kill { .. } => "child.kill",
+            Call::ChildTimings { .. } => "child.timings",
             Call::Subscribe {} => "events.subscribe",
             Call::MemoryCommit { .. } => "memory.commit",
             Call::MemoryLease { .. } => "memory.lease",
@@ -450,6 +457,7 @@ pub const METHODS: &[&str] = &[
     "ps",
     "child.spawn",
     "child.kill",
+    "child.timings",
     "events.subscribe",
     "memory.commit",
     "memory.lease",

@@ -69,6 +69,11 @@ impl Marks {
         }
     }
 
+    /// The marks so far (none when not recorded).
+    pub fn list(&self) -> &[Mark] {
+        &self.list
+    }
+
     /// Whether marks are being recorded.
     pub fn enabled(&self) -> bool {
         self.on
@@ -148,6 +153,47 @@ pub fn taken() -> Vec<Mark> {
     GLOBAL.lock().map(|l| l.clone()).unwrap_or_default()
 }
 
+/// A child's `hello` line with the marks its stage took so far: the
+/// frame's fields plus `"marks"` (a supervisor reads them with
+/// [`marks_in_hello`]; any other reader ignores the extra field).
+pub fn hello_with_marks(version: u32, marks: &[Mark]) -> Vec<u8> {
+    // Fields in this order: `"type"` first is what the reader looks for.
+    #[derive(Serialize)]
+    struct StageHello<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        version: u32,
+        peer: super::PeerKind,
+        marks: &'a [Mark],
+    }
+    let hello = StageHello {
+        kind: "hello",
+        version,
+        peer: super::PeerKind::Child,
+        marks,
+    };
+    let mut line = serde_json::to_vec(&hello).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The marks a child's `hello` line carried (see [`hello_with_marks`]),
+/// checked; none for any other line. Only a line that starts as the
+/// stage writes one is parsed a second time, so other frames cost nothing.
+pub fn marks_in_hello(line: &[u8]) -> Vec<Mark> {
+    #[derive(Deserialize)]
+    struct Carried {
+        #[serde(default)]
+        marks: Vec<Mark>,
+    }
+    if !line.starts_with(br#"{"type":"hello""#) {
+        return Vec::new();
+    }
+    serde_json::from_slice::<Carried>(line)
+        .map(|c| checked(c.marks))
+        .unwrap_or_default()
+}
+
 /// Whether a mark's name is one this program would write: short, of
 /// lower-case letters, digits, `.`, `_` and `-`.
 pub fn valid_name(name: &str) -> bool {
@@ -190,6 +236,34 @@ pub fn decode(text: &str) -> Vec<Mark> {
             })
             .collect(),
     )
+}
+
+/// The marks in time order as a table for a person: milliseconds since
+/// the first, since the mark before, and the name (names are checked
+/// plain words, see [`valid_name`], so the text is safe on a terminal).
+pub fn table(marks: &[Mark]) -> String {
+    let mut sorted = marks.to_vec();
+    sorted.sort_by_key(|m| m.at_us);
+    let Some(first) = sorted.first().map(|m| m.at_us) else {
+        return String::new();
+    };
+    let mut out = String::from("timings (ms): since start, since the mark before, mark\n");
+    let mut before = first;
+    for m in sorted.iter().filter(|m| valid_name(&m.name)) {
+        out.push_str(&format!(
+            "  {:>8.2} {:>8.2}  {}\n",
+            m.at_us.saturating_sub(first) as f64 / 1000.0,
+            m.at_us.saturating_sub(before) as f64 / 1000.0,
+            m.name
+        ));
+        before = m.at_us;
+    }
+    out
+}
+
+/// `{"marks", "phases"}`: the marks as a `--json` document carries them.
+pub fn document(marks: &[Mark]) -> serde_json::Value {
+    serde_json::json!({ "marks": marks, "phases": phases(marks) })
 }
 
 /// One phase: from the mark before to this one.

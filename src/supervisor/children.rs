@@ -79,7 +79,18 @@ pub struct ChildInfo {
     /// Levels of the process tree that are the launcher's wrappers (see
     /// `LaunchPlan::wrapper_depth`), spared by graceful signals.
     pub wrapper_depth: usize,
+    /// Where its launch went (`child.timings`): the supervisor's own marks
+    /// (a fixed handful) ...
+    pub marks: Vec<crate::protocol::timings::Mark>,
+    /// ... and the checked ones the child sent with its hello, at most
+    /// [`MAX_REPORTED_MARKS`] (kept apart: a child cannot crowd out the
+    /// supervisor's).
+    pub reported_marks: Vec<crate::protocol::timings::Mark>,
 }
+
+/// At most this many marks a child reports are kept: its stage takes six;
+/// a child that repeats its hello adds nothing past this.
+pub const MAX_REPORTED_MARKS: usize = 32;
 
 /// What `ps` shows of a child.
 #[derive(Debug, Clone, Serialize)]
@@ -159,6 +170,8 @@ impl ChildTable {
                 first_frame: None,
                 ended: None,
                 wrapper_depth,
+                marks: Vec::new(),
+                reported_marks: Vec::new(),
             },
         );
         id
@@ -180,6 +193,37 @@ impl ChildTable {
                 c.state = ChildState::Running;
             }
         }
+    }
+
+    /// Add the supervisor's own marks of a child's launch.
+    pub fn add_marks(
+        &mut self,
+        id: u64,
+        marks: impl IntoIterator<Item = crate::protocol::timings::Mark>,
+    ) {
+        if let Some(c) = self.rows.get_mut(&id) {
+            c.marks.extend(marks);
+        }
+    }
+
+    /// Add checked marks the child reported (bounded, see
+    /// [`MAX_REPORTED_MARKS`]).
+    pub fn add_reported_marks(&mut self, id: u64, marks: Vec<crate::protocol::timings::Mark>) {
+        if let Some(c) = self.rows.get_mut(&id) {
+            let room = MAX_REPORTED_MARKS.saturating_sub(c.reported_marks.len());
+            c.reported_marks.extend(marks.into_iter().take(room));
+        }
+    }
+
+    /// A mark of the supervisor's own, now.
+    pub fn mark(&mut self, id: u64, name: &str) {
+        self.add_marks(
+            id,
+            [crate::protocol::timings::Mark {
+                name: name.to_string(),
+                at_us: crate::protocol::timings::now_us(),
+            }],
+        );
     }
 
     /// A warm child's turn was handed over: it starts now.

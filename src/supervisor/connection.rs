@@ -12,6 +12,7 @@ use super::dispatch::{handle, refuse_by_policy};
 use super::frames_io::{FrameReader, FrameSender, PassedFds};
 use super::state::{Connection, Peer, State};
 use crate::protocol::events::Lagged;
+use crate::protocol::timings;
 use crate::protocol::{
     Call, ClientFrame, ErrorCode, Event, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
     ServerFrame, StdioMode, decode_client,
@@ -45,6 +46,12 @@ async fn serve_frames_inner(
             Read::Again => continue,
             Read::Closed => break,
         };
+        // A child's stage reports its marks with its hello (see
+        // `timings::hello_with_marks`).
+        let stage_marks = match (&line, &this.peer) {
+            (Line::Frame(bytes), Peer::Child { .. }) => timings::marks_in_hello(bytes),
+            _ => Vec::new(),
+        };
         let Some(frame) = this.decode(line, refused) else {
             continue;
         };
@@ -52,7 +59,7 @@ async fn serve_frames_inner(
             ClientFrame::Hello {
                 version,
                 peer: said,
-            } => this.hello(version, said),
+            } => this.hello(version, said, stage_marks),
             ClientFrame::Request { id, call } => {
                 if this.request(id, call, fds).await.is_break() {
                     break;
@@ -188,7 +195,7 @@ impl PeerLoop {
     }
 
     /// `hello`: the protocol version checked, a child marked running.
-    fn hello(&mut self, version: u32, said: PeerKind) {
+    fn hello(&mut self, version: u32, said: PeerKind, stage_marks: Vec<timings::Mark>) {
         if version != PROTOCOL_VERSION {
             self.sender.send(&ServerFrame::Error {
                 id: None,
@@ -200,6 +207,8 @@ impl PeerLoop {
         if let Peer::Child { id, .. } = &self.peer {
             if let Ok(mut t) = self.state.table.lock() {
                 t.mark_running(*id);
+                t.mark(*id, "sup.child_hello");
+                t.add_reported_marks(*id, stage_marks);
             }
         } else if said == PeerKind::Child {
             tracing::debug!("a control-socket peer called itself a child; treated as a CLI");

@@ -31,7 +31,9 @@ pub async fn handle(
         Call::Ping {} | Call::Status {} | Call::Stop {} | Call::Ps {} | Call::Subscribe {} => {
             supervisor_call(state, call)
         }
-        Call::Spawn(_) | Call::Kill { .. } => children_call(state, call, fds).await,
+        Call::Spawn(_) | Call::Kill { .. } | Call::ChildTimings { .. } => {
+            children_call(state, call, fds).await
+        }
         Call::TurnRun(params) => turn_run::run_turn(state, params, fds, conn.gone.clone()).await,
         Call::TurnCancel {
             agent,
@@ -119,6 +121,7 @@ async fn children_call(state: &Arc<State>, call: Call, fds: PassedFds) -> Outcom
         // the `child.exit` a SIGKILL causes (callers wait for the response,
         // then for the exit).
         Call::Kill { child, signal } => launch::kill_child(state, child, signal),
+        Call::ChildTimings { child } => launch::child_timings(state, child),
         other => unrouted(&other),
     }
 }

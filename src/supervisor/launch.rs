@@ -61,11 +61,18 @@ pub async fn spawn_with(
     fds: PassedFds,
     sub: SubagentLaunch,
 ) -> Result<Outcome, Outcome> {
-    let mut marks = Marks::new(sub.timings);
+    // Always taken (a few clock reads): the child's row keeps them for
+    // `child.timings`; a turn that asked gets them in the answer too.
+    let mut marks = Marks::new(true);
+    marks.mark("sup.spawn_received");
+    let answer_marks = sub.timings;
     let up = launch_registered(state, &params, fds, &sub, &mut marks).await?;
+    if let Ok(mut t) = state.table.lock() {
+        t.add_marks(up.id, marks.list().iter().cloned());
+    }
     let mut started = up.started_json(&params);
     serve_child(state, up.id, &up.record, &params, sub, up.ends)?;
-    if let Some(list) = marks.into_list() {
+    if answer_marks && let Some(list) = marks.into_list() {
         started["timings"] = json!(list);
     }
     Ok(Outcome::Result(started))
@@ -441,6 +448,7 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
         }
     };
     if let Ok(mut t) = state.table.lock() {
+        t.mark(id, "sup.child_exited");
         t.mark_ended(id, ended.clone());
     }
     if let Ok(mut ch) = state.channels.lock() {
@@ -480,6 +488,9 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
             ChildEnd::Exited { code: -1 }
         }
     };
+    if let Ok(mut t) = state.table.lock() {
+        t.mark(id, "sup.exit_announced");
+    }
     state.emit(Event::ChildExit(ChildExit {
         child: id,
         agent: agent_id,
@@ -496,6 +507,22 @@ async fn reap(state: Arc<State>, mut child: tokio::process::Child, e: Ended) {
     }
     state.child_ended.notify_waiters();
 }
+/// `child.timings`: the marks of a child's launch, `{child, marks}`, in
+/// time order.
+pub fn child_timings(state: &State, child: u64) -> Outcome {
+    let marks = state.table.lock().ok().and_then(|t| {
+        t.get(child)
+            .map(|c| [c.marks.as_slice(), &c.reported_marks].concat())
+    });
+    match marks {
+        Some(mut marks) => {
+            marks.sort_by_key(|m| m.at_us);
+            Outcome::Result(json!({ "child": child, "marks": marks }))
+        }
+        None => error(ErrorCode::NotFound, format!("no child {child}")),
+    }
+}
+
 /// `child.kill`: a signal to a live child (its whole tree for SIGKILL).
 pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
     let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());

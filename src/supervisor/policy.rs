@@ -34,6 +34,7 @@ pub const TABLE: &[(&str, [bool; 6])] = &[
     ("ps", [true, false, false, false, false, false]),
     ("child.spawn", [true, false, false, false, false, false]),
     ("child.kill", [true, false, false, false, false, false]),
+    ("child.timings", [true, false, false, false, false, false]),
     (
         "events.subscribe",
         [true, false, false, false, false, false],

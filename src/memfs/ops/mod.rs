@@ -326,6 +326,7 @@ impl Writer {
         message: &str,
         undo: Undo,
     ) -> Result<CommitOutcome, OpError> {
+        crate::protocol::timings::mark("op.edited");
         match self.commit(paths, message) {
             Ok(o) => Ok(o),
             Err(e) => match undo.run() {

@@ -77,6 +77,7 @@ pub fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
     let calls = [
         ("ps", Call::Ps {}),
         ("supervisor.status", Call::Status {}),
+        ("child.timings", Call::ChildTimings { child: 1 }),
         (
             "child.kill",
             Call::Kill {
