@@ -371,6 +371,12 @@ pub fn kill_leftovers(uids: &[u32]) -> usize {
         let Ok(meta) = std::fs::metadata(entry.path()) else {
             continue;
         };
+        // The owner first: only an agent's processes have their `stat`
+        // read (a supervisor starting on a busy host stats each process
+        // once, and opens nothing of the others).
+        if !uids.contains(&meta.uid()) {
+            continue;
+        }
         // Zombies are already dead (waiting for a reaper that is not us).
         let zombie = std::fs::read_to_string(entry.path().join("stat"))
             .map(|s| {
@@ -382,7 +388,6 @@ pub fn kill_leftovers(uids: &[u32]) -> usize {
             })
             .unwrap_or(true);
         if !zombie
-            && uids.contains(&meta.uid())
             && nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
