@@ -95,15 +95,22 @@ fn descendants(pid: u32) -> Vec<u32> {
     all
 }
 
-/// The agent program's process under a child's launcher.
+/// The agent program's process under a child's launcher, once its stage
+/// has confined itself and exec'd it (a warm row is shown from its launch,
+/// while the stage may still be setting up).
 fn agent_program(pid: u32) -> u32 {
-    descendants(pid)
-        .into_iter()
-        .find(|p| {
+    let find = || {
+        descendants(pid).into_iter().find(|p| {
             std::fs::read_to_string(format!("/proc/{p}/cmdline"))
                 .is_ok_and(|c| c.contains("mini-letta-agent") && !c.contains("stage2"))
         })
-        .unwrap_or_else(|| panic!("no agent program below {pid}"))
+    };
+    let mut found = None;
+    wait_until(10, || {
+        found = find();
+        found.is_some()
+    });
+    found.unwrap_or_else(|| panic!("no agent program below {pid}"))
 }
 
 fn status_field(pid: u32, field: &str) -> String {
