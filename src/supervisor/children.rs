@@ -226,6 +226,18 @@ impl ChildTable {
         );
     }
 
+    /// A mark of the supervisor's own for something a child may repeat
+    /// (its hello): kept the first time only, so the row cannot grow.
+    pub fn mark_once(&mut self, id: u64, name: &str) {
+        let seen = self
+            .rows
+            .get(&id)
+            .is_some_and(|c| c.marks.iter().any(|m| m.name == name));
+        if !seen {
+            self.mark(id, name);
+        }
+    }
+
     /// A warm child's turn was handed over: it starts now.
     pub fn mark_warm(&mut self, id: u64, warm: bool) {
         if let Some(c) = self.rows.get_mut(&id) {

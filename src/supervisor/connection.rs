@@ -207,7 +207,7 @@ impl PeerLoop {
         if let Peer::Child { id, .. } = &self.peer {
             if let Ok(mut t) = self.state.table.lock() {
                 t.mark_running(*id);
-                t.mark(*id, "sup.child_hello");
+                t.mark_once(*id, "sup.child_hello");
                 t.add_reported_marks(*id, stage_marks);
             }
         } else if said == PeerKind::Child {

@@ -194,6 +194,10 @@ fn a_commands_own_hello_marks_are_checked_and_bounded() {
     let flood = names.iter().filter(|n| n.starts_with("flood.")).count();
     assert!(flood > 0, "the command's hello was not read: {names:?}");
     assert!(flood <= 32, "{flood} of the command's marks kept");
+    // Its repeated hellos add no supervisor marks either (the stage's
+    // hello and the command's two are one `sup.child_hello`).
+    let hellos = names.iter().filter(|n| **n == "sup.child_hello").count();
+    assert_eq!(hellos, 1, "{names:?}");
     assert!(names.contains(&"sup.child_exited") && names.contains(&"cli.exited"));
 }
 
