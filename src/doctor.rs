@@ -555,6 +555,18 @@ fn remote_refused(out: &mut Out, repo: &Repository, agent: &AgentPaths, id: &str
         .home()
         .map(|h| h.root().to_path_buf())
         .unwrap_or_else(|| agent.dir().to_path_buf());
+    if let Err(SyncError::RootRefused(why)) = sync::agent_url(root, id, &home) {
+        out.push(
+            "sync",
+            Severity::Error,
+            format!("{why}; sync touches nothing there"),
+            format!(
+                "set {} to a directory, a file:// URL or an ssh, git, http or https URL",
+                sync::REMOTE_ROOT_ENV
+            ),
+        );
+        return;
+    }
     if let Err(SyncError::Refused(why)) = sync::agent_url(root, id, &home) {
         out.push(
             "sync",

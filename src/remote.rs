@@ -23,7 +23,9 @@ use serde::Serialize;
 
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::repo::{self, MAIN_BRANCH, RepoError};
-use crate::memfs::sync::{self, REMOTE_ROOT_ENV, REMOTE_TRACKING_REF, SyncError, SyncOutcome};
+use crate::memfs::sync::{
+    self, REMOTE_ROOT_ENV, REMOTE_TRACKING_REF, RemoteRoot, SyncError, SyncOutcome,
+};
 use crate::memfs::worktree::WorktreeError;
 use crate::paths::{AgentPaths, CLONE_STAGING_PREFIX, Home, PathsError, is_valid_agent_id};
 use crate::store::record::AgentRecord;
@@ -172,12 +174,11 @@ fn record_at(repo: &Repository, id: &str, commit: Oid) -> Result<AgentRecord, St
 /// The agents in a directory remote root, sorted by id, as seen from the
 /// home `home`. A URL root cannot be listed ([`RemoteError::UrlByName`]).
 pub fn list(home: &Home, root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
-    if sync::is_url(root) {
+    let RemoteRoot::Dir(root_dir) = RemoteRoot::parse(root).map_err(SyncError::from)? else {
         return Err(RemoteError::UrlByName {
             root: root.to_string(),
         });
-    }
-    let root_dir = std::path::absolute(root).unwrap_or_else(|_| PathBuf::from(root));
+    };
     let mut out = Vec::new();
     for id in sync::remote_agents(root) {
         let bare = crate::paths::remote_agent_repo(&root_dir, &id)?;
@@ -217,13 +218,13 @@ pub fn locate(home: &Home, root: &str, selector: &str) -> Result<String, RemoteE
         selector: selector.to_string(),
         root: root.to_string(),
     };
-    if sync::is_url(root) {
+    if let RemoteRoot::Network(_) = RemoteRoot::parse(root).map_err(SyncError::from)? {
         if !is_valid_agent_id(selector) {
             return Err(RemoteError::UrlByName {
                 root: root.to_string(),
             });
         }
-        let url = sync::remote_url(root, selector);
+        let url = sync::agent_url(root, selector, home.root())?;
         let spec = format!("refs/heads/{MAIN_BRANCH}");
         let listed = gitcli::run(None, &["ls-remote", "--", &url, &spec])?;
         // An absent repository is "not found"; only a reachable one with

@@ -530,7 +530,7 @@ proptest! {
         prop_assert_eq!(lines.len(), sizes.len() + 1);
         for (line, n) in lines.iter().zip(&sizes) {
             if *n > MAX_FRAME_BYTES {
-                prop_assert_eq!(line, &Line::TooLarge, "line of {} bytes", n);
+                prop_assert_eq!(line, &Line::TooLarge { id: None }, "line of {} bytes", n);
             } else {
                 let Line::Frame(l) = line else {
                     prop_assert!(false, "a {n}-byte line (within the limit) was refused");
@@ -555,7 +555,7 @@ fn endless_line_reports_once() {
     for _ in 0..12 {
         out.extend(s.push(&chunk));
     }
-    assert_eq!(out, vec![Line::TooLarge]);
+    assert_eq!(out, vec![Line::TooLarge { id: None }]);
     out = s.push(b"still the same line\n{\"type\":\"hello\",\"version\":1,\"peer\":\"cli\"}\n");
     assert_eq!(out.len(), 1);
     let Line::Frame(l) = &out[0] else { panic!() };

@@ -755,7 +755,10 @@ fn check_remote_name(home: &crate::paths::Home, name: &str) -> anyhow::Result<()
     let Some(root) = crate::remote::root_from_env() else {
         return Ok(());
     };
-    if crate::memfs::sync::is_url(&root) {
+    // A network root cannot be searched; a refused one is said by `list`.
+    if let Ok(crate::memfs::sync::RemoteRoot::Network(_)) =
+        crate::memfs::sync::RemoteRoot::parse(&root)
+    {
         return Ok(());
     }
     if let Some(a) = crate::remote::list(home, &root)?

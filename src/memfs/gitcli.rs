@@ -145,6 +145,15 @@ const SAFE_CONFIG: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "protocol.ext.allow=never",
+    // Only the transports a remote root may name (memfs::remote_root); a
+    // remote helper (`fd::`, `ext::`, any `X::`) is never run. `file`
+    // serves the checked directory roots git reaches (ls-remote, clone).
+    "protocol.allow=never",
+    "protocol.file.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.git.allow=always",
+    "protocol.http.allow=always",
+    "protocol.https.allow=always",
     "core.commitGraph=false",
     "fetch.writeCommitGraph=false",
     // A command that lists no refs: alternates are refused anyway.

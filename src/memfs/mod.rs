@@ -18,6 +18,7 @@ pub mod mirror;
 pub mod ops;
 pub mod pathrules;
 pub mod remote_repo;
+pub mod remote_root;
 pub mod repo;
 pub mod revision;
 pub mod snapshot;

@@ -220,7 +220,9 @@ impl Client {
             for line in self.splitter.push(&buf[..n]) {
                 match line {
                     Line::Frame(f) => self.pending.push_back(f),
-                    Line::TooLarge => return Err(ClientError::BadFrame("frame too large".into())),
+                    Line::TooLarge { .. } => {
+                        return Err(ClientError::BadFrame("frame too large".into()));
+                    }
                 }
             }
         }
@@ -315,6 +317,14 @@ impl Client {
         match result {
             Ok(v) => serde_json::from_value(v)
                 .map_err(|e| ModelFailure::fatal(format!("unreadable model response: {e}"))),
+            // Too large to reach the supervisor at all: for the turn's
+            // ladder that is a request over the window (compact, trim,
+            // cut the summariser's transcript), not a provider's fault.
+            Err(ClientError::Remote(body)) if body.code == ErrorCode::FrameTooLarge => {
+                Err(ModelFailure::ContextOverflow {
+                    message: body.message,
+                })
+            }
             Err(ClientError::Remote(body)) => Err(body
                 .data
                 .and_then(|d| serde_json::from_value::<ModelFailure>(d).ok())

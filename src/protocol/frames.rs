@@ -569,7 +569,29 @@ pub struct LineSplitter {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
     Frame(Vec<u8>),
-    TooLarge,
+    /// A line over [`MAX_FRAME_BYTES`], dropped; `id` is the request id its
+    /// head named, so the answer reaches the request that waits for it.
+    TooLarge {
+        id: Option<u64>,
+    },
+}
+
+/// How much of an oversized line's head is searched for its id: a frame
+/// is encoded `{"type":"request","id":N,…`, the id before any payload.
+const ID_SEARCH_BYTES: usize = 128;
+
+/// The request id at the head of an (oversized) frame line, if it names one.
+pub fn id_in_head(head: &[u8]) -> Option<u64> {
+    let head = &head[..head.len().min(ID_SEARCH_BYTES)];
+    let key = b"\"id\":";
+    let at = head.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits: Vec<u8> = head[at..]
+        .iter()
+        .skip_while(|b| **b == b' ')
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 impl LineSplitter {
@@ -580,6 +602,14 @@ impl LineSplitter {
     /// Whether part of a line is buffered, waiting for its end.
     pub fn is_pending(&self) -> bool {
         !self.buf.is_empty() || self.discarding
+    }
+
+    /// The id of the line overflowing now: its head is what is buffered,
+    /// continued by `next`.
+    fn overflow_id(&self, next: &[u8]) -> Option<u64> {
+        let mut head = self.buf[..self.buf.len().min(ID_SEARCH_BYTES)].to_vec();
+        head.extend_from_slice(&next[..next.len().min(ID_SEARCH_BYTES)]);
+        id_in_head(&head)
     }
 
     /// Feed bytes; returns the complete lines found.
@@ -596,8 +626,9 @@ impl LineSplitter {
                         continue;
                     }
                     if self.buf.len() + head.len() > MAX_FRAME_BYTES {
+                        let id = self.overflow_id(head);
                         self.buf.clear();
-                        out.push(Line::TooLarge);
+                        out.push(Line::TooLarge { id });
                         continue;
                     }
                     self.buf.extend_from_slice(head);
@@ -610,9 +641,10 @@ impl LineSplitter {
                 None => {
                     if !self.discarding {
                         if self.buf.len() + bytes.len() > MAX_FRAME_BYTES {
+                            let id = self.overflow_id(bytes);
                             self.buf.clear();
                             self.discarding = true;
-                            out.push(Line::TooLarge);
+                            out.push(Line::TooLarge { id });
                         } else {
                             self.buf.extend_from_slice(bytes);
                         }
@@ -689,8 +721,39 @@ mod tests {
             ]
         );
         let big = vec![b'x'; MAX_FRAME_BYTES + 1];
-        assert_eq!(s.push(&big), vec![Line::TooLarge]);
+        assert_eq!(s.push(&big), vec![Line::TooLarge { id: None }]);
         assert!(s.push(b"more junk").is_empty());
         assert_eq!(s.push(b"tail\n{}\n"), vec![Line::Frame(b"{}".to_vec())]);
+    }
+
+    /// Issue 43 §5: an oversized request is answered with its id, however
+    /// its bytes arrive (its head buffered, in one piece, or cut anywhere).
+    #[test]
+    fn an_oversized_request_keeps_its_id() {
+        let mut line = encode(&ClientFrame::Request {
+            id: 4711,
+            call: Call::MemoryCommit {
+                paths: vec!["x".repeat(MAX_FRAME_BYTES)],
+                message: "m".into(),
+                agent: None,
+            },
+        });
+        line.extend_from_slice(b"{}\n");
+        for cut in [0, 5, 17, 40, 1000, MAX_FRAME_BYTES - 10, line.len() - 4] {
+            let mut s = LineSplitter::new();
+            let mut got = s.push(&line[..cut]);
+            got.extend(s.push(&line[cut..]));
+            assert_eq!(
+                got,
+                vec![
+                    Line::TooLarge { id: Some(4711) },
+                    Line::Frame(b"{}".to_vec())
+                ],
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(id_in_head(b"{\"type\":\"request\",\"id\": 9,"), Some(9));
+        assert_eq!(id_in_head(b"{\"type\":\"request\",\"call\":{}"), None);
+        assert_eq!(id_in_head(b"{\"id\":99999999999999999999999}"), None);
     }
 }

@@ -150,10 +150,13 @@ impl PeerLoop {
     /// (too large, undecodable, or with descriptors a child may not pass).
     fn decode(&self, line: Line, refused: usize) -> Option<ClientFrame> {
         let frame = match line {
-            Line::TooLarge => Err(FrameError {
-                id: None,
+            Line::TooLarge { id } => Err(FrameError {
+                id,
                 code: ErrorCode::FrameTooLarge,
-                message: format!("frame exceeds {} bytes", crate::protocol::MAX_FRAME_BYTES),
+                message: format!(
+                    "the request exceeds the {} MiB a frame may carry, and was dropped",
+                    crate::protocol::MAX_FRAME_BYTES / (1024 * 1024)
+                ),
             }),
             Line::Frame(bytes) => decode_client(&bytes),
         };

@@ -10,12 +10,14 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod egress;
+mod frames;
 mod import;
 mod leftovers;
 mod live_repo;
 mod palace_readers;
 mod planted;
 mod recovery;
+mod remote_root;
 mod subagents;
 mod sync;
 mod terminal;

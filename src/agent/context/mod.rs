@@ -97,6 +97,12 @@ impl Summarizer for ChannelSummarizer<'_> {
 }
 
 /// The event a compaction is reported as.
+/// Whether `request` fits one frame to the supervisor (issue 43 §5: one
+/// that does not is refused there, however large the model's window).
+fn fits_a_frame(request: &ModelRequest) -> bool {
+    crate::protocol::encoded_len(request) <= crate::protocol::FRAME_PAYLOAD_BUDGET
+}
+
 pub fn compaction_event(c: &Compacted) -> TurnEvent {
     TurnEvent::Compaction {
         trigger: c.event.trigger.clone(),
@@ -303,10 +309,10 @@ impl<'a> TurnContext<'a> {
                 emit,
             );
         }
-        let Some(window) = self.window.context_window else {
-            return request;
-        };
-        while fit::parts(&request).total() > window {
+        let window = self.window.context_window;
+        // Over the whole window, or too large for one frame to the
+        // supervisor (a window of millions of tokens, or none known).
+        while window.is_some_and(|w| fit::parts(&request).total() > w) || !fits_a_frame(&request) {
             let Some(rung) = fit.climb() else { break };
             request = self.climb(conv, request, rung, Trigger::ContextWindowLimit, emit);
         }

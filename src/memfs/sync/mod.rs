@@ -29,9 +29,9 @@ use crate::memfs::fence::{self, FENCE_REF, FENCE_TRACKING_REF, Fence};
 use crate::memfs::gitcli::{self, GitCliError};
 use crate::memfs::lock::{LockError, RepoLock};
 use crate::memfs::remote_repo::{self, RemoteRefused};
+pub use crate::memfs::remote_root::{RemoteRoot, RootRefused};
 use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
 use crate::memfs::status::{StatusError, worktree_status};
-pub use crate::memfs::transport::is_url;
 use crate::memfs::transport::{self, TransportError, Update, Wanted};
 use crate::memfs::validate::{
     TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
@@ -137,6 +137,9 @@ pub enum SyncError {
     /// A directory remote's repository that may not be touched.
     #[error(transparent)]
     Refused(#[from] RemoteRefused),
+    /// A remote root of no allowed form.
+    #[error(transparent)]
+    RootRefused(#[from] RootRefused),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -158,41 +161,37 @@ fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
     move |source| SyncError::Git { what, source }
 }
 
-/// The remote repository of agent `agent_id` under `remote_root`.
+/// The remote repository of agent `agent_id` under `remote_root`, unchecked
+/// (for display and tests); a root [`RemoteRoot::parse`] refuses is joined
+/// as written.
 pub fn remote_url(remote_root: &str, agent_id: &str) -> String {
-    if is_url(remote_root) {
-        format!(
+    match RemoteRoot::parse(remote_root) {
+        Ok(root) => root.agent_location(agent_id),
+        Err(_) => format!(
             "{}/{agent_id}{REMOTE_REPO_SUFFIX}",
             remote_root.trim_end_matches('/')
-        )
-    } else {
-        Path::new(remote_root)
-            .join(format!("{agent_id}{REMOTE_REPO_SUFFIX}"))
-            .to_string_lossy()
-            .into_owned()
+        ),
     }
 }
 
-/// Where agent `agent_id`'s memory lives under `remote_root`: a URL, or the
-/// absolute path of a repository in a directory root that passed
-/// [`remote_repo::check`] for the home at `home` ([`SyncError::Refused`]
-/// otherwise). Every fetch, push, clone and ls-remote gets its URL here.
+/// Where agent `agent_id`'s memory lives under `remote_root`: a network
+/// URL, or the absolute path of a repository in a directory root (a path
+/// or a `file://` URL alike) that passed [`remote_repo::check`] for the
+/// home at `home`. A root of no allowed form is [`SyncError::RootRefused`],
+/// a repository that may not be touched [`SyncError::Refused`]. Every
+/// fetch, push, clone and ls-remote gets its URL here.
 pub fn agent_url(remote_root: &str, agent_id: &str, home: &Path) -> Result<String, SyncError> {
     if !crate::paths::is_valid_agent_id(agent_id) {
         return Err(PathsError::InvalidAgentId(agent_id.to_string()).into());
     }
-    if is_url(remote_root) {
-        return Ok(remote_url(remote_root, agent_id));
+    match RemoteRoot::parse(remote_root)? {
+        RemoteRoot::Network(url) => Ok(RemoteRoot::Network(url).agent_location(agent_id)),
+        RemoteRoot::Dir(root_dir) => {
+            let repo = remote_agent_repo(&root_dir, agent_id)?;
+            remote_repo::check(&root_dir, &repo, home)?;
+            Ok(repo.to_string_lossy().into_owned())
+        }
     }
-    let root_dir = root_dir(remote_root);
-    let repo = remote_agent_repo(&root_dir, agent_id)?;
-    remote_repo::check(&root_dir, &repo, home)?;
-    Ok(repo.to_string_lossy().into_owned())
-}
-
-/// A directory root as an absolute path.
-fn root_dir(remote_root: &str) -> PathBuf {
-    std::path::absolute(remote_root).unwrap_or_else(|_| PathBuf::from(remote_root))
 }
 
 /// The home an agent's remote must lie outside of.
@@ -208,10 +207,12 @@ fn home_of(agent: &AgentPaths) -> PathBuf {
 /// --bare` inside it, and the check again. Returns its URL.
 fn ensure_remote(root: &str, agent_id: &str, home: &Path) -> Result<String, SyncError> {
     let url = agent_url(root, agent_id, home)?;
-    if is_url(root) || std::fs::symlink_metadata(&url).is_ok() {
+    let RemoteRoot::Dir(root_dir) = RemoteRoot::parse(root)? else {
+        return Ok(url);
+    };
+    if std::fs::symlink_metadata(&url).is_ok() {
         return Ok(url);
     }
-    let root_dir = root_dir(root);
     std::fs::create_dir_all(&root_dir).map_err(|source| SyncError::Io {
         path: root_dir.clone(),
         source,
@@ -254,13 +255,14 @@ fn set_origin(repo: &Repository, url: &str) -> Result<(), SyncError> {
 }
 
 /// Agent ids with a `<id>.git` directory in a directory remote root
-/// (sorted; empty for a URL root or an unreadable directory). Symlinks are
-/// not listed; each repository is still checked before it is read.
+/// (sorted; empty for a network or refused root or an unreadable
+/// directory). Symlinks are not listed; each repository is still checked
+/// before it is read.
 pub fn remote_agents(remote_root: &str) -> Vec<String> {
-    if is_url(remote_root) {
+    let Ok(RemoteRoot::Dir(dir)) = RemoteRoot::parse(remote_root) else {
         return Vec::new();
-    }
-    let Ok(entries) = std::fs::read_dir(remote_root) else {
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut ids: Vec<String> = entries
@@ -567,8 +569,8 @@ pub fn has_pending(agent: &AgentPaths) -> bool {
     main.is_some() && main != seen
 }
 
-/// The outcome of a sync whose remote repository is refused.
-fn refused(repo: &Repository, why: RemoteRefused) -> SyncOutcome {
+/// The outcome of a sync whose remote root or repository is refused.
+fn refused(repo: &Repository, why: impl std::fmt::Display) -> SyncOutcome {
     tracing::warn!("{why}");
     let mut out = SyncOutcome::new(
         SyncStatus::Invalid,
@@ -632,6 +634,7 @@ fn sync_with(
     let url = match ensure_remote(root, agent_id, &home_of(agent)) {
         Ok(url) => url,
         Err(SyncError::Refused(why)) => return Ok(refused(&repo, why)),
+        Err(SyncError::RootRefused(why)) => return Ok(refused(&repo, why)),
         Err(e) => return Err(e),
     };
     set_origin(&repo, &url)?;
@@ -1020,8 +1023,8 @@ mod tests {
             remote_url("git@example.com:mem", "ag-1"),
             "git@example.com:mem/ag-1.git"
         );
-        assert!(!is_url("relative/dir"));
-        assert!(!is_url("./a:b"));
+        assert!(!crate::memfs::transport::is_url("relative/dir"));
+        assert!(!crate::memfs::transport::is_url("./a:b"));
     }
 
     #[test]
