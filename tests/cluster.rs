@@ -225,3 +225,134 @@ fn without_a_cluster_nothing_changes() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("MINI_LETTA_ETCD"), "{}", stderr(&o));
 }
+
+/// `git --git-dir DIR ARGS`, which must succeed; its stdout.
+fn git_at(dir: &std::path::Path, args: &[&str]) -> String {
+    let o = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// Issue 43 §2: a host killed inside the remote's ref-lock window leaves
+/// `main.lock` and `fence.lock` there. They blocked every take-over for
+/// good (`refs/mini-letta/fence is being updated`); now the next owner —
+/// whose etcd lease outlived the dead writer's — clears them and takes
+/// over within the lease and a few seconds, with everything acknowledged,
+/// and the remote stays consistent.
+#[test]
+fn a_writer_killed_in_the_remotes_lock_window_blocks_nobody() {
+    if !confinement_or_skip("cluster lock window") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster lock window") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+    ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
+    let bare = h.bare(&id);
+    let acknowledged = main_of(&bare);
+    // What a writer killed between taking the locks and renaming them
+    // leaves: both locks, each holding the value it was about to write.
+    signal(a_pid, nix::sys::signal::Signal::SIGKILL);
+    std::fs::write(
+        bare.join("refs/heads/main.lock"),
+        format!("{acknowledged}\n"),
+    )
+    .unwrap();
+    let fence = git_at(&bare, &["rev-parse", "refs/mini-letta/fence"]);
+    std::fs::write(bare.join("refs/mini-letta/fence.lock"), &fence).unwrap();
+
+    let began = Instant::now();
+    let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
+    let took = began.elapsed();
+    assert!(answer.contains("我住在杭州"), "{answer}");
+    assert!(
+        took < Duration::from_secs(LEASE + 8),
+        "B took over after {took:?} (lease {LEASE} s)"
+    );
+    assert_eq!(h.owner_key(&id), "host-b");
+    assert!(!bare.join("refs/heads/main.lock").exists());
+    assert!(!bare.join("refs/mini-letta/fence.lock").exists());
+    // B writes on: main and the fence move together again.
+    ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
+    assert!(h.remote_file(&id, "human.md").contains("我养了一只猫"));
+    assert!(h.remote_file(&id, "human.md").contains("我住在杭州"));
+    git_at(&bare, &["fsck", "--no-dangling"]);
+    let fence = git_at(
+        &bare,
+        &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
+    );
+    let main = main_of(&bare);
+    assert!(
+        fence.contains("host: host-b") && fence.contains(&format!("main: {main}")),
+        "the fence records B and the main it pushed: {fence}"
+    );
+}
+
+/// Issue 43 §4: a remote whose `main` was rolled back behind the owners'
+/// backs (acknowledged facts gone) was adopted silently at the next
+/// take-over. The fence records the `main` each push acknowledged, so the
+/// take-over refuses it, naming both commits, keeps the recorded history
+/// under a backup ref, and pushes nothing.
+#[test]
+fn a_remote_rolled_back_is_refused_at_take_over() {
+    if !confinement_or_skip("cluster rollback") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster rollback") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+    let bare = h.bare(&id);
+    ok(&h.chat(&h.a, &[], "记住: rb-1"));
+    let first = main_of(&bare);
+    ok(&h.chat(&h.a, &[], "记住: rb-2"));
+    ok(&h.chat(&h.a, &[], "记住: rb-3"));
+    let last = main_of(&bare);
+    assert!(h.remote_file(&id, "human.md").contains("rb-3"));
+    // Someone with write access to the remote rolls main back; A dies.
+    git_at(&bare, &["update-ref", "refs/heads/main", &first]);
+    signal(a_pid, nix::sys::signal::Signal::SIGKILL);
+
+    let o = h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(err.contains("rolled back"), "{err}");
+    assert!(
+        err.contains(&first) && err.contains(&last),
+        "names both: {err}"
+    );
+    assert_eq!(main_of(&bare), first, "nothing pushed over it");
+    // The recorded history is kept on B, whole.
+    let b_git = h.b.home.path().join(format!("agents/{id}/memory.git"));
+    let backups = git_at(
+        &b_git,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/mini-letta/backup/",
+        ],
+    );
+    let kept = backups
+        .lines()
+        .find(|l| l.ends_with(&last))
+        .unwrap_or_else(|| panic!("no backup at {last}: {backups}"));
+    let name = kept.split(' ').next().unwrap();
+    let human = git_at(&b_git, &["show", &format!("{name}:human.md")]);
+    assert!(human.contains("rb-2") && human.contains("rb-3"), "{human}");
+    // Restored on the remote, B takes over with everything.
+    git_at(&bare, &["update-ref", "refs/heads/main", &last]);
+    let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
+    assert!(answer.contains("rb-3"), "{answer}");
+}

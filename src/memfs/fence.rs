@@ -68,13 +68,44 @@ pub fn stamp_of(repo: &Repository, id: Oid) -> Option<Stamp> {
 }
 
 /// A new fence commit over `parent` (the remote's fence as fetched), with
-/// an empty tree: it carries the stamp and nothing else.
-pub fn commit(repo: &Repository, parent: Option<Oid>, stamp: &Stamp) -> Result<Oid, git2::Error> {
+/// an empty tree, recording `main`, the remote `main` it is pushed with
+/// (issue 43): as a `main: <oid>` line and as its last parent. So the
+/// fence is a record of what the owner acknowledged — a remote whose
+/// `main` no longer contains it was rolled back — and keeps that history
+/// reachable (fetched with the fence, never collected) whatever happens to
+/// the remote's `main`.
+pub fn commit(
+    repo: &Repository,
+    parent: Option<Oid>,
+    stamp: &Stamp,
+    main: Oid,
+) -> Result<Oid, git2::Error> {
     let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
     let sig = Signature::now("mini-letta", "mini-letta@localhost")?;
-    let parent = parent.map(|p| repo.find_commit(p)).transpose()?;
-    let parents: Vec<&git2::Commit> = parent.iter().collect();
-    repo.commit(None, &sig, &sig, &stamp.message(), &tree, &parents)
+    let mut parents = Vec::new();
+    if let Some(p) = parent {
+        parents.push(repo.find_commit(p)?);
+    }
+    parents.push(repo.find_commit(main)?);
+    let parents: Vec<&git2::Commit> = parents.iter().collect();
+    let message = format!("{}{MAIN_LINE}{main}\n", stamp.message());
+    repo.commit(None, &sig, &sig, &message, &tree, &parents)
+}
+
+const MAIN_LINE: &str = "main: ";
+
+/// The `main` fence commit `id` records: its `main:` line when that names
+/// one of its parents (a fence written before issue 43, or one whose line
+/// names nothing it keeps, records none).
+pub fn fenced_main(repo: &Repository, id: Oid) -> Option<Oid> {
+    let commit = repo.find_commit(id).ok()?;
+    Stamp::parse(&String::from_utf8_lossy(commit.message_bytes()))?;
+    let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+    let main = message
+        .lines()
+        .find_map(|l| l.strip_prefix(MAIN_LINE))
+        .and_then(|o| Oid::from_str(o.trim()).ok())?;
+    commit.parent_ids().any(|p| p == main).then_some(main)
 }
 
 /// What a clustered supervisor adds to a sync: whose fence to push, and
@@ -89,6 +120,60 @@ pub trait Fence {
     /// Whether this sync is the owner's first: the remote's fence may be
     /// an older epoch's, and is replaced by this host's claim.
     fn takeover(&self) -> bool;
+}
+
+/// Whether the remote `main` as fetched (`remote_main`) still contains
+/// what the remote's fence (fetched as `remote_fence`) recorded: `Err`
+/// names both when it does not (the remote was rolled back or rewritten
+/// behind the owners' backs), with the recorded `main` to keep.
+pub fn check_not_rolled_back(
+    repo: &Repository,
+    remote_main: Option<Oid>,
+    remote_fence: Option<Oid>,
+) -> Result<(), RolledBack> {
+    let Some(recorded) = remote_fence.and_then(|f| fenced_main(repo, f)) else {
+        return Ok(());
+    };
+    let contains = match remote_main {
+        Some(m) => m == recorded || repo.graph_descendant_of(m, recorded).unwrap_or(false),
+        None => false,
+    };
+    if contains {
+        return Ok(());
+    }
+    let stamp = remote_fence.and_then(|f| stamp_of(repo, f));
+    Err(RolledBack {
+        remote_main,
+        recorded,
+        by: stamp,
+    })
+}
+
+/// A remote `main` that lost what its fence recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolledBack {
+    pub remote_main: Option<Oid>,
+    pub recorded: Oid,
+    pub by: Option<Stamp>,
+}
+
+impl std::fmt::Display for RolledBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let main = self
+            .remote_main
+            .map_or_else(|| "no main".to_string(), |m| format!("main {m}"));
+        let by = self
+            .by
+            .as_ref()
+            .map(|s| format!(" by host {} (epoch {})", shown(&s.host), s.epoch))
+            .unwrap_or_default();
+        write!(
+            f,
+            "the remote's {main} does not contain {}, the main its fence records as pushed{by}: \
+             the remote was rolled back or rewritten",
+            self.recorded
+        )
+    }
 }
 
 /// Whether this host may push over the remote fence `remote` (fetched):
@@ -149,6 +234,67 @@ pub fn shown(host: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn repo_with_commits(n: usize) -> (tempfile::TempDir, Repository, Vec<Oid>) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let sig = Signature::now("t", "t@t").unwrap();
+        let mut ids: Vec<Oid> = Vec::new();
+        {
+            let tree = repo
+                .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+                .unwrap();
+            for i in 0..n {
+                let parent = ids.last().map(|p| repo.find_commit(*p).unwrap());
+                let parents: Vec<&git2::Commit> = parent.iter().collect();
+                ids.push(
+                    repo.commit(None, &sig, &sig, &format!("c{i}"), &tree, &parents)
+                        .unwrap(),
+                );
+            }
+        }
+        (dir, repo, ids)
+    }
+
+    #[test]
+    fn a_fence_records_its_main_and_a_rollback_is_seen() {
+        let (_d, repo, c) = repo_with_commits(3);
+        let s = Stamp {
+            host: "host-a".into(),
+            epoch: 7,
+        };
+        let f1 = commit(&repo, None, &s, c[1]).unwrap();
+        assert_eq!(fenced_main(&repo, f1), Some(c[1]));
+        assert_eq!(stamp_of(&repo, f1), Some(s.clone()));
+        let f2 = commit(&repo, Some(f1), &s, c[2]).unwrap();
+        assert_eq!(fenced_main(&repo, f2), Some(c[2]));
+        assert!(repo.graph_descendant_of(f2, f1).unwrap());
+        // main at or past the recorded one: fine; behind it or gone: not.
+        assert_eq!(check_not_rolled_back(&repo, Some(c[2]), Some(f2)), Ok(()));
+        assert_eq!(check_not_rolled_back(&repo, Some(c[2]), Some(f1)), Ok(()));
+        let e = check_not_rolled_back(&repo, Some(c[0]), Some(f2)).unwrap_err();
+        assert_eq!((e.remote_main, e.recorded), (Some(c[0]), c[2]));
+        let text = e.to_string();
+        assert!(text.contains(&c[0].to_string()) && text.contains(&c[2].to_string()));
+        assert!(
+            text.contains("host-a") && text.contains("rolled back"),
+            "{text}"
+        );
+        assert!(check_not_rolled_back(&repo, None, Some(f2)).is_err());
+        // An old-style fence, or a main line naming no parent, records none.
+        let old = repo
+            .commit(
+                None,
+                &Signature::now("t", "t@t").unwrap(),
+                &Signature::now("t", "t@t").unwrap(),
+                &format!("{}main: {}\n", s.message(), c[2]),
+                &repo.find_commit(f1).unwrap().tree().unwrap(),
+                &[&repo.find_commit(f1).unwrap()],
+            )
+            .unwrap();
+        assert_eq!(fenced_main(&repo, old), None);
+        assert_eq!(check_not_rolled_back(&repo, Some(c[0]), Some(old)), Ok(()));
+    }
 
     #[test]
     fn a_stamp_survives_its_message_and_nothing_else_parses() {

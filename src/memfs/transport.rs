@@ -48,6 +48,9 @@ pub struct Update<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pushed {
     Done,
+    /// The caller's last check, made under the remote's locks, said no
+    /// (why): nothing was updated.
+    Refused(String),
     /// The remote moved meanwhile (or is being written): worth a new fetch.
     Rejected(String),
     /// Anything else (auth, network, a refusing remote): not worth a retry.
@@ -102,14 +105,25 @@ pub fn fetch(
     }
 }
 
-/// Apply `updates` to `url` (all or none on a directory remote and with
-/// `--atomic` on a URL). The caller checked that each `new` descends from
-/// its `old`; a directory push checks it again under the remote's locks.
+/// A check the caller makes right before a push lands (in a cluster: that
+/// etcd still says this host owns the agent); `Err(why)` stops it.
+pub type LastCheck<'a> = &'a dyn Fn() -> Result<(), String>;
+
+/// Apply `updates` to `url`. On a directory remote every ref is locked and
+/// checked first, then `last_check` runs under those locks, then the
+/// updates land in their order — the last one after the others, so a
+/// writer killed in between leaves the earlier ones moved and the last
+/// not, never the reverse (the fence goes last: a `main` ahead of what the
+/// fence records is an interrupted push, one behind it a rollback). On a
+/// URL, `last_check` runs before one `--atomic` push. The caller checked
+/// that each `new` descends from its `old`; a directory push checks it
+/// again under the remote's locks.
 pub fn push(
     repo: &Repository,
     git_dir: &Path,
     url: &str,
     updates: &[Update<'_>],
+    last_check: Option<LastCheck<'_>>,
 ) -> Result<Pushed, TransportError> {
     let updates: Vec<Update<'_>> = updates
         .iter()
@@ -120,10 +134,36 @@ pub fn push(
         return Ok(Pushed::Done);
     }
     if is_url(url) {
+        if let Some(Err(why)) = last_check.map(|c| c()) {
+            return Ok(Pushed::Refused(why));
+        }
         push_cli(git_dir, url, &updates)
     } else {
-        push_dir(repo, Path::new(url), &updates)
+        push_dir(repo, Path::new(url), &updates, last_check)
     }
+}
+
+/// Remove the lock files of `names` a dead writer left in the directory
+/// remote at `url` (a killed host's `git receive-pack` or in-process push);
+/// the names removed. Only for a caller that knows no live writer may hold
+/// them — a new owner whose etcd lease outlived every earlier owner's.
+/// Nothing for a URL remote (its locks are its server's).
+pub fn clear_stale_locks(url: &str, names: &[&str]) -> Vec<String> {
+    if is_url(url) {
+        return Vec::new();
+    }
+    let mut cleared = Vec::new();
+    for name in names {
+        let lock = Path::new(url).join(format!("{name}.lock"));
+        // The remote passed `remote_repo::check` (no symlinks): a lock is
+        // a regular file, and only one is removed.
+        let is_file = std::fs::symlink_metadata(&lock).is_ok_and(|m| m.file_type().is_file());
+        if is_file && std::fs::remove_file(&lock).is_ok() {
+            tracing::warn!(lock = %lock.display(), "removed a lock a dead writer left in the remote");
+            cleared.push(format!("{name}.lock"));
+        }
+    }
+    cleared
 }
 
 /// The value of `name` in `repo` (symbolic refs resolved), `None` when absent.
@@ -179,6 +219,7 @@ fn push_dir(
     repo: &Repository,
     remote_dir: &Path,
     updates: &[Update<'_>],
+    last_check: Option<LastCheck<'_>>,
 ) -> Result<Pushed, TransportError> {
     let remote = open_bare(remote_dir)?;
     let remote_odb = remote.odb().map_err(git("open the remote's objects"))?;
@@ -223,12 +264,45 @@ fn push_dir(
             )));
         }
     }
+    if let Some(Err(why)) = last_check.map(|c| c()) {
+        return Ok(Pushed::Refused(why));
+    }
     let sig = git2::Signature::now("mini-letta", "mini-letta@localhost")
         .map_err(git("sign the ref update"))?;
-    for u in updates {
+    let Some((last, first)) = updates.split_last() else {
+        return Ok(Pushed::Done);
+    };
+    if first.is_empty() {
+        tx.set_target(last.name, last.new, Some(&sig), "mini-letta sync: push")
+            .map_err(git("update a remote ref"))?;
+        tx.commit().map_err(git("update the remote's refs"))?;
+        return Ok(Pushed::Done);
+    }
+    // libgit2 renames a transaction's locks in no set order: the others
+    // land (the last one's lock released unchanged), then the last alone,
+    // from the value just checked.
+    for u in first {
         tx.set_target(u.name, u.new, Some(&sig), "mini-letta sync: push")
             .map_err(git("update a remote ref"))?;
     }
+    tx.commit().map_err(git("update the remote's refs"))?;
+    let mut tx = remote
+        .transaction()
+        .map_err(git("lock the remote's refs"))?;
+    if let Err(e) = tx.lock_ref(last.name) {
+        return Ok(Pushed::Rejected(format!(
+            "{} is being updated: {e}",
+            last.name
+        )));
+    }
+    if read_ref(&remote, last.name)? != last.old {
+        return Ok(Pushed::Rejected(format!(
+            "{} moved on the remote while the push landed",
+            last.name
+        )));
+    }
+    tx.set_target(last.name, last.new, Some(&sig), "mini-letta sync: push")
+        .map_err(git("update a remote ref"))?;
     tx.commit().map_err(git("update the remote's refs"))?;
     Ok(Pushed::Done)
 }
@@ -462,7 +536,7 @@ mod tests {
         let url = remote_dir.to_str().unwrap().to_string();
         let first = main_and_fence((None, base), (None, fence));
         assert_eq!(
-            push(&local, local.path(), &url, &first).unwrap(),
+            push(&local, local.path(), &url, &first, None).unwrap(),
             Pushed::Done
         );
         (dir, local, remote_dir, base, fence)
@@ -485,6 +559,7 @@ mod tests {
             local.path(),
             url,
             &main_and_fence((Some(base), next), (Some(stale_fence), new_fence)),
+            None,
         )
         .unwrap();
         assert!(matches!(refused, Pushed::Rejected(_)), "{refused:?}");
@@ -500,12 +575,58 @@ mod tests {
             local.path(),
             url,
             &main_and_fence((Some(base), next), (Some(fence), good_fence)),
+            None,
         )
         .unwrap();
         assert_eq!(done, Pushed::Done);
         assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(next));
         let remote = Repository::open_bare(&remote_dir).unwrap();
         assert!(remote.find_commit(next).unwrap().tree().is_ok());
+    }
+
+    /// Issue 43: the caller's last check runs under the remote's locks (a
+    /// "no" moves nothing), and a dead writer's locks are cleared by name.
+    #[test]
+    fn the_last_check_runs_under_the_locks_and_stale_locks_clear() {
+        let (_d, local, remote_dir, base, fence) = pair();
+        let url = remote_dir.to_str().unwrap();
+        let next = commit(&local, Some(base), "next");
+        let new_fence = commit(&local, Some(fence), "over the remote's fence");
+        let updates = main_and_fence((Some(base), next), (Some(fence), new_fence));
+        let saw_locks = std::cell::Cell::new(false);
+        let check = || {
+            saw_locks.set(remote_dir.join("refs/heads/main.lock").exists());
+            Err("lost the agent".to_string())
+        };
+        let refused = push(&local, local.path(), url, &updates, Some(&check)).unwrap();
+        assert_eq!(refused, Pushed::Refused("lost the agent".into()));
+        assert!(saw_locks.get(), "the check ran before the refs were locked");
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(base));
+        assert_eq!(
+            remote_ref(&remote_dir, "refs/mini-letta/fence"),
+            Some(fence)
+        );
+        assert!(!remote_dir.join("refs/heads/main.lock").exists());
+        // Locks left behind block the push until cleared.
+        std::fs::write(remote_dir.join("refs/heads/main.lock"), format!("{next}\n")).unwrap();
+        std::fs::write(remote_dir.join("refs/mini-letta/fence.lock"), "").unwrap();
+        let blocked = push(&local, local.path(), url, &updates, None).unwrap();
+        assert!(matches!(blocked, Pushed::Rejected(_)), "{blocked:?}");
+        let cleared = clear_stale_locks(url, &["refs/heads/main", "refs/mini-letta/fence"]);
+        assert_eq!(
+            cleared,
+            vec!["refs/heads/main.lock", "refs/mini-letta/fence.lock"]
+        );
+        assert_eq!(
+            push(&local, local.path(), url, &updates, None).unwrap(),
+            Pushed::Done
+        );
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(next));
+        assert_eq!(
+            remote_ref(&remote_dir, "refs/mini-letta/fence"),
+            Some(new_fence)
+        );
+        assert!(clear_stale_locks("ssh://h/x.git", &["refs/heads/main"]).is_empty());
     }
 
     #[test]
@@ -523,6 +644,7 @@ mod tests {
                 old: Some(base),
                 new: next,
             }],
+            None,
         )
         .unwrap();
         assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");
@@ -544,6 +666,7 @@ mod tests {
                 old: Some(base),
                 new: other,
             }],
+            None,
         )
         .unwrap();
         assert!(matches!(pushed, Pushed::Rejected(_)), "{pushed:?}");

@@ -84,20 +84,30 @@ impl Run<'_> {
         remote_fence: Option<Oid>,
     ) -> Result<Pushing, SyncError> {
         let mut updates = vec![main];
+        let confirm = || self.fence.map_or(Ok(()), |f| f.confirm());
         if let Some(f) = self.fence {
-            if let Err(why) = f.confirm() {
+            // Early, before anything is written: a host that lost the agent
+            // copies no object. Again under the remote's locks (below).
+            if let Err(why) = confirm() {
                 return Ok(Pushing::Lost(why));
             }
-            let stamped = fence::commit(self.repo, remote_fence, &f.stamp())
+            let stamped = fence::commit(self.repo, remote_fence, &f.stamp(), main.new)
                 .map_err(git("write the fence commit"))?;
+            // Last: `main` lands first, so a push cut short leaves `main`
+            // ahead of what the fence records, never behind it.
             updates.push(Update {
                 name: FENCE_REF,
                 old: remote_fence,
                 new: stamped,
             });
         }
-        match transport::push(self.repo, self.git_dir, self.url, &updates)? {
+        let last_check: Option<transport::LastCheck<'_>> = self
+            .fence
+            .is_some()
+            .then_some(&confirm as transport::LastCheck<'_>);
+        match transport::push(self.repo, self.git_dir, self.url, &updates, last_check)? {
             Pushed::Done => {}
+            Pushed::Refused(why) => return Ok(Pushing::Lost(why)),
             Pushed::Rejected(m) => return Ok(Pushing::Rejected(m)),
             Pushed::Failed(m) => return Ok(Pushing::Failed(m)),
         }
@@ -144,6 +154,17 @@ impl Run<'_> {
     ) -> Result<Result<SyncOutcome, String>, SyncError> {
         let local = main_tip(self.repo)?;
         let mut said = String::from("took the agent over");
+        // etcd gave this host the agent only once every earlier owner's
+        // lease had ended: a lock on the refs this push takes is a dead
+        // (or paused, and fenced out) writer's, and would block every
+        // host for good.
+        let cleared = transport::clear_stale_locks(self.url, &[LOCAL_MAIN, FENCE_REF]);
+        if !cleared.is_empty() {
+            said.push_str(&format!(
+                "; removed {} left in the remote by an earlier owner",
+                cleared.join(" and ")
+            ));
+        }
         let main = match remote {
             None => Update {
                 name: LOCAL_MAIN,

@@ -378,6 +378,16 @@ fn judge(
 
 /// Write `refs/mini-letta/backup/<UTC YYYYMMDDHHMMSS>` (suffixed `-<n>` if
 /// taken this second) at `at`.
+/// A backup ref already at `at`, if any.
+fn existing_backup(repo: &Repository, at: Oid) -> Option<String> {
+    let refs = repo
+        .references_glob(&format!("{BACKUP_REF_PREFIX}*"))
+        .ok()?;
+    refs.flatten()
+        .find(|r| r.target() == Some(at))
+        .and_then(|r| r.name().ok().map(str::to_string))
+}
+
 fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
     let format = time::macros::format_description!("[year][month][day][hour][minute][second]");
     let stamp = time::OffsetDateTime::now_utc()
@@ -726,6 +736,10 @@ impl Run<'_> {
             if let Err(why) = fence::may_push_over(self.repo, remote_fence, f) {
                 return self.lost(&why, remote).map(Ok);
             }
+            if let Err(rolled_back) = fence::check_not_rolled_back(self.repo, remote, remote_fence)
+            {
+                return self.rolled_back(&rolled_back, remote).map(Ok);
+            }
             if f.takeover() {
                 return self.take_over(remote, remote_fence, last);
             }
@@ -780,6 +794,36 @@ impl Run<'_> {
                 remote,
             ))),
         }
+    }
+
+    /// The remote's `main` lost what its fence records (issue 43 §4):
+    /// nothing is pushed or taken from it, local `main` stays, and the
+    /// recorded history (fetched with the fence) is kept under a backup
+    /// ref for the operator to restore.
+    fn rolled_back(
+        &mut self,
+        why: &fence::RolledBack,
+        remote: Option<Oid>,
+    ) -> Result<SyncOutcome, SyncError> {
+        // Every turn meets it again until an operator acts: one ref.
+        let backup = match existing_backup(self.repo, why.recorded) {
+            Some(b) => b,
+            None => write_backup(self.repo, why.recorded)?,
+        };
+        tracing::warn!("{why}");
+        let mut out = self.finish(
+            SyncStatus::Invalid,
+            format!(
+                "{why}; nothing was pushed or taken from it, and the recorded history is kept \
+                 under {backup} — restore it with `git --git-dir {} push {} {backup}:refs/heads/main` \
+                 (with --force if the remote's main was rewritten rather than rolled back)",
+                self.git_dir.display(),
+                self.url,
+            ),
+            remote,
+        );
+        out.backup_ref = Some(backup);
+        Ok(out)
     }
 
     fn descends(&self, a: Oid, b: Oid) -> Result<bool, SyncError> {
@@ -1236,7 +1280,8 @@ mod tests {
             old: seen,
             new: tip(&b),
         };
-        let pushed = transport::push(&repo, &b.paths.memory_git_dir(), &url, &[update]).unwrap();
+        let pushed =
+            transport::push(&repo, &b.paths.memory_git_dir(), &url, &[update], None).unwrap();
         assert!(
             matches!(pushed, transport::Pushed::Rejected(_)),
             "{pushed:?}"
