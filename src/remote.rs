@@ -211,6 +211,57 @@ pub fn list(home: &Home, root: &str) -> Result<Vec<RemoteAgent>, RemoteError> {
     Ok(out)
 }
 
+/// One agent's fence as the remote holds it (issue 43 §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteFence {
+    pub agent: String,
+    /// The stamp's host, as [`crate::memfs::fence::shown`] shows it.
+    pub host: String,
+    pub epoch: i64,
+    /// Whether the epoch is one mini-letta could have issued
+    /// ([`crate::cluster::MAX_EPOCH`]); a planted one is listed, not used.
+    pub plausible: bool,
+}
+
+/// The fences of the agents under `root`: every agent of a directory root
+/// (each repository checked first), or — a network root cannot be listed
+/// — this home's agents, as their last sync fetched them.
+pub fn fences(home: &Home, root: &str) -> Result<Vec<RemoteFence>, RemoteError> {
+    use crate::memfs::fence::{FENCE_REF, FENCE_TRACKING_REF, shown, stamp_of};
+    let found = |agent: &str, repo: &Repository, name: &str| {
+        let id = repo.refname_to_id(name).ok()?;
+        let stamp = stamp_of(repo, id)?;
+        Some(RemoteFence {
+            agent: agent.to_string(),
+            host: shown(&stamp.host),
+            epoch: stamp.epoch,
+            plausible: (0..=crate::cluster::MAX_EPOCH).contains(&stamp.epoch),
+        })
+    };
+    let mut out = Vec::new();
+    match RemoteRoot::parse(root).map_err(SyncError::from)? {
+        RemoteRoot::Dir(_) => {
+            for id in sync::remote_agents(root) {
+                let Ok(url) = sync::agent_url(root, &id, home.root()) else {
+                    continue;
+                };
+                if let Ok(repo) = repo::open_bare(Path::new(&url)) {
+                    out.extend(found(&id, &repo, FENCE_REF));
+                }
+            }
+        }
+        RemoteRoot::Network(_) => {
+            for record in store::list(home).unwrap_or_default() {
+                let paths = home.agent(&record.id)?;
+                if let Ok(repo) = repo::open_bare(&paths.memory_git_dir()) {
+                    out.extend(found(&record.id, &repo, FENCE_TRACKING_REF));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The id of the remote agent `selector` names (an id, or a name on a
 /// directory root listed from `home`).
 pub fn locate(home: &Home, root: &str, selector: &str) -> Result<String, RemoteError> {

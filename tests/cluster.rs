@@ -356,3 +356,83 @@ fn a_remote_rolled_back_is_refused_at_take_over() {
     let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
     assert!(answer.contains("rb-3"), "{answer}");
 }
+
+/// Issue 43 §3: etcd loses its data (every member's data directory gone,
+/// the cluster started anew: revisions begin again from 1). No host could
+/// take any agent over — each fresh epoch was below the remote's fence —
+/// and the refusal did not say why. Now it says etcd lost its data and
+/// names `cluster recover`, which raises the epoch base past every fence;
+/// then the take-over works with everything acknowledged, the new fence
+/// epoch above the old, and fencing as before.
+#[test]
+fn after_etcd_loses_its_data_cluster_recover_lets_turns_resume() {
+    if !confinement_or_skip("cluster etcd wipe") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster etcd wipe") else {
+        return;
+    };
+    let mut h = Hosts::new(etcd);
+    // Revisions well above what the new cluster will have reached when B
+    // takes over, as on any etcd that ran a while.
+    let live = h.etcd.endpoints();
+    for i in 0..60 {
+        let o = h.etcd.ctl(&live, &["put", "/test/traffic", &i.to_string()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+    ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
+    let bare = h.bare(&id);
+    let fence_of = || {
+        git_at(
+            &bare,
+            &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
+        )
+    };
+    let epoch_in = |text: &str| -> i64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("epoch: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let old_epoch = epoch_in(&fence_of());
+    assert!(old_epoch > 60, "{old_epoch}");
+    signal(a_pid, nix::sys::signal::Signal::SIGKILL);
+    h.etcd.wipe();
+
+    let o = h.chat(&h.b, &["--wait-owner", "15"], "你知道我什么？");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        err.contains("lost its data") && err.contains("cluster recover"),
+        "{err}"
+    );
+    assert!(fence_of().contains("host: host-a"), "nothing pushed");
+
+    let o = h.on(&h.b, &["cluster", "recover", "--json"]);
+    let v: Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(v["largest_fence_epoch"], old_epoch, "{v}");
+    assert!(v["base"].as_i64().unwrap() > old_epoch, "{v}");
+    assert_eq!(v["fences"][0]["host"], "host-a", "{v}");
+    // Again: nothing to do, the base never goes down.
+    let again: Value =
+        serde_json::from_str(&ok(&h.on(&h.b, &["cluster", "recover", "--json"]))).unwrap();
+    assert_eq!(again["base"], v["base"], "{again}");
+    assert_eq!(again["base_before"], v["base"], "{again}");
+
+    let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
+    assert!(answer.contains("我住在杭州"), "{answer}");
+    ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
+    let fence = fence_of();
+    assert!(fence.contains("host: host-b"), "{fence}");
+    assert!(epoch_in(&fence) > old_epoch, "{fence}");
+    let human = h.remote_file(&id, "human.md");
+    assert!(
+        human.contains("我住在杭州") && human.contains("我养了一只猫"),
+        "{human}"
+    );
+}

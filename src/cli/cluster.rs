@@ -28,10 +28,24 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// After etcd lost its data (restored from nothing, or a new cluster):
+    /// raise its epoch base past every fence in the remote, so hosts can
+    /// take agents over again with fencing intact. Reads the fences of
+    /// every agent in a directory remote root (of this home's agents, as
+    /// last fetched, for a network root); never lowers the base; safe to
+    /// run again.
+    #[command(
+        after_help = "Examples:\n  mini-letta cluster recover\n  mini-letta cluster recover --json"
+    )]
+    Recover {
+        /// Print {"base_before", "base", "largest_fence_epoch", "fences":
+        /// [{"agent", "host", "epoch", "plausible"}]}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cli: &Cli, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
-    let ClusterCommand::Status { json } = cmd;
     let home = cli.home()?;
     let cfg = ClusterConfig::load(&home)?.with_context(|| {
         format!(
@@ -40,8 +54,67 @@ pub fn run(cli: &Cli, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
             home.config_file().display()
         )
     })?;
-    let status = read_blocking(&cfg)?;
-    let local = store::list(&home).unwrap_or_default();
+    match cmd {
+        ClusterCommand::Status { json } => status(&home, &cfg, *json),
+        ClusterCommand::Recover { json } => recover(&home, &cfg, *json),
+    }
+}
+
+fn recover(home: &crate::paths::Home, cfg: &ClusterConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let root = crate::remote::root_from_env().with_context(|| {
+        format!(
+            "the fences are read from the shared remote: set {}",
+            crate::memfs::sync::REMOTE_ROOT_ENV
+        )
+    })?;
+    let fences = crate::remote::fences(home, &root)?;
+    let largest = fences
+        .iter()
+        .filter(|f| f.plausible)
+        .map(|f| f.epoch)
+        .max()
+        .unwrap_or(0);
+    let raised = crate::cluster::recover::raise_base_blocking(cfg, largest.saturating_add(1))?;
+    if json {
+        output::json(&json!({
+            "base_before": raised.before,
+            "base": raised.after,
+            "largest_fence_epoch": largest,
+            "fences": fences,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for f in fences.iter().filter(|f| !f.plausible) {
+        eprintln!(
+            "warning: agent {}'s fence (host {}) has epoch {}, which mini-letta never issues: \
+             not counted; that fence was planted",
+            output::text(&f.agent),
+            output::text(&f.host),
+            f.epoch
+        );
+    }
+    if raised.after == raised.before {
+        println!(
+            "the epoch base is {} already, past the largest fence epoch in the remote ({largest}, \
+             {} fence(s)): nothing to do",
+            raised.before,
+            fences.len()
+        );
+    } else {
+        println!(
+            "raised the epoch base from {} to {} (the largest fence epoch in the remote is \
+             {largest}, {} fence(s)): hosts can take agents over again",
+            raised.before,
+            raised.after,
+            fences.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(home: &crate::paths::Home, cfg: &ClusterConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let status = read_blocking(cfg)?;
+    let local = store::list(home).unwrap_or_default();
     let name_of = |id: &str| local.iter().find(|a| a.id == id).map(|a| a.name.clone());
     // This home's agents first (owned or not), then the others etcd names.
     let mut agents: Vec<serde_json::Value> = local
@@ -53,7 +126,7 @@ pub fn run(cli: &Cli, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
             agents.push(agent_row(&status, &a.id, None));
         }
     }
-    if *json {
+    if json {
         output::json(&json!({
             "host": status.host,
             "etcd": status.etcd,

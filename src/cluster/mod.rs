@@ -18,11 +18,13 @@
 //! | `/mini-letta/members/<host>` | `{"host", "registered_at"}` | none: the host was seen |
 //! | `/mini-letta/hosts/<host>` | `{"host", "pid", "registered_at"}` | the host's: alive |
 //! | `/mini-letta/agents/<id>/owner` | the owner's host id | the owner's |
+//! | `/mini-letta/epoch-base` | decimal, added to take revisions for fence epochs | none |
 
 pub mod config;
 pub mod events;
 pub mod handle;
 pub mod node;
+pub mod recover;
 pub mod status;
 
 pub use config::ClusterConfig;
@@ -32,6 +34,23 @@ pub use node::{Node, Owned};
 
 /// Every key this program writes starts here.
 pub const PREFIX: &str = "/mini-letta/";
+
+/// The cluster's epoch base: added to every take's revision to make the
+/// fence epoch (issue 43 §3). Absent means 0; `cluster recover` raises it
+/// past every fence in the remote after etcd lost its data (its revisions
+/// start again from 1, below the epochs the remote's fences carry).
+pub const EPOCH_BASE_KEY: &str = "/mini-letta/epoch-base";
+
+/// The largest epoch mini-letta takes for one it issued: etcd revisions
+/// plus a base stay far below; a larger one in a fence or in etcd was
+/// planted (and would overflow the sums).
+pub const MAX_EPOCH: i64 = 1 << 53;
+
+/// An epoch written as decimal text, if it is a plausible one.
+pub fn parse_epoch(bytes: &[u8]) -> Option<i64> {
+    let n: i64 = std::str::from_utf8(bytes).ok()?.trim().parse().ok()?;
+    (0..=MAX_EPOCH).contains(&n).then_some(n)
+}
 
 /// The key naming `agent`'s owner.
 pub fn owner_key(agent: &str) -> String {

@@ -57,8 +57,10 @@ pub struct Node {
     /// Whether a lease was ever granted (before that, a caller may wait
     /// for the first registration rather than be refused at once).
     registered: std::sync::atomic::AtomicBool,
-    /// Agents owned, with the epoch each was taken in.
-    owned: Mutex<HashMap<String, i64>>,
+    /// Agents owned: the epoch each was taken in (the owner key's create
+    /// revision, what etcd confirms) and its fence epoch (that plus the
+    /// cluster's epoch base, what the remote's fence is stamped with).
+    owned: Mutex<HashMap<String, (i64, i64)>>,
     stop: CancellationToken,
 }
 
@@ -265,7 +267,7 @@ impl Node {
     async fn lose_lease(&self) {
         let until = self.lost_at();
         lock(&self.lease).take();
-        let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
+        let owned: Vec<(String, i64)> = drain_epochs(&self.owned);
         for (agent, epoch) in owned {
             let _ = self.note(&agent, Change::Lost, epoch, until).await;
         }
@@ -360,28 +362,42 @@ impl Node {
     async fn own_once(&self, agent: &str) -> Result<Owned, ClusterError> {
         let lease = self.live_lease()?;
         let key = owner_key(agent);
+        // The epoch base is read in the same transaction: the fence epoch
+        // of a take is the base then plus the take's revision.
+        let base = super::EPOCH_BASE_KEY;
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                self.cfg.host_id.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([TxnOp::get(key, None)]);
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    self.cfg.host_id.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                TxnOp::get(base, None),
+            ])
+            .or_else([TxnOp::get(key.clone(), None), TxnOp::get(base, None)]);
         let done = self
             .transact(txn, "did not answer who owns the agent")
             .await?;
+        let base = epoch_base_in(&done.op_responses());
         if done.succeeded() {
             let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
-            return self.taken(agent, epoch).await;
+            return self.taken(agent, epoch, base).await;
         }
-        let Some(kv) = first_kv(&done.op_responses()) else {
+        let Some(kv) = kv_of(&done.op_responses(), &key) else {
             // Deleted between the compare and the read: ask again.
             return Err(self.fail("changed the owner key while it was read", "retrying"));
         };
         if kv.lease() == lease && kv.value() == self.cfg.host_id.as_bytes() {
             let epoch = kv.create_revision();
-            lock(&self.owned).insert(agent.to_string(), epoch);
+            // The fence epoch it was taken with (the base may have grown
+            // since; the record of the take keeps the one it claimed with).
+            let mut owned = lock(&self.owned);
+            let fence = owned
+                .get(agent)
+                .filter(|(e, _)| *e == epoch)
+                .map_or(epoch.saturating_add(base), |(_, f)| *f);
+            owned.insert(agent.to_string(), (epoch, fence));
             return Ok(Owned::Already(epoch));
         }
         self.forget(agent, Change::Lost, self.lost_at()).await;
@@ -393,8 +409,8 @@ impl Node {
 
     /// This host just took `agent` in `epoch`: recorded before anything
     /// acts on it — a take the audit log did not keep is given back.
-    async fn taken(&self, agent: &str, epoch: i64) -> Result<Owned, ClusterError> {
-        lock(&self.owned).insert(agent.to_string(), epoch);
+    async fn taken(&self, agent: &str, epoch: i64, base: i64) -> Result<Owned, ClusterError> {
+        lock(&self.owned).insert(agent.to_string(), (epoch, epoch.saturating_add(base)));
         match self.note(agent, Change::Taken, epoch, Instant::now()).await {
             Ok(()) => Ok(Owned::Taken(epoch)),
             Err(e) => {
@@ -410,7 +426,15 @@ impl Node {
     /// request; a fenced push confirms with [`Self::confirm`]).
     pub fn epoch(&self, agent: &str) -> Option<i64> {
         self.live_lease().ok()?;
-        lock(&self.owned).get(agent).copied()
+        lock(&self.owned).get(agent).map(|(e, _)| *e)
+    }
+
+    /// The fence epoch this host owns `agent` in (what its fence commits
+    /// are stamped with): the epoch plus the cluster's epoch base at the
+    /// take ([`super::EPOCH_BASE_KEY`]).
+    pub fn fence_epoch(&self, agent: &str) -> Option<i64> {
+        self.live_lease().ok()?;
+        lock(&self.owned).get(agent).map(|(_, f)| *f)
     }
 
     /// Whether etcd still says this host owns `agent` in `epoch`: the owner
@@ -479,7 +503,7 @@ impl Node {
 
     /// Drop `agent` from this host's record, noting why and when.
     async fn forget(&self, agent: &str, change: Change, at: Instant) {
-        let epoch = lock(&self.owned).remove(agent);
+        let epoch = lock(&self.owned).remove(agent).map(|(e, _)| e);
         if let Some(epoch) = epoch {
             let _ = self.note(agent, change, epoch, at).await;
         }
@@ -491,7 +515,7 @@ impl Node {
         self.stop.cancel();
         let sent = self.lost_at();
         let lease = lock(&self.lease).take();
-        let owned: Vec<(String, i64)> = lock(&self.owned).drain().collect();
+        let owned: Vec<(String, i64)> = drain_epochs(&self.owned);
         let Some(l) = lease else { return };
         let revoked = self
             .bounded(|mut c| async move { c.lease_revoke(l.id).await })
@@ -539,6 +563,41 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 /// visible form of a value that is none ([`super::host_from_etcd`]).
 fn owner_shown(kv: &etcd_client::KeyValue) -> String {
     super::host_from_etcd(kv.value()).unwrap_or_else(|shown| shown)
+}
+
+/// Drain the owned agents, with the epoch each was taken in.
+fn drain_epochs(owned: &Mutex<HashMap<String, (i64, i64)>>) -> Vec<(String, i64)> {
+    lock(owned).drain().map(|(a, (e, _))| (a, e)).collect()
+}
+
+/// The key-value of `key` among a transaction's `get` answers.
+fn kv_of(responses: &[TxnOpResponse], key: &str) -> Option<etcd_client::KeyValue> {
+    responses.iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g
+            .kvs()
+            .iter()
+            .find(|kv| kv.key() == key.as_bytes())
+            .cloned(),
+        _ => None,
+    })
+}
+
+/// The epoch base among a transaction's answers (0 when absent; a value
+/// that is no plausible epoch is taken as 0 and said: etcd is not trusted).
+fn epoch_base_in(responses: &[TxnOpResponse]) -> i64 {
+    let Some(kv) = kv_of(responses, super::EPOCH_BASE_KEY) else {
+        return 0;
+    };
+    match super::parse_epoch(kv.value()) {
+        Some(b) => b,
+        None => {
+            tracing::warn!(
+                value = %super::untrusted(kv.value()),
+                "the epoch base in etcd is no epoch; taken as 0"
+            );
+            0
+        }
+    }
 }
 
 /// The first key-value of a transaction's `get` branch.

@@ -131,6 +131,19 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
 /// [`read`] from a process without a runtime (the CLI, Palace's threads):
 /// a small one of its own, and a bounded connection.
 pub fn read_blocking(cfg: &ClusterConfig) -> Result<Status, ClusterError> {
+    blocking(cfg, "did not answer the status", |client| read(cfg, client))
+}
+
+/// Run `request` on a small runtime of its own over a bounded connection
+/// (a CLI has none); `what` names it when etcd does not answer in time.
+pub fn blocking<'a, T, F>(
+    cfg: &'a ClusterConfig,
+    what: &str,
+    request: impl FnOnce(Client) -> F,
+) -> Result<T, ClusterError>
+where
+    F: std::future::Future<Output = Result<T, ClusterError>> + 'a,
+{
     let fail = |what: &str, e: String| ClusterError::Etcd {
         endpoints: cfg.endpoints.join(","),
         what: what.into(),
@@ -149,10 +162,10 @@ pub fn read_blocking(cfg: &ClusterConfig) -> Result<Status, ClusterError> {
         let client = Client::connect(&cfg.endpoints, Some(options))
             .await
             .map_err(|e| fail("cannot be reached", e.to_string()))?;
-        match tokio::time::timeout(timeout, read(cfg, client)).await {
+        match tokio::time::timeout(timeout, request(client)).await {
             Ok(r) => r,
             Err(_) => Err(fail(
-                "did not answer the status",
+                what,
                 format!("no answer within {} s (no quorum?)", timeout.as_secs()),
             )),
         }

@@ -201,15 +201,30 @@ pub fn may_push_over(
         theirs == mine
     };
     if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "the remote was claimed by host {} (epoch {}; this host's is {})",
-            shown(&theirs.host),
-            theirs.epoch,
-            mine.epoch
-        ))
+        return Ok(());
     }
+    let claimed = format!(
+        "the remote was claimed by host {} (epoch {}; this host's is {})",
+        shown(&theirs.host),
+        theirs.epoch,
+        mine.epoch
+    );
+    if theirs.epoch > crate::cluster::MAX_EPOCH {
+        return Err(format!(
+            "{claimed}: no epoch mini-letta issues is that large, so the fence was planted; \
+             point the remote's {FENCE_REF} back at a fence commit of a real owner"
+        ));
+    }
+    // A take-over's epoch is etcd's newest revision plus the base: in a
+    // healthy etcd no fence can be stamped at or above it.
+    if fence.takeover() {
+        return Err(format!(
+            "{claimed}: etcd just gave this host the agent as its newest epoch, so etcd has \
+             lost its data (or the fence was forged); once etcd is whole, `mini-letta cluster \
+             recover` raises its epochs past every fence in the remote"
+        ));
+    }
+    Err(claimed)
 }
 
 /// A host name from the remote as it may be shown: quoted and escaped

@@ -157,6 +157,7 @@ async fn take_over(
         node: node.clone(),
         agent: agent.to_string(),
         epoch,
+        fence_epoch: node.fence_epoch(agent).unwrap_or(epoch),
         takeover: true,
     };
     let root = crate::remote::root_from_env();
@@ -215,14 +216,15 @@ pub fn fencing(state: &State, agent: &str) -> Fencing {
     let Some(node) = state.cluster.node() else {
         return Fencing::Lost("this supervisor could not join the cluster".into());
     };
-    match node.epoch(agent) {
-        Some(epoch) => Fencing::On(NodeFence {
+    match (node.epoch(agent), node.fence_epoch(agent)) {
+        (Some(epoch), Some(fence_epoch)) => Fencing::On(NodeFence {
             node: node.clone(),
             agent: agent.to_string(),
             epoch,
+            fence_epoch,
             takeover: false,
         }),
-        None => Fencing::Lost(format!(
+        _ => Fencing::Lost(format!(
             "host {} no longer holds it (its etcd lease expired or another host took it)",
             node.host_id()
         )),
@@ -311,7 +313,10 @@ pub async fn release(state: &Arc<State>, agent: Option<String>) -> Outcome {
 pub struct NodeFence {
     node: Arc<Node>,
     agent: String,
+    /// The take's revision: what etcd confirms.
     epoch: i64,
+    /// What the fence is stamped with: the epoch plus the epoch base.
+    fence_epoch: i64,
     takeover: bool,
 }
 
@@ -319,7 +324,7 @@ impl Fence for NodeFence {
     fn stamp(&self) -> Stamp {
         Stamp {
             host: self.node.host_id().to_string(),
-            epoch: self.epoch,
+            epoch: self.fence_epoch,
         }
     }
 

@@ -191,6 +191,26 @@ impl Etcd {
         self.members[i].child = Some(child);
     }
 
+    /// Lose every member's data (issue 43 §3): all killed, their data
+    /// directories removed, the same members started as a new cluster —
+    /// its revisions begin again from 1. Waits until it answers.
+    pub fn wipe(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        for m in &self.members {
+            let _ = std::fs::remove_dir_all(self._data.path().join(&m.name));
+        }
+        for i in 0..self.members.len() {
+            self.restart(i);
+        }
+        assert!(
+            self.wait_healthy(Duration::from_secs(30)),
+            "the wiped etcd cluster did not become healthy: {}",
+            self.logs()
+        );
+    }
+
     /// Whether member `i` runs.
     pub fn is_up(&self, i: usize) -> bool {
         self.members[i].child.is_some()
