@@ -360,12 +360,14 @@ fn a_remote_rolled_back_is_refused_at_take_over() {
 /// Issue 43 §3: etcd loses its data (every member's data directory gone,
 /// the cluster started anew: revisions begin again from 1). No host could
 /// take any agent over — each fresh epoch was below the remote's fence —
-/// and the refusal did not say why. Now it says etcd lost its data and
-/// names `cluster recover`, which raises the epoch base past every fence;
-/// then the take-over works with everything acknowledged, the new fence
-/// epoch above the old, and fencing as before.
+/// and the refusal did not say why. Now a supervisor that registers with
+/// an etcd without an epoch base sets one past every fence in the remote
+/// before anything is taken, so turns resume by themselves, with
+/// everything acknowledged and larger fence epochs. An etcd restored from
+/// an old snapshot (a base, but a stale one) is refused saying etcd lost
+/// data, and `cluster recover` raises the base; fencing holds throughout.
 #[test]
-fn after_etcd_loses_its_data_cluster_recover_lets_turns_resume() {
+fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
     if !confinement_or_skip("cluster etcd wipe") {
         return;
     }
@@ -382,7 +384,7 @@ fn after_etcd_loses_its_data_cluster_recover_lets_turns_resume() {
     }
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     let a_pid = h.start(&h.a);
-    h.start(&h.b);
+    let b_pid = h.start(&h.b);
     ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
     let bare = h.bare(&id);
     let fence_of = || {
@@ -404,35 +406,106 @@ fn after_etcd_loses_its_data_cluster_recover_lets_turns_resume() {
     signal(a_pid, nix::sys::signal::Signal::SIGKILL);
     h.etcd.wipe();
 
-    let o = h.chat(&h.b, &["--wait-owner", "15"], "你知道我什么？");
+    // By itself: B re-registers, sets the base past the fence, takes over.
+    let began = Instant::now();
+    let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
+    assert!(answer.contains("我住在杭州"), "{answer}");
+    assert!(
+        began.elapsed() < Duration::from_secs(LEASE + 10),
+        "{:?}",
+        began.elapsed()
+    );
+    let base: i64 = h.etcd.get("/mini-letta/epoch-base").parse().unwrap();
+    assert!(base > old_epoch, "base {base}, fence epoch {old_epoch}");
+    ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
+    let fence = fence_of();
+    assert!(fence.contains("host: host-b"), "{fence}");
+    let b_epoch = epoch_in(&fence);
+    assert!(b_epoch > old_epoch, "{fence}");
+
+    // etcd restored from an old snapshot: a base, but below the fences.
+    h.start(&h.a);
+    signal(b_pid, nix::sys::signal::Signal::SIGKILL);
+    let o = h.etcd.ctl(&live, &["put", "/mini-letta/epoch-base", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = h.chat(&h.a, &["--wait-owner", "15"], "你知道我什么？");
     let err = stderr(&o);
     assert!(!o.status.success(), "{}", stdout(&o));
     assert!(
         err.contains("lost its data") && err.contains("cluster recover"),
         "{err}"
     );
-    assert!(fence_of().contains("host: host-a"), "nothing pushed");
+    assert!(fence_of().contains("host: host-b"), "nothing pushed");
 
-    let o = h.on(&h.b, &["cluster", "recover", "--json"]);
+    let o = h.on(&h.a, &["cluster", "recover", "--json"]);
     let v: Value = serde_json::from_str(&ok(&o)).unwrap();
-    assert_eq!(v["largest_fence_epoch"], old_epoch, "{v}");
-    assert!(v["base"].as_i64().unwrap() > old_epoch, "{v}");
-    assert_eq!(v["fences"][0]["host"], "host-a", "{v}");
+    assert_eq!(v["largest_fence_epoch"], b_epoch, "{v}");
+    assert_eq!(v["base_before"], 1, "{v}");
+    assert!(v["base"].as_i64().unwrap() > b_epoch, "{v}");
+    assert_eq!(v["fences"][0]["host"], "host-b", "{v}");
     // Again: nothing to do, the base never goes down.
     let again: Value =
-        serde_json::from_str(&ok(&h.on(&h.b, &["cluster", "recover", "--json"]))).unwrap();
+        serde_json::from_str(&ok(&h.on(&h.a, &["cluster", "recover", "--json"]))).unwrap();
     assert_eq!(again["base"], v["base"], "{again}");
     assert_eq!(again["base_before"], v["base"], "{again}");
 
-    let answer = ok(&h.chat(&h.b, &["--wait-owner", "30"], "你知道我什么？"));
-    assert!(answer.contains("我住在杭州"), "{answer}");
-    ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
+    let answer = ok(&h.chat(&h.a, &["--wait-owner", "30"], "你知道我什么？"));
+    assert!(answer.contains("我养了一只猫"), "{answer}");
     let fence = fence_of();
-    assert!(fence.contains("host: host-b"), "{fence}");
-    assert!(epoch_in(&fence) > old_epoch, "{fence}");
+    assert!(fence.contains("host: host-a"), "{fence}");
+    assert!(epoch_in(&fence) > b_epoch, "{fence}");
     let human = h.remote_file(&id, "human.md");
     assert!(
         human.contains("我住在杭州") && human.contains("我养了一只猫"),
         "{human}"
+    );
+}
+
+/// Issue 43, LOW: a duplicate host id, or a planted host key (no lease, so
+/// it never expires), was reported as "unreachable or without quorum"
+/// with the cause only in the log. The refusal now names the cause.
+#[test]
+fn a_host_id_in_use_or_planted_is_named_as_such() {
+    if !confinement_or_skip("cluster host id") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster host id") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    create_agent(h.b.home.path(), &["agent-demo"]);
+    h.start(&h.a);
+    // B's supervisor, given A's id by mistake.
+    let twin = common::cluster::Host {
+        home: tempfile::tempdir().unwrap(),
+        id: "host-a",
+        env: Vec::new(),
+    };
+    let _ = std::fs::remove_dir(twin.home.path());
+    std::fs::rename(h.b.home.path(), twin.home.path()).unwrap();
+    std::fs::create_dir(h.b.home.path()).unwrap();
+    let o = h.chat(&twin, &[], "hello");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        err.contains("in use by another live supervisor") && err.contains("MINI_LETTA_HOST_ID"),
+        "{err}"
+    );
+    assert!(!err.contains("without quorum"), "{err}");
+    // A key written by hand for host-c: it never expires.
+    let live = h.etcd.endpoints();
+    let o = h.etcd.ctl(&live, &["put", "/mini-letta/hosts/host-c", "x"]);
+    assert!(o.status.success());
+    let planted = common::cluster::Host {
+        home: twin.home,
+        id: "host-c",
+        env: Vec::new(),
+    };
+    let o = h.chat(&planted, &[], "hello");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        err.contains("holds no lease") && err.contains("etcdctl del"),
+        "{err}"
     );
 }

@@ -39,7 +39,8 @@ pub struct OwnerChange {
     pub agent: String,
     pub host: String,
     pub change: Change,
-    /// The owner key's create revision: the ownership's epoch.
+    /// The ownership's fence epoch: the owner key's create revision plus
+    /// the cluster's epoch base (issue 43 §3), as its fences are stamped.
     pub epoch: i64,
     /// Wall-clock milliseconds since the Unix epoch of the instant that
     /// bounds this host's ownership: for `taken`, when etcd's answer came

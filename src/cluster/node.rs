@@ -46,8 +46,16 @@ impl Owned {
     }
 }
 
+/// The largest plausible fence epoch in the shared remote (a supervisor
+/// reads its remote root; issue 43 §3), for an etcd without an epoch base.
+pub type FenceScan = Arc<dyn Fn() -> Result<i64, String> + Send + Sync>;
+
 /// A clustered supervisor's membership and ownership.
 pub struct Node {
+    /// Reads the remote's fences when etcd has no epoch base.
+    scan: FenceScan,
+    /// Why the last registration was refused (said instead of "no quorum").
+    refused: Mutex<Option<String>>,
     cfg: ClusterConfig,
     /// Where owner changes are recorded (the supervisor's audit log).
     recorder: Recorder,
@@ -72,7 +80,11 @@ impl Node {
     /// Connect (lazily: etcd may be down now) and start keeping a lease on
     /// the current runtime. Registration happens in the background; until
     /// it has, every ownership request fails naming etcd.
-    pub async fn start(cfg: ClusterConfig, recorder: Recorder) -> Result<Arc<Self>, ClusterError> {
+    pub async fn start(
+        cfg: ClusterConfig,
+        recorder: Recorder,
+        scan: FenceScan,
+    ) -> Result<Arc<Self>, ClusterError> {
         let timeout = op_timeout(cfg.lease_secs);
         let options = ConnectOptions::new()
             .with_timeout(timeout)
@@ -82,6 +94,8 @@ impl Node {
             .await
             .map_err(|e| etcd_error(&cfg, "cannot be reached", e))?;
         let node = Arc::new(Self {
+            scan,
+            refused: Mutex::new(None),
             cfg,
             recorder,
             client,
@@ -140,10 +154,13 @@ impl Node {
                 "no longer confirms this host's lease",
                 "its keep-alive went unanswered for the lease's length (no quorum, or this process was paused)",
             )),
-            None => Err(self.fail(
-                "has not granted this host a lease",
-                "unreachable or without quorum",
-            )),
+            None => match lock(&self.refused).clone() {
+                Some(why) => Err(ClusterError::Config(why)),
+                None => Err(self.fail(
+                    "has not granted this host a lease",
+                    "unreachable or without quorum",
+                )),
+            },
         }
     }
 
@@ -187,6 +204,7 @@ impl Node {
     /// lease has not expired yet) holds the host key: then give the new
     /// lease back and try again later.
     async fn register(&self) -> Result<(), ClusterError> {
+        self.ensure_base().await?;
         let sent = Instant::now();
         let ttl = self.cfg.lease_secs as i64;
         let granted = self
@@ -209,17 +227,18 @@ impl Node {
                     serde_json::json!({"host": self.cfg.host_id, "registered_at": now}).to_string(),
                     None,
                 ),
-            ]);
+            ])
+            .or_else([TxnOp::get(key.clone(), None)]);
         let done = self.transact(txn, "did not register this host").await?;
         if !done.succeeded() {
             let _ = self
                 .bounded(|mut c| async move { c.lease_revoke(id).await })
                 .await;
-            return Err(ClusterError::Config(format!(
-                "host id {} is registered by another live supervisor (or by this host's previous one, until its lease of {ttl} s expires)",
-                self.cfg.host_id
-            )));
+            let why = self.conflict(&key, kv_of(&done.op_responses(), &key), ttl);
+            *lock(&self.refused) = Some(why.clone());
+            return Err(ClusterError::Config(why));
         }
+        lock(&self.refused).take();
         *lock(&self.lease) = Some(Lease {
             id,
             valid_until: sent + Duration::from_secs(ttl as u64),
@@ -227,6 +246,73 @@ impl Node {
         self.registered
             .store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(host = %self.cfg.host_id, lease = id, "registered in the cluster");
+        Ok(())
+    }
+
+    /// Why the host key `key` is not this supervisor's to take (LOW of
+    /// issue 43: it was reported as "unreachable or without quorum").
+    fn conflict(&self, key: &str, held: Option<etcd_client::KeyValue>, ttl: i64) -> String {
+        let host = &self.cfg.host_id;
+        let Some(kv) = held else {
+            return format!("host id {host}: its key {key} changed while it was registered");
+        };
+        if kv.lease() == 0 {
+            return format!(
+                "host id {host} cannot register: its key {key} holds no lease, so it never \
+                 expires — it was written by hand or planted; remove it (`etcdctl del {key}`) \
+                 if no supervisor runs as {host}"
+            );
+        }
+        let v: serde_json::Value = serde_json::from_slice(kv.value()).unwrap_or_default();
+        let pid = v["pid"]
+            .as_u64()
+            .map(|p| format!("pid {p}, "))
+            .unwrap_or_default();
+        let since = v["registered_at"]
+            .as_str()
+            .map(|t| format!("since {}", super::untrusted(t.as_bytes())))
+            .unwrap_or_default();
+        format!(
+            "host id {host} is in use by another live supervisor ({pid}{since}) — two hosts \
+             with one id, or this host's previous supervisor until its lease of {ttl} s \
+             expires; give each host its own MINI_LETTA_HOST_ID"
+        )
+    }
+
+    /// Make sure etcd has an epoch base (issue 43 §3). A new etcd, or one
+    /// that lost its data, has none: it is created past every fence in the
+    /// remote (only if still absent: another host may be doing the same),
+    /// before this host takes anything — a take requires it, so no take
+    /// ever stamps an epoch a fence already has.
+    async fn ensure_base(&self) -> Result<(), ClusterError> {
+        let got = self
+            .bounded(|mut c| async move { c.get(super::EPOCH_BASE_KEY, None).await })
+            .await
+            .map_err(|e| self.fail("did not answer the epoch base", e))?;
+        if !got.kvs().is_empty() {
+            return Ok(());
+        }
+        let scan = self.scan.clone();
+        let largest = tokio::task::spawn_blocking(move || scan())
+            .await
+            .map_err(|e| ClusterError::Config(format!("cannot read the remote's fences: {e}")))?
+            .map_err(|e| ClusterError::Config(format!("cannot read the remote's fences: {e}")))?;
+        let base = largest.saturating_add(1);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                super::EPOCH_BASE_KEY,
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([TxnOp::put(super::EPOCH_BASE_KEY, base.to_string(), None)]);
+        let done = self.transact(txn, "did not set the epoch base").await?;
+        if done.succeeded() {
+            tracing::warn!(
+                base,
+                largest_fence_epoch = largest,
+                "etcd had no epoch base (new, or it lost its data): set past every fence in the remote"
+            );
+        }
         Ok(())
     }
 
@@ -366,7 +452,11 @@ impl Node {
         // of a take is the base then plus the take's revision.
         let base = super::EPOCH_BASE_KEY;
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                // No take without an epoch base (see `ensure_base`).
+                Compare::create_revision(base, CompareOp::Greater, 0),
+            ])
             .and_then([
                 TxnOp::put(
                     key.clone(),
@@ -379,12 +469,19 @@ impl Node {
         let done = self
             .transact(txn, "did not answer who owns the agent")
             .await?;
-        let base = epoch_base_in(&done.op_responses());
+        let responses = done.op_responses();
+        if !done.succeeded() && kv_of(&responses, super::EPOCH_BASE_KEY).is_none() {
+            // etcd lost its data since this host registered: set the base
+            // again, then the caller's retry takes.
+            self.ensure_base().await?;
+            return Err(self.fail("had no epoch base", "it was set again; retrying"));
+        }
+        let base = epoch_base_in(&responses);
         if done.succeeded() {
             let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
             return self.taken(agent, epoch, base).await;
         }
-        let Some(kv) = kv_of(&done.op_responses(), &key) else {
+        let Some(kv) = kv_of(&responses, &key) else {
             // Deleted between the compare and the read: ask again.
             return Err(self.fail("changed the owner key while it was read", "retrying"));
         };
@@ -410,8 +507,9 @@ impl Node {
     /// This host just took `agent` in `epoch`: recorded before anything
     /// acts on it — a take the audit log did not keep is given back.
     async fn taken(&self, agent: &str, epoch: i64, base: i64) -> Result<Owned, ClusterError> {
-        lock(&self.owned).insert(agent.to_string(), (epoch, epoch.saturating_add(base)));
-        match self.note(agent, Change::Taken, epoch, Instant::now()).await {
+        let fence = epoch.saturating_add(base);
+        lock(&self.owned).insert(agent.to_string(), (epoch, fence));
+        match self.note(agent, Change::Taken, fence, Instant::now()).await {
             Ok(()) => Ok(Owned::Taken(epoch)),
             Err(e) => {
                 if let Err(r) = self.release(agent).await {
@@ -503,7 +601,7 @@ impl Node {
 
     /// Drop `agent` from this host's record, noting why and when.
     async fn forget(&self, agent: &str, change: Change, at: Instant) {
-        let epoch = lock(&self.owned).remove(agent).map(|(e, _)| e);
+        let epoch = lock(&self.owned).remove(agent).map(|(_, f)| f);
         if let Some(epoch) = epoch {
             let _ = self.note(agent, change, epoch, at).await;
         }
@@ -565,9 +663,10 @@ fn owner_shown(kv: &etcd_client::KeyValue) -> String {
     super::host_from_etcd(kv.value()).unwrap_or_else(|shown| shown)
 }
 
-/// Drain the owned agents, with the epoch each was taken in.
+/// Drain the owned agents, with the fence epoch each was taken in (what
+/// the audit log records: unlike a revision, unique across etcd's losses).
 fn drain_epochs(owned: &Mutex<HashMap<String, (i64, i64)>>) -> Vec<(String, i64)> {
-    lock(owned).drain().map(|(a, (e, _))| (a, e)).collect()
+    lock(owned).drain().map(|(a, (_, f))| (a, f)).collect()
 }
 
 /// The key-value of `key` among a transaction's `get` answers.

@@ -122,6 +122,15 @@ pub trait Fence {
     fn takeover(&self) -> bool;
 }
 
+/// The fence commit before fence commit `id` in its chain: its first
+/// parent, unless that is the `main` it records (a first claim's only
+/// parent).
+pub fn previous(repo: &Repository, id: Oid) -> Option<Oid> {
+    let commit = repo.find_commit(id).ok()?;
+    let first = commit.parent_id(0).ok()?;
+    (fenced_main(repo, id) != Some(first)).then_some(first)
+}
+
 /// Whether the remote `main` as fetched (`remote_main`) still contains
 /// what the remote's fence (fetched as `remote_fence`) recorded: `Err`
 /// names both when it does not (the remote was rolled back or rewritten
@@ -283,6 +292,8 @@ mod tests {
         assert_eq!(stamp_of(&repo, f1), Some(s.clone()));
         let f2 = commit(&repo, Some(f1), &s, c[2]).unwrap();
         assert_eq!(fenced_main(&repo, f2), Some(c[2]));
+        assert_eq!(previous(&repo, f2), Some(f1));
+        assert_eq!(previous(&repo, f1), None, "a first claim's parent is main");
         assert!(repo.graph_descendant_of(f2, f1).unwrap());
         // main at or past the recorded one: fine; behind it or gone: not.
         assert_eq!(check_not_rolled_back(&repo, Some(c[2]), Some(f2)), Ok(()));

@@ -54,7 +54,20 @@ pub async fn start(state: &Arc<State>) {
         let log = log.clone();
         Box::pin(async move { super::audit_records::owner_changed(&log, change).await })
     });
-    match Node::start(cfg, recorder).await {
+    // An etcd without an epoch base (new, or wiped) gets one past every
+    // fence in the remote before any take (issue 43 §3).
+    let home = state.home.clone();
+    let scan: crate::cluster::node::FenceScan = Arc::new(move || {
+        let root = crate::remote::root_from_env().ok_or("no remote root")?;
+        let fences = crate::remote::fences(&home, &root).map_err(|e| e.to_string())?;
+        Ok(fences
+            .iter()
+            .filter(|f| f.plausible)
+            .map(|f| f.epoch)
+            .max()
+            .unwrap_or(0))
+    });
+    match Node::start(cfg, recorder, scan).await {
         Ok(node) => state.cluster.joined(node),
         // Every ownership request is then refused, naming etcd.
         Err(e) => tracing::error!("cannot join the cluster: {e}"),
