@@ -5,7 +5,12 @@
 //! release an agent, while faults land at random: a supervisor stopped
 //! (SIGSTOP, for up to twice its lease, then SIGCONT), a supervisor killed
 //! (SIGKILL, restarted a moment later), one etcd member killed (sometimes
-//! two: no quorum for a while), restarted later.
+//! two: no quorum for a while), restarted later — and (issue 43) a
+//! supervisor killed inside the remote's ref-lock window (its `main.lock`
+//! and `fence.lock` left in the remotes of the agents it owned), etcd
+//! losing all its data (every member's data directory; hosts must resume
+//! by themselves), and a remote `main` rolled back behind the owners'
+//! backs (refused by every sync until an operator restores it).
 //!
 //! Checked, and counted in the closing figures:
 //! * every fact whose turn was acknowledged (exit 0, the mock naming its
@@ -14,7 +19,8 @@
 //!   along, and every sample is in the final history): none forced or
 //!   diverged;
 //! * at most one owner of an agent at any instant, from the audit of owner
-//!   changes: in etcd's own history every owner key is created only while
+//!   changes: in etcd's own history (each incarnation's, read before it was
+//!   wiped, its epoch base with it) every owner key is created only while
 //!   absent (never two owners at one revision); each host's audit log
 //!   (chain verified) records taking only epochs etcd gave that host, and
 //!   over all hosts each agent's ownerships, in epoch order, end before the
@@ -41,7 +47,7 @@ mod common;
 use common::etcd::Etcd;
 use common::rng::Rng;
 use git2::{Oid, Repository};
-use mini_letta::memfs::fence::{FENCE_REF, Stamp};
+use mini_letta::memfs::fence::{self, FENCE_REF, Stamp};
 
 const HOSTS: usize = 3;
 const LEASE_SECS: u64 = 3;
@@ -95,7 +101,33 @@ struct World {
     stopped: Mutex<Vec<bool>>,
     /// (name, id) of each agent.
     agents: Vec<(String, String)>,
+    /// etcd's owner histories before each wipe, with their epoch bases.
+    past: Mutex<Vec<Incarnation>>,
+    /// Commits a remote `main` was rolled back to by a fault: a sample of
+    /// one is the fault's, not a forced push.
+    rolled_back: Mutex<std::collections::HashSet<Oid>>,
 }
+
+/// One life of etcd between wipes: its owner history and its epoch base
+/// (fence epochs are the base plus a take's revision).
+struct Incarnation {
+    base: i64,
+    history: History,
+    /// The revision the history was read up to.
+    head: i64,
+}
+
+/// Whether fence epoch `epoch` was given by an etcd incarnation after its
+/// history was read and before it was wiped (a take in that moment): no
+/// history has it, and it is counted apart, not judged.
+fn unobserved(incarnations: &[Incarnation], epoch: i64) -> bool {
+    incarnations
+        .windows(2)
+        .any(|w| w[0].base + w[0].head < epoch && epoch < w[1].base)
+}
+
+/// etcd's owner-key events: `(key, put, value, revision, create revision)`.
+type History = Vec<(String, bool, String, i64, i64)>;
 
 fn host_id(h: usize) -> String {
     format!("soak-host-{h}")
@@ -233,6 +265,8 @@ fn setup(etcd: Etcd, agents: usize) -> World {
         pids: Mutex::new(vec![None; HOSTS]),
         stopped: Mutex::new(vec![false; HOSTS]),
         agents: Vec::new(),
+        past: Mutex::new(Vec::new()),
+        rolled_back: Mutex::new(Default::default()),
     };
     for i in 0..agents {
         let name = format!("soak-{i:02}");
@@ -343,6 +377,7 @@ type Undo = Box<dyn FnOnce(&World)>;
 fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Duration) {
     let end = Instant::now() + within;
     let mut pending: Vec<(Instant, Undo)> = Vec::new();
+    let mut round = 0;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(1500 + rng.below(2500)));
         let now = Instant::now();
@@ -354,11 +389,19 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
         let h = rng.below(HOSTS as u64) as usize;
         let pid = world.pids.lock().unwrap()[h];
         let stopped = world.stopped.lock().unwrap()[h];
-        let kind = match rng.below(100) {
-            0..35 => "supervisor SIGSTOP",
-            35..60 => "supervisor SIGKILL",
-            60..90 => "one etcd member killed",
-            _ => "two etcd members killed",
+        // Each kind once first (a short soak still meets every one), then
+        // at random.
+        const FIRST: [u64; 7] = [0, 30, 48, 58, 80, 88, 93];
+        let roll = FIRST.get(round).copied().unwrap_or_else(|| rng.below(100));
+        round += 1;
+        let kind = match roll {
+            0..30 => "supervisor SIGSTOP",
+            30..48 => "supervisor SIGKILL",
+            48..58 => "supervisor SIGKILL in the remote's lock window",
+            58..80 => "one etcd member killed",
+            80..88 => "two etcd members killed",
+            88..93 => "etcd wiped",
+            _ => "remote main rolled back",
         };
         let after = Duration::from_millis(1000 + rng.below(2 * LEASE_SECS * 1000));
         match (kind, pid) {
@@ -380,6 +423,31 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
                     now + after,
                     Box::new(move |w: &World| w.start_supervisor(h)),
                 ));
+            }
+            ("supervisor SIGKILL in the remote's lock window", Some(pid)) if !stopped => {
+                signal(pid, nix::sys::signal::Signal::SIGKILL);
+                world.pids.lock().unwrap()[h] = None;
+                plant_locks_of(world, h);
+                pending.push((
+                    now + after,
+                    Box::new(move |w: &World| w.start_supervisor(h)),
+                ));
+            }
+            ("etcd wiped", _) => {
+                let mut etcd = world.etcd.lock().unwrap();
+                if (0..3).any(|i| !etcd.is_up(i)) {
+                    continue;
+                }
+                let gone = incarnation(&etcd, &world.endpoints);
+                world.past.lock().unwrap().push(gone);
+                etcd.wipe();
+            }
+            ("remote main rolled back", _) => {
+                let i = rng.below(world.agents.len() as u64) as usize;
+                let Some(restore) = roll_back(world, &world.agents[i].1) else {
+                    continue;
+                };
+                pending.push((now + after, restore));
             }
             ("one etcd member killed" | "two etcd members killed", _) => {
                 let mut etcd = world.etcd.lock().unwrap();
@@ -405,6 +473,89 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
     for (_, undo) in pending {
         undo(world);
     }
+}
+
+/// A supervisor killed between locking its remotes' refs and renaming them
+/// leaves the lock files: planted in the remote of every agent etcd says
+/// host `h` owned, each holding the value the ref would have got.
+fn plant_locks_of(world: &World, h: usize) {
+    let owners: Vec<String> = {
+        let etcd = world.etcd.lock().unwrap();
+        world
+            .agents
+            .iter()
+            .map(|(_, id)| etcd.get(&mini_letta::cluster::owner_key(id)))
+            .collect()
+    };
+    for ((_, id), owner) in world.agents.iter().zip(owners) {
+        if owner != host_id(h) {
+            continue;
+        }
+        for name in ["refs/heads/main", FENCE_REF] {
+            if let Some(tip) = remote_ref(world, id, name) {
+                let lock = world.bare(id).join(format!("{name}.lock"));
+                let _ = std::fs::write(lock, format!("{tip}\n"));
+            }
+        }
+    }
+}
+
+/// etcd's owner history and epoch base now (before a wipe, or at the end).
+fn incarnation(etcd: &Etcd, endpoints: &str) -> Incarnation {
+    let (history, head) = owner_history(endpoints);
+    Incarnation {
+        base: etcd
+            .get(mini_letta::cluster::EPOCH_BASE_KEY)
+            .parse()
+            .unwrap_or(0),
+        history,
+        head,
+    }
+}
+
+/// Roll agent `id`'s remote `main` back to its first parent (as someone
+/// with write access to the remote might), with git's own ref lock; the
+/// operator's restore, to what the fence records (or what main was), to
+/// run later. `None` when there is nothing to roll back or a push holds
+/// the lock right now.
+fn roll_back(world: &World, id: &str) -> Option<Undo> {
+    let repo = Repository::open_bare(world.bare(id)).ok()?;
+    let main = repo.refname_to_id("refs/heads/main").ok()?;
+    let parent = repo.find_commit(main).ok()?.parent_id(0).ok()?;
+    repo.reference_matching(
+        "refs/heads/main",
+        parent,
+        true,
+        main,
+        "soak: rolled back behind the owners' backs",
+    )
+    .ok()?;
+    world.rolled_back.lock().unwrap().insert(parent);
+    let id = id.to_string();
+    Some(Box::new(move |w: &World| {
+        let repo = Repository::open_bare(w.bare(&id)).unwrap();
+        let recorded = repo
+            .refname_to_id(FENCE_REF)
+            .ok()
+            .and_then(|f| fence::fenced_main(&repo, f));
+        // The later of what main was and what the fence records.
+        let to = match recorded {
+            Some(r) if repo.graph_descendant_of(r, main).unwrap_or(false) => r,
+            _ => main,
+        };
+        // Nothing moves a rolled-back main (every sync refuses it); the
+        // restore retries only a lock held for a moment.
+        for _ in 0..50 {
+            if repo
+                .reference_matching("refs/heads/main", to, true, parent, "soak: restored")
+                .is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{id}: the rolled-back main could not be restored");
+    }))
 }
 
 /// Every fault undone: supervisors running, all etcd members up.
@@ -468,7 +619,7 @@ fn backwards_moves(repo: &Repository, samples: &[Oid], last: Oid) -> usize {
 
 /// etcd's history of every owner key: `(key, kind, value, revision,
 /// create revision)` in revision order.
-fn owner_history(endpoints: &str) -> Vec<(String, bool, String, i64, i64)> {
+fn owner_history(endpoints: &str) -> (History, i64) {
     use etcd_client::{Client, EventType, WatchOptions};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -500,7 +651,7 @@ fn owner_history(endpoints: &str) -> Vec<(String, bool, String, i64, i64)> {
                 break;
             }
         }
-        events
+        (events, head)
     })
 }
 
@@ -521,6 +672,9 @@ struct OwnerAudit {
     checked: usize,
     /// Ownerships ended by a kill (no end record).
     unended: usize,
+    /// Takes between reading an etcd's history and wiping it (judged by
+    /// nothing but the audit logs' order and the fence chains).
+    unobserved: usize,
     /// Two owners at once, per etcd's history or the audit logs.
     bad: Vec<String>,
 }
@@ -537,16 +691,20 @@ struct Span {
 /// (agent id, epoch).
 type Epoch = (String, i64);
 
-fn audit_owners(world: &World, history: &[(String, bool, String, i64, i64)]) -> OwnerAudit {
+fn audit_owners(world: &World, incarnations: &[Incarnation]) -> OwnerAudit {
     let mut out = OwnerAudit {
         changes: 0,
         records: 0,
         checked: 0,
         unended: 0,
+        unobserved: 0,
         bad: Vec::new(),
     };
-    let epochs = etcd_owners(history, &mut out);
-    let spans = owner_spans(world, &epochs, &mut out);
+    let mut epochs = HashMap::new();
+    for inc in incarnations {
+        epochs.extend(etcd_owners(inc, &mut out));
+    }
+    let spans = owner_spans(world, &epochs, incarnations, &mut out);
     let mut last: Option<(&Epoch, &Span)> = None;
     for (key, span) in &spans {
         if let Some((pkey, prev)) = last.filter(|(k, _)| k.0 == key.0) {
@@ -571,14 +729,12 @@ fn audit_owners(world: &World, history: &[(String, bool, String, i64, i64)]) -> 
     out
 }
 
-/// etcd's history: never two owners at once; which host each epoch went to.
-fn etcd_owners(
-    history: &[(String, bool, String, i64, i64)],
-    out: &mut OwnerAudit,
-) -> HashMap<Epoch, String> {
+/// One etcd incarnation's history: never two owners at once; which host
+/// each fence epoch (the base plus the take's revision) went to.
+fn etcd_owners(inc: &Incarnation, out: &mut OwnerAudit) -> HashMap<Epoch, String> {
     let mut owner: HashMap<&str, &str> = HashMap::new();
     let mut epochs = HashMap::new();
-    for (key, put, value, rev, create) in history {
+    for (key, put, value, rev, create) in &inc.history {
         if !*put {
             owner.remove(key.as_str());
             continue;
@@ -595,7 +751,7 @@ fn etcd_owners(
         let agent = key
             .trim_start_matches("/mini-letta/agents/")
             .trim_end_matches("/owner");
-        epochs.insert((agent.to_string(), *create), value.clone());
+        epochs.insert((agent.to_string(), inc.base + *create), value.clone());
     }
     epochs
 }
@@ -604,6 +760,7 @@ fn etcd_owners(
 fn owner_spans(
     world: &World,
     epochs: &HashMap<Epoch, String>,
+    incarnations: &[Incarnation],
     out: &mut OwnerAudit,
 ) -> BTreeMap<Epoch, Span> {
     let mut spans: BTreeMap<Epoch, Span> = BTreeMap::new();
@@ -634,7 +791,9 @@ fn owner_spans(
                 }
                 if v["change"] == "taken" {
                     span.began = v["at_ms"].as_u64();
-                    if epochs.get(&key) != Some(&host_id(h)) {
+                    if !epochs.contains_key(&key) && unobserved(incarnations, key.1) {
+                        out.unobserved += 1;
+                    } else if epochs.get(&key) != Some(&host_id(h)) {
                         out.bad.push(format!(
                             "host {h} recorded taking {key:?}, etcd gave it to {:?}",
                             epochs.get(&key)
@@ -655,19 +814,19 @@ fn owner_spans(
 
 /// Along a remote's fence chain (first parents), the epochs never go back,
 /// and each commit was pushed by the host etcd gave its epoch to.
-fn audit_fence(
-    repo: &Repository,
-    agent: &str,
-    history: &[(String, bool, String, i64, i64)],
-) -> Vec<String> {
+fn audit_fence(repo: &Repository, agent: &str, incarnations: &[Incarnation]) -> Vec<String> {
     let Ok(tip) = repo.refname_to_id(FENCE_REF) else {
         return Vec::new();
     };
     let key = mini_letta::cluster::owner_key(agent);
-    let given: HashMap<i64, &str> = history
+    let given: HashMap<i64, &str> = incarnations
         .iter()
-        .filter(|(k, put, _, rev, create)| *k == key && *put && rev == create)
-        .map(|(_, _, v, rev, _)| (*rev, v.as_str()))
+        .flat_map(|inc| {
+            inc.history
+                .iter()
+                .filter(|(k, put, _, rev, create)| *k == key && *put && rev == create)
+                .map(move |(_, _, v, rev, _)| (inc.base + *rev, v.as_str()))
+        })
         .collect();
     let mut bad = Vec::new();
     let mut newer = i64::MAX;
@@ -679,7 +838,8 @@ fn audit_fence(
                     bad.push(format!("{agent}: fence epoch {} after {newer}", s.epoch));
                 }
                 newer = newer.min(s.epoch);
-                if given.get(&s.epoch) != Some(&s.host.as_str()) {
+                let unseen = !given.contains_key(&s.epoch) && unobserved(incarnations, s.epoch);
+                if !unseen && given.get(&s.epoch) != Some(&s.host.as_str()) {
                     bad.push(format!(
                         "{agent}: {} pushed in epoch {}, which etcd gave {:?}",
                         s.host,
@@ -690,7 +850,8 @@ fn audit_fence(
             }
             None => bad.push(format!("{agent}: fence commit {} unstamped", c.id())),
         }
-        at = c.parent(0).ok();
+        // First parents, down to a first claim (whose parent is `main`).
+        at = fence::previous(repo, c.id()).and_then(|p| repo.find_commit(p).ok());
     }
     bad
 }
@@ -715,8 +876,9 @@ fn report(
     samples: &Mutex<HashMap<String, Vec<Oid>>>,
     took: Duration,
 ) -> ExitCode {
-    let history = owner_history(&world.endpoints);
-    let owners = audit_owners(world, &history);
+    let mut incarnations = std::mem::take(&mut *world.past.lock().unwrap());
+    incarnations.push(incarnation(&world.etcd.lock().unwrap(), &world.endpoints));
+    let owners = audit_owners(world, &incarnations);
     let mut violations = owners.bad.clone();
     let (mut lost, mut backwards, mut fence_bad) = (0, 0, 0);
     for (i, (name, id)) in world.agents.iter().enumerate() {
@@ -731,7 +893,16 @@ fn report(
                 ));
             }
         }
-        let seen = samples.lock().unwrap().get(id).cloned().unwrap_or_default();
+        let rolled = world.rolled_back.lock().unwrap().clone();
+        let seen: Vec<Oid> = samples
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !rolled.contains(s))
+            .collect();
         let b = backwards_moves(&repo, &seen, main);
         if b > 0 {
             violations.push(format!(
@@ -739,7 +910,7 @@ fn report(
             ));
         }
         backwards += b;
-        let f = audit_fence(&repo, id, &history);
+        let f = audit_fence(&repo, id, &incarnations);
         fence_bad += f.len();
         violations.extend(f);
     }
@@ -763,13 +934,15 @@ fn report(
         println!("    {n} x {why}");
     }
     println!(
-        "  releases {} (refused: not owned here, not cloned here, or no lease {}) | owner changes in etcd {} | owner records in the audit logs {}: {} successive ownerships checked, {} ended by a kill (no end record)",
+        "  releases {} (refused: not owned here, not cloned here, or no lease {}) | owner changes in etcd {} ({} etcd lives) | owner records in the audit logs {}: {} successive ownerships checked, {} ended by a kill (no end record), {} taken as etcd was wiped (unobserved)",
         t.releases,
         t.releases_refused,
         owners.changes,
+        incarnations.len(),
         owners.records,
         owners.checked,
-        owners.unended
+        owners.unended,
+        owners.unobserved
     );
     let faults: Vec<String> = t.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("  faults: {}", faults.join(", "));

@@ -509,3 +509,46 @@ fn a_host_id_in_use_or_planted_is_named_as_such() {
         "{err}"
     );
 }
+
+/// Issue 43, LOW: an owner key under a key that is no agent id (planted)
+/// was counted for the host its value names. It is listed, flagged and
+/// counted for no host.
+#[test]
+fn planted_owner_keys_with_invalid_agent_ids_count_for_no_host() {
+    let Some(etcd) = Etcd::start("cluster planted owner keys") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let live = h.etcd.endpoints();
+    for key in [
+        "/mini-letta/agents/NOT AN ID/owner",
+        "/mini-letta/agents/agent-\u{1b}[2J/owner",
+    ] {
+        let o = h.etcd.ctl(&live, &["put", key, "host-a"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let s = h.status(&h.b);
+    let a_row = s["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "host-a")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert!(
+        a_row.is_null() || a_row["agents"] == 0,
+        "planted keys counted for host-a: {s}"
+    );
+    let planted: Vec<&Value> = s["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["valid"] == false)
+        .collect();
+    assert_eq!(planted.len(), 2, "{s}");
+    assert!(!s.to_string().contains('\u{1b}'), "{s}");
+    let o = h.on(&h.b, &["cluster", "status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("name no agent id"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains('\u{1b}'), "{}", stdout(&o));
+}

@@ -23,8 +23,9 @@ pub enum ClusterCommand {
     )]
     Status {
         /// Print {"host", "etcd", "hosts": [{"id", "valid", "alive",
-        /// "agents"}], "agents": [{"id", "name", "owner", "owner_valid",
-        /// "epoch"}]}.
+        /// "agents"}], "agents": [{"id", "valid", "name", "owner",
+        /// "owner_valid", "epoch"}]}; a key that is no agent id is listed
+        /// with "valid": false and counted for no host.
         #[arg(long)]
         json: bool,
     },
@@ -156,6 +157,13 @@ fn status(home: &crate::paths::Home, cfg: &ClusterConfig, json: bool) -> anyhow:
         table.row(vec![cell("id"), cell("name"), cell("owner")]);
     }
     table.print()?;
+    let planted = status.agents.iter().filter(|a| !a.valid).count();
+    if planted > 0 {
+        eprintln!(
+            "warning: {planted} owner key(s) in etcd name no agent id (planted or corrupt): \
+             listed, counted for no host"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -164,6 +172,7 @@ fn agent_row(status: &Status, id: &str, name: Option<String>) -> serde_json::Val
     let owned = status.agents.iter().find(|a| a.id == id);
     json!({
         "id": id,
+        "valid": owned.is_none_or(|a| a.valid),
         "name": name,
         "owner": owned.map(|a| a.owner.clone()),
         "owner_valid": owned.map(|a| a.owner_valid),

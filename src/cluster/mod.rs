@@ -72,6 +72,11 @@ pub fn member_key(host: &str) -> String {
 pub enum ClusterError {
     #[error("invalid cluster configuration: {0}")]
     Config(String),
+    /// This host's id is registered under another lease (another live
+    /// supervisor, this host's previous one until its lease expires, or a
+    /// key written by hand): says which.
+    #[error("{0}")]
+    HostIdInUse(String),
     /// etcd could not be asked (down, no quorum, too slow): fail closed.
     #[error("etcd ({endpoints}) {what}: {message}")]
     Etcd {

@@ -155,7 +155,7 @@ impl Node {
                 "its keep-alive went unanswered for the lease's length (no quorum, or this process was paused)",
             )),
             None => match lock(&self.refused).clone() {
-                Some(why) => Err(ClusterError::Config(why)),
+                Some(why) => Err(ClusterError::HostIdInUse(why)),
                 None => Err(self.fail(
                     "has not granted this host a lease",
                     "unreachable or without quorum",
@@ -236,7 +236,7 @@ impl Node {
                 .await;
             let why = self.conflict(&key, kv_of(&done.op_responses(), &key), ttl);
             *lock(&self.refused) = Some(why.clone());
-            return Err(ClusterError::Config(why));
+            return Err(ClusterError::HostIdInUse(why));
         }
         lock(&self.refused).take();
         *lock(&self.lease) = Some(Lease {

@@ -28,6 +28,9 @@ pub struct HostRow {
 pub struct AgentRow {
     /// The agent's id, or a brief visible form of a key that names none.
     pub id: String,
+    /// Whether `id` is an agent id (false: a planted or corrupt key, which
+    /// is listed but counted for no host).
+    pub valid: bool,
     /// The owner's host id, or a brief visible form of a value that is
     /// none ([`super::host_from_etcd`]).
     pub owner: String,
@@ -99,8 +102,10 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
             .and_then(|r| r.strip_suffix(b"/owner"))
         {
             let (owner, owner_valid) = either(super::host_from_etcd(kv.value()));
+            let (id, valid) = either(super::agent_from_etcd(agent));
             agents.push(AgentRow {
-                id: either(super::agent_from_etcd(agent)).0,
+                id,
+                valid,
                 owner,
                 owner_valid,
                 epoch: kv.create_revision(),
@@ -113,8 +118,9 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
             .or_insert_with(|| row(host, valid))
             .alive = true;
     }
-    // A value that is no host id names no host to count it for.
-    for a in agents.iter().filter(|a| a.owner_valid) {
+    // A value that is no host id names no host to count it for, and a key
+    // that is no agent id is no agent a host owns (issue 43, LOW).
+    for a in agents.iter().filter(|a| a.owner_valid && a.valid) {
         members
             .entry(a.owner.clone())
             .or_insert_with(|| row(a.owner.clone(), true))

@@ -18,6 +18,7 @@
 //! `--atomic` push.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid, Repository};
@@ -69,7 +70,27 @@ pub enum TransportError {
     },
     #[error(transparent)]
     Command(#[from] GitCliError),
+    /// An object the remote offers is over what a memory may hold: refused
+    /// before anything is copied (issue 43: a 200 MB blob took a syncing
+    /// supervisor from 18 to 428 MB).
+    #[error(
+        "refusing the remote's {kind} {id}: {size} bytes, over the {max} a memory's objects may have; nothing was fetched"
+    )]
+    TooLarge {
+        kind: &'static str,
+        id: Oid,
+        size: usize,
+        max: usize,
+    },
 }
+
+/// The largest blob a fetch copies: a memory file over the validator's
+/// hard limit could never be accepted anyway.
+const MAX_FETCHED_BLOB_BYTES: usize = crate::memfs::validate::MAX_FILE_BYTES as usize;
+
+/// The largest tree or commit a fetch copies (a tree of tens of thousands
+/// of entries, a long message).
+const MAX_FETCHED_META_BYTES: usize = 4 * 1024 * 1024;
 
 fn git(what: &'static str) -> impl FnOnce(git2::Error) -> TransportError {
     move |source| TransportError::Git { what, source }
@@ -204,6 +225,7 @@ fn fetch_dir(
             .chain(repo.refname_to_id("refs/heads/main").ok())
             .filter(|h| remote_odb.exists(*h))
             .collect();
+        check_sizes(&remote, &local_odb, &missing, &haves)?;
         copy_objects(&remote, repo, &missing, &haves)?;
     }
     for (w, tip) in wanted.iter().zip(&tips) {
@@ -336,16 +358,17 @@ fn copy_objects(
     }
 }
 
-/// The objects `dst` lacks among those reachable from `tips` but not
-/// `haves`, in an order where nothing precedes what it names last —
-/// `None` once there are more than [`LOOSE_LIMIT`] (a pack is better).
-/// A tree `dst` already has is not entered: all it names is there too.
-fn missing_objects(
+/// Visit every object `dst` lacks among those reachable from `tips` but
+/// not `haves`, commits first and each tree before what it names; `visit`
+/// stops the walk by answering `Break`. A tree `dst` already has is not
+/// entered: all it names is there too.
+fn walk_new(
     from: &Repository,
     dst: &Odb<'_>,
     tips: &[Oid],
     haves: &[Oid],
-) -> Result<Option<Vec<(Oid, ObjectType)>>, TransportError> {
+    visit: &mut dyn FnMut(Oid, ObjectType) -> Result<ControlFlow<()>, TransportError>,
+) -> Result<(), TransportError> {
     let mut walk = from.revwalk().map_err(git("walk history"))?;
     for t in tips {
         walk.push(*t).map_err(git("walk history"))?;
@@ -353,42 +376,99 @@ fn missing_objects(
     for h in haves {
         walk.hide(*h).map_err(git("walk history"))?;
     }
-    let mut found = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for id in walk {
         let id = id.map_err(git("walk history"))?;
         if dst.exists(id) {
             continue;
         }
+        if visit(id, ObjectType::Commit)?.is_break() {
+            return Ok(());
+        }
         let commit = from.find_commit(id).map_err(git("read a commit"))?;
         let mut trees = vec![commit.tree_id()];
-        found.push((id, ObjectType::Commit));
         while let Some(tree_id) = trees.pop() {
             if !seen.insert(tree_id) || dst.exists(tree_id) {
                 continue;
             }
-            found.push((tree_id, ObjectType::Tree));
+            if visit(tree_id, ObjectType::Tree)?.is_break() {
+                return Ok(());
+            }
             let tree = from.find_tree(tree_id).map_err(git("read a tree"))?;
             for entry in tree.iter() {
                 match entry.kind() {
                     Some(ObjectType::Tree) => trees.push(entry.id()),
                     Some(ObjectType::Blob)
-                        if seen.insert(entry.id()) && !dst.exists(entry.id()) =>
+                        if seen.insert(entry.id())
+                            && !dst.exists(entry.id())
+                            && visit(entry.id(), ObjectType::Blob)?.is_break() =>
                     {
-                        found.push((entry.id(), ObjectType::Blob));
+                        return Ok(());
                     }
                     // A gitlink names nothing here.
                     _ => {}
                 }
             }
-            if found.len() > LOOSE_LIMIT {
-                return Ok(None);
-            }
         }
+    }
+    Ok(())
+}
+
+/// The objects `dst` lacks among those reachable from `tips` but not
+/// `haves`, in an order where nothing precedes what it names last —
+/// `None` once there are more than [`LOOSE_LIMIT`] (a pack is better).
+fn missing_objects(
+    from: &Repository,
+    dst: &Odb<'_>,
+    tips: &[Oid],
+    haves: &[Oid],
+) -> Result<Option<Vec<(Oid, ObjectType)>>, TransportError> {
+    let mut found = Vec::new();
+    let mut too_many = false;
+    walk_new(from, dst, tips, haves, &mut |id, kind| {
+        found.push((id, kind));
+        too_many = found.len() > LOOSE_LIMIT;
+        Ok(if too_many {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
+    })?;
+    if too_many {
+        return Ok(None);
     }
     // Blobs and trees before the commits that name them.
     found.reverse();
     Ok(Some(found))
+}
+
+/// Refuse, before anything is copied, an object `from` offers that is
+/// larger than a memory's objects may be: its size is read from its header
+/// (for a loose object, without inflating it whole).
+fn check_sizes(
+    from: &Repository,
+    dst: &Odb<'_>,
+    tips: &[Oid],
+    haves: &[Oid],
+) -> Result<(), TransportError> {
+    let odb = from.odb().map_err(git("open the remote's objects"))?;
+    walk_new(from, dst, tips, haves, &mut |id, kind| {
+        let (size, _) = odb.read_header(id).map_err(git("read an object's size"))?;
+        let (max, name) = match kind {
+            ObjectType::Blob => (MAX_FETCHED_BLOB_BYTES, "file"),
+            ObjectType::Tree => (MAX_FETCHED_META_BYTES, "tree"),
+            _ => (MAX_FETCHED_META_BYTES, "commit"),
+        };
+        if size > max {
+            return Err(TransportError::TooLarge {
+                kind: name,
+                id,
+                size,
+                max,
+            });
+        }
+        Ok(ControlFlow::Continue(()))
+    })
 }
 
 /// Copy the objects as one pack, indexed into `dst` by libgit2's indexer
@@ -627,6 +707,41 @@ mod tests {
             Some(new_fence)
         );
         assert!(clear_stale_locks("ssh://h/x.git", &["refs/heads/main"]).is_empty());
+    }
+
+    /// Issue 43, LOW: a blob over a memory's file limit offered by the
+    /// remote is refused from its header, before anything is copied; one
+    /// within it is fetched.
+    #[test]
+    fn a_fetch_refuses_an_oversized_object_before_copying_anything() {
+        let (_d, local, remote_dir, base, _fence) = pair();
+        let remote = Repository::open_bare(&remote_dir).unwrap();
+        let big = commit(&remote, Some(base), &"x".repeat(MAX_FETCHED_BLOB_BYTES + 1));
+        remote
+            .reference("refs/heads/main", big, true, "test: a hostile remote")
+            .unwrap();
+        let wanted = [Wanted {
+            remote: "refs/heads/main",
+            tracking: "refs/remotes/origin/main",
+        }];
+        let url = remote_dir.to_str().unwrap();
+        let e = fetch(&local, local.path(), url, &wanted).unwrap_err();
+        assert!(
+            matches!(e, TransportError::TooLarge { kind: "file", .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("nothing was fetched"), "{e}");
+        let odb = local.odb().unwrap();
+        assert!(!odb.exists(big), "the commit was copied");
+        assert!(local.refname_to_id("refs/remotes/origin/main").is_err());
+        let fine = commit(&remote, Some(base), &"y".repeat(1000));
+        remote
+            .reference("refs/heads/main", fine, true, "test: fixed")
+            .unwrap();
+        assert_eq!(
+            fetch(&local, local.path(), url, &wanted).unwrap(),
+            vec![Some(fine)]
+        );
     }
 
     #[test]

@@ -122,6 +122,9 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
         let may_wait = match &failure {
             ClusterError::NotOwner { .. } => Instant::now() < waited,
             ClusterError::Etcd { .. } if !node.has_registered() => Instant::now() < deadline,
+            // Most often this host's previous supervisor, whose lease is
+            // about to expire: waited out like a first registration.
+            ClusterError::HostIdInUse(_) if !node.has_registered() => Instant::now() < deadline,
             ClusterError::Etcd { .. } => Instant::now() < waited,
             _ => false,
         };

@@ -137,6 +137,9 @@ pub enum SyncError {
     /// A directory remote's repository that may not be touched.
     #[error(transparent)]
     Refused(#[from] RemoteRefused),
+    /// What the remote offers was refused before it was fetched.
+    #[error("{0}")]
+    Fetch(String),
     /// A remote root of no allowed form.
     #[error(transparent)]
     RootRefused(#[from] RootRefused),
@@ -153,6 +156,7 @@ impl From<TransportError> for SyncError {
             TransportError::Repo(e) => SyncError::Repo(e),
             TransportError::Git { what, source } => SyncError::Git { what, source },
             TransportError::Command(e) => SyncError::Command(e),
+            e @ TransportError::TooLarge { .. } => SyncError::Fetch(e.to_string()),
         }
     }
 }
