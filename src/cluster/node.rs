@@ -60,6 +60,11 @@ pub struct Node {
     /// Where owner changes are recorded (the supervisor's audit log).
     recorder: Recorder,
     client: Client,
+    /// One client per member: a try that a member leaves unanswered (or
+    /// cannot be sent to it) goes to the next one (issue 43, LOW).
+    members: Vec<Client>,
+    /// The member that answered last, tried first.
+    preferred: std::sync::atomic::AtomicUsize,
     runtime: tokio::runtime::Handle,
     lease: Mutex<Option<Lease>>,
     /// Whether a lease was ever granted (before that, a caller may wait
@@ -90,15 +95,25 @@ impl Node {
             .with_timeout(timeout)
             .with_connect_timeout(timeout)
             .with_require_leader(true);
-        let client = Client::connect(&cfg.endpoints, Some(options))
+        let client = Client::connect(&cfg.endpoints, Some(options.clone()))
             .await
             .map_err(|e| etcd_error(&cfg, "cannot be reached", e))?;
+        let mut members = Vec::new();
+        for endpoint in &cfg.endpoints {
+            members.push(
+                Client::connect([endpoint], Some(options.clone()))
+                    .await
+                    .map_err(|e| etcd_error(&cfg, "cannot be reached", e))?,
+            );
+        }
         let node = Arc::new(Self {
             scan,
             refused: Mutex::new(None),
             cfg,
             recorder,
             client,
+            members,
+            preferred: Default::default(),
             runtime: tokio::runtime::Handle::current(),
             lease: Mutex::new(None),
             registered: Default::default(),
@@ -409,14 +424,39 @@ impl Node {
         F: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.op_timeout();
+        // One try gets a third of the bound: a member that accepts the
+        // request and never answers (frozen, or its host paused) must not
+        // cost the whole bound, and the balanced channel sends the next
+        // try to a member with fewer requests waiting (issue 43, LOW).
+        let attempt = (self.op_timeout() / 3).max(Duration::from_millis(300));
+        let order = std::sync::atomic::Ordering::Relaxed;
+        let mut member = self.preferred.load(order);
         loop {
-            match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() + RESEND < deadline => {
-                    tracing::debug!("etcd request not delivered ({e}): sent again");
+            let now = tokio::time::Instant::now();
+            let until = (now + attempt).min(deadline);
+            let client = self
+                .members
+                .get(member % self.members.len().max(1))
+                .unwrap_or(&self.client)
+                .clone();
+            match tokio::time::timeout_at(until, request(client)).await {
+                Ok(Ok(v)) => {
+                    self.preferred.store(member, order);
+                    return Ok(v);
+                }
+                Ok(Err(e)) if never_sent(&e) && now + RESEND < deadline => {
+                    tracing::debug!("etcd request not delivered ({e}): sent to the next member");
+                    member += 1;
                     tokio::time::sleep(RESEND).await;
                 }
                 Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) if until < deadline => {
+                    tracing::debug!(
+                        "etcd request unanswered for {} ms: sent to the next member",
+                        attempt.as_millis()
+                    );
+                    member += 1;
+                }
                 Err(_) => {
                     return Err(format!(
                         "no answer within {} ms (no quorum?)",

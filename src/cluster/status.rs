@@ -69,6 +69,61 @@ fn row(id: String, valid: bool) -> HostRow {
     }
 }
 
+/// Keys a page of [`read_all`] asks for at first.
+const PAGE_KEYS: i64 = 256;
+
+/// Tries of one page before the read fails: a request the client handed to
+/// a member that is down fails at once, and the next goes to another.
+const PAGE_TRIES: u32 = 12;
+
+/// Every key under [`PREFIX`], in pages read at one revision (one
+/// consistent view). A page too large to receive — planted values past
+/// gRPC's 4 MiB — is asked again at half the keys, down to one (a single
+/// value is within etcd's request limit); a failed page is asked again, so
+/// any live member answers (issue 43, LOW: one member down failed 4 reads
+/// of 10, 4 MiB of planted values every read).
+async fn read_all(client: &mut Client) -> Result<Vec<etcd_client::KeyValue>, etcd_client::Error> {
+    let mut end = PREFIX.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let mut from = PREFIX.as_bytes().to_vec();
+    let (mut limit, mut revision, mut failures) = (PAGE_KEYS, 0, 0);
+    let mut out = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(limit);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        match client.get(from.clone(), Some(options)).await {
+            Ok(page) => {
+                failures = 0;
+                if revision == 0 {
+                    revision = page.header().map(|h| h.revision()).unwrap_or(0);
+                }
+                let kvs = page.kvs();
+                let Some(last) = kvs.last() else { break };
+                from = last.key().to_vec();
+                from.push(0);
+                out.extend(kvs.iter().cloned());
+                if !page.more() {
+                    break;
+                }
+                limit = (limit * 2).min(PAGE_KEYS);
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= PAGE_TRIES {
+                    return Err(e);
+                }
+                limit = (limit / 2).max(1);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Read the status with `client`.
 pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, ClusterError> {
     let fail = |e: etcd_client::Error| ClusterError::Etcd {
@@ -76,10 +131,7 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
         what: "did not answer the status".into(),
         message: e.to_string(),
     };
-    let all = client
-        .get(PREFIX, Some(GetOptions::new().with_prefix()))
-        .await
-        .map_err(fail)?;
+    let all = read_all(&mut client).await.map_err(fail)?;
     let mut members: BTreeMap<String, HostRow> = BTreeMap::new();
     let mut agents = Vec::new();
     let mut alive = Vec::new();
@@ -87,7 +139,7 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
         Ok(v) => (v, true),
         Err(shown) => (shown, false),
     };
-    for kv in all.kvs() {
+    for kv in &all {
         // Keys and values are parsed, never trusted (`host_from_etcd`).
         let Some(rest) = kv.key().strip_prefix(PREFIX.as_bytes()) else {
             continue;

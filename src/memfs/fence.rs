@@ -322,6 +322,52 @@ mod tests {
         assert_eq!(check_not_rolled_back(&repo, Some(c[0]), Some(old)), Ok(()));
     }
 
+    struct Taking(i64, bool);
+    impl Fence for Taking {
+        fn stamp(&self) -> Stamp {
+            Stamp {
+                host: "host-b".into(),
+                epoch: self.0,
+            }
+        }
+        fn confirm(&self) -> Result<(), String> {
+            Ok(())
+        }
+        fn takeover(&self) -> bool {
+            self.1
+        }
+    }
+
+    /// Issue 43: a take-over meeting a fence at or above its fresh epoch
+    /// says etcd lost its data; one past any epoch mini-letta issues (a
+    /// forged `i64::MAX`) says it was planted and how to undo it.
+    #[test]
+    fn an_impossible_fence_epoch_is_named_for_what_it_is() {
+        let (_d, repo, c) = repo_with_commits(1);
+        let at = |epoch: i64| {
+            let s = Stamp {
+                host: "host-a".into(),
+                epoch,
+            };
+            commit(&repo, None, &s, c[0]).unwrap()
+        };
+        assert_eq!(may_push_over(&repo, Some(at(5)), &Taking(9, true)), Ok(()));
+        let lost = may_push_over(&repo, Some(at(500)), &Taking(9, true)).unwrap_err();
+        assert!(
+            lost.contains("lost its data") && lost.contains("cluster recover"),
+            "{lost}"
+        );
+        let forged = may_push_over(&repo, Some(at(i64::MAX)), &Taking(9, true)).unwrap_err();
+        assert!(
+            forged.contains("planted") && forged.contains(FENCE_REF),
+            "{forged}"
+        );
+        // Not a take-over: another owner's stamp is just another owner's.
+        let other = may_push_over(&repo, Some(at(5)), &Taking(9, false)).unwrap_err();
+        assert!(other.contains("claimed by host host-a"), "{other}");
+        assert!(!other.contains("lost its data"), "{other}");
+    }
+
     #[test]
     fn a_stamp_survives_its_message_and_nothing_else_parses() {
         let s = Stamp {

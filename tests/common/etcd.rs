@@ -211,6 +211,30 @@ impl Etcd {
         );
     }
 
+    /// Stop member `i` (SIGSTOP): it keeps its connections and answers
+    /// nothing, as a frozen or paused host would.
+    pub fn freeze(&self, i: usize, frozen: bool) {
+        if let Some(c) = &self.members[i].child {
+            let sig = if frozen {
+                nix::sys::signal::Signal::SIGSTOP
+            } else {
+                nix::sys::signal::Signal::SIGCONT
+            };
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+        }
+    }
+
+    /// The index of the member that leads now, by its own word.
+    pub fn leader(&self) -> Option<usize> {
+        self.members.iter().position(|m| {
+            let o = self.ctl(&m.client_url, &["endpoint", "status", "-w", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let status = &v[0]["Status"];
+            let (me, leader) = (&status["header"]["member_id"], &status["leader"]);
+            !me.is_null() && me == leader
+        })
+    }
+
     /// Whether member `i` runs.
     pub fn is_up(&self, i: usize) -> bool {
         self.members[i].child.is_some()
