@@ -577,6 +577,18 @@ fn remote_refused(out: &mut Out, repo: &Repository, agent: &AgentPaths, id: &str
         );
         return;
     }
+    // What a fetch would refuse for its size never arrives: ask the remote.
+    if let Some(url) = sync::agent_url(root, id, &home).ok()
+        && let Some(why) = crate::memfs::transport::oversized(repo, &url, "refs/heads/main")
+    {
+        out.push(
+            "sync",
+            Severity::Error,
+            format!("the remote's main is refused: {why}"),
+            "remove or shrink that file on the remote (a memory file is at most 1 MiB); local memory is unchanged".into(),
+        );
+        return;
+    }
     let main = repo.refname_to_id("refs/heads/main").ok();
     let seen = repo.refname_to_id(sync::REMOTE_TRACKING_REF).ok();
     let (Some(main), Some(seen)) = (main, seen) else {

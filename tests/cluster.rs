@@ -642,3 +642,93 @@ fn a_frozen_etcd_leader_does_not_stop_the_turns() {
     h.etcd.freeze(leader, false);
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// Issue 43, LOW: a host paused while it held the remote's ref locks had
+/// its push land, and its turn acknowledged, after its lease expired.
+/// The owner's supervisor is stopped the moment its `main.lock` appears in
+/// the remote (a thread watches for it); B takes over once A's lease is
+/// gone; A, woken, lands nothing: its turn is not acknowledged and the
+/// remote is B's.
+#[test]
+fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !confinement_or_skip("cluster paused in the lock window") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster paused in the lock window") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let id = create_agent(h.a.home.path(), &["agent-demo"]);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+    ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
+    let lock = h.bare(&id).join("refs/heads/main.lock");
+    let mut caught = None;
+    for n in 0..40 {
+        let stop = AtomicBool::new(false);
+        let paused = AtomicBool::new(false);
+        let fact = format!("事实-a-{n}");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if lock.exists() {
+                        signal(a_pid, nix::sys::signal::Signal::SIGSTOP);
+                        // Stopped while the lock is still there: caught.
+                        if lock.exists() {
+                            paused.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        signal(a_pid, nix::sys::signal::Signal::SIGCONT);
+                    }
+                    std::hint::spin_loop();
+                }
+            });
+            let turn = s.spawn(|| h.chat(&h.a, &[], &format!("记住: {fact}")));
+            // The turn returns when it is done, or not at all while A is
+            // stopped: then B goes ahead.
+            let began = Instant::now();
+            while !turn.is_finished() && !paused.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+                if began.elapsed() > Duration::from_secs(30) {
+                    break;
+                }
+            }
+            if paused.load(Ordering::SeqCst) {
+                // A holds the locks, stopped. B takes over after A's lease.
+                let o = h.chat(&h.b, &["--wait-owner", "30"], "记住: 我养了一只猫");
+                let b_main = main_of(&h.bare(&id));
+                signal(a_pid, nix::sys::signal::Signal::SIGCONT);
+                let a_turn = turn.join().unwrap();
+                caught = Some((o, a_turn, fact.clone(), b_main));
+            } else {
+                stop.store(true, Ordering::Relaxed);
+                let _ = turn.join();
+            }
+        });
+        if caught.is_some() {
+            break;
+        }
+    }
+    let Some((b_turn, a_turn, fact, b_main)) = caught else {
+        panic!("never caught A inside the lock window in 40 turns");
+    };
+    assert!(b_turn.status.success(), "B: {}", stderr(&b_turn));
+    assert!(
+        !a_turn.status.success(),
+        "A's turn was acknowledged after its lease: {}",
+        stdout(&a_turn)
+    );
+    // Whatever A did once woken, the remote is B's.
+    std::thread::sleep(Duration::from_millis(500));
+    let main = main_of(&h.bare(&id));
+    assert_eq!(main, b_main, "the remote moved after B's turn");
+    let human = h.remote_file(&id, "human.md");
+    assert!(human.contains("我养了一只猫"), "{human}");
+    assert!(!human.contains(&fact), "A's paused push landed: {human}");
+    let fence = git_at(
+        &h.bare(&id),
+        &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
+    );
+    assert!(fence.contains("host: host-b"), "{fence}");
+}

@@ -73,11 +73,11 @@ pub enum TransportError {
     /// An object the remote offers is over what a memory may hold: refused
     /// before anything is copied (issue 43: a 200 MB blob took a syncing
     /// supervisor from 18 to 428 MB).
-    #[error(
-        "refusing the remote's {kind} {id}: {size} bytes, over the {max} a memory's objects may have; nothing was fetched"
-    )]
+    #[error("{}", too_large(kind, path, *id, *size, *max))]
     TooLarge {
         kind: &'static str,
+        /// Where the first commit that names it has it (blobs and trees).
+        path: Option<String>,
         id: Oid,
         size: usize,
         max: usize,
@@ -91,6 +91,21 @@ const MAX_FETCHED_BLOB_BYTES: usize = crate::memfs::validate::MAX_FILE_BYTES as 
 /// The largest tree or commit a fetch copies (a tree of tens of thousands
 /// of entries, a long message).
 const MAX_FETCHED_META_BYTES: usize = 4 * 1024 * 1024;
+
+/// The refusal of an oversized object, in the validator's words for a file.
+fn too_large(kind: &str, path: &Option<String>, id: Oid, size: usize, max: usize) -> String {
+    match path {
+        Some(p) if kind == "file" => format!(
+            "{p}: {size} bytes exceeds the {max}-byte file limit (refused from its header; nothing was fetched)"
+        ),
+        Some(p) => format!(
+            "{p}: a {kind} of {size} bytes exceeds the {max}-byte limit (refused from its header; nothing was fetched)"
+        ),
+        None => format!(
+            "{kind} {id}: {size} bytes exceeds the {max}-byte limit (refused from its header; nothing was fetched)"
+        ),
+    }
+}
 
 fn git(what: &'static str) -> impl FnOnce(git2::Error) -> TransportError {
     move |source| TransportError::Git { what, source }
@@ -358,6 +373,10 @@ fn copy_objects(
     }
 }
 
+/// What [`walk_new`] calls for each object: its id, kind and path (empty
+/// for a commit and the root tree); `Break` stops the walk.
+type Visit<'a> = dyn FnMut(Oid, ObjectType, &str) -> Result<ControlFlow<()>, TransportError> + 'a;
+
 /// Visit every object `dst` lacks among those reachable from `tips` but
 /// not `haves`, commits first and each tree before what it names; `visit`
 /// stops the walk by answering `Break`. A tree `dst` already has is not
@@ -367,7 +386,7 @@ fn walk_new(
     dst: &Odb<'_>,
     tips: &[Oid],
     haves: &[Oid],
-    visit: &mut dyn FnMut(Oid, ObjectType) -> Result<ControlFlow<()>, TransportError>,
+    visit: &mut Visit<'_>,
 ) -> Result<(), TransportError> {
     let mut walk = from.revwalk().map_err(git("walk history"))?;
     for t in tips {
@@ -382,26 +401,34 @@ fn walk_new(
         if dst.exists(id) {
             continue;
         }
-        if visit(id, ObjectType::Commit)?.is_break() {
+        if visit(id, ObjectType::Commit, "")?.is_break() {
             return Ok(());
         }
         let commit = from.find_commit(id).map_err(git("read a commit"))?;
-        let mut trees = vec![commit.tree_id()];
-        while let Some(tree_id) = trees.pop() {
+        let mut trees = vec![(commit.tree_id(), String::new())];
+        while let Some((tree_id, dir)) = trees.pop() {
             if !seen.insert(tree_id) || dst.exists(tree_id) {
                 continue;
             }
-            if visit(tree_id, ObjectType::Tree)?.is_break() {
+            if visit(tree_id, ObjectType::Tree, &dir)?.is_break() {
                 return Ok(());
             }
             let tree = from.find_tree(tree_id).map_err(git("read a tree"))?;
             for entry in tree.iter() {
+                let path = || {
+                    let name = String::from_utf8_lossy(entry.name_bytes());
+                    if dir.is_empty() {
+                        name.into_owned()
+                    } else {
+                        format!("{dir}/{name}")
+                    }
+                };
                 match entry.kind() {
-                    Some(ObjectType::Tree) => trees.push(entry.id()),
+                    Some(ObjectType::Tree) => trees.push((entry.id(), path())),
                     Some(ObjectType::Blob)
                         if seen.insert(entry.id())
                             && !dst.exists(entry.id())
-                            && visit(entry.id(), ObjectType::Blob)?.is_break() =>
+                            && visit(entry.id(), ObjectType::Blob, &path())?.is_break() =>
                     {
                         return Ok(());
                     }
@@ -425,7 +452,7 @@ fn missing_objects(
 ) -> Result<Option<Vec<(Oid, ObjectType)>>, TransportError> {
     let mut found = Vec::new();
     let mut too_many = false;
-    walk_new(from, dst, tips, haves, &mut |id, kind| {
+    walk_new(from, dst, tips, haves, &mut |id, kind, _| {
         found.push((id, kind));
         too_many = found.len() > LOOSE_LIMIT;
         Ok(if too_many {
@@ -452,7 +479,7 @@ fn check_sizes(
     haves: &[Oid],
 ) -> Result<(), TransportError> {
     let odb = from.odb().map_err(git("open the remote's objects"))?;
-    walk_new(from, dst, tips, haves, &mut |id, kind| {
+    walk_new(from, dst, tips, haves, &mut |id, kind, path| {
         let (size, _) = odb.read_header(id).map_err(git("read an object's size"))?;
         let (max, name) = match kind {
             ObjectType::Blob => (MAX_FETCHED_BLOB_BYTES, "file"),
@@ -462,6 +489,14 @@ fn check_sizes(
         if size > max {
             return Err(TransportError::TooLarge {
                 kind: name,
+                path: (kind != ObjectType::Commit).then(|| {
+                    if path.is_empty() {
+                        "(the root tree)"
+                    } else {
+                        path
+                    }
+                    .to_string()
+                }),
                 id,
                 size,
                 max,
@@ -469,6 +504,33 @@ fn check_sizes(
         }
         Ok(ControlFlow::Continue(()))
     })
+}
+
+/// What a fetch of `name` from the directory remote `remote_dir` would
+/// refuse for its size, if anything: read-only (object headers on the
+/// remote, existence here), for `doctor`. `None` for a URL, a remote
+/// without `name`, or nothing too large.
+pub fn oversized(repo: &Repository, remote_dir: &str, name: &str) -> Option<String> {
+    if is_url(remote_dir) {
+        return None;
+    }
+    let remote = open_bare(Path::new(remote_dir)).ok()?;
+    let tip = read_ref(&remote, name).ok()??;
+    let local = repo.odb().ok()?;
+    let haves: Vec<Oid> = repo
+        .refname_to_id("refs/heads/main")
+        .ok()
+        .into_iter()
+        .collect();
+    let remote_odb = remote.odb().ok()?;
+    let haves: Vec<Oid> = haves
+        .into_iter()
+        .filter(|h| remote_odb.exists(*h))
+        .collect();
+    match check_sizes(&remote, &local, &[tip], &haves) {
+        Err(e @ TransportError::TooLarge { .. }) => Some(e.to_string()),
+        _ => None,
+    }
 }
 
 /// Copy the objects as one pack, indexed into `dst` by libgit2's indexer
@@ -731,6 +793,14 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("nothing was fetched"), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "a.md: {} bytes exceeds",
+                MAX_FETCHED_BLOB_BYTES + 1
+            )),
+            "{e}"
+        );
+        assert!(oversized(&local, url, "refs/heads/main").is_some());
         let odb = local.odb().unwrap();
         assert!(!odb.exists(big), "the commit was copied");
         assert!(local.refname_to_id("refs/remotes/origin/main").is_err());
@@ -742,6 +812,7 @@ mod tests {
             fetch(&local, local.path(), url, &wanted).unwrap(),
             vec![Some(fine)]
         );
+        assert_eq!(oversized(&local, url, "refs/heads/main"), None);
     }
 
     #[test]

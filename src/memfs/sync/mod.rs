@@ -735,7 +735,19 @@ impl Run<'_> {
     /// attempt; on the `last` one a rejection is a `push_failed` outcome.
     fn attempt(&mut self, last: bool) -> Result<Result<SyncOutcome, String>, SyncError> {
         let (remote, remote_fence) =
-            fetch(self.repo, self.git_dir, self.url, self.fence.is_some())?;
+            match fetch(self.repo, self.git_dir, self.url, self.fence.is_some()) {
+                Ok(tips) => tips,
+                // Refused before anything was stored: like a tree the
+                // validator refuses, `main` stays and the sync says why.
+                Err(SyncError::Fetch(why)) => {
+                    return Ok(Ok(self.finish(
+                        SyncStatus::Invalid,
+                        format!("the remote's memory is refused; local main is unchanged:\n{why}"),
+                        None,
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
         if let Some(f) = self.fence {
             if let Err(why) = fence::may_push_over(self.repo, remote_fence, f) {
                 return self.lost(&why, remote).map(Ok);
