@@ -219,7 +219,7 @@ pub struct RemoteFence {
     pub host: String,
     pub epoch: i64,
     /// Whether the epoch is one mini-letta could have issued
-    /// ([`crate::cluster::MAX_EPOCH`]); a planted one is listed, not used.
+    /// ([`crate::memfs::fence::MAX_EPOCH`]); a planted one is listed, not used.
     pub plausible: bool,
 }
 
@@ -235,7 +235,7 @@ pub fn fences(home: &Home, root: &str) -> Result<Vec<RemoteFence>, RemoteError> 
             agent: agent.to_string(),
             host: shown(&stamp.host),
             epoch: stamp.epoch,
-            plausible: (0..=crate::cluster::MAX_EPOCH).contains(&stamp.epoch),
+            plausible: (0..=crate::memfs::fence::MAX_EPOCH).contains(&stamp.epoch),
         })
     };
     let mut out = Vec::new();

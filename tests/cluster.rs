@@ -719,6 +719,15 @@ fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
         "A's turn was acknowledged after its lease: {}",
         stdout(&a_turn)
     );
+    // Its stream never claimed the change was made good: the memory line
+    // says it is this host's until pushed, and the end says it was not.
+    let a_err = stderr(&a_turn);
+    assert!(
+        a_err.contains("· memory changed")
+            && a_err.contains("on this host; acknowledged only once the turn pushes it")
+            && a_err.contains("not acknowledged"),
+        "{a_err}"
+    );
     // Whatever A did once woken, the remote is B's.
     std::thread::sleep(Duration::from_millis(500));
     let main = main_of(&h.bare(&id));
@@ -731,4 +740,63 @@ fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
         &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
     );
     assert!(fence.contains("host: host-b"), "{fence}");
+}
+
+/// Issue 43, LOW: `cluster status` showed a killed host alive for the
+/// rest of its lease. Liveness (lease renewals) is shown apart from the
+/// lease: the killed host is not alive while its lease still holds.
+#[test]
+fn cluster_status_shows_a_killed_host_dead_before_its_lease_ends() {
+    if !confinement_or_skip("cluster status liveness") {
+        return;
+    }
+    let Some(etcd) = Etcd::start("cluster status liveness") else {
+        return;
+    };
+    let h = Hosts::new(etcd);
+    let a_pid = h.start(&h.a);
+    h.start(&h.b);
+    let row = |s: &Value| {
+        s["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == "host-a")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    // Alive across several renewals.
+    for _ in 0..5 {
+        let r = row(&h.status(&h.b));
+        assert_eq!(
+            (r["alive"].clone(), r["lease"].clone()),
+            (true.into(), true.into()),
+            "{r}"
+        );
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    signal(a_pid, nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    let mut seen = Vec::new();
+    while killed.elapsed() < Duration::from_secs(LEASE + 3) {
+        let r = row(&h.status(&h.b));
+        seen.push((
+            killed.elapsed().as_millis(),
+            r["alive"].clone(),
+            r["lease"].clone(),
+        ));
+        if r["lease"] != true {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        seen.iter()
+            .any(|(_, alive, lease)| *alive == false && *lease == true),
+        "never shown dead while its lease held: {seen:?}"
+    );
+    assert!(
+        seen.last().is_some_and(|(_, _, lease)| *lease != true),
+        "its lease never ended: {seen:?}"
+    );
 }

@@ -205,7 +205,8 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         return interactive(&mut runner, &home, &record, args, &input);
     };
     let mut events = Vec::new();
-    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
+    let mut printer =
+        Printer::two_streams(std::io::stdout(), std::io::stderr()).clustered(clustered(&home));
     let spinner = Spinner::new();
     let done = runner.run(&input(&prompt, args.recompile, true), &mut |e| {
         spin(&spinner, e);
@@ -293,7 +294,8 @@ fn interactive(
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
-    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr());
+    let mut printer =
+        Printer::two_streams(std::io::stdout(), std::io::stderr()).clustered(clustered(home));
     let mut interrupted_once = false;
     loop {
         let line = match rl.readline("> ") {
@@ -856,4 +858,12 @@ pub fn recompile(cli: &Cli, args: &RecompileArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `home` is in a cluster (its turns are acknowledged once pushed).
+fn clustered(home: &crate::paths::Home) -> bool {
+    crate::cluster::ClusterConfig::load(home)
+        .ok()
+        .flatten()
+        .is_some()
 }

@@ -22,8 +22,8 @@ pub enum ClusterCommand {
         after_help = "Examples:\n  mini-letta cluster status\n  mini-letta cluster status --json"
     )]
     Status {
-        /// Print {"host", "etcd", "hosts": [{"id", "valid", "alive",
-        /// "agents"}], "agents": [{"id", "valid", "name", "owner",
+        /// Print {"host", "etcd", "hosts": [{"id", "valid", "alive", "lease",
+        /// "renewed_ms_ago", "agents"}], "agents": [{"id", "valid", "name", "owner",
         /// "owner_valid", "epoch"}]}; a key that is no agent id is listed
         /// with "valid": false and counted for no host.
         #[arg(long)]
@@ -141,11 +141,18 @@ fn status(home: &crate::paths::Home, cfg: &ClusterConfig, json: bool) -> anyhow:
         output::field(&status.host),
         output::field(&status.etcd.join(","))
     );
-    let mut hosts = output::Table::new(&["HOST", "ALIVE", "AGENTS"]).right(2);
+    let mut hosts = output::Table::new(&["HOST", "ALIVE", "LEASE", "AGENTS"]).right(3);
     for h in &status.hosts {
+        // Not renewing, but its lease (and what it owns) not over yet.
+        let lease = match (h.lease, h.renewed_ms_ago) {
+            (false, _) => "none".to_string(),
+            (true, Some(ms)) if !h.alive => format!("renewed {:.1} s ago", ms as f64 / 1000.0),
+            (true, _) => "held".to_string(),
+        };
         hosts.row(vec![
             h.id.clone(),
             if h.alive { "yes" } else { "no" }.into(),
+            lease,
             h.agents.to_string(),
         ]);
     }

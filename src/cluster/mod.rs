@@ -41,10 +41,8 @@ pub const PREFIX: &str = "/mini-letta/";
 /// start again from 1, below the epochs the remote's fences carry).
 pub const EPOCH_BASE_KEY: &str = "/mini-letta/epoch-base";
 
-/// The largest epoch mini-letta takes for one it issued: etcd revisions
-/// plus a base stay far below; a larger one in a fence or in etcd was
-/// planted (and would overflow the sums).
-pub const MAX_EPOCH: i64 = 1 << 53;
+/// The largest epoch mini-letta issues (the fence's rule).
+pub use crate::memfs::fence::MAX_EPOCH;
 
 /// An epoch written as decimal text, if it is a plausible one.
 pub fn parse_epoch(bytes: &[u8]) -> Option<i64> {

@@ -56,6 +56,8 @@ pub struct Node {
     scan: FenceScan,
     /// Why the last registration was refused (said instead of "no quorum").
     refused: Mutex<Option<String>>,
+    /// When this supervisor first tried to register (its host key says so).
+    registered_at: String,
     cfg: ClusterConfig,
     /// Where owner changes are recorded (the supervisor's audit log).
     recorder: Recorder,
@@ -109,6 +111,7 @@ impl Node {
         let node = Arc::new(Self {
             scan,
             refused: Mutex::new(None),
+            registered_at: crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc()),
             cfg,
             recorder,
             client,
@@ -228,11 +231,8 @@ impl Node {
             .map_err(|e| self.fail("refused a lease", e))?;
         let id = granted.id();
         let key = host_key(&self.cfg.host_id);
-        let now = crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc());
-        let value = serde_json::json!({
-            "host": self.cfg.host_id, "pid": std::process::id(), "registered_at": now,
-        })
-        .to_string();
+        let now = self.registered_at.clone();
+        let value = self.host_value();
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([
@@ -262,6 +262,40 @@ impl Node {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(host = %self.cfg.host_id, lease = id, "registered in the cluster");
         Ok(())
+    }
+
+    /// The host key's value: who, since when, and when its lease was last
+    /// renewed (issue 43, LOW: `cluster status` showed a killed host alive
+    /// for the rest of its lease; the renewal time tells them apart).
+    fn host_value(&self) -> String {
+        serde_json::json!({
+            "host": self.cfg.host_id,
+            "pid": std::process::id(),
+            "registered_at": self.registered_at,
+            "lease_secs": self.cfg.lease_secs,
+            "renewed_at_ms": super::events::wall_ms(Instant::now()),
+        })
+        .to_string()
+    }
+
+    /// After a renewal: the host key says when (under the same lease, so
+    /// it still goes with it). A failure is only logged: liveness shown,
+    /// not ownership.
+    async fn heartbeat(&self, lease: i64) {
+        let key = host_key(&self.cfg.host_id);
+        let value = self.host_value();
+        let put = self
+            .bounded(|mut c| {
+                let (key, value) = (key.clone(), value.clone());
+                async move {
+                    c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                        .await
+                }
+            })
+            .await;
+        if let Err(e) = put {
+            tracing::debug!("cannot record this host's renewal: {e}");
+        }
     }
 
     /// Why the host key `key` is not this supervisor's to take (LOW of
@@ -348,12 +382,15 @@ impl Node {
             .map_err(|e| self.fail("did not renew this host's lease", e))?;
         match answered {
             Some(r) if r.ttl() > 0 => {
-                let mut held = lock(&self.lease);
-                if let Some(l) = held.as_mut()
-                    && l.id == lease.id
                 {
-                    l.valid_until = sent + Duration::from_secs(r.ttl() as u64);
+                    let mut held = lock(&self.lease);
+                    if let Some(l) = held.as_mut()
+                        && l.id == lease.id
+                    {
+                        l.valid_until = sent + Duration::from_secs(r.ttl() as u64);
+                    }
                 }
+                self.heartbeat(lease.id).await;
                 Ok(())
             }
             _ => {

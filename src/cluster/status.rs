@@ -17,8 +17,14 @@ pub struct HostRow {
     pub id: String,
     /// Whether `id` is a host id (false: planted or corrupt data).
     pub valid: bool,
-    /// Its lease is alive.
+    /// Its supervisor renewed its lease lately (within two renewals): it
+    /// runs. A killed or stopped one is not alive at once, though its
+    /// lease (and what it owns) lasts until the lease expires.
     pub alive: bool,
+    /// Its lease is alive (its host key is there).
+    pub lease: bool,
+    /// How long ago it last renewed its lease, by its clock and this one.
+    pub renewed_ms_ago: Option<u64>,
     /// Agents it owns now.
     pub agents: usize,
 }
@@ -65,8 +71,27 @@ fn row(id: String, valid: bool) -> HostRow {
         id,
         valid,
         alive: false,
+        lease: false,
+        renewed_ms_ago: None,
         agents: 0,
     }
+}
+
+/// From a host key's value (untrusted: parsed, never acted on): how long
+/// ago its lease was renewed, and whether that is recent enough to call it
+/// alive — within two renewals (a renewal every third of the lease) and
+/// half a second. A value without the time (an older supervisor's) says
+/// only that the lease lives.
+fn liveness(value: &[u8]) -> (bool, Option<u64>) {
+    let v: serde_json::Value = serde_json::from_slice(value).unwrap_or_default();
+    let (Some(renewed), Some(lease_secs)) = (v["renewed_at_ms"].as_u64(), v["lease_secs"].as_u64())
+    else {
+        return (true, None);
+    };
+    let now = super::events::wall_ms(std::time::Instant::now()) as u64;
+    let ago = now.saturating_sub(renewed);
+    let window = lease_secs.saturating_mul(2000) / 3 + 500;
+    (ago <= window, Some(ago))
 }
 
 /// Keys a page of [`read_all`] asks for at first.
@@ -148,7 +173,7 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
             let (id, valid) = either(super::host_from_etcd(host));
             members.entry(id.clone()).or_insert_with(|| row(id, valid));
         } else if let Some(host) = rest.strip_prefix(b"hosts/") {
-            alive.push(either(super::host_from_etcd(host)));
+            alive.push((either(super::host_from_etcd(host)), liveness(kv.value())));
         } else if let Some(agent) = rest
             .strip_prefix(b"agents/")
             .and_then(|r| r.strip_suffix(b"/owner"))
@@ -164,11 +189,13 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
             });
         }
     }
-    for (host, valid) in alive {
-        members
+    for ((host, valid), (renewing, ago)) in alive {
+        let r = members
             .entry(host.clone())
-            .or_insert_with(|| row(host, valid))
-            .alive = true;
+            .or_insert_with(|| row(host, valid));
+        r.lease = true;
+        r.alive = renewing;
+        r.renewed_ms_ago = ago;
     }
     // A value that is no host id names no host to count it for, and a key
     // that is no agent id is no agent a host owns (issue 43, LOW).

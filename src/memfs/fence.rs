@@ -23,6 +23,11 @@ pub const FENCE_TRACKING_REF: &str = "refs/remotes/origin/fence";
 
 const TITLE: &str = "mini-letta fence";
 
+/// The largest epoch mini-letta takes for one it issued: etcd revisions
+/// plus the cluster's epoch base stay far below; a larger one in a fence
+/// or in etcd was planted (and would overflow the sums).
+pub const MAX_EPOCH: i64 = 1 << 53;
+
 /// Who pushed a fence commit, in which ownership epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stamp {
@@ -218,7 +223,7 @@ pub fn may_push_over(
         theirs.epoch,
         mine.epoch
     );
-    if theirs.epoch > crate::cluster::MAX_EPOCH {
+    if theirs.epoch > MAX_EPOCH {
         return Err(format!(
             "{claimed}: no epoch mini-letta issues is that large, so the fence was planted; \
              point the remote's {FENCE_REF} back at a fence commit of a real owner"

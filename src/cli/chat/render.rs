@@ -19,6 +19,9 @@ use crate::protocol::messages::Part;
 use crate::protocol::turn::TurnEvent;
 use crate::store::conversation::StoredMessage;
 
+/// What a clustered home's memory-change line adds.
+pub const UNTIL_PUSHED: &str = " on this host; acknowledged only once the turn pushes it";
+
 /// Longest argument summary of a tool call, in characters.
 const ARGS_MAX: usize = 200;
 
@@ -213,6 +216,10 @@ pub struct Printer<T: Write, N: Write> {
     text: T,
     notes: Option<N>,
     mid_line: bool,
+    /// The home is in a cluster: a memory change is this host's until the
+    /// turn's push, and the line says so (issue 43: a host that lost the
+    /// agent streamed "memory changed", then "not acknowledged").
+    clustered: bool,
 }
 
 impl<T: Write> Printer<T, T> {
@@ -222,6 +229,7 @@ impl<T: Write> Printer<T, T> {
             text: out,
             notes: None,
             mid_line: false,
+            clustered: false,
         }
     }
 }
@@ -233,7 +241,14 @@ impl<T: Write, N: Write> Printer<T, N> {
             text,
             notes: Some(notes),
             mid_line: false,
+            clustered: false,
         }
+    }
+
+    /// Say of each memory change that it is acknowledged only once pushed.
+    pub fn clustered(mut self, clustered: bool) -> Self {
+        self.clustered = clustered;
+        self
     }
 
     /// Print one piece.
@@ -259,9 +274,12 @@ impl<T: Write, N: Write> Printer<T, N> {
 
     /// Print what `e` shows at `detail`.
     pub fn event(&mut self, e: &TurnEvent, detail: Detail) -> std::io::Result<()> {
-        match event(e, detail) {
-            Some(p) => self.print(&p),
-            None => Ok(()),
+        match (event(e, detail), e) {
+            (Some(Piece::Note(line)), TurnEvent::MemoryUpdate { .. }) if self.clustered => {
+                self.print(&Piece::Note(format!("{line}{UNTIL_PUSHED}")))
+            }
+            (Some(p), _) => self.print(&p),
+            (None, _) => Ok(()),
         }
     }
 
