@@ -392,8 +392,9 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
         // Each kind once first (a short soak still meets every one), then
         // at random.
         const FIRST: [u64; 7] = [0, 30, 48, 58, 80, 88, 93];
+        // A first-round kind that cannot land now (members down) is tried
+        // again next time: `round` moves on only when a fault landed.
         let roll = FIRST.get(round).copied().unwrap_or_else(|| rng.below(100));
-        round += 1;
         let kind = match roll {
             0..30 => "supervisor SIGSTOP",
             30..48 => "supervisor SIGKILL",
@@ -435,7 +436,9 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
             }
             ("etcd wiped", _) => {
                 let mut etcd = world.etcd.lock().unwrap();
-                if (0..3).any(|i| !etcd.is_up(i)) {
+                // Every member up and answering (one just restarted may not
+                // listen yet): its history must be read whole first.
+                if (0..3).any(|i| !etcd.is_up(i)) || !etcd.wait_healthy(Duration::from_secs(10)) {
                     continue;
                 }
                 let gone = incarnation(&etcd, &world.endpoints);
@@ -469,6 +472,7 @@ fn inject_faults(world: &World, tally: &Mutex<Tally>, mut rng: Rng, within: Dura
             _ => continue,
         }
         *tally.lock().unwrap().faults.entry(kind).or_default() += 1;
+        round += 1;
     }
     for (_, undo) in pending {
         undo(world);
@@ -628,9 +632,31 @@ fn owner_history(endpoints: &str) -> (History, i64) {
     rt.block_on(async {
         let eps: Vec<&str> = endpoints.split(',').collect();
         let mut c = Client::connect(eps, None).await.unwrap();
-        let head = c.get("/", None).await.unwrap().header().unwrap().revision();
-        let options = WatchOptions::new().with_prefix().with_start_revision(1);
-        let mut stream = c.watch("/mini-letta/agents/", Some(options)).await.unwrap();
+        // A request the client hands to a member that is not listening yet
+        // fails at once: asked again.
+        let mut tries = 0;
+        let (head, mut stream) = loop {
+            tries += 1;
+            let options = WatchOptions::new().with_prefix().with_start_revision(1);
+            let started = async {
+                let head = c
+                    .get("/", None)
+                    .await?
+                    .header()
+                    .map(|h| h.revision())
+                    .unwrap_or(0);
+                let stream = c.watch("/mini-letta/agents/", Some(options)).await?;
+                Ok::<_, etcd_client::Error>((head, stream))
+            };
+            match started.await {
+                Ok(v) => break v,
+                Err(e) if tries < 40 => {
+                    eprintln!("reading etcd's history: {e}; again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("cannot read etcd's history: {e}"),
+            }
+        };
         let mut events = Vec::new();
         loop {
             let next = tokio::time::timeout(Duration::from_secs(3), stream.message()).await;

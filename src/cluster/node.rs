@@ -222,6 +222,12 @@ impl Node {
     /// lease has not expired yet) holds the host key: then give the new
     /// lease back and try again later.
     async fn register(&self) -> Result<(), ClusterError> {
+        self.register_once(false).await
+    }
+
+    /// [`Self::register`]; `again` after giving back this supervisor's own
+    /// previous lease (once).
+    async fn register_once(&self, again: bool) -> Result<(), ClusterError> {
         self.ensure_base().await?;
         let sent = Instant::now();
         let ttl = self.cfg.lease_secs as i64;
@@ -249,7 +255,25 @@ impl Node {
             let _ = self
                 .bounded(|mut c| async move { c.lease_revoke(id).await })
                 .await;
-            let why = self.conflict(&key, kv_of(&done.op_responses(), &key), ttl);
+            let held = kv_of(&done.op_responses(), &key);
+            // This supervisor's own previous lease, which it stopped trusting
+            // (paused past a renewal) while etcd still kept it: everything
+            // under it was given up already, so it is given back now rather
+            // than waited out.
+            if let Some(old) = held.as_ref().filter(|kv| self.is_mine(kv)) {
+                let old = old.lease();
+                let given_back = self
+                    .bounded(|mut c| async move { c.lease_revoke(old).await })
+                    .await;
+                if given_back.is_ok() && !again {
+                    return Box::pin(self.register_once(true)).await;
+                }
+                return Err(self.fail(
+                    "still held this supervisor's previous lease",
+                    "given back; registering again",
+                ));
+            }
+            let why = self.conflict(&key, held, ttl);
             *lock(&self.refused) = Some(why.clone());
             return Err(ClusterError::HostIdInUse(why));
         }
@@ -296,6 +320,15 @@ impl Node {
         if let Err(e) = put {
             tracing::debug!("cannot record this host's renewal: {e}");
         }
+    }
+
+    /// Whether a host key was written by this very supervisor (its pid and
+    /// its start, as its value says).
+    fn is_mine(&self, kv: &etcd_client::KeyValue) -> bool {
+        let v: serde_json::Value = serde_json::from_slice(kv.value()).unwrap_or_default();
+        kv.lease() != 0
+            && v["pid"].as_u64() == Some(u64::from(std::process::id()))
+            && v["registered_at"].as_str() == Some(self.registered_at.as_str())
     }
 
     /// Why the host key `key` is not this supervisor's to take (LOW of

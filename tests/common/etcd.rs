@@ -51,6 +51,25 @@ impl Etcd {
             ));
             return None;
         };
+        // A port picked free can be taken by someone else before the member
+        // binds it (tests start clusters in parallel): a cluster that never
+        // became healthy is started once more on fresh ports.
+        match Self::start_on_fresh_ports(&bin) {
+            Ok(etcd) => Some(etcd),
+            Err(first) => {
+                eprintln!("etcd did not become healthy, starting it again:\n{first}");
+                match Self::start_on_fresh_ports(&bin) {
+                    Ok(etcd) => Some(etcd),
+                    Err(logs) => panic!("the etcd cluster did not become healthy: {logs}"),
+                }
+            }
+        }
+    }
+
+    /// Three members on ports free a moment ago; `Err(logs)` when they do
+    /// not answer within 30 s (they are killed on drop).
+    fn start_on_fresh_ports(bin: &std::path::Path) -> Result<Self, String> {
+        let bin = bin.to_path_buf();
         let data = tempfile::tempdir().unwrap();
         let peers: Vec<(String, u16, u16)> = (0..3)
             .map(|i| (format!("m{i}"), free_port(), free_port()))
@@ -110,12 +129,11 @@ impl Etcd {
         for i in 0..3 {
             etcd.restart(i);
         }
-        assert!(
-            etcd.wait_healthy(Duration::from_secs(30)),
-            "the etcd cluster did not become healthy: {}",
-            etcd.logs()
-        );
-        Some(etcd)
+        if etcd.wait_healthy(Duration::from_secs(30)) {
+            Ok(etcd)
+        } else {
+            Err(etcd.logs())
+        }
     }
 
     /// The comma-separated client URLs (`MINI_LETTA_ETCD`), of every member.
