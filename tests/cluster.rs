@@ -17,6 +17,32 @@ use common::remote::main_of;
 use common::*;
 use serde_json::Value;
 
+/// Two hosts sharing a fresh three-member etcd on loopback and a remote
+/// root, or `None` after saying loudly why not (failing under
+/// `MINI_LETTA_REQUIRE_SANDBOX=1`).
+fn hosts(test: &str) -> Option<Hosts> {
+    if !confinement_or_skip(test) {
+        return None;
+    }
+    Etcd::start(test).map(Hosts::new)
+}
+
+/// The message of the remote's newest fence commit of agent `id`.
+fn fence_text(h: &Hosts, id: &str) -> String {
+    git_at(
+        &h.bare(id),
+        &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
+    )
+}
+
+/// The epoch a fence commit's message is stamped with.
+fn stamped_epoch(text: &str) -> i64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("epoch: "))
+        .and_then(|e| e.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no epoch in {text:?}"))
+}
+
 fn owner_of(status: &Value, id: &str) -> Value {
     status["agents"]
         .as_array()
@@ -34,13 +60,9 @@ fn ok(o: &Output) -> String {
 
 #[test]
 fn one_owner_at_a_time_failover_fencing_and_quorum() {
-    if !confinement_or_skip("cluster") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster") else {
+    let Some(mut h) = hosts("cluster") else {
         return;
     };
-    let mut h = Hosts::new(etcd);
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     let a_pid = h.start(&h.a);
     h.start(&h.b);
@@ -129,13 +151,9 @@ fn one_owner_at_a_time_failover_fencing_and_quorum() {
 
 #[test]
 fn release_and_clean_stop_give_the_agent_back() {
-    if !confinement_or_skip("cluster release") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster release") else {
+    let Some(h) = hosts("cluster release") else {
         return;
     };
-    let h = Hosts::new(etcd);
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     h.start(&h.a);
     h.start(&h.b);
@@ -246,13 +264,9 @@ fn git_at(dir: &std::path::Path, args: &[&str]) -> String {
 /// and the remote stays consistent.
 #[test]
 fn a_writer_killed_in_the_remotes_lock_window_blocks_nobody() {
-    if !confinement_or_skip("cluster lock window") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster lock window") else {
+    let Some(h) = hosts("cluster lock window") else {
         return;
     };
-    let h = Hosts::new(etcd);
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     let a_pid = h.start(&h.a);
     h.start(&h.b);
@@ -286,10 +300,7 @@ fn a_writer_killed_in_the_remotes_lock_window_blocks_nobody() {
     assert!(h.remote_file(&id, "human.md").contains("我养了一只猫"));
     assert!(h.remote_file(&id, "human.md").contains("我住在杭州"));
     git_at(&bare, &["fsck", "--no-dangling"]);
-    let fence = git_at(
-        &bare,
-        &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
-    );
+    let fence = fence_text(&h, &id);
     let main = main_of(&bare);
     assert!(
         fence.contains("host: host-b") && fence.contains(&format!("main: {main}")),
@@ -304,13 +315,9 @@ fn a_writer_killed_in_the_remotes_lock_window_blocks_nobody() {
 /// under a backup ref, and pushes nothing.
 #[test]
 fn a_remote_rolled_back_is_refused_at_take_over() {
-    if !confinement_or_skip("cluster rollback") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster rollback") else {
+    let Some(h) = hosts("cluster rollback") else {
         return;
     };
-    let h = Hosts::new(etcd);
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     let a_pid = h.start(&h.a);
     h.start(&h.b);
@@ -368,13 +375,9 @@ fn a_remote_rolled_back_is_refused_at_take_over() {
 /// data, and `cluster recover` raises the base; fencing holds throughout.
 #[test]
 fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
-    if !confinement_or_skip("cluster etcd wipe") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster etcd wipe") else {
+    let Some(mut h) = hosts("cluster etcd wipe") else {
         return;
     };
-    let mut h = Hosts::new(etcd);
     // Revisions well above what the new cluster will have reached when B
     // takes over, as on any etcd that ran a while.
     let live = h.etcd.endpoints();
@@ -386,22 +389,8 @@ fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
     let a_pid = h.start(&h.a);
     let b_pid = h.start(&h.b);
     ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
-    let bare = h.bare(&id);
-    let fence_of = || {
-        git_at(
-            &bare,
-            &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
-        )
-    };
-    let epoch_in = |text: &str| -> i64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix("epoch: "))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let old_epoch = epoch_in(&fence_of());
+    let epoch_in = stamped_epoch;
+    let old_epoch = epoch_in(&fence_text(&h, &id));
     assert!(old_epoch > 60, "{old_epoch}");
     signal(a_pid, nix::sys::signal::Signal::SIGKILL);
     h.etcd.wipe();
@@ -418,7 +407,7 @@ fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
     let base: i64 = h.etcd.get("/mini-letta/epoch-base").parse().unwrap();
     assert!(base > old_epoch, "base {base}, fence epoch {old_epoch}");
     ok(&h.chat(&h.b, &[], "记住: 我养了一只猫"));
-    let fence = fence_of();
+    let fence = fence_text(&h, &id);
     assert!(fence.contains("host: host-b"), "{fence}");
     let b_epoch = epoch_in(&fence);
     assert!(b_epoch > old_epoch, "{fence}");
@@ -435,7 +424,10 @@ fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
         err.contains("lost its data") && err.contains("cluster recover"),
         "{err}"
     );
-    assert!(fence_of().contains("host: host-b"), "nothing pushed");
+    assert!(
+        fence_text(&h, &id).contains("host: host-b"),
+        "nothing pushed"
+    );
 
     let o = h.on(&h.a, &["cluster", "recover", "--json"]);
     let v: Value = serde_json::from_str(&ok(&o)).unwrap();
@@ -451,7 +443,7 @@ fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
 
     let answer = ok(&h.chat(&h.a, &["--wait-owner", "30"], "你知道我什么？"));
     assert!(answer.contains("我养了一只猫"), "{answer}");
-    let fence = fence_of();
+    let fence = fence_text(&h, &id);
     assert!(fence.contains("host: host-a"), "{fence}");
     assert!(epoch_in(&fence) > b_epoch, "{fence}");
     let human = h.remote_file(&id, "human.md");
@@ -466,13 +458,9 @@ fn after_etcd_loses_its_data_turns_resume_with_fencing_intact() {
 /// with the cause only in the log. The refusal now names the cause.
 #[test]
 fn a_host_id_in_use_or_planted_is_named_as_such() {
-    if !confinement_or_skip("cluster host id") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster host id") else {
+    let Some(h) = hosts("cluster host id") else {
         return;
     };
-    let h = Hosts::new(etcd);
     create_agent(h.b.home.path(), &["agent-demo"]);
     h.start(&h.a);
     // B's supervisor, given A's id by mistake.
@@ -558,13 +546,9 @@ fn planted_owner_keys_with_invalid_agent_ids_count_for_no_host() {
 /// message limit). It is answered by any live member, in pages.
 #[test]
 fn cluster_status_answers_with_a_member_down_and_past_4_mib_of_planted_values() {
-    if !confinement_or_skip("cluster status paged") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster status paged") else {
+    let Some(mut h) = hosts("cluster status paged") else {
         return;
     };
-    let mut h = Hosts::new(etcd);
     h.start(&h.a);
     let row_of = |s: &Value, id: &str| {
         s["hosts"]
@@ -616,13 +600,9 @@ fn cluster_status_answers_with_a_member_down_and_past_4_mib_of_planted_values() 
 /// unanswered for a third of the bound is sent again; turns go on.
 #[test]
 fn a_frozen_etcd_leader_does_not_stop_the_turns() {
-    if !confinement_or_skip("cluster frozen leader") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster frozen leader") else {
+    let Some(h) = hosts("cluster frozen leader") else {
         return;
     };
-    let h = Hosts::new(etcd);
     create_agent(h.a.home.path(), &["agent-demo"]);
     h.start(&h.a);
     ok(&h.chat(&h.a, &[], "记住: 我住在杭州"));
@@ -652,13 +632,9 @@ fn a_frozen_etcd_leader_does_not_stop_the_turns() {
 #[test]
 fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    if !confinement_or_skip("cluster paused in the lock window") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster paused in the lock window") else {
+    let Some(h) = hosts("cluster paused in the lock window") else {
         return;
     };
-    let h = Hosts::new(etcd);
     let id = create_agent(h.a.home.path(), &["agent-demo"]);
     let a_pid = h.start(&h.a);
     h.start(&h.b);
@@ -735,10 +711,7 @@ fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
     let human = h.remote_file(&id, "human.md");
     assert!(human.contains("我养了一只猫"), "{human}");
     assert!(!human.contains(&fact), "A's paused push landed: {human}");
-    let fence = git_at(
-        &h.bare(&id),
-        &["log", "-1", "--format=%B", "refs/mini-letta/fence"],
-    );
+    let fence = fence_text(&h, &id);
     assert!(fence.contains("host: host-b"), "{fence}");
 }
 
@@ -747,13 +720,9 @@ fn a_host_paused_inside_the_lock_window_lands_nothing_after_its_lease() {
 /// lease: the killed host is not alive while its lease still holds.
 #[test]
 fn cluster_status_shows_a_killed_host_dead_before_its_lease_ends() {
-    if !confinement_or_skip("cluster status liveness") {
-        return;
-    }
-    let Some(etcd) = Etcd::start("cluster status liveness") else {
+    let Some(h) = hosts("cluster status liveness") else {
         return;
     };
-    let h = Hosts::new(etcd);
     let a_pid = h.start(&h.a);
     h.start(&h.b);
     let row = |s: &Value| {

@@ -74,3 +74,14 @@ pub fn main_of(git_dir: &Path) -> String {
     .trim()
     .to_string()
 }
+
+/// Whether the git directory `git_dir` holds object `oid`.
+pub fn has_object(git_dir: &Path, oid: &str) -> bool {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["cat-file", "-e", oid])
+        .status()
+        .unwrap()
+        .success()
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::remote::{git_ok, main_of, ok};
+use crate::common::remote::{git_ok, has_object, main_of, ok};
 use crate::common::*;
 
 /// `mini-letta ARGS` on `home` with the remote root spelled `root`, run
@@ -48,16 +48,6 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     }
     out.sort();
     out
-}
-
-fn has_object(git_dir: &Path, oid: &str) -> bool {
-    Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(["cat-file", "-e", oid])
-        .status()
-        .unwrap()
-        .success()
 }
 
 /// Tenant X: a home of its own with agent `xx`, a secret committed and

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::common::remote::{git_ok, json, main_of, ok, on};
+use crate::common::remote::{git_ok, has_object, json, main_of, ok, on};
 use crate::common::*;
 
 /// Every file of a directory with its bytes.
@@ -438,16 +438,6 @@ fn snapshot(git_dir: &Path) -> Files {
         .into_iter()
         .filter(|(p, _)| !p.ends_with(".lock"))
         .collect()
-}
-
-fn has_object(git_dir: &Path, oid: &str) -> bool {
-    Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(["cat-file", "-e", oid])
-        .status()
-        .unwrap()
-        .success()
 }
 
 /// §1, critical: the remote path of one tenant made a way into another
