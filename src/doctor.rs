@@ -57,6 +57,8 @@ pub struct Finding {
 
 /// The checks, in the order they run.
 pub const CHECKS: &[&str] = &[
+    "home",
+    "config",
     "git_status",
     "validator",
     "file_size",
@@ -90,6 +92,9 @@ pub struct Context {
     /// Whether a supervisor runs on this home (its sub-agents' worktrees
     /// are then not orphans).
     pub supervisor_running: bool,
+    /// The home, for the checks a turn makes before it starts (issue 44:
+    /// doctor said "healthy" when no turn could run). `None`: skipped.
+    pub home: Option<Home>,
 }
 
 struct Out {
@@ -113,6 +118,10 @@ pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diag
         findings: Vec::new(),
     };
     let sel = &record.name;
+    if let Some(home) = &ctx.home {
+        home_reachable(&mut out, home);
+        config(&mut out, home, record);
+    }
     match crate::memfs::repo::open_agent(agent) {
         Ok(repo) => {
             git_status(&mut out, &repo, agent, sel);
@@ -170,6 +179,59 @@ someone with root), then remove it: rm -r -- '{}'",
         healthy,
         checks: CHECKS.to_vec(),
         findings: out.findings,
+    }
+}
+
+/// As root, children run as agent uids, which must be able to reach the
+/// home: a private directory above it (a 0700 `/root` holding
+/// `~/.mini-letta`) stops every turn at its first step.
+fn home_reachable(out: &mut Out, home: &Home) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    if let Err(e) = crate::sandbox::identity::check_reachable(
+        home.root(),
+        "reach the home",
+        "put the home elsewhere (MINI_LETTA_HOME=/var/lib/mini-letta)",
+    ) {
+        out.push(
+            "home",
+            Severity::Error,
+            format!("no turn can run: {e}"),
+            "move the home (MINI_LETTA_HOME=/var/lib/mini-letta/NAME, then `mini-letta agent export`/`import`) or let others traverse the directory named above (chmod o+x)".into(),
+        );
+    }
+}
+
+/// What a turn reads before it calls the model: `config.toml` must parse
+/// (a broken one fails every turn, while `agent show` falls back to the
+/// built-in default), and the agent's model must name a provider.
+fn config(out: &mut Out, home: &Home, record: &AgentRecord) {
+    if let Err(e) = crate::model::config::ProviderConfig::load(home) {
+        out.push(
+            "config",
+            Severity::Error,
+            format!("no turn can run: {e}"),
+            format!(
+                "fix or remove {} (every key is optional; README lists them)",
+                home.config_file().display()
+            ),
+        );
+        return;
+    }
+    if let Err(e) = crate::model::factory::parse_handle(&record.model) {
+        out.push(
+            "config",
+            Severity::Error,
+            format!(
+                "the agent's model {:?} names no provider: {e}",
+                record.model
+            ),
+            format!(
+                "mini-letta agent set-model {} mock (or openai/MODEL, anthropic/MODEL)",
+                record.name
+            ),
+        );
     }
 }
 

@@ -128,7 +128,7 @@ fn a_healthy_agent_is_healthy() {
         eprintln!("NOTE: this host confines below L0; only the sandbox check may report");
         assert!(non_info.iter().all(|f| f["check"] == "sandbox"), "{v}");
     }
-    assert_eq!(v["checks"].as_array().unwrap().len(), 10, "{v}");
+    assert_eq!(v["checks"].as_array().unwrap().len(), 12, "{v}");
     // The text form: one line per finding, the agent named.
     let o = run(a.h(), &["doctor"]);
     assert!(stdout(&o).starts_with("owl ("), "{}", stdout(&o));
@@ -340,4 +340,65 @@ fn a_stale_recall_index() {
     std::fs::write(&log, format!("{first}\n")).unwrap();
     let (v, code) = a.doctor(&[]);
     found(&v, code, "recall_index", "warning", "stale");
+}
+
+/// Issue 44: with `config.toml` broken (`[model` unclosed) every turn
+/// failed while doctor said "healthy" (and `agent show` named the built-in
+/// default model). Doctor now reads the file as a turn does.
+#[test]
+fn a_config_file_no_turn_can_read() {
+    let a = Agent::new();
+    std::fs::write(a.h().join("config.toml"), "[model\ndefault = \"mock\"\n").unwrap();
+    let (v, code) = a.doctor(&[]);
+    found(&v, code, "config", "error", "no turn can run");
+    let f = problems(&v, "config");
+    assert!(
+        f[0]["fix"].as_str().unwrap().contains("config.toml"),
+        "the fix names the file: {v}"
+    );
+    // What the finding foretells: the turn fails.
+    let o = run(a.h(), &["chat", "-a", "owl", "-p", "hello"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    // Fixed, the finding is gone.
+    std::fs::write(a.h().join("config.toml"), "[model]\ndefault = \"mock\"\n").unwrap();
+    let (v, _) = a.doctor(&[]);
+    assert!(problems(&v, "config").is_empty(), "{v}");
+}
+
+/// Issue 44: as root with the home under a private (0700) directory,
+/// agent uids cannot reach it and no turn runs (chat says so); doctor said
+/// "healthy". It now makes the same check as a turn.
+#[test]
+fn a_home_agent_uids_cannot_reach() {
+    if !require_root("doctor: a home agent uids cannot reach") {
+        return;
+    }
+    let outer = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let home = outer.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    create_agent(&home, &["owl"]);
+    let o = Command::new(bin())
+        .args(["doctor", "-a", "owl", "--json"])
+        .env("MINI_LETTA_HOME", &home)
+        .env_remove("RUST_LOG")
+        .env_remove("MINI_LETTA_REMOTE_ROOT")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    found(
+        &v,
+        o.status.code().unwrap(),
+        "home",
+        "error",
+        "not searchable by others",
+    );
+    let o = run(&home, &["chat", "-a", "owl", "-p", "hello"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("not searchable by others"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -12,7 +12,9 @@ use crate::store;
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Checks, in order: uncommitted changes or an unfinished merge/rebase in the
+Checks, in order: that agent uids can reach the home (as root) and that
+config.toml parses and the agent's model names a provider (else no turn can
+run); uncommitted changes or an unfinished merge/rebase in the
 memory checkout; the committed memory against the validator; files over 80% of
 their size limit; broken links in MEMORY.md indexes; conversations more than 50
 steps since their last reflection; a stale reflection.lock; orphan memory
@@ -43,6 +45,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         remote_root: crate::remote::root_from_env(),
         sandbox: Some(crate::sandbox::report::SandboxReport::probe()),
         supervisor_running: doctor::supervisor_running(&home),
+        home: Some(home.clone()),
     };
     let mut unreadable = 0;
     let agents = match &args.agent {
