@@ -521,3 +521,48 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
         );
     }
 }
+
+/// Issue 44: with a sandbox layer missing, every command's stderr carried
+/// a log record (`WARN … sandbox layer missing: …`) — written by the
+/// embedded supervisor before its records were sent to the home's log. At
+/// default verbosity no record reaches a command's output; `-v` shows it,
+/// and `run/supervisor.log` keeps it.
+#[test]
+fn no_log_record_reaches_a_commands_output_by_default() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["al"]);
+    let on = |args: &[&str]| {
+        std::process::Command::new(common::bin())
+            .args(args)
+            .env("MINI_LETTA_HOME", h)
+            .env("MINI_LETTA_SANDBOX_DISABLE", "cgroup")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["chat", "-a", "al", "-p", "hello"][..],
+        &["sandbox", "run", "--", "true"][..],
+        &["memory", "show", "-a", "al", "human.md"][..],
+        &["doctor", "-a", "al"][..],
+    ] {
+        let o = on(args);
+        let err = stderr(&o);
+        assert!(
+            !err.contains("sandbox layer missing") && !err.contains(" WARN "),
+            "{args:?} printed a log record: {err}"
+        );
+    }
+    let o = on(&["-v", "sandbox", "run", "--", "true"]);
+    assert!(
+        stderr(&o).contains("sandbox layer missing"),
+        "-v shows the records: {}",
+        stderr(&o)
+    );
+    let log = std::fs::read_to_string(h.join("run/supervisor.log")).unwrap_or_default();
+    assert!(
+        log.contains("sandbox layer missing"),
+        "the log keeps it: {log}"
+    );
+}

@@ -352,6 +352,13 @@ impl Session {
     fn try_embedded(home: &Home) -> Result<Option<Self>, SupervisorError> {
         // This process now holds the supervisor's secrets too.
         harden_self()?;
+        // Its records are the daemon's kind, from the first (the sandbox
+        // probe's, as it binds) on: they go where the daemon's go unless
+        // the user asked to see them (issue 44: a layer missing for a user
+        // was warned on every command's stderr).
+        if pidfile::ensure_private_dir(&home.run_dir()).is_ok() {
+            crate::console::logging::divert_quiet_records(&home.supervisor_log());
+        }
         type Ready = Result<std::sync::Arc<state::State>, SupervisorError>;
         let (tx, rx) = std::sync::mpsc::channel::<Ready>();
         let h = home.clone();
@@ -385,9 +392,6 @@ impl Session {
         match rx.recv() {
             Ok(Ok(state)) => {
                 tracing::debug!("no supervisor running: started an embedded one");
-                // Its records are the daemon's kind: they go where the
-                // daemon's go unless the user asked to see them.
-                crate::console::logging::divert_quiet_records(&home.supervisor_log());
                 let client = match connect(home) {
                     Ok(c) => c,
                     Err(e) => {
