@@ -400,6 +400,21 @@ fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
     }
 }
 
+/// Whether this process may make groups under `root` (issue 44: a
+/// directory a root supervisor made is there for an ordinary user too, who
+/// may not write it — `status` said "cgroup yes", and the turn failed).
+/// A probe group is made and removed again.
+fn can_make_groups(root: &Path) -> bool {
+    let probe = root.join(format!("probe-{}", std::process::id()));
+    match std::fs::create_dir(&probe) {
+        Ok(()) => {
+            let _ = std::fs::remove_dir(&probe);
+            true
+        }
+        Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+    }
+}
+
 fn probe_cgroup() -> CgroupInfo {
     let base = Path::new("/sys/fs/cgroup");
     // v2: a unified hierarchy with the controllers we need enabled.
@@ -407,7 +422,7 @@ fn probe_cgroup() -> CgroupInfo {
         && ctrl.split_whitespace().any(|c| c == "pids")
     {
         let root = base.join("mini-letta");
-        if std::fs::create_dir_all(&root).is_ok() {
+        if std::fs::create_dir_all(&root).is_ok() && can_make_groups(&root) {
             let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids +memory");
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
             // The CPU limit where the controller can be had (optional).
@@ -425,7 +440,7 @@ fn probe_cgroup() -> CgroupInfo {
         let dir = base.join(ctrl);
         if dir.join("cgroup.procs").exists() {
             let root = dir.join("mini-letta");
-            if std::fs::create_dir_all(&root).is_ok() {
+            if std::fs::create_dir_all(&root).is_ok() && can_make_groups(&root) {
                 roots.push(root);
             }
         }
