@@ -592,7 +592,15 @@ fn plan_child(
         identity::own_agent_dir(agent, u).map_err(|e| internal(&e))?;
         uid = Some(u);
     } else if confined {
+        // Without a uid of its own the agent runs as this user; the
+        // directories it owns must exist before its view is built (only
+        // what exists is bound there), as `own_agent_dir` makes them for
+        // root (issue 44: a user's first turn could not make
+        // `conversations/`).
         std::fs::create_dir_all(agent.tmp_dir()).map_err(|e| internal(&e))?;
+        for dir in identity::agent_owned_dirs(agent) {
+            std::fs::create_dir_all(&dir).map_err(|e| internal(&e))?;
+        }
     }
     let mut launch = plan::plan(&plan::PlanInput {
         report,

@@ -234,6 +234,7 @@ pub mod http;
 pub mod pty;
 pub mod remote;
 pub mod rng;
+pub mod user;
 
 /// Whether this host confines children fully (level L0, as root); when not,
 /// says why loudly — and under `MINI_LETTA_REQUIRE_SANDBOX=1` (CI) fails
