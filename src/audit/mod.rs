@@ -60,7 +60,9 @@ const QUEUE: usize = 1024;
 const BATCH: usize = 256;
 
 struct Job {
-    entry: Entry,
+    /// `None`: a barrier ([`Log::flush`]), answered once everything queued
+    /// before it is durable.
+    entry: Option<Entry>,
     done: oneshot::Sender<Result<Appended, String>>,
 }
 
@@ -115,11 +117,26 @@ impl Log {
                             Err(_) => break,
                         }
                     }
-                    let entries: Vec<Entry> = jobs.iter().map(|j| j.entry.clone()).collect();
-                    match writer.append(&entries) {
+                    let entries: Vec<Entry> = jobs.iter().filter_map(|j| j.entry.clone()).collect();
+                    let written = if entries.is_empty() {
+                        Ok(Vec::new())
+                    } else {
+                        writer.append(&entries)
+                    };
+                    match written {
                         Ok(done) => {
-                            for (job, a) in jobs.into_iter().zip(done) {
-                                let _ = job.done.send(Ok(a));
+                            let mut done = done.into_iter();
+                            for job in jobs {
+                                let answer = match job.entry {
+                                    Some(_) => done.next(),
+                                    None => Some(Appended {
+                                        seq: 0,
+                                        head: String::new(),
+                                    }),
+                                };
+                                if let Some(a) = answer {
+                                    let _ = job.done.send(Ok(a));
+                                }
                             }
                         }
                         Err(e) => {
@@ -163,10 +180,25 @@ impl Log {
             return Ok(Queued(None));
         };
         let (done, wait) = oneshot::channel();
-        tx.send(Job { entry, done })
-            .await
-            .map_err(|_| AuditError::Closed)?;
+        tx.send(Job {
+            entry: Some(entry),
+            done,
+        })
+        .await
+        .map_err(|_| AuditError::Closed)?;
         Ok(Queued(Some(wait)))
+    }
+
+    /// Resolve once every record queued before this call is durable. The
+    /// writer is a thread the process does not wait for: a supervisor
+    /// stopping (an embedded one at its command's end) calls this last, or
+    /// a record only queued — a child's exit — would be lost with it.
+    pub async fn flush(&self) {
+        let Some(tx) = &self.tx else { return };
+        let (done, wait) = oneshot::channel();
+        if tx.send(Job { entry: None, done }).await.is_ok() {
+            let _ = wait.await;
+        }
     }
 
     /// [`Log::append`] from a blocking thread (never an async worker).
@@ -178,8 +210,11 @@ impl Log {
             });
         };
         let (done, wait) = oneshot::channel();
-        tx.blocking_send(Job { entry, done })
-            .map_err(|_| AuditError::Closed)?;
+        tx.blocking_send(Job {
+            entry: Some(entry),
+            done,
+        })
+        .map_err(|_| AuditError::Closed)?;
         wait.blocking_recv()
             .map_err(|_| AuditError::Closed)?
             .map_err(|detail| AuditError::Corrupt {
@@ -221,4 +256,34 @@ pub fn append(
 /// The sha256 (hex) of a tool call's arguments as the child reported them.
 pub fn arguments_sha256(arguments: &Value) -> String {
     record::hex(&record::line_hash(arguments.to_string().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Records only queued (not awaited) are durable once `flush` returns:
+    /// a stopping supervisor loses none of them.
+    #[test]
+    fn flush_returns_once_everything_queued_before_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = crate::paths::Home::at(dir.path());
+        std::fs::create_dir_all(home.audit_log().parent().unwrap()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (log, _) = Log::start(&home, &[Entry::new("start", None, None)]).unwrap();
+            for i in 0..300 {
+                let mut e = Entry::new("exit", Some("agent-x"), Some("agent"));
+                e.fields.insert("n".into(), Value::from(i));
+                drop(log.enqueue(e).await.unwrap());
+            }
+            log.flush().await;
+        });
+        let text = std::fs::read_to_string(home.audit_log()).unwrap();
+        assert_eq!(text.lines().count(), 301, "{} lines", text.lines().count());
+        assert!(text.lines().last().unwrap().contains("\"n\":299"));
+    }
 }

@@ -317,6 +317,14 @@ async fn shutdown(state: &Arc<State>) {
     }
     // Then, and only then, the agents it owns are given back.
     super::cluster::stop(state).await;
+    // Last: what was only queued for the audit log (the children's exits
+    // above) is made durable before the process may end.
+    if tokio::time::timeout(REQUEST_GRACE, state.accounting.log.flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the audit log did not take the last records in time");
+    }
 }
 
 /// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.
