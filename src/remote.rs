@@ -223,6 +223,17 @@ pub struct RemoteFence {
     pub plausible: bool,
 }
 
+/// The largest epoch among `fences` that mini-letta could have issued
+/// (0 when there is none): what the cluster's epoch base must pass.
+pub fn largest_fence_epoch(fences: &[RemoteFence]) -> i64 {
+    fences
+        .iter()
+        .filter(|f| f.plausible)
+        .map(|f| f.epoch)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The fences of the agents under `root`: every agent of a directory root
 /// (each repository checked first), or — a network root cannot be listed
 /// — this home's agents, as their last sync fetched them.

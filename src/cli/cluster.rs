@@ -69,12 +69,7 @@ fn recover(home: &crate::paths::Home, cfg: &ClusterConfig, json: bool) -> anyhow
         )
     })?;
     let fences = crate::remote::fences(home, &root)?;
-    let largest = fences
-        .iter()
-        .filter(|f| f.plausible)
-        .map(|f| f.epoch)
-        .max()
-        .unwrap_or(0);
+    let largest = crate::remote::largest_fence_epoch(&fences);
     let raised = crate::cluster::recover::raise_base_blocking(cfg, largest.saturating_add(1))?;
     if json {
         output::json(&json!({

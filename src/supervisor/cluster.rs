@@ -60,12 +60,7 @@ pub async fn start(state: &Arc<State>) {
     let scan: crate::cluster::node::FenceScan = Arc::new(move || {
         let root = crate::remote::root_from_env().ok_or("no remote root")?;
         let fences = crate::remote::fences(&home, &root).map_err(|e| e.to_string())?;
-        Ok(fences
-            .iter()
-            .filter(|f| f.plausible)
-            .map(|f| f.epoch)
-            .max()
-            .unwrap_or(0))
+        Ok(crate::remote::largest_fence_epoch(&fences))
     });
     match Node::start(cfg, recorder, scan).await {
         Ok(node) => state.cluster.joined(node),

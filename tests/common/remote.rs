@@ -85,3 +85,13 @@ pub fn has_object(git_dir: &Path, oid: &str) -> bool {
         .unwrap()
         .success()
 }
+
+/// The object id `rev:path` names in the git directory `git_dir`.
+pub fn object_at(git_dir: &Path, spec: &str) -> String {
+    git_ok(
+        Path::new("/"),
+        &["--git-dir", git_dir.to_str().unwrap(), "rev-parse", spec],
+    )
+    .trim()
+    .to_string()
+}

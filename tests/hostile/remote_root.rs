@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::remote::{git_ok, has_object, main_of, ok};
+use crate::common::remote::{has_object, main_of, object_at, ok};
 use crate::common::*;
 
 /// `mini-letta ARGS` on `home` with the remote root spelled `root`, run
@@ -87,17 +87,7 @@ fn tenant_x() -> TenantX {
     );
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let git_dir = home.path().join("agents").join(&id).join("memory.git");
-    let secret = git_ok(
-        Path::new("/"),
-        &[
-            "--git-dir",
-            git_dir.to_str().unwrap(),
-            "rev-parse",
-            "main:secret.md",
-        ],
-    )
-    .trim()
-    .to_string();
+    let secret = object_at(&git_dir, "main:secret.md");
     let remote = root.path().join(format!("{id}.git"));
     assert!(remote.is_dir());
     TenantX {

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::common::remote::{git_ok, has_object, json, main_of, ok, on};
+use crate::common::remote::{git_ok, has_object, json, main_of, object_at, ok, on};
 use crate::common::*;
 
 /// Every file of a directory with its bytes.
@@ -419,15 +419,7 @@ fn victim(home: &Path) -> (PathBuf, String) {
         ],
     ));
     let git_dir = home.join("agents").join(&id).join("memory.git");
-    let secret = git_ok(
-        Path::new("/"),
-        &[
-            "--git-dir",
-            git_dir.to_str().unwrap(),
-            "rev-parse",
-            "main:secret.md",
-        ],
-    );
+    let secret = object_at(&git_dir, "main:secret.md");
     (git_dir, secret.trim().to_string())
 }
 
@@ -674,4 +666,30 @@ fn a_repair_that_drops_the_local_change_fails_and_loses_nothing() {
         ],
     );
     assert!(text.contains("speaks like a pirate"), "{text}");
+}
+
+/// Issue 43: a remote file over the size limit is refused from its header,
+/// and the refusal names its path — which the remote chose. A name made of
+/// escape sequences reaches neither `sync`'s nor `doctor`'s output raw,
+/// and nothing of the blob is fetched.
+#[test]
+fn an_oversized_remote_file_with_an_escape_in_its_name_is_refused_visibly() {
+    let t = Tenant::synced();
+    let before = t.local_state();
+    let big = vec![b'x'; 2 << 20];
+    let name = "big\u{1b}]0;pwned\u{7}\u{1b}[2J.txt";
+    let oid = blob(&t.bare(), &big);
+    plant(&t.bare(), &[("100644", oid.clone(), name)], &[]);
+    for args in [&["sync", "-a", "al"][..], &["doctor", "-a", "al"][..]] {
+        let o = on(t.home.path(), t.root.path(), args);
+        let text = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(!o.status.success(), "{args:?}: {text}");
+        assert!(text.contains("bytes exceeds"), "{args:?}: {text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{args:?}: {text:?}"
+        );
+    }
+    assert!(!has_object(&t.git_dir(), &oid), "the blob was fetched");
+    assert_eq!(t.local_state(), before, "local state changed");
 }
