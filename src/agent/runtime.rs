@@ -15,7 +15,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::context::fit::Fit;
-use super::context::{ContextError, MAX_OVERFLOW_RETRIES, TurnContext};
+use super::context::{ContextError, FRAME_OVERFLOW, MAX_OVERFLOW_RETRIES, TurnContext};
 use super::tools::{self, ToolContext};
 use crate::paths::AgentPaths;
 use crate::protocol::client::{Client, ClientError};
@@ -495,6 +495,9 @@ fn hint_for(e: &ModelFailure) -> Option<String> {
         }
         ModelFailure::Transient { .. } => Some(
             "the provider could not be reached or stopped answering; try again shortly".into(),
+        ),
+        ModelFailure::ContextOverflow { message } if message.starts_with(FRAME_OVERFLOW) => Some(
+            "send a shorter message: a larger context window cannot carry it".into(),
         ),
         ModelFailure::ContextOverflow { .. } => Some(
             "nothing more could be compacted or trimmed; send a shorter message, or give the conversation a larger window (`chat --context-window N`, `agent create --context-window N`) or the agent a shorter system prompt".into(),

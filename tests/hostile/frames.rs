@@ -75,6 +75,9 @@ fn a_request_over_the_frame_limit_fails_in_seconds_and_releases_the_conversation
     assert!(!o.status.success(), "{err}");
     assert_ne!(o.status.code(), Some(124), "the turn hung: {err}");
     assert!(err.contains("4 MiB"), "names the limit: {err}");
+    // No advice that cannot work: a larger window carries nothing more.
+    assert!(err.contains("send a shorter message"), "{err}");
+    assert!(!err.contains("--context-window"), "{err}");
     assert!(took < Duration::from_secs(30), "took {took:?}");
     let (o, took) = chat(h, "still there?");
     assert!(o.status.success(), "{}", stderr(&o));

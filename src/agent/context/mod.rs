@@ -97,6 +97,10 @@ impl Summarizer for ChannelSummarizer<'_> {
 }
 
 /// The event a compaction is reported as.
+/// How a turn's failure begins when its request is over the frame limit
+/// (no window, however large, lets it through: the hint says so).
+pub const FRAME_OVERFLOW: &str = "the request is larger than one request to the model may be";
+
 /// Whether `request` fits one frame to the supervisor (issue 43 §5: one
 /// that does not is refused there, however large the model's window).
 fn fits_a_frame(request: &ModelRequest) -> bool {
@@ -414,6 +418,17 @@ impl<'a> TurnContext<'a> {
             return failure;
         };
         let p = fit::parts(request);
+        if !fits_a_frame(request) {
+            return ModelFailure::ContextOverflow {
+                message: format!(
+                    "{FRAME_OVERFLOW} ({} MiB) even after compacting everything and trimming tool \
+                     results: it is {} bytes, its messages {} tokens (estimated)",
+                    crate::protocol::MAX_FRAME_BYTES / (1024 * 1024),
+                    crate::protocol::encoded_len(request),
+                    p.messages
+                ),
+            };
+        }
         let window = match self.window.context_window {
             Some(w) => format!("the {w}-token context window"),
             None => "the model's context window".to_string(),
