@@ -76,13 +76,8 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0
         })
         .collect();
-    let rootless = !nix::unistd::geteuid().is_root();
     let mut lines = Vec::new();
     for iso in ["strict", "off"] {
-        if iso == "strict" && rootless {
-            lines.push("strict: SKIPPED (needs root for per-agent uids)".to_string());
-            continue;
-        }
         let turns: Vec<f64> = (0..runs)
             .map(|i| {
                 let t = Instant::now();
@@ -124,7 +119,7 @@ fn main() {
     for l in lines {
         println!("  {l}");
     }
-    let iso = if rootless { "off" } else { "strict" };
+    let iso = "strict";
     run(h, &["supervisor", "stop"]);
     run(h, &["supervisor", "start"]);
     // Turns a moment apart (a person, a script that does something
@@ -135,6 +130,127 @@ fn main() {
     let embedded = breakdown(h, runs, iso, PAUSE);
     print_breakdown(runs, iso, &[&apart, &back_to_back, &embedded]);
     commands(h, runs, iso);
+    as_users(runs);
+}
+
+/// The user these runs become (created with `useradd` when missing).
+const BENCH_USER: &str = "mini-letta-bench";
+
+/// A one-shot turn (`chat -p`, embedded supervisor, strict) as root, and as
+/// an ordinary user with per-agent uids from its subordinate range and
+/// without them: each in a home of its own, medians and ratios to root's.
+fn as_users(runs: usize) {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        println!("one-shot turn as root vs as a user: SKIPPED (needs root to become a user)");
+        return;
+    }
+    if !Command::new("id")
+        .arg(BENCH_USER)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let made = Command::new("useradd")
+            .args([
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                BENCH_USER,
+            ])
+            .status()
+            .unwrap();
+        assert!(made.success(), "useradd {BENCH_USER}");
+    }
+    let uid: u32 = String::from_utf8_lossy(
+        &Command::new("id")
+            .args(["-u", BENCH_USER])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    // Programs and homes the user can reach (the build's may be private).
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["mini-letta", "mini-letta-agent", "mini-letta-stage2"] {
+        let to = d.join(name);
+        std::fs::copy(Path::new(bin()).with_file_name(name), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let user_home = d.join("u");
+    std::fs::create_dir(&user_home).unwrap();
+    std::fs::set_permissions(&user_home, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::os::unix::fs::chown(&user_home, Some(uid), Some(uid)).unwrap();
+    let exe = d.join("mini-letta");
+    let one = |who: &str, home: &Path, disable: &str, args: &[&str]| {
+        let mut cmd = if who == "root" {
+            Command::new(&exe)
+        } else {
+            let mut c = Command::new("runuser");
+            c.args(["-u", BENCH_USER, "--", "env"])
+                .arg(format!("HOME={}", user_home.display()))
+                .arg(&exe);
+            c
+        };
+        let o = cmd
+            .args(args)
+            .env("MINI_LETTA_HOME", home)
+            .env("MINI_LETTA_SANDBOX_DISABLE", disable)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{who} {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    };
+    let mut rows = Vec::new();
+    for (label, who, disable) in [
+        ("root", "root", ""),
+        ("user, per-agent uids", "user", ""),
+        ("user, shared uid", "user", "subids"),
+    ] {
+        let home = user_home.join(format!("home-{}", rows.len()));
+        one(who, &home, disable, &["agent", "create", "b"]);
+        let status = one(who, &home, disable, &["sandbox", "status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let backend = v["backend"].as_str().unwrap_or("?").to_string();
+        let turns: Vec<f64> = (0..runs)
+            .map(|i| {
+                let t = Instant::now();
+                one(
+                    who,
+                    &home,
+                    disable,
+                    &["chat", "-a", "b", "-p", &format!("hi {i}")],
+                );
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        let cli: Vec<f64> = (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                one(who, &home, disable, &["agent", "list"]);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        rows.push((label, backend, median(turns), median(cli)));
+    }
+    let root = rows[0].2;
+    println!("one-shot turn (`chat -p`, embedded supervisor, strict, {runs} runs, medians):");
+    for (label, backend, turn, cli) in &rows {
+        println!(
+            "  {label:<22} {turn:>7.1} ms ({:.2}× root's)   `agent list` {cli:>5.1} ms   layers {backend}",
+            turn / root
+        );
+    }
 }
 
 /// `memory` commands and `sandbox run`, each with `--timings`, with a

@@ -93,6 +93,12 @@ impl Home {
         self.run_dir().join("supervisor.sock")
     }
 
+    /// The key a control connection presents where children could reach
+    /// the socket (see [`control_key_beside`]).
+    pub fn control_key_file(&self) -> PathBuf {
+        control_key_beside(&self.supervisor_socket())
+    }
+
     /// The supervisor's log: the daemon's stdout and stderr, and the
     /// records of an embedded one at default verbosity.
     pub fn supervisor_log(&self) -> PathBuf {
@@ -916,4 +922,19 @@ impl Programs {
         }
         Ok(found)
     }
+}
+
+/// The control key file of the supervisor listening at `socket` (in the
+/// same private directory).
+pub fn control_key_beside(socket: &Path) -> PathBuf {
+    socket.with_file_name(CONTROL_KEY_NAME)
+}
+
+/// File name of the supervisor's control key.
+pub const CONTROL_KEY_NAME: &str = "control.key";
+
+/// The agent uids handed out from a user's subordinate range, in its state
+/// directory `state` (shared by all of the user's homes).
+pub fn user_agent_uid_registry(state: &Path) -> PathBuf {
+    state.join("mini-letta").join("agent-uids")
 }

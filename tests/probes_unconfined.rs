@@ -113,6 +113,18 @@ fn decoy() -> Decoy {
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let control_socket = home.join("run/supervisor.sock");
     let control = UnixListener::bind(&control_socket).unwrap();
+    // Greets whoever connects, as a supervisor that lets every peer in
+    // would (the probe counts an escape only once it is greeted).
+    let greeter = control.try_clone().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        for mut s in greeter.incoming().flatten() {
+            let mut line = String::new();
+            let _ = BufReader::new(s.try_clone().unwrap()).read_line(&mut line);
+            let _ =
+                s.write_all(b"{\"type\":\"hello\",\"version\":1,\"server\":\"any\",\"pid\":1}\n");
+        }
+    });
     let abstract_name = format!("mini-letta-probe-test-{tag}");
     let abstract_listener =
         UnixListener::bind_addr(&SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap())
@@ -146,6 +158,7 @@ fn decoy() -> Decoy {
         scratch_dir: a.join("tmp"),
         read_only_checkout: Some(a.join("memory")),
         egress: None,
+        by_design: None,
     };
     Decoy {
         _tmp: tmp,

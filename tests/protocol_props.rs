@@ -109,10 +109,13 @@ fn arb_call() -> impl Strategy<Value = Call> {
 
 fn arb_client_frame() -> impl Strategy<Value = ClientFrame> {
     prop_oneof![
-        1 => (any::<u32>(), prop::bool::ANY).prop_map(|(version, child)| ClientFrame::Hello {
-            version,
-            peer: if child { PeerKind::Child } else { PeerKind::Cli },
-        }),
+        1 => (any::<u32>(), prop::bool::ANY, prop::option::of("[0-9a-f]{1,64}")).prop_map(
+            |(version, child, key)| ClientFrame::Hello {
+                version,
+                peer: if child { PeerKind::Child } else { PeerKind::Cli },
+                key,
+            }
+        ),
         4 => (any::<u64>(), arb_call()).prop_map(|(id, call)| ClientFrame::Request { id, call }),
     ]
 }
@@ -614,6 +617,7 @@ fn supervisor_survives_garbage() {
                 s.write_all(&encode(&ClientFrame::Hello {
                     version: 1,
                     peer: PeerKind::Cli,
+                    key: None,
                 }))
                 .unwrap();
                 let mut hello = String::new();

@@ -857,3 +857,249 @@ fn an_ordinary_user_is_told_the_truth_and_its_turns_remember() {
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("hello again"), "{}", stdout(&o));
 }
+
+/// The verdict of attack `id` in a `sandbox verify --json` report.
+fn verdict_of<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["report"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report}"))
+}
+
+/// `sandbox verify --json` output, checked to have passed with nothing
+/// escaped.
+fn passed_verify(o: &Output, what: &str) -> Value {
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}{}", stdout(o), stderr(o)));
+    assert!(o.status.success(), "{what}: {v}\n{}", stderr(o));
+    assert_eq!(v["report"]["escaped"], 0, "{what}: {v}");
+    v
+}
+
+/// Issue 44: as an ordinary user, `sandbox verify` found two escapes — a
+/// hard link planted in the attacker's memory (agents shared the user's
+/// uid, so file permissions no longer separated them) and a fork bomb (no
+/// pids limit without a cgroup). Both are stopped now, on a host where a
+/// root supervisor made its cgroup directories and on one with no cgroups
+/// at all, with per-agent uids from the user's subordinate range (the
+/// link's target is another uid's 0600 file; the process limit binds the
+/// agent's uid) and without them (the supervisor refuses to start a child
+/// beside the link; the limit is counted in the child's own user
+/// namespace).
+#[test]
+fn an_ordinary_user_passes_the_escape_catalogue() {
+    // Root's probe makes (or finds) its root-owned groups first.
+    let _ = status_json(&[]);
+    let Some(user) = common::user::User::create("the escape catalogue as a user") else {
+        return;
+    };
+    let mut modes: Vec<(&str, &[(&str, &str)])> =
+        vec![("shared uid", &[("MINI_LETTA_SANDBOX_DISABLE", "subids")])];
+    match user.has_subids() {
+        Ok(()) => modes.push(("subordinate uids", &[])),
+        Err(why) => common::skip_or_fail(&format!(
+            "the user has no per-agent uids ({why}): the catalogue ran without them only"
+        )),
+    }
+    for (mode, env) in modes {
+        let with_groups = user.run_env(&["sandbox", "verify", "--json"], env);
+        let without = user.run_without_cgroups(&["sandbox", "verify", "--json"], env);
+        for (where_, o) in [
+            ("root's cgroup directories present", &with_groups),
+            ("no cgroups visible", &without),
+        ] {
+            let what = format!("{mode}, {where_}");
+            let v = passed_verify(o, &what);
+            let link = verdict_of(&v, "08-planted-hardlink");
+            assert_eq!(link["verdict"], "blocked", "{what}: {link}");
+            let evidence = link["evidence"].as_str().unwrap();
+            if mode == "shared uid" {
+                assert!(
+                    evidence.contains("hard links"),
+                    "the refusal says why: {link}"
+                );
+            } else {
+                assert!(evidence.contains("EACCES"), "another uid's file: {link}");
+            }
+            let bomb = verdict_of(&v, "37-fork-bomb");
+            assert_eq!(bomb["verdict"], "blocked", "{what}: {bomb}");
+            assert!(
+                bomb["evidence"].as_str().unwrap().contains("EAGAIN"),
+                "stopped by the limit: {bomb}"
+            );
+        }
+    }
+    // The status the user sees on that host says there is no cgroup.
+    let o = user.run_without_cgroups(&["sandbox", "status", "--json"], &[]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["cgroup"]["available"], false, "{v}");
+}
+
+/// Issue 44: where `/etc/subuid` and `/etc/subgid` grant the user a range
+/// (`usermod --add-subuids/--add-subgids`, as rootless container engines
+/// use), each agent's children run as a host uid of its own from it, seen
+/// from the host: two agents' commands, two different uids, both in the
+/// range and neither the user's; `sandbox status` says where they come from.
+#[test]
+fn a_user_with_subordinate_ids_runs_each_agent_as_its_own_host_uid() {
+    let Some(user) = common::user::User::create("per-agent uids for a user") else {
+        return;
+    };
+    let (start, count) = user.ensure_subids();
+    if let Err(why) = user.has_subids() {
+        common::skip_or_fail(&format!("no per-agent uids for a user with a range: {why}"));
+        return;
+    }
+    let o = user.run(&["sandbox", "status"]);
+    assert!(
+        stdout(&o).contains(&format!("subordinate range {start}..{}", start + count)),
+        "{}",
+        stdout(&o)
+    );
+    // Two agents of one home, and one of another home of the same user:
+    // uids are handed out once per user, never again in the next home.
+    let other_home = user.home().with_file_name("h2");
+    let other = [("MINI_LETTA_HOME", other_home.to_str().unwrap())];
+    let mut sleepers = Vec::new();
+    for (name, secs, env) in [
+        ("ua", "41.0071", &[][..]),
+        ("ub", "41.0072", &[][..]),
+        ("uc", "41.0073", &other[..]),
+    ] {
+        let o = user.run_env(&["agent", "create", name], env);
+        assert!(o.status.success(), "{}", stderr(&o));
+        sleepers.push((
+            secs,
+            user.spawn_env(&["sandbox", "run", "-a", name, "--", "sleep", secs], env),
+        ));
+    }
+    let mut uids = Vec::new();
+    for (secs, _) in &sleepers {
+        let pid = common::user::wait_for(std::time::Duration::from_secs(20), || {
+            common::user::pid_running(&["sleep", secs])
+        })
+        .unwrap_or_else(|| panic!("no `sleep {secs}` came up"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        uids.push(uid);
+    }
+    for (secs, mut child) in sleepers {
+        if let Some(pid) = common::user::pid_running(&["sleep", secs]) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.wait();
+    }
+    let distinct: std::collections::BTreeSet<_> = uids.iter().collect();
+    assert_eq!(distinct.len(), 3, "agents sharing a uid: {uids:?}");
+    for u in &uids {
+        assert!(
+            (start..start + count).contains(u) && *u != user.uid(),
+            "host uid {u} is not from the user's range {start}+{count}"
+        );
+    }
+}
+
+/// Where a user's kernel refuses it user namespaces, children share the
+/// user's uid and see the home's paths: the supervisor's control socket is
+/// reachable from inside, and a peer's uid no longer tells the operator
+/// from a child. A control connection must then present the key only the
+/// user can read; the probe connects, cannot read the key, and is refused
+/// at hello. What this level cannot give by design (a pid namespace, a
+/// bounding set an unprivileged process could empty, an orphan's tie to
+/// the launcher without a cgroup) is skipped naming the missing layer,
+/// never reported as blocked or escaped.
+#[test]
+fn a_user_without_namespaces_keeps_children_off_the_control_socket() {
+    let Some(user) = common::user::User::create("the control key") else {
+        return;
+    };
+    // Without per-agent uids too: with them, the socket's mode keeps
+    // children out already.
+    let no_ns = [("MINI_LETTA_SANDBOX_DISABLE", "namespaces,subids")];
+    let o = user.run_env(&["sandbox", "verify", "--json"], &no_ns);
+    let v = passed_verify(&o, "no namespaces");
+    let socket = verdict_of(&v, "22-control-socket");
+    assert_eq!(socket["verdict"], "blocked", "{socket}");
+    let evidence = socket["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("refused at hello") && evidence.contains("could not read"),
+        "{socket}"
+    );
+    for id in ["15-visible-pids", "33-capabilities"] {
+        let r = verdict_of(&v, id);
+        assert_eq!(r["verdict"], "skipped", "{r}");
+        assert!(
+            r["reason"].to_string().contains("by design")
+                || r["evidence"].to_string().contains("by design"),
+            "{r}"
+        );
+    }
+    // The user's own CLI presents the key: its turns run at this level.
+    let o = user.run_env(&["agent", "create", "nk"], &no_ns);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = user.run_env(
+        &["chat", "-a", "nk", "-p", "remember: I like oolong"],
+        &no_ns,
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = user.run_env(&["sandbox", "run", "-a", "nk", "--", "true"], &no_ns);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// A user's processes without per-agent uids (its agents share its uid).
+const SHARED: &[(&str, &str)] = &[("MINI_LETTA_SANDBOX_DISABLE", "subids")];
+
+/// Agents sharing the user's uid are kept apart by what their trees may
+/// hold: a memory file that is also another file (a second hard link) or
+/// that another uid owns stops the agent's children from starting, with
+/// the file named and nothing moved or deleted; once it is gone, turns run.
+#[test]
+fn a_users_agent_with_a_linked_or_foreign_memory_file_is_not_started() {
+    let Some(user) = common::user::User::create("linked memory files") else {
+        return;
+    };
+    for name in ["la", "lb"] {
+        let o = user.run_env(&["agent", "create", name], SHARED);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let secret = user.agent_dir("lb").join("memory/secret.md");
+    std::fs::write(&secret, "B-ONLY\n").unwrap();
+    let uid = user.uid();
+    std::os::unix::fs::chown(&secret, Some(uid), Some(uid)).unwrap();
+    let planted = user.agent_dir("la").join("memory/notes.md");
+    std::fs::hard_link(&secret, &planted).unwrap();
+    let o = user.run_env(&["chat", "-a", "la", "-p", "what do you know?"], SHARED);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&planted.display().to_string()) && err.contains("2 hard links"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&planted).unwrap(), "B-ONLY\n");
+    std::fs::remove_file(&planted).unwrap();
+
+    let foreign = user.agent_dir("la").join("memory/foreign.md");
+    std::fs::write(&foreign, "planted\n").unwrap();
+    std::os::unix::fs::chown(&foreign, Some(54_321), Some(54_321)).unwrap();
+    let o = user.run_env(&["chat", "-a", "la", "-p", "what do you know?"], SHARED);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("belongs to uid 54321"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(foreign.exists(), "nothing is removed");
+    std::fs::remove_file(&foreign).unwrap();
+
+    let o = user.run_env(&["chat", "-a", "la", "-p", "hello"], SHARED);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}

@@ -211,6 +211,15 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
 fn run_main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = parse_hot(&args).unwrap_or_else(|| Cli::parse_from(&args));
+    // Still single-threaded: the only moment a user's process can enter
+    // its namespace of per-agent uids.
+    if !matches!(
+        cli.command,
+        Command::Completions { .. } | Command::Man { .. }
+    ) && let Ok(home) = Home::resolve(cli.globals.home.as_deref())
+    {
+        crate::sandbox::identity::enter_subids(home.root());
+    }
     init_logging(cli.globals.verbose);
     let result = run(&cli);
     interrupt::hold_if_ending();

@@ -80,7 +80,13 @@ impl Client {
                 path: socket.display().to_string(),
                 source,
             })?;
-        Self::start(stream, PeerKind::Cli)
+        // The key beside the socket, if this process may read it: only the
+        // supervisor's user can, never one of its confined children.
+        let key = std::fs::read_to_string(crate::paths::control_key_beside(socket))
+            .ok()
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty() && k.len() <= 256);
+        Self::start_with_key(stream, PeerKind::Cli, key)
     }
 
     /// Use the channel a supervisor gave this process (from [`CHANNEL_FD_ENV`]).
@@ -133,6 +139,14 @@ impl Client {
 
     /// Exchange hellos on a connected stream.
     fn start(stream: Stream, peer: PeerKind) -> Result<Self, ClientError> {
+        Self::start_with_key(stream, peer, None)
+    }
+
+    fn start_with_key(
+        stream: Stream,
+        peer: PeerKind,
+        key: Option<String>,
+    ) -> Result<Self, ClientError> {
         let mut c = Self {
             stream,
             splitter: LineSplitter::new(),
@@ -143,6 +157,7 @@ impl Client {
         c.send(&ClientFrame::Hello {
             version: PROTOCOL_VERSION,
             peer,
+            key,
         })?;
         loop {
             match c.read_frame()? {

@@ -25,6 +25,11 @@ pub enum ClientFrame {
     Hello {
         version: u32,
         peer: PeerKind,
+        /// The supervisor's control key (`run/control.key`), asked of a
+        /// control connection where the supervisor's children could reach
+        /// its socket (they share its uid and see the host's paths).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     Request {
         id: u64,

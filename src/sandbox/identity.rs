@@ -11,12 +11,12 @@ use std::sync::Mutex;
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home, OWNERSHIP_MARKER_NAME};
 
-/// First uid handed to agents.
-pub const UID_BASE: u32 = 200_000;
-/// How many agent uids there are.
-pub const UID_COUNT: u32 = 100_000;
-/// The uid the layer probe runs bwrap as.
-pub const PROBE_UID: u32 = UID_BASE + UID_COUNT - 1;
+pub use super::subids::{UID_BASE, UID_COUNT};
+
+/// The uid the layer probes run as: the last agent uid.
+pub fn probe_uid() -> u32 {
+    UID_BASE + super::subids::agent_uid_count() - 1
+}
 
 static ALLOCATION: Mutex<()> = Mutex::new(());
 
@@ -24,10 +24,20 @@ static ALLOCATION: Mutex<()> = Mutex::new(());
 /// on this machine so that two tenants' agents never share a uid.
 pub const REGISTRY: &str = "/var/lib/mini-letta/.agent-uids";
 
-/// A failure reading or writing the host's uid registry ([`REGISTRY`]).
+/// A failure reading or writing the uid registry ([`registry`]).
 #[derive(Debug, thiserror::Error)]
-#[error("{registry}: {0}", registry = REGISTRY)]
+#[error("agent uid registry: {0}")]
 pub struct RegistryError(#[source] pub std::io::Error);
+
+/// The record of uids handed out: the host's ([`REGISTRY`]) as root; in a
+/// user's namespace of subordinate ids ([`super::subids`]), that user's,
+/// since the range is the user's alone.
+pub fn registry() -> PathBuf {
+    match super::subids::user_registry_path() {
+        Some(p) => p.to_path_buf(),
+        None => PathBuf::from(REGISTRY),
+    }
+}
 
 /// Hand out the lowest uid free on this host to `agent_id` of `home` and
 /// record it in the host registry. `recorded` are the uids the home's
@@ -36,7 +46,7 @@ pub struct RegistryError(#[source] pub std::io::Error);
 /// caller stores the uid in the agent's record.
 pub fn allocate_uid(home: &Home, agent_id: &str, recorded: &[u32]) -> Result<u32, RegistryError> {
     let _guard = ALLOCATION.lock().unwrap_or_else(|p| p.into_inner());
-    let registry = Path::new(REGISTRY);
+    let registry = registry();
     if let Some(dir) = registry.parent() {
         std::fs::create_dir_all(dir).map_err(RegistryError)?;
     }
@@ -45,7 +55,7 @@ pub fn allocate_uid(home: &Home, agent_id: &str, recorded: &[u32]) -> Result<u32
         .append(true)
         .create(true)
         .mode(0o600)
-        .open(registry)
+        .open(&registry)
         .map_err(RegistryError)?;
     // Serialise allocation across supervisors of different homes.
     file.lock().map_err(RegistryError)?;
@@ -69,7 +79,7 @@ pub fn allocate_uid(home: &Home, agent_id: &str, recorded: &[u32]) -> Result<u32
         .filter_map(|l| l.split(' ').next()?.parse().ok())
         .collect();
     used.extend(recorded.iter().copied());
-    let uid = (UID_BASE..PROBE_UID)
+    let uid = (UID_BASE..probe_uid())
         .find(|u| !used.contains(u))
         .ok_or_else(|| RegistryError(std::io::Error::other("no free agent uid left")))?;
     writeln!(file, "{uid} {agent_id} {}", home.root().display()).map_err(RegistryError)?;
@@ -86,7 +96,7 @@ pub fn release_uid(home: &Home, agent_id: &str, uid: u32) -> Result<bool, Regist
     let mut file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(REGISTRY)
+        .open(registry())
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -405,4 +415,13 @@ pub fn kill_leftovers(uids: &[u32]) -> usize {
         }
     }
     killed
+}
+
+/// Enter this user's namespace of per-agent uids ([`super::subids`]) when
+/// agent uids could reach `home` there (as under root, a private directory
+/// above it would stop every child). Call while single-threaded.
+pub fn enter_subids(home: &Path) -> &'static super::subids::Status {
+    let reachable = check_reachable(home, "reach the home", "put the home elsewhere")
+        .map_err(|e| e.to_string());
+    super::subids::enter(reachable)
 }

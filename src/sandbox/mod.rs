@@ -15,7 +15,9 @@ pub mod profile;
 pub mod report;
 pub mod report_cache;
 pub mod seccomp;
+pub mod shared_uid;
 pub mod stage2;
+pub mod subids;
 pub mod sys;
 pub mod volume;
 

@@ -49,6 +49,11 @@ pub struct Rlimits {
     pub fsize: u64,
     /// Only effective for a non-root uid (the kernel exempts uid 0).
     pub nproc: u64,
+    /// Whether `nproc` is set before exec (the child has a uid of its own,
+    /// or shares the user's with no user namespace to count in: then the
+    /// limit already counts the user's other processes). Otherwise the
+    /// stage sets it inside the child's user namespace, if at all.
+    pub nproc_at_launch: bool,
 }
 
 /// Everything the launcher needs.
@@ -183,6 +188,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         require_no_caps: true,
         namespaces: None,
         egress: None,
+        nproc: None,
     };
     let uid = if r.uid_switch.available {
         input.uid
@@ -190,11 +196,23 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         None
     };
     let cgroup_procs = cgroup_procs(r, input.agent_id, &res.role);
+    // The kernel never limits the processes of host uid 0.
+    let shares_user = uid.is_none() && !nix::unistd::geteuid().is_root();
+    let own_userns = namespaces && r.ns_backend.is_some();
     let rlimits = Rlimits {
         nofile: res.limits.open_files,
         fsize: res.limits.file_size_mb.saturating_mul(1024 * 1024),
-        nproc: res.limits.pids,
+        nproc: if shares_user && !own_userns {
+            // Counted with every other process of the user: what it runs
+            // now plus the role's allowance.
+            super::proc_tree::tasks_of_uid(nix::unistd::getuid().as_raw())
+                .saturating_add(res.limits.pids)
+        } else {
+            res.limits.pids
+        },
+        nproc_at_launch: uid.is_some() || (shares_user && !own_userns),
     };
+    stage.nproc = (shares_user && own_userns).then_some(res.limits.pids);
     let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
         // TMPDIR is the agent's own `tmp/` in every view: the `/tmp` of a
         // namespaced child is a root-owned tmpfs it cannot write.

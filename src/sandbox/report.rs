@@ -20,12 +20,7 @@ use serde::{Deserialize, Serialize};
 /// Landlock ABI below which signal and abstract-socket scopes are missing.
 pub const LANDLOCK_SCOPES_ABI: i32 = 6;
 
-/// Layers an operator may switch off for testing the fallbacks
-/// (`MINI_LETTA_SANDBOX_DISABLE=namespaces,landlock,seccomp,cgroup` in the
-/// *supervisor's* environment; never read by children). Switching a layer
-/// off lowers the reported level, so strict mode still refuses when the
-/// remainder is not enough.
-pub const DISABLE_ENV: &str = "MINI_LETTA_SANDBOX_DISABLE";
+pub use super::subids::DISABLE_ENV;
 
 /// The isolation level reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -154,10 +149,23 @@ impl SandboxReport {
             }
         };
         let is_root = nix::unistd::geteuid().is_root();
-        let uid_switch = if is_root {
-            probe_uid_switch()
-        } else {
-            Layer::no("supervisor is not root: children keep its uid")
+        let uid_switch = match super::subids::status() {
+            _ if off("uid") => Layer::no(format!("disabled by {DISABLE_ENV}")),
+            super::subids::Status::HostRoot => probe_uid_switch(),
+            super::subids::Status::Mapped { uids, .. } => match probe_uid_switch() {
+                l if l.available => Layer::yes(format!(
+                    "each agent runs as its own uid from this user's subordinate range \
+                     {}..{} (mapped with newuidmap)",
+                    uids.start,
+                    uids.start + uids.count
+                )),
+                l => l,
+            },
+            super::subids::Status::Shared(why) => Layer::no(format!(
+                "children keep this user's uid ({why}); agents are kept apart by their own \
+                 namespaces and landlock rules, by refusing memory files with a second link \
+                 or another owner, and by a process limit per sandbox"
+            )),
         };
         let bwrap = find_bwrap();
         let (namespaces, ns_backend) = if off("namespaces") {
@@ -248,10 +256,10 @@ impl SandboxReport {
 /// Whether root here can really become an agent uid: a user namespace
 /// (a rootless container engine, say) may map uid 0 and nothing of the
 /// agent range, and then every switch fails. One short-lived `true` run as
-/// [`super::identity::PROBE_UID`] tells.
+/// [`super::identity::probe_uid`] tells.
 fn probe_uid_switch() -> Layer {
     use std::os::unix::process::CommandExt;
-    let uid = super::identity::PROBE_UID;
+    let uid = super::identity::probe_uid();
     let Some(program) = ["/usr/bin/true", "/bin/true"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -276,7 +284,7 @@ fn probe_uid_switch() -> Layer {
             "root cannot switch to agent uid {uid} ({e}): a user namespace that does not map \
 the agent uid range {}..{}?",
             super::identity::UID_BASE,
-            super::identity::UID_BASE + super::identity::UID_COUNT
+            super::identity::UID_BASE + super::subids::agent_uid_count()
         )),
     }
 }
@@ -350,7 +358,7 @@ fn probe_namespaces(bwrap: Option<&Path>, is_root: bool) -> (Layer, Option<NsBac
             Err(e) => (Layer::no(e), None),
         };
     }
-    let uid = is_root.then_some(crate::sandbox::identity::PROBE_UID);
+    let uid = is_root.then_some(crate::sandbox::identity::probe_uid());
     match super::namespaces::probe(uid) {
         Ok(()) => (
             Layer::yes(
@@ -390,8 +398,8 @@ fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
         .stderr(Stdio::piped());
     if as_root {
         // Probe as an unprivileged uid, as the children will run.
-        cmd.uid(crate::sandbox::identity::PROBE_UID)
-            .gid(crate::sandbox::identity::PROBE_UID);
+        cmd.uid(crate::sandbox::identity::probe_uid())
+            .gid(crate::sandbox::identity::probe_uid());
     }
     match cmd.output() {
         Ok(o) if o.status.success() => Ok(()),
@@ -415,19 +423,63 @@ fn can_make_groups(root: &Path) -> bool {
     }
 }
 
+/// The subtree of the v2 hierarchy at `base` delegated to this process's
+/// user (systemd's `user@UID.service`, say): the highest group on the way
+/// from the root to this process's own (`self_cgroup`, the text of
+/// `/proc/self/cgroup`) whose `cgroup.procs` and `cgroup.subtree_control`
+/// belong to `me`. Never a group someone else owns: a root-owned
+/// directory is root's, even where it happens to be writable.
+pub fn delegated_root(base: &Path, self_cgroup: &str, me: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let own = self_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim()
+        .trim_start_matches('/');
+    let mut at = base.to_path_buf();
+    for part in Path::new(own).components() {
+        let std::path::Component::Normal(name) = part else {
+            return None;
+        };
+        at.push(name);
+        let mine = |f: &str| std::fs::metadata(at.join(f)).is_ok_and(|m| m.uid() == me);
+        if mine("cgroup.procs") && mine("cgroup.subtree_control") {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// `root` made (or found) under `parent`, with `pids` and `memory` (and
+/// `cpu` where it can be had) enabled for the groups made below it.
+fn groups_root(parent: &Path) -> Option<PathBuf> {
+    let root = parent.join("mini-letta");
+    if std::fs::create_dir_all(&root).is_err() || !can_make_groups(&root) {
+        return None;
+    }
+    let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+pids +memory");
+    let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
+    // The CPU limit where the controller can be had (optional).
+    let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu");
+    let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+    let has_pids = std::fs::read_to_string(root.join("cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+    has_pids.then_some(root)
+}
+
 fn probe_cgroup() -> CgroupInfo {
     let base = Path::new("/sys/fs/cgroup");
-    // v2: a unified hierarchy with the controllers we need enabled.
+    // v2: a unified hierarchy with the controllers we need enabled — its
+    // root's, or the subtree delegated to this user.
     if let Ok(ctrl) = std::fs::read_to_string(base.join("cgroup.controllers"))
         && ctrl.split_whitespace().any(|c| c == "pids")
     {
-        let root = base.join("mini-letta");
-        if std::fs::create_dir_all(&root).is_ok() && can_make_groups(&root) {
-            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+pids +memory");
-            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
-            // The CPU limit where the controller can be had (optional).
-            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+cpu");
-            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+        let delegated = || {
+            let me = nix::unistd::geteuid().as_raw();
+            let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+            groups_root(&delegated_root(base, &own, me)?)
+        };
+        if let Some(root) = groups_root(base).or_else(delegated) {
             return CgroupInfo {
                 version: "v2".into(),
                 roots: vec![root],
@@ -458,6 +510,44 @@ fn probe_cgroup() -> CgroupInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_delegated_subtree_is_the_highest_group_the_user_owns() {
+        let t = tempfile::tempdir().unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let own = "user.slice/user-1000.slice/user@1000.service/app.slice/term.scope";
+        let mut at = t.path().to_path_buf();
+        for (i, part) in own.split('/').enumerate() {
+            at.push(part);
+            std::fs::create_dir(&at).unwrap();
+            // Above the delegation the files are not the user's (absent
+            // here; root's on a real host).
+            if i >= 2 {
+                for f in ["cgroup.procs", "cgroup.subtree_control"] {
+                    std::fs::write(at.join(f), "").unwrap();
+                }
+            }
+        }
+        let text = format!("0::/{own}\n");
+        assert_eq!(
+            delegated_root(t.path(), &text, me),
+            Some(
+                t.path()
+                    .join("user.slice/user-1000.slice/user@1000.service")
+            )
+        );
+        assert_eq!(
+            delegated_root(t.path(), &text, me + 1),
+            None,
+            "not the user's"
+        );
+        assert_eq!(delegated_root(t.path(), "1:pids:/x\n", me), None, "v1 only");
+        assert_eq!(
+            delegated_root(t.path(), "0::/../../etc\n", me),
+            None,
+            "a path out of the hierarchy"
+        );
+    }
 
     #[test]
     fn levels() {

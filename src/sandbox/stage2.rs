@@ -48,6 +48,12 @@ pub struct StagePolicy {
     /// that one port, stream sockets in seccomp.
     #[serde(default)]
     pub egress: Option<super::egress_stage::StageEgress>,
+    /// `RLIMIT_NPROC` set once inside the child's own user namespace,
+    /// where the kernel counts only the processes of that namespace: a
+    /// pids limit per sandbox for a child that has no cgroup and shares
+    /// its host uid with the user's other processes.
+    #[serde(default)]
+    pub nproc: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +79,8 @@ pub enum StageError {
     Egress(String),
     #[error("cannot read /proc/self/status: {0}")]
     Status(std::io::Error),
+    #[error("process limit (RLIMIT_NPROC {limit}): {source}")]
+    Nproc { limit: u64, source: nix::Error },
 }
 
 /// The landlock ABI we pin and test against: filesystem rights up to V5
@@ -85,6 +93,11 @@ pub fn apply(policy: &StagePolicy) -> Result<(), StageError> {
         // Returns in the program process only, capabilities dropped.
         super::namespaces::enter(ns)?;
         timings::mark("stage.namespaces");
+    }
+    if let Some(limit) = policy.nproc {
+        use nix::sys::resource::{Resource, setrlimit};
+        setrlimit(Resource::RLIMIT_NPROC, limit, limit)
+            .map_err(|source| StageError::Nproc { limit, source })?;
     }
     if policy.require_no_caps {
         let (eff, prm, amb) = capabilities()?;

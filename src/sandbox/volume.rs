@@ -126,7 +126,8 @@ pub fn create(
             inodes: quota.inodes,
         });
     }
-    if !nix::unistd::geteuid().is_root() {
+    // Loop devices and mounts take the host's root, not a namespace's.
+    if !super::subids::host_root() {
         return Err(VolumeError::NotRoot);
     }
     let dir = home.volumes_dir();
@@ -176,7 +177,7 @@ pub fn create(
 /// Mount every volume of `home` that is not mounted (after a reboot).
 /// Returns how many were mounted. Only root can; others get 0.
 pub fn ensure_mounted(home: &Home) -> Result<usize, VolumeError> {
-    if !nix::unistd::geteuid().is_root() {
+    if !super::subids::host_root() {
         return Ok(0);
     }
     let dir = home.volumes_dir();

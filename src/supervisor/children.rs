@@ -593,8 +593,9 @@ impl ForkSteps {
         Ok(egress)
     }
 
-    /// The plan's resource limits (the process count only under an agent
-    /// uid: the kernel exempts root).
+    /// The plan's resource limits (the process count where the plan says:
+    /// the kernel exempts root, and a user's count is taken in its own
+    /// user namespace by the stage).
     fn set_limits(&self) -> std::io::Result<()> {
         use nix::sys::resource::{Resource, setrlimit};
         let Some(l) = self.limits else {
@@ -604,7 +605,7 @@ impl ForkSteps {
         set(Resource::RLIMIT_NOFILE, l.nofile)?;
         set(Resource::RLIMIT_FSIZE, l.fsize)?;
         set(Resource::RLIMIT_CORE, 0)?;
-        if self.uid.is_some() {
+        if l.nproc_at_launch {
             set(Resource::RLIMIT_NPROC, l.nproc)?;
         }
         Ok(())

@@ -59,7 +59,8 @@ async fn serve_frames_inner(
             ClientFrame::Hello {
                 version,
                 peer: said,
-            } => this.hello(version, said, stage_marks),
+                key,
+            } => this.hello(version, said, key.as_deref(), stage_marks),
             ClientFrame::Request { id, call } => {
                 if this.request(id, call, fds).await.is_break() {
                     break;
@@ -198,12 +199,27 @@ impl PeerLoop {
     }
 
     /// `hello`: the protocol version checked, a child marked running.
-    fn hello(&mut self, version: u32, said: PeerKind, stage_marks: Vec<timings::Mark>) {
+    fn hello(
+        &mut self,
+        version: u32,
+        said: PeerKind,
+        key: Option<&str>,
+        stage_marks: Vec<timings::Mark>,
+    ) {
         if version != PROTOCOL_VERSION {
             self.sender.send(&ServerFrame::Error {
                 id: None,
                 code: ErrorCode::VersionMismatch,
                 message: format!("protocol version {version} is not supported (this supervisor speaks {PROTOCOL_VERSION})"),
+            });
+            return;
+        }
+        if matches!(self.peer, Peer::Cli) && !self.state.control_key.admits(key) {
+            tracing::warn!("a control connection without this supervisor's key was refused");
+            self.sender.send(&ServerFrame::Error {
+                id: None,
+                code: ErrorCode::Forbidden,
+                message: super::control_key::REFUSAL.to_string(),
             });
             return;
         }

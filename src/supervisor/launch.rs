@@ -601,6 +601,14 @@ fn plan_child(
         for dir in identity::agent_owned_dirs(agent) {
             std::fs::create_dir_all(&dir).map_err(|e| internal(&e))?;
         }
+        // Sharing one uid, agents are kept apart by what their trees hold.
+        let me = nix::unistd::geteuid().as_raw();
+        crate::sandbox::shared_uid::check_tree(agent, worktree, me).map_err(|e| {
+            error(
+                ErrorCode::Forbidden,
+                format!("refusing to start a child of agent {}: {e}", record.id),
+            )
+        })?;
     }
     let mut launch = plan::plan(&plan::PlanInput {
         report,

@@ -75,6 +75,10 @@ fn bind_probing(
     };
     // We hold the pid lock, so any socket file here is a dead supervisor's.
     let _ = std::fs::remove_file(&socket);
+    let key = super::control_key::issue(home).map_err(|source| ServeError::Io {
+        path: home.control_key_file(),
+        source,
+    })?;
     let listener = bind_private(&socket).map_err(io)?;
     let launcher = Launcher::start(tokio::runtime::Handle::current()).map_err(io)?;
     if nix::unistd::geteuid().is_root() {
@@ -116,6 +120,7 @@ fn bind_probing(
         source: std::io::Error::other(e.to_string()),
     })?;
     state.cluster = cluster;
+    state.control_key = super::control_key::ControlKey::for_host(key, &state.sandbox);
     Ok(Bound {
         state: Arc::new(state),
         listener,

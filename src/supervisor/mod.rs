@@ -13,6 +13,7 @@ pub mod autosync;
 pub mod children;
 pub mod cluster;
 pub mod connection;
+pub mod control_key;
 pub mod dispatch;
 pub mod frames_io;
 #[cfg(test)]

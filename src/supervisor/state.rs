@@ -119,6 +119,8 @@ pub struct State {
     pub leases: super::leases::Leases,
     /// Per-agent shares of the blocking threads (see [`on_agent_thread`]).
     agent_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// What a control connection must present (see [`super::control_key`]).
+    pub control_key: super::control_key::ControlKey,
     /// Sub-agents' tasks and reports, by child id (`task.get`/`task.finish`).
     pub tasks: Mutex<HashMap<u64, TaskEntry>>,
     /// Reflections and memory workers in flight, per agent.
@@ -206,6 +208,7 @@ impl State {
             leases: Default::default(),
             agent_slots: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
+            control_key: Default::default(),
             subagents: Default::default(),
             accounting: super::accounting::Accounting::with_log(crate::audit::Log::off()),
             cluster: Default::default(),

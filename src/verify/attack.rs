@@ -10,10 +10,13 @@ use serde_json::Value;
 
 use crate::protocol::client::Client;
 use crate::protocol::events::ChildExit;
-use crate::protocol::{Call, SpawnParams, StdioMode};
+use crate::protocol::{Call, ErrorCode, SpawnParams, StdioMode};
 use crate::sandbox::probes::Verdict;
 
 /// Run probe `id` in a confined child of `agent` and read its verdict.
+/// `refusal_blocks`: the attack is what the attacker's tree holds, so the
+/// supervisor refusing the child for it (`forbidden`) stops the attack.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     client: &mut Client,
     agent: &str,
@@ -22,6 +25,7 @@ pub(super) fn run(
     exe: &Path,
     id: &str,
     ctx: &str,
+    refusal_blocks: bool,
 ) -> Verdict {
     let (req, mut out_r) = match start(client, agent, role, iso, exe, id, ctx) {
         Ok(started) => started,
@@ -30,6 +34,11 @@ pub(super) fn run(
     let mut exits = Vec::new();
     let child = match client.wait_response_keeping_exits(req, &mut exits) {
         Ok(v) => v["child"].as_u64().unwrap_or(0),
+        // Refused for what the attacker's tree holds: the attack's own
+        // doing, so the attack stopped before any process could run.
+        Err(e) if refusal_blocks && e.code() == Some(ErrorCode::Forbidden) => {
+            return Verdict::blocked(format!("the supervisor refused to start the child: {e}"));
+        }
         Err(e) => return Verdict::skipped(format!("the supervisor refused the probe: {e}")),
     };
     let mut output = String::new();

@@ -64,8 +64,12 @@ pub(super) fn plant(a: &AgentPaths, secret: &Path, is_root: bool) -> Result<Plan
     let mem = a.memory_dir();
     let symlink = mem.join("planted-symlink.md");
     std::os::unix::fs::symlink(secret, &symlink).map_err(setup("planted symlink"))?;
+    // Planted only while its own attack runs ([`with_hardlink`]): where
+    // agents share a uid the supervisor refuses any child of a tree that
+    // holds one, which would stop every other attack too.
     let hardlink = mem.join("planted-hardlink.md");
     let hardlink = std::fs::hard_link(secret, &hardlink)
+        .and_then(|()| std::fs::remove_file(&hardlink))
         .ok()
         .map(|()| hardlink);
     // In the agent directory itself, which stays root's (a setuid file in
@@ -84,6 +88,21 @@ pub(super) fn plant(a: &AgentPaths, secret: &Path, is_root: bool) -> Result<Plan
         hardlink,
         setuid,
     })
+}
+
+/// Run `attack` with the hard link to `secret` planted at `link` (when the
+/// filesystem allows one), removed again afterwards.
+pub(super) fn with_hardlink<T>(
+    secret: &Path,
+    link: Option<&Path>,
+    attack: impl FnOnce() -> T,
+) -> T {
+    let planted = link.filter(|l| std::fs::hard_link(secret, l).is_ok());
+    let out = attack();
+    if let Some(l) = planted {
+        let _ = std::fs::remove_file(l);
+    }
+    out
 }
 
 /// Tight limits for the attacked role (a profile override in the home), so

@@ -69,6 +69,9 @@ pub fn run(
     run_in(root.path(), &report, isolation, role, &mut on_result)
 }
 
+/// The attack reading a hard link planted in the attacker's tree.
+const PLANTED_HARDLINK_ATTACK: &str = "08-planted-hardlink";
+
 fn run_in(
     root: &Path,
     report: &SandboxReport,
@@ -103,15 +106,20 @@ fn run_in(
     );
     let mut results = Vec::new();
     for attack in probes::catalogue() {
-        let verdict = attack::run(
-            &mut session.client,
-            &decoys.a,
-            role,
-            iso,
-            &exe,
-            attack.id,
-            &ctx_json,
-        );
+        let link = attack.id == PLANTED_HARDLINK_ATTACK;
+        let planted = decoys.planted.hardlink.as_deref().filter(|_| link);
+        let verdict = decoys::with_hardlink(&decoys.secret, planted, || {
+            attack::run(
+                &mut session.client,
+                &decoys.a,
+                role,
+                iso,
+                &exe,
+                attack.id,
+                &ctx_json,
+                link,
+            )
+        });
         let r = AttackResult {
             id: attack.id.to_string(),
             number: attack.number,
@@ -267,14 +275,52 @@ fn probe_context(
         planted_hardlink: decoys.planted.hardlink.clone(),
         planted_setuid: decoys.planted.setuid.clone(),
         host_shm_name: decoys.shm.as_ref().map(|s| format!("{:#x}", s.key)),
-        pids_limit: report.cgroup.available.then_some(profile.limits.pids),
+        pids_limit: pids_limited(report).then_some(profile.limits.pids),
         fsize_limit: Some(profile.limits.file_size_mb.saturating_mul(1024 * 1024)),
         scratch_dir: a_paths.tmp_dir(),
         read_only_checkout: ["reflection", "memory-worker", "recall"]
             .contains(&role)
             .then(|| a_paths.memory_dir()),
         egress,
+        by_design: by_design(report),
     }
+}
+
+/// What the host's level leaves out by design (see [`probes::ByDesign`]).
+fn by_design(report: &SandboxReport) -> Option<probes::ByDesign> {
+    let missing = |l: &crate::sandbox::report::Layer, what: &str| {
+        (!l.available).then(|| format!("{what}: {}", l.detail))
+    };
+    // Children running as the user, with no user namespace of their own
+    // to count or drop capabilities in.
+    let bare_user = !report.uid_switch.available
+        && !nix::unistd::geteuid().is_root()
+        && !report.namespaces.available;
+    let d = probes::ByDesign {
+        level: format!("{:?}", report.level),
+        no_pid_namespace: missing(&report.namespaces, "no pid namespace"),
+        no_cgroup: missing(&report.cgroup, "no cgroup"),
+        keeps_bounding_set: bare_user.then(|| {
+            "an unprivileged process with no user namespace of its own cannot empty its \
+             capability bounding set (that takes CAP_SETPCAP)"
+                .to_string()
+        }),
+        shared_process_limit: (bare_user && !report.cgroup.available).then(|| {
+            "without a cgroup or a user namespace of its own, RLIMIT_NPROC counts every \
+             process of the user: the limit is the user's count at launch plus the role's, \
+             and others ending make room"
+                .to_string()
+        }),
+    };
+    let all = d.no_pid_namespace.is_none() && d.no_cgroup.is_none();
+    (!all || bare_user).then_some(d)
+}
+
+/// Whether the attacker's processes are counted against the role's pids
+/// limit: by its cgroup, or by `RLIMIT_NPROC`, which binds any host uid
+/// but 0 (an agent uid, or the user's own in the child's user namespace).
+fn pids_limited(report: &SandboxReport) -> bool {
+    report.cgroup.available || report.uid_switch.available || !nix::unistd::geteuid().is_root()
 }
 
 /// When the attacked role's children get the egress proxy: the

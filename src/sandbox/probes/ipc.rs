@@ -11,16 +11,60 @@ use super::{ProbeContext, Verdict};
 
 /// Row 22: `connect` to the supervisor's control socket (the CLI endpoint,
 /// which carries full authority; per-agent sockets do not exist — children
-/// get a socketpair). Escaped if the connection is made.
+/// get a socketpair), and where it can be reached, greet it as a CLI would
+/// (with the control key, if the probe can read it). Escaped if the
+/// supervisor greets back: the child would then be its operator.
 pub fn control_socket(ctx: &ProbeContext) -> Verdict {
-    match UnixStream::connect(&ctx.control_socket) {
-        Ok(_) => Verdict::escaped(format!("connected to {}", ctx.control_socket.display())),
+    let path = ctx.control_socket.display();
+    let stream = match UnixStream::connect(&ctx.control_socket) {
+        Ok(s) => s,
+        Err(e) => return Verdict::blocked(format!("connect {path}: {}", io_name(&e))),
+    };
+    let key_file = crate::paths::control_key_beside(&ctx.control_socket);
+    let key = std::fs::read_to_string(&key_file)
+        .ok()
+        .map(|k| k.trim().to_string());
+    let key_note = match &key {
+        Some(_) => format!("read {}", key_file.display()),
+        None => format!("could not read {}", key_file.display()),
+    };
+    match greet(stream, key) {
+        Ok(reply) if reply["type"] == "hello" => Verdict::escaped(format!(
+            "connected to {path} and the supervisor greeted back ({key_note})"
+        )),
+        Ok(reply) => Verdict::blocked(format!(
+            "connected to {path}, refused at hello ({key_note}): {}",
+            reply["message"].as_str().unwrap_or("no message")
+        )),
         Err(e) => Verdict::blocked(format!(
-            "connect {}: {}",
-            ctx.control_socket.display(),
-            io_name(&e)
+            "connected to {path}, no greeting ({key_note}): {e}"
         )),
     }
+}
+
+/// Send a CLI's hello and read the first frame back.
+fn greet(stream: UnixStream, key: Option<String>) -> Result<serde_json::Value, String> {
+    use crate::protocol::{ClientFrame, PROTOCOL_VERSION, PeerKind, encode};
+    use std::io::{BufRead, BufReader, Read, Write};
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| io_name(&e))?;
+    let mut w = stream.try_clone().map_err(|e| io_name(&e))?;
+    w.write_all(&encode(&ClientFrame::Hello {
+        version: PROTOCOL_VERSION,
+        peer: PeerKind::Cli,
+        key,
+    }))
+    .map_err(|e| io_name(&e))?;
+    let mut line = String::new();
+    let n = BufReader::new(stream)
+        .take(64 * 1024)
+        .read_line(&mut line)
+        .map_err(|e| io_name(&e))?;
+    if n == 0 {
+        return Err("closed".into());
+    }
+    serde_json::from_str(&line).map_err(|e| format!("unreadable reply: {e}"))
 }
 
 /// Row 24: `connect` to an abstract Unix socket created outside the

@@ -107,6 +107,52 @@ pub struct ProbeContext {
     /// The egress proxy the child reaches, when its role has one.
     #[serde(default)]
     pub egress: Option<EgressContext>,
+    /// What the launch's level leaves out by design; `None`: everything
+    /// (L0 with a uid per agent and cgroups) is expected.
+    #[serde(default)]
+    pub by_design: Option<ByDesign>,
+}
+
+/// Layers the level the attacked child runs at does not have, by the
+/// fallback table (spec sandbox.md §c.9): an attack that only such a layer
+/// stops is skipped, naming it, rather than reported as an escape of the
+/// layers the level does promise.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ByDesign {
+    /// The level, as `sandbox status` prints it.
+    pub level: String,
+    /// Why there is no pid namespace (`None`: there is one).
+    pub no_pid_namespace: Option<String>,
+    /// Why there is no cgroup (`None`: there is one).
+    pub no_cgroup: Option<String>,
+    /// Why the child cannot empty its capability bounding set (`None`: it
+    /// can, as root before switching uid or in its own user namespace).
+    pub keeps_bounding_set: Option<String>,
+    /// Why the pids limit is shared with the user's other processes
+    /// (`None`: a cgroup's, or one counted in the child's own user
+    /// namespace or for its own uid).
+    #[serde(default)]
+    pub shared_process_limit: Option<String>,
+}
+
+impl ByDesign {
+    /// `verdict` as judged at this level: an escape that only `missing`
+    /// would have stopped becomes a skip that says so.
+    pub fn judge(&self, verdict: Verdict, missing: &[&Option<String>]) -> Verdict {
+        let reasons: Vec<&str> = missing.iter().filter_map(|m| m.as_deref()).collect();
+        match verdict {
+            Verdict::Escaped { evidence }
+                if !reasons.is_empty() && reasons.len() == missing.len() =>
+            {
+                Verdict::skipped(format!(
+                    "level {} provides no such layer by design ({}): {evidence}",
+                    self.level,
+                    reasons.join("; ")
+                ))
+            }
+            v => v,
+        }
+    }
 }
 
 /// What the egress rows know: the proxy's port inside the child's

@@ -240,11 +240,15 @@ pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
             }
         ))
     } else {
-        Verdict::escaped(format!(
+        let v = Verdict::escaped(format!(
             "{} pids visible in /proc, including {}",
             pids.len(),
             seen.join(" and ")
-        ))
+        ));
+        match &ctx.by_design {
+            Some(d) => d.judge(v, &[&d.no_pid_namespace]),
+            None => v,
+        }
     }
 }
 

@@ -73,6 +73,14 @@ pub fn fork_bomb(ctx: &ProbeContext) -> Verdict {
         .pids_limit
         .map(|l| format!("pids limit {l}"))
         .unwrap_or_else(|| "no pids limit given".into());
+    let v = fork_verdict(ctx, stopped, n, &limit);
+    match &ctx.by_design {
+        Some(d) => d.judge(v, &[&d.shared_process_limit]),
+        None => v,
+    }
+}
+
+fn fork_verdict(ctx: &ProbeContext, stopped: Option<String>, n: usize, limit: &str) -> Verdict {
     match stopped {
         None => Verdict::escaped(format!("all {n} forks succeeded ({limit}); all reaped")),
         Some(e) => match ctx.pids_limit {
@@ -402,10 +410,16 @@ pub fn orphan_survival(ctx: &ProbeContext) -> Verdict {
             a.replace('\n', " "),
             s.replace('\n', " ")
         )),
-        (Ok(a), Ok(_)) => Verdict::escaped(format!(
-            "the orphan was adopted by pid {adopter} outside any sandbox pid namespace and shares the supervisor's cgroup ({}): nothing ties it to the launcher",
-            a.replace('\n', " ")
-        )),
+        (Ok(a), Ok(_)) => {
+            let v = Verdict::escaped(format!(
+                "the orphan was adopted by pid {adopter} outside any sandbox pid namespace and shares the supervisor's cgroup ({}): nothing ties it to the launcher",
+                a.replace('\n', " ")
+            ));
+            match &ctx.by_design {
+                Some(d) => d.judge(v, &[&d.no_pid_namespace, &d.no_cgroup]),
+                None => v,
+            }
+        }
         (a, s) => Verdict::skipped(format!(
             "cannot decide from inside: no own pid namespace (orphan adopted by pid {adopter}); own cgroup {}, supervisor cgroup {}",
             a.unwrap_or_else(|e| e).replace('\n', " "),
