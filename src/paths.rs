@@ -938,3 +938,9 @@ pub const CONTROL_KEY_NAME: &str = "control.key";
 pub fn user_agent_uid_registry(state: &Path) -> PathBuf {
     state.join("mini-letta").join("agent-uids")
 }
+
+/// Where a passed trial of mapping the user's subordinate ids is recorded,
+/// in its state directory `state`.
+pub fn user_subids_proven(state: &Path) -> PathBuf {
+    state.join("mini-letta").join("subids-proven")
+}

@@ -111,7 +111,7 @@ pub fn host_uid(agent_uid: u32) -> u32 {
 /// Without one, no uid could be handed out once per user: every home would
 /// count from the start of the range, and two homes' agents would share
 /// uids (and one supervisor would kill the other's children as leftovers).
-fn user_registry() -> Result<PathBuf, String> {
+fn user_state_dir() -> Result<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     let absolute = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
     let state = absolute(std::env::var_os("XDG_STATE_HOME"))
@@ -133,7 +133,7 @@ fn user_registry() -> Result<PathBuf, String> {
             existing.display()
         ));
     }
-    Ok(crate::paths::user_agent_uid_registry(&state))
+    Ok(state)
 }
 
 /// The range `/etc/subuid`-style `text` grants user `name` (uid `uid`):
@@ -209,7 +209,8 @@ fn try_enter(home_reachable: Result<(), String>) -> Result<Status, String> {
     }
     // Agent uids must reach the home, as under root.
     home_reachable?;
-    let registry = user_registry()?;
+    let state = user_state_dir()?;
+    let registry = crate::paths::user_agent_uid_registry(&state);
     let uids = Range {
         start: uids.start,
         count,
@@ -222,14 +223,46 @@ fn try_enter(home_reachable: Result<(), String>) -> Result<Status, String> {
         uid: format!("0 {uid} 1 {UID_BASE} {} {count}", uids.start),
         gid: format!("0 {gid} 1 {UID_BASE} {} {count}", gids.start),
     };
-    // First on a throw-away process: a failure there costs nothing.
-    trial(&maps)?;
-    become_mapped(&maps)?;
+    // First on a throw-away process: a failure there costs nothing. A
+    // trial that passed with this very configuration is not repeated
+    // (it costs two helper runs per command).
+    let proven = crate::paths::user_subids_proven(&state);
+    let key = trial_key(&maps);
+    let known_good = std::fs::read_to_string(&proven).is_ok_and(|k| k == key);
+    if !known_good {
+        trial(&maps)?;
+        // Unrecorded only costs the next command the trial again.
+        let _ = std::fs::create_dir_all(proven.parent().unwrap_or(Path::new("/")));
+        let _ = std::fs::write(&proven, &key);
+    }
+    become_mapped(&maps, || {
+        let _ = std::fs::remove_file(&proven);
+    })?;
     Ok(Status::Mapped {
         uids,
         gids,
         registry,
     })
+}
+
+/// What a passed trial held for: the maps, and the files and helpers that
+/// decide whether they can be made (any change makes the trial run again).
+fn trial_key(maps: &Maps) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = |p: &str| {
+        std::fs::metadata(p)
+            .map(|m| format!("{}:{}:{}.{}", m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+            .unwrap_or_else(|_| "-".into())
+    };
+    format!(
+        "{}\n{}\n{}\n{}\n{}\n{}\n",
+        maps.uid,
+        maps.gid,
+        stamp("/etc/subuid"),
+        stamp("/etc/subgid"),
+        stamp(NEWUIDMAP),
+        stamp(NEWGIDMAP)
+    )
 }
 
 /// The `newuidmap`/`newgidmap` arguments after the pid.
@@ -302,8 +335,10 @@ fn trial(maps: &Maps) -> Result<(), String> {
     }
 }
 
-/// This process unshares; a helper process maps it.
-fn become_mapped(maps: &Maps) -> Result<(), String> {
+/// This process unshares; a helper process maps it. Should the mapping
+/// fail once unshared, `doomed` runs and the process exits: there is no
+/// way back out of the namespace.
+fn become_mapped(maps: &Maps, doomed: impl FnOnce()) -> Result<(), String> {
     let me = nix::unistd::getpid().as_raw();
     let (go_r, go_w) = pipe()?;
     let (done_r, done_w) = pipe()?;
@@ -322,8 +357,12 @@ fn become_mapped(maps: &Maps) -> Result<(), String> {
         nix::unistd::ForkResult::Parent { child } => {
             drop(go_r);
             drop(done_w);
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
-                .map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+            if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+                // Closing the pipe releases the helper.
+                drop(go_w);
+                let _ = nix::sys::wait::waitpid(child, None);
+                return Err(format!("unshare(CLONE_NEWUSER): {e}"));
+            }
             let _ = std::fs::File::from(go_w).write_all(b"g");
             let mut b = [0u8; 1];
             let ok = matches!(std::fs::File::from(done_r).read(&mut b), Ok(1)) && b[0] == 1;
@@ -331,10 +370,11 @@ fn become_mapped(maps: &Maps) -> Result<(), String> {
             if !ok || !nix::unistd::geteuid().is_root() {
                 // Past the point of return: an unmapped namespace leaves
                 // this process as nobody, which nothing below can use.
+                doomed();
                 eprintln!(
                     "mini-letta: error: mapping this process's subordinate ids failed after a \
-                     successful trial; set {}={DISABLE_WORD} to run without per-agent uids",
-                    DISABLE_ENV
+                     successful trial; run the command again (it tries on a throw-away process \
+                     first), or set {DISABLE_ENV}={DISABLE_WORD} to run without per-agent uids"
                 );
                 std::process::exit(1);
             }
