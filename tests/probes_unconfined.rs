@@ -195,9 +195,9 @@ fn catalogue_shape() {
     );
     // §d rows 1–49, the seccomp regression rows 50–63, the supervisor's
     // trust-boundary rows 64–65, the sub-agent row 66, the planted
-    // object-store row 67, then the egress rows 68–71.
-    assert!(numbers.iter().all(|n| (1..=71).contains(n)));
-    for n in 50..=71 {
+    // object-store row 67, the egress rows 68–71, the stream protocols 72.
+    assert!(numbers.iter().all(|n| (1..=72).contains(n)));
+    for n in 50..=72 {
         assert!(numbers.contains(&n), "regression row {n} missing");
     }
     for a in cat {
@@ -300,6 +300,10 @@ fn unconfined_control_column() {
         "59-socket-families",
         "63-unknown-syscall",
     ];
+    // Any process makes an MPTCP socket where the kernel has MPTCP on.
+    if std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1") {
+        must_escape.push("72-stream-protocols");
+    }
     if d.shm.is_some() {
         must_escape.push("45-ipc-namespace");
         must_escape.push("60-dev-shm-write");

@@ -243,6 +243,15 @@ impl AllowList {
     }
 
     /// The first entry allowing `host:port`.
+    /// Whether an entry names address `ip` literally (any port): the only
+    /// way a name may lead to a private or local address, or the host's own.
+    pub fn names_address(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.entries
+            .iter()
+            .any(|e| matches!(&e.pattern, Pattern::Exact(Host::Ip(a)) if a.to_canonical() == ip))
+    }
+
     pub fn allowing(&self, host: &Host, port: u16) -> Option<&Entry> {
         self.entries.iter().find(|e| e.allows(host, port))
     }

@@ -97,6 +97,75 @@ pub fn is_host_local(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified() || matches!(ip, IpAddr::V4(a) if a.octets()[0] == 0)
 }
 
+/// Ranges no name leads to unless an allow-list entry names the address
+/// literally: this network and loopback, private (RFC 1918), shared
+/// (CGNAT), link-local, the IETF protocol block, benchmarking, multicast,
+/// reserved and broadcast; IPv6 unspecified, loopback, unique-local,
+/// link-local, site-local and multicast. Names on a tenant's list may be
+/// under its control (its own domain, a wildcard): its DNS must not
+/// point the proxy into the host's networks.
+pub const SPECIAL: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::/128",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+    "fec0::/10",
+    "ff00::/8",
+];
+
+/// The special range `ip` (IPv4-mapped forms judged as IPv4) lies in.
+pub fn special_range(ip: IpAddr) -> Option<Cidr> {
+    static RANGES: std::sync::OnceLock<Vec<Cidr>> = std::sync::OnceLock::new();
+    RANGES
+        .get_or_init(|| SPECIAL.iter().filter_map(|s| Cidr::parse(s).ok()).collect())
+        .iter()
+        .find(|c| c.contains(ip))
+        .copied()
+}
+
+/// How long the host's interface addresses are trusted before they are
+/// read again (an address added to an interface is seen within this).
+const HOST_ADDRESSES_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The addresses of this host's interfaces (`getifaddrs`), re-read at
+/// most every [`HOST_ADDRESSES_TTL`].
+pub fn host_addresses() -> Vec<IpAddr> {
+    type Cache = std::sync::Mutex<Option<(std::time::Instant, Vec<IpAddr>)>>;
+    static CACHE: Cache = std::sync::Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, v)) = cache.as_ref()
+        && at.elapsed() < HOST_ADDRESSES_TTL
+    {
+        return v.clone();
+    }
+    let mut v: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|it| {
+            it.filter_map(|i| {
+                let a = i.address?;
+                a.as_sockaddr_in()
+                    .map(|s| IpAddr::V4(s.ip()))
+                    .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.dedup();
+    *cache = Some((std::time::Instant::now(), v.clone()));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +193,46 @@ mod tests {
         for bad in ["10.0.0.0/33", "fe80::/129", "nope/8", "10.0.0.0/x", ""] {
             assert!(Cidr::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn special_ranges_hold_private_shared_and_local_addresses() {
+        for s in [
+            "10.1.2.3",
+            "172.31.255.255",
+            "192.168.0.1",
+            "100.64.0.1",
+            "100.127.255.254",
+            "169.254.169.254",
+            "127.0.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fd12::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "::ffff:192.168.1.1",
+        ] {
+            assert!(special_range(ip(s)).is_some(), "{s}");
+        }
+        for s in [
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1",
+            "151.101.0.223",
+        ] {
+            assert!(special_range(ip(s)).is_none(), "{s}");
+        }
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_read() {
+        let own = host_addresses();
+        assert!(own.contains(&ip("127.0.0.1")), "{own:?}");
     }
 
     #[test]

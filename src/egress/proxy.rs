@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::allow::Host;
+use super::allow::{AllowList, Host};
 use super::cidr::{self, Cidr};
 use super::http::{self, HeadError, Partial, Refusal, Request, Target};
 use super::log::{NetRecord, Verdict};
@@ -213,7 +213,9 @@ async fn decide(
             .await
             .map_err(|e| Refused::failed(502, format!("cannot resolve {n}: {e}")))?,
     };
-    check_addresses(host, &addrs, &cfg.deny).map_err(|r| Refused::denied(Refusal::new(403, r)))?;
+    let list = policy.list.as_ref().ok();
+    check_addresses(host, &addrs, &cfg.deny, list)
+        .map_err(|r| Refused::denied(Refusal::new(403, r)))?;
     let server = connect(&addrs, port)
         .await
         .map_err(|e| Refused::failed(502, format!("cannot connect to {host}:{port}: {e}")))?;
@@ -246,9 +248,17 @@ fn allowed(policy: &Policy, child: &ChildRef, host: &Host, port: u16) -> Result<
 
 /// Refuse an allowed host whose addresses lead where they must not: into
 /// `deny` (every address is checked: one bad answer among good ones is a
-/// rebinding attempt), or, for any name but `localhost`, to the host's own
-/// loopback or unspecified address.
-pub fn check_addresses(host: &Host, addrs: &[IpAddr], deny: &[Cidr]) -> Result<(), String> {
+/// rebinding attempt), or, for a name, to the host itself (loopback and
+/// unspecified but for `localhost`, and every address of its interfaces)
+/// or into a private or local range ([`cidr::SPECIAL`]) — unless an entry
+/// of `list` names that address literally. The caller connects to exactly
+/// these addresses: the check is on what is connected to, once.
+pub fn check_addresses(
+    host: &Host,
+    addrs: &[IpAddr],
+    deny: &[Cidr],
+    list: Option<&AllowList>,
+) -> Result<(), String> {
     if addrs.is_empty() {
         return Err(format!("{host} has no address"));
     }
@@ -259,12 +269,29 @@ pub fn check_addresses(host: &Host, addrs: &[IpAddr], deny: &[Cidr]) -> Result<(
                 Host::Name(n) => format!("{n} resolves to {ip}, in deny_cidrs ({c})"),
             });
         }
-        if let Host::Name(n) = host
-            && n != "localhost"
-            && cidr::is_host_local(*ip)
+        let Host::Name(n) = host else {
+            // A literal address the list names: the operator's choice.
+            continue;
+        };
+        let canonical = ip.to_canonical();
+        if list.is_some_and(|l| l.names_address(canonical))
+            || (n == "localhost" && canonical.is_loopback())
         {
+            continue;
+        }
+        if cidr::is_host_local(canonical) {
             return Err(format!(
                 "{n} resolves to {ip}, this host's own address (only `localhost` or a literal address reaches it)"
+            ));
+        }
+        if cidr::host_addresses().contains(&canonical) {
+            return Err(format!(
+                "{n} resolves to {ip}, an address of this host's interfaces (only an entry naming the address reaches it)"
+            ));
+        }
+        if let Some(c) = cidr::special_range(canonical) {
+            return Err(format!(
+                "{n} resolves to {ip}, in {c}, a private or local range (only an entry naming the address reaches it)"
             ));
         }
     }
@@ -434,27 +461,81 @@ mod tests {
     fn addresses_a_name_leads_to_are_checked() {
         let deny = cidr::default_deny();
         let name = |n: &str| Host::Name(n.into());
-        assert!(check_addresses(&name("pypi.org"), &ips(&["151.101.0.223"]), &deny).is_ok());
+        assert!(check_addresses(&name("pypi.org"), &ips(&["151.101.0.223"]), &deny, None).is_ok());
         // Metadata, even when a good address comes first.
         let e = check_addresses(
             &name("pypi.org"),
             &ips(&["1.2.3.4", "169.254.169.254"]),
             &deny,
+            None,
         )
         .unwrap_err();
         assert!(e.contains("deny_cidrs"), "{e}");
-        assert!(check_addresses(&name("x.org"), &ips(&["::ffff:169.254.169.254"]), &deny).is_err());
+        assert!(
+            check_addresses(
+                &name("x.org"),
+                &ips(&["::ffff:169.254.169.254"]),
+                &deny,
+                None
+            )
+            .is_err()
+        );
         // A name pointing the proxy at this host's own services.
         for local in ["127.0.0.1", "::1", "0.0.0.0", "127.1.2.3"] {
-            let e = check_addresses(&name("evil.example"), &ips(&[local]), &deny).unwrap_err();
+            let e =
+                check_addresses(&name("evil.example"), &ips(&[local]), &deny, None).unwrap_err();
             assert!(e.contains("own address"), "{e}");
         }
-        assert!(check_addresses(&name("localhost"), &ips(&["127.0.0.1", "::1"]), &deny).is_ok());
+        assert!(
+            check_addresses(&name("localhost"), &ips(&["127.0.0.1", "::1"]), &deny, None).is_ok()
+        );
         // A literal is judged by the ranges only: its entry was literal.
         let lit = Host::Ip("127.0.0.1".parse().unwrap());
-        assert!(check_addresses(&lit, &ips(&["127.0.0.1"]), &deny).is_ok());
+        assert!(check_addresses(&lit, &ips(&["127.0.0.1"]), &deny, None).is_ok());
         let meta = Host::Ip("169.254.169.254".parse().unwrap());
-        assert!(check_addresses(&meta, &ips(&["169.254.169.254"]), &deny).is_err());
-        assert!(check_addresses(&name("x.org"), &[], &deny).is_err());
+        assert!(check_addresses(&meta, &ips(&["169.254.169.254"]), &deny, None).is_err());
+        assert!(check_addresses(&name("x.org"), &[], &deny, None).is_err());
+        // Private, shared and local ranges, and the host's interfaces: a
+        // name leads there only where an entry names the address.
+        for private in [
+            "10.0.0.5",
+            "192.168.1.1",
+            "100.64.0.9",
+            "fd00::5",
+            "::ffff:172.16.0.1",
+        ] {
+            let e =
+                check_addresses(&name("mine.example"), &ips(&[private]), &deny, None).unwrap_err();
+            assert!(e.contains("private or local range"), "{e}");
+        }
+        for own in cidr::host_addresses() {
+            let e = check_addresses(&name("mine.example"), &[own], &deny, None).unwrap_err();
+            // Caught as the host's own, or by a range checked before it.
+            assert!(
+                ["this host", "deny_cidrs", "private or local"]
+                    .iter()
+                    .any(|w| e.contains(w)),
+                "{own}: {e}"
+            );
+        }
+        let literal = AllowList::parse(&["mine.example", "10.0.0.5:8080"]).unwrap();
+        assert!(
+            check_addresses(
+                &name("mine.example"),
+                &ips(&["10.0.0.5"]),
+                &deny,
+                Some(&literal)
+            )
+            .is_ok()
+        );
+        assert!(
+            check_addresses(
+                &name("mine.example"),
+                &ips(&["10.0.0.6"]),
+                &deny,
+                Some(&literal)
+            )
+            .is_err()
+        );
     }
 }

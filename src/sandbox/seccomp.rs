@@ -632,17 +632,24 @@ fn unix_or_stream(families: &[u32]) -> BpfProgram {
     // Offsets below count from the instruction after the jump.
     let to = |from: usize, target: usize| u8::try_from(target - from - 1).unwrap_or(u8::MAX);
     // Instruction indexes in this block (the domain load precedes it).
-    let (type_check, allow) = (n + 2, n + 5);
+    let (type_check, allow) = (n + 2, n + 9);
     let mut v = vec![jump(BPF_JEQ_K, AddressFamily::Unix as u32, to(0, allow), 0)];
     for (i, f) in families.iter().enumerate() {
         v.push(jump(BPF_JEQ_K, *f, to(i + 1, type_check), 0));
     }
     v.push(stmt(BPF_RET_K, RET_EPERM));
+    // The type, flags masked off: stream only.
     v.push(stmt(BPF_LD_W_ABS, off_arg_low(1)));
     v.push(stmt(BPF_ALU_AND_K, 0xf));
-    v.push(jump(BPF_JEQ_K, SockType::Stream as u32, 0, 1));
-    v.push(stmt(BPF_RET_K, RET_ALLOW));
+    v.push(jump(BPF_JEQ_K, SockType::Stream as u32, 0, 3));
+    // The protocol: the default or TCP. Another stream protocol (MPTCP)
+    // is not what landlock's TCP rules cover.
+    v.push(stmt(BPF_LD_W_ABS, off_arg_low(2)));
+    v.push(jump(BPF_JEQ_K, 0, 2, 0));
+    v.push(jump(BPF_JEQ_K, libc::IPPROTO_TCP as u32, 1, 0));
     v.push(stmt(BPF_RET_K, RET_EPERM));
+    v.push(stmt(BPF_RET_K, RET_ALLOW));
+    debug_assert_eq!(v.len(), allow + 1);
     v
 }
 
@@ -1030,30 +1037,38 @@ mod tests {
         let flags = (SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK).bits() as u64;
         let (socket, socketpair) = (call!(SYS_socket).1, call!(SYS_socketpair).1);
         #[rustfmt::skip]
-        let egress_table: Vec<(i64, u64, u64, u32)> = vec![
-            (socket, unix, dgram, A),
-            (socket, inet, stream, A),
-            (socket, inet, stream | flags, A),
-            (socket, high | inet6, high | stream, A),
-            (socket, inet, dgram, E),
-            (socket, inet6, dgram | flags, E),
-            (socket, inet, raw, E),
-            (socket, inet, seqpacket, E),
-            (socket, AddressFamily::Packet as u64, stream, E),
-            (socket, AddressFamily::Netlink as u64, raw, E),
-            (socket, AddressFamily::Vsock as u64, stream, E),
-            (socketpair, inet, stream, E),
-            (socketpair, unix, stream, A),
+        let (tcp, mptcp) = (libc::IPPROTO_TCP as u64, libc::IPPROTO_MPTCP as u64);
+        let egress_table: Vec<(i64, u64, u64, u64, u32)> = vec![
+            (socket, unix, dgram, 0, A),
+            (socket, unix, stream, 7, A),
+            (socket, inet, stream, 0, A),
+            (socket, inet, stream, tcp, A),
+            (socket, inet, stream | flags, 0, A),
+            (socket, high | inet6, high | stream, high | tcp, A),
+            (socket, inet, stream, mptcp, E),
+            (socket, inet6, stream | flags, mptcp, E),
+            (socket, inet, stream, libc::IPPROTO_SCTP as u64, E),
+            (socket, inet, stream, 1, E),
+            (socket, inet, dgram, 0, E),
+            (socket, inet6, dgram | flags, 0, E),
+            (socket, inet, raw, 0, E),
+            (socket, inet, seqpacket, 0, E),
+            (socket, AddressFamily::Packet as u64, stream, 0, E),
+            (socket, AddressFamily::Netlink as u64, raw, 0, E),
+            (socket, AddressFamily::Vsock as u64, stream, 0, E),
+            (socketpair, inet, stream, 0, E),
+            (socketpair, unix, stream, 0, A),
         ];
-        for (nr, domain, ty, want) in egress_table {
+        for (nr, domain, ty, proto, want) in egress_table {
             let mut args = NONE;
             args[0] = domain;
             args[1] = ty;
+            args[2] = proto;
             let got = evaluate(&egress, arch(), nr as u32, args);
             assert_eq!(
                 got.map(show),
                 Some(show(want)),
-                "egress: {nr} ({domain:#x}, {ty:#x})"
+                "egress: {nr} ({domain:#x}, {ty:#x}, {proto:#x})"
             );
         }
         // With network (no role has it today) every family passes.

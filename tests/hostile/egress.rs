@@ -30,7 +30,12 @@ struct Server {
 
 impl Server {
     fn start(name: &'static str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on(name, "127.0.0.1".parse().unwrap())
+    }
+
+    /// A server on address `ip` of this host.
+    fn start_on(name: &'static str, ip: std::net::IpAddr) -> Self {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
@@ -828,4 +833,131 @@ fn sandbox_verify_has_the_egress_rows() {
         assert_eq!(row["verdict"], "blocked", "{row}");
     }
     assert_eq!(v["ok"], json!(true), "{}", v["report"]["failures"]);
+}
+
+/// Issue 45 (6): a command with the egress proxy may open TCP sockets, and
+/// its seccomp filter checked only their family and type: an MPTCP socket
+/// (`IPPROTO_MPTCP`, a stream protocol landlock's TCP rules do not cover)
+/// could be made, bound and listened on. The protocol argument is checked
+/// now: the default or TCP; MPTCP and SCTP streams are refused, and plain
+/// TCP still works.
+#[test]
+fn stream_sockets_other_than_tcp_are_refused() {
+    if !confinement_or_skip("stream protocols") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let h = d.path();
+    let p1 = Server::start("P1");
+    allow(h, "owl", &[&format!("localhost:{}", p1.port)]);
+    let client = r#"
+import socket
+for name, fam, proto in [("tcp", socket.AF_INET, 0), ("tcp6", socket.AF_INET6, socket.IPPROTO_TCP),
+                         ("mptcp", socket.AF_INET, 262), ("mptcp6", socket.AF_INET6, 262),
+                         ("sctp", socket.AF_INET, 132)]:
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM, proto)
+        print(name, "made")
+        s.close()
+    except OSError as e:
+        print(name, "refused", e.errno)
+"#;
+    let (code, out, err) = confined(h, "owl", &["python3", "-c", client]);
+    assert_eq!(code, 0, "client failed: {out}{err}");
+    let got: std::collections::BTreeMap<&str, &str> =
+        out.lines().filter_map(|l| l.split_once(' ')).collect();
+    assert_eq!(got.get("tcp"), Some(&"made"), "{out}");
+    assert_eq!(got.get("tcp6"), Some(&"made"), "{out}");
+    for p in ["mptcp", "mptcp6", "sctp"] {
+        assert_eq!(
+            got.get(p),
+            Some(&format!("refused {}", libc::EPERM).as_str()),
+            "{p}: {out}"
+        );
+    }
+}
+
+/// Issue 45 (2): only loopback, `0.0.0.0/8` and `deny_cidrs` were refused,
+/// so a name on a tenant's list whose DNS answer was one of the host's own
+/// interface addresses reached a service listening there. The proxy now
+/// refuses, for any name, the host's interface addresses and every
+/// private or local range, unless an entry names the address literally.
+/// The names are answered by a resolver the test controls: the supervisor
+/// runs in a mount namespace whose `/etc/hosts` says what they are.
+#[test]
+fn a_name_leading_to_the_hosts_own_or_a_private_address_is_refused() {
+    if !confinement_or_skip("host addresses") {
+        return;
+    }
+    let Some(host_ip) = mini_letta::egress::cidr::host_addresses()
+        .into_iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+    else {
+        crate::common::skip_or_fail("this host has no non-loopback IPv4 address to aim at");
+        return;
+    };
+    let service = Server::start_on("host-service", host_ip);
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(h, &["agent", "create", "owl"]);
+    let hosts = h.join("hosts");
+    std::fs::write(
+        &hosts,
+        format!("127.0.0.1 localhost\n{host_ip} hostaddr.test\n10.11.12.13 private.test\n"),
+    )
+    .unwrap();
+    // The supervisor (and so the proxy's resolver) sees this /etc/hosts.
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(r#"mount --bind "$0" /etc/hosts && exec "$1" supervisor start"#)
+        .arg(&hosts)
+        .arg(bin())
+        .env("MINI_LETTA_HOME", h)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "supervisor start: {}", stderr(&o));
+    struct Stop<'a>(&'a Path);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
+        }
+    }
+    let _stop = Stop(h);
+    let port = service.port;
+    allow(
+        h,
+        "owl",
+        &[
+            &format!("hostaddr.test:{port}"),
+            &format!("private.test:{port}"),
+        ],
+    );
+    let (code, body) = status_of(h, "owl", &[], &format!("http://hostaddr.test:{port}/"));
+    assert_eq!(code, "403", "{body}");
+    assert!(
+        body.contains("this host's interfaces") || body.contains("private or local range"),
+        "{body}"
+    );
+    let (code, body) = status_of(h, "owl", &[], &format!("http://private.test:{port}/"));
+    assert_eq!(code, "403", "{body}");
+    assert!(body.contains("private or local range"), "{body}");
+    assert!(
+        service.lines().is_empty(),
+        "the service was reached: {:?}",
+        service.lines()
+    );
+    // Named literally, the address is the operator's choice: the same
+    // name now reaches the service (it was the check that refused).
+    allow(
+        h,
+        "owl",
+        &[
+            &format!("hostaddr.test:{port}"),
+            &format!("{host_ip}:{port}"),
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, body) = status_of(h, "owl", &[], &format!("http://hostaddr.test:{port}/"));
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains("hello from host-service"), "{body}");
 }

@@ -336,6 +336,7 @@ static CATALOGUE: &[Attack] = &[
     attack("69-egress-listed-host", 69, "A listed host reached only through the proxy", egress::listed_host),
     attack("70-egress-refused-host", 70, "Hosts the list does not name, through the proxy", egress::refused_host),
     attack("71-egress-dns", 71, "DNS from inside the namespace", egress::dns),
+    attack("72-stream-protocols", 72, "MPTCP / SCTP stream sockets", net::stream_protocols),
 ];
 
 /// Every attack, in §d order, then the seccomp regression rows.

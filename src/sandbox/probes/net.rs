@@ -104,3 +104,33 @@ pub fn raw_sockets(_ctx: &ProbeContext) -> Verdict {
         Verdict::escaped(join(&got))
     }
 }
+
+/// Row 72: stream sockets of a protocol other than TCP — MPTCP
+/// (`IPPROTO_MPTCP`), which landlock's TCP rules do not cover, and SCTP —
+/// of IPv4 and IPv6. Escaped if one is created (closed at once): even a
+/// child that may open TCP sockets for the egress proxy gets only TCP.
+pub fn stream_protocols(_ctx: &ProbeContext) -> Verdict {
+    const IPPROTO_MPTCP: i32 = 262;
+    let kinds = [
+        ("AF_INET/MPTCP", libc::AF_INET, IPPROTO_MPTCP),
+        ("AF_INET6/MPTCP", libc::AF_INET6, IPPROTO_MPTCP),
+        ("AF_INET/SCTP", libc::AF_INET, libc::IPPROTO_SCTP),
+    ];
+    let mut got = Vec::new();
+    let mut refused = Vec::new();
+    for (name, domain, proto) in kinds {
+        // SAFETY: socket() returns a new descriptor or -1.
+        let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, proto) };
+        if fd >= 0 {
+            got.push(format!("{name} created"));
+            close(fd);
+        } else {
+            refused.push(format!("{name}: {}", last_errno()));
+        }
+    }
+    if got.is_empty() {
+        Verdict::blocked(join(&refused))
+    } else {
+        Verdict::escaped(join(&got))
+    }
+}
