@@ -206,17 +206,20 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// Whether `agent` (named `name` in the message) may make another model call.
+/// Whether `agent` (named `name` in the message) may make another model
+/// call, with `in_flight` tokens reserved by its calls under way: a call
+/// starts only while what is spent and reserved stays below the budget.
 pub fn check(
     budget: Option<Budget>,
     spent: &Spent,
     agent: &str,
     name: &str,
     now: time::OffsetDateTime,
+    in_flight: u64,
 ) -> Option<Refusal> {
     let budget = budget?;
     let used = spent.used(agent, budget.period, now);
-    if used < budget.tokens {
+    if used.saturating_add(in_flight) < budget.tokens {
         return None;
     }
     let resets = budget.period.window(now).1.map(super::record::format_time);
@@ -229,9 +232,14 @@ pub fn check(
         period: budget.period,
         used,
         message: format!(
-            "token budget spent: agent {name} has used {used} of its {} tokens per {} ({when}); raise it with `mini-letta agent set-budget {name} --tokens TOKENS` or remove it with --clear",
+            "token budget spent: agent {name} has used {used}{reserved} of its {} tokens per {} ({when}); raise it with `mini-letta agent set-budget {name} --tokens TOKENS` or remove it with --clear",
             budget.tokens,
             budget.period.as_str(),
+            reserved = if in_flight > 0 {
+                format!(" (and {in_flight} more are reserved by calls under way)")
+            } else {
+                String::new()
+            },
         ),
         resets,
     })
@@ -263,18 +271,22 @@ mod tests {
             tokens: 10,
             period: Period::Day,
         };
-        assert!(check(Some(day), &spent, "a", "owl", now).is_none());
+        assert!(check(Some(day), &spent, "a", "owl", now, 0).is_none());
+        // Calls under way count with what is spent: 5 + 4 < 10, 5 + 5 not.
+        assert!(check(Some(day), &spent, "a", "owl", now, 4).is_none());
+        let r = check(Some(day), &spent, "a", "owl", now, 5).unwrap();
+        assert!(r.message.contains("5 more are reserved"), "{}", r.message);
         let month = Budget {
             tokens: 10,
             period: Period::Month,
         };
-        let r = check(Some(month), &spent, "a", "owl", now).unwrap();
+        let r = check(Some(month), &spent, "a", "owl", now, 0).unwrap();
         assert_eq!(r.used, 55);
         assert!(
             r.message.contains("resets at 2025-07-01T00:00:00"),
             "{}",
             r.message
         );
-        assert!(check(None, &spent, "a", "owl", now).is_none());
+        assert!(check(None, &spent, "a", "owl", now, 1_000).is_none());
     }
 }

@@ -32,6 +32,37 @@ pub struct Accounting {
     tools: Mutex<HashMap<(u64, String), OpenCall>>,
     /// Live children's cgroups (`ps` reads their figures).
     groups: Mutex<HashMap<u64, Vec<PathBuf>>>,
+    /// Tokens reserved per agent by its model calls under way (taken with
+    /// `spent` held, so a check and its reservation are one step).
+    reserved: Mutex<HashMap<String, u64>>,
+}
+
+/// Tokens a model call holds against its agent's budget until it is
+/// settled ([`Accounting::model_called`] adds what it spent); given back
+/// when dropped.
+pub struct Reservation<'a> {
+    accounting: &'a Accounting,
+    agent: Option<String>,
+    tokens: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let Some(agent) = self.agent.take() else {
+            return;
+        };
+        let mut reserved = self
+            .accounting
+            .reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = reserved.get_mut(&agent) {
+            *r = r.saturating_sub(self.tokens);
+            if *r == 0 {
+                reserved.remove(&agent);
+            }
+        }
+    }
 }
 
 impl Accounting {
@@ -67,20 +98,31 @@ impl Accounting {
             spent: Mutex::new(None),
             tools: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether `agent` may make a model call now; a refusal is recorded
-    /// (`budget`) before it is returned. Blocking (it may read the log).
+    /// Whether `agent` may make a model call now, and if so `reserve`
+    /// tokens for it (an upper bound of what it can spend) until the
+    /// reservation is dropped: a call starts only while the agent's spent
+    /// and reserved tokens are below its budget, so of calls made at once
+    /// at most one can cross it. A refusal is recorded (`budget`) before it
+    /// is returned. Blocking (it may read the log).
     pub fn check_budget(
         &self,
         home: &Home,
         agent: &str,
         role: &str,
         at: &str,
-    ) -> Result<(), Refusal> {
+        reserve: u64,
+    ) -> Result<Reservation<'_>, Refusal> {
+        let none = Reservation {
+            accounting: self,
+            agent: None,
+            tokens: 0,
+        };
         if !self.log.is_on() {
-            return Ok(());
+            return Ok(none);
         }
         let budgets = match budget::load(home) {
             Ok(b) => b,
@@ -90,7 +132,7 @@ impl Accounting {
             }
         };
         let Some(b) = budgets.get(agent).copied() else {
-            return Ok(());
+            return Ok(none);
         };
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         if spent.is_none() {
@@ -102,11 +144,30 @@ impl Accounting {
         let name = crate::store::find(home, Some(agent))
             .map(|(r, _)| r.name)
             .unwrap_or_else(|_| agent.to_string());
-        let refused = spent
-            .as_ref()
-            .and_then(|s| budget::check(Some(b), s, agent, &name, time::OffsetDateTime::now_utc()));
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let in_flight = reserved.get(agent).copied().unwrap_or(0);
+        let refused = spent.as_ref().and_then(|s| {
+            budget::check(
+                Some(b),
+                s,
+                agent,
+                &name,
+                time::OffsetDateTime::now_utc(),
+                in_flight,
+            )
+        });
+        if refused.is_none() {
+            *reserved.entry(agent.to_string()).or_default() += reserve;
+        }
+        drop(reserved);
         drop(spent);
-        let Some(r) = refused else { return Ok(()) };
+        let Some(r) = refused else {
+            return Ok(Reservation {
+                accounting: self,
+                agent: Some(agent.to_string()),
+                tokens: reserve,
+            });
+        };
         let entry = Entry::new(kind::BUDGET, Some(agent), Some(role))
             .with("at", at)
             .with("budget", r.budget)

@@ -362,14 +362,17 @@ pub async fn model_complete(
         state,
         &slot,
         move || -> Result<ModelResponse, ModelError> {
-            // The agent's budget, before every call of its turns and sub-agents.
-            if let Some(agent) = &who_agent
-                && let Err(r) = st
-                    .accounting
-                    .check_budget(&home, agent, &role, "model_call")
-            {
-                return Err(ModelError::fatal(r.message));
-            }
+            // The agent's budget, before every call of its turns and
+            // sub-agents; the call's upper bound stays reserved until
+            // what it spent is recorded.
+            let _reservation = match &who_agent {
+                Some(agent) => Some(
+                    st.accounting
+                        .check_budget(&home, agent, &role, "model_call", reservation(&request))
+                        .map_err(|r| ModelError::fatal(r.message))?,
+                ),
+                None => None,
+            };
             let began = std::time::Instant::now();
             let answer = call_provider(&home, &request, &st, &who_agent, who_child, &sender, id);
             // Recorded (durably) before the answer goes back to the child.
@@ -410,6 +413,23 @@ pub async fn model_complete(
         }),
         Err(e) => error(ErrorCode::Internal, format!("model task failed: {e}")),
     }
+}
+
+/// Output tokens a call without `max_tokens` is assumed to spend at most
+/// (what the Anthropic provider sends when a request names none).
+pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
+
+/// An upper bound of the tokens `request` can spend: its input is at most
+/// one token per byte of the request as encoded (every tokenizer covers at
+/// least a byte per token, and the encoding's punctuation stands in for
+/// the provider's framing), its output at most `max_tokens`.
+pub fn reservation(request: &crate::protocol::messages::ModelRequest) -> u64 {
+    let input = crate::protocol::encoded_len(request) as u64;
+    let output = request
+        .max_tokens
+        .map(u64::from)
+        .unwrap_or(DEFAULT_OUTPUT_RESERVE);
+    input.saturating_add(output)
 }
 
 /// `model.info`: a model's handle and the context window configured for it

@@ -136,7 +136,7 @@ async fn check_turn(
         check_model(&st.home, &model)?;
         // A spent budget refuses the turn before anything starts.
         st.accounting
-            .check_budget(&st.home, &record.id, "agent", "turn_start")
+            .check_budget(&st.home, &record.id, "agent", "turn_start", 0)
             .map_err(|r| {
                 Outcome::Error(crate::protocol::ErrorBody {
                     code: ErrorCode::Forbidden,

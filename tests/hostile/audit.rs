@@ -469,3 +469,92 @@ fn a_turn_crossing_its_budget_stops_after_the_call_under_way() {
     let (code, v) = verify(h, &[]);
     assert_eq!(code, 0, "{v}");
 }
+
+/// Issue 45 (4): the budget was checked before a call and its tokens added
+/// after it, so calls made at once all passed the check — 6 parallel calls
+/// against a 100-token budget all ran. A call now reserves an upper bound
+/// of what it can spend (its request's bytes plus its `max_tokens`) in the
+/// same step as the check, and starts only while spent plus reserved stays
+/// below the budget. A confined agent-role child sends 8 model calls at
+/// once on its channel against 10 tokens (the mock spends 8 a call): what
+/// is charged stays within the budget plus one call's tokens.
+#[test]
+fn parallel_calls_cannot_overrun_a_budget() {
+    use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
+    if !confinement_or_skip("audit: parallel calls against a budget") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let h = d.path();
+    let o = run(
+        h,
+        &[
+            "agent",
+            "set-budget",
+            "owl",
+            "--tokens",
+            "10",
+            "--period",
+            "total",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Eight requests written back to back, then eight answers read.
+    let client = r#"
+import json, socket
+s = socket.socket(fileno=3)
+req = {"model": "", "system": "S", "max_tokens": 64,
+       "messages": [{"role": "user", "parts": [{"type": "text", "text": "hello there"}]}]}
+s.sendall(b"".join(json.dumps({"type": "request", "id": i, "method": "model.complete",
+                               "params": {"request": req}}).encode() + b"\n" for i in range(1, 9)))
+f = s.makefile("rb")
+answers = 0
+while answers < 8:
+    v = json.loads(f.readline())
+    if v.get("type") == "response":
+        answers += 1
+"#;
+    let mut c = d.client();
+    c.call(Call::Subscribe {}).unwrap();
+    let v = c
+        .call(Call::Spawn(SpawnParams {
+            agent: "owl".into(),
+            role: "agent".into(),
+            argv: vec!["python3".into(), "-c".into(), client.into()],
+            stdio: StdioMode::Null,
+            workspace: None,
+            isolation: None,
+            model: None,
+        }))
+        .unwrap();
+    let child = v["child"].as_u64().unwrap();
+    let code = loop {
+        if let ServerFrame::Event(Event::ChildExit(exit)) = c.read_frame().unwrap()
+            && exit.child == child
+        {
+            break exit.code();
+        }
+    };
+    assert_eq!(code, Some(0), "the client did not get its 8 answers");
+    let recs = records(h);
+    let calls: Vec<u64> = recs
+        .iter()
+        .filter(|r| r["kind"] == "model" && r["outcome"] == "ok")
+        .map(|r| r["input_tokens"].as_u64().unwrap() + r["output_tokens"].as_u64().unwrap())
+        .collect();
+    let charged: u64 = calls.iter().sum();
+    let largest = calls.iter().copied().max().unwrap_or(0);
+    assert!(!calls.is_empty(), "no call ran at all");
+    assert!(
+        charged <= 10 + largest,
+        "charged {charged} tokens in {} calls against a budget of 10 (largest call {largest})",
+        calls.len()
+    );
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "budget" && r["at"] == "model_call"),
+        "the refused calls are recorded"
+    );
+    let (code, v) = verify(h, &[]);
+    assert_eq!(code, 0, "{v}");
+}
