@@ -120,6 +120,7 @@ pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diag
     let sel = &record.name;
     if let Some(home) = &ctx.home {
         home_reachable(&mut out, home);
+        audit_disk(&mut out, home);
         config(&mut out, home, record);
     }
     match crate::memfs::repo::open_agent(agent) {
@@ -199,6 +200,30 @@ fn home_reachable(out: &mut Out, home: &Home) {
             Severity::Error,
             format!("no turn can run: {e}"),
             "move the home (MINI_LETTA_HOME=/var/lib/mini-letta/NAME, then `mini-letta agent export`/`import`) or let others traverse the directory named above (chmod o+x)".into(),
+        );
+    }
+}
+
+/// The audit log's disk: at its reserve, every child's action is refused
+/// ([`crate::audit::reserve`]) — no spawn, no turn, no model call.
+fn audit_disk(out: &mut Out, home: &Home) {
+    let dir = home.audit_dir();
+    let at = if dir.exists() {
+        dir
+    } else {
+        home.root().to_path_buf()
+    };
+    if let Some((free, reserve)) = crate::audit::reserve::reading(&at)
+        && free < reserve
+    {
+        out.push(
+            "home",
+            Severity::Error,
+            format!(
+                "no turn can run: the audit log's disk is down to its reserve ({free} bytes free, \
+                 {reserve} kept for records of what already happened)"
+            ),
+            format!("free space on the filesystem holding {}", at.display()),
         );
     }
 }

@@ -13,6 +13,7 @@ pub mod budget;
 pub mod file;
 pub mod read;
 pub mod record;
+pub mod reserve;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -52,6 +53,16 @@ pub enum AuditError {
     Corrupt { path: PathBuf, detail: String },
     #[error("the audit log's writer has stopped")]
     Closed,
+    #[error(
+        "the audit log's disk is down to its reserve ({free} bytes free, {reserve} kept for \
+         records of what has already happened): refused before the disk fills; free space \
+         under {}", dir.display()
+    )]
+    DiskReserve {
+        dir: PathBuf,
+        free: u64,
+        reserve: u64,
+    },
 }
 
 /// Records waiting for the writer thread; past this, appenders wait.
@@ -93,6 +104,8 @@ impl Queued {
 #[derive(Clone)]
 pub struct Log {
     tx: Option<mpsc::Sender<Job>>,
+    /// The log's directory (whose disk [`reserve`] watches).
+    dir: PathBuf,
 }
 
 impl Log {
@@ -152,13 +165,31 @@ impl Log {
                 path: home.audit_log(),
                 source,
             })?;
-        Ok((Log { tx: Some(tx) }, torn))
+        Ok((
+            Log {
+                tx: Some(tx),
+                dir: home.audit_dir(),
+            },
+            torn,
+        ))
     }
 
     /// A log that records nothing (`MINI_LETTA_AUDIT=off`, for measuring
     /// what the log costs; never the default).
     pub fn off() -> Log {
-        Log { tx: None }
+        Log {
+            tx: None,
+            dir: PathBuf::new(),
+        }
+    }
+
+    /// Refuse a record of `kind` while the disk is down to its reserve.
+    fn within_reserve(&self, kind: &str) -> Result<(), AuditError> {
+        reserve::check(&self.dir, kind).map_err(|(free, reserve)| AuditError::DiskReserve {
+            dir: self.dir.clone(),
+            free,
+            reserve,
+        })
     }
 
     pub fn is_on(&self) -> bool {
@@ -179,6 +210,7 @@ impl Log {
         let Some(tx) = &self.tx else {
             return Ok(Queued(None));
         };
+        self.within_reserve(&entry.kind)?;
         let (done, wait) = oneshot::channel();
         tx.send(Job {
             entry: Some(entry),
@@ -209,6 +241,7 @@ impl Log {
                 head: String::new(),
             });
         };
+        self.within_reserve(&entry.kind)?;
         let (done, wait) = oneshot::channel();
         tx.blocking_send(Job {
             entry: Some(entry),
@@ -249,6 +282,12 @@ pub fn append(
 ) -> Result<Appended, AuditError> {
     let mut entry = Entry::new(kind, agent, role);
     entry.fields = fields;
+    let dir = home.audit_dir();
+    reserve::check(&dir, kind).map_err(|(free, reserve)| AuditError::DiskReserve {
+        dir,
+        free,
+        reserve,
+    })?;
     let mut writer = Writer::open(home)?;
     writer.append(&[entry])?.pop().ok_or(AuditError::Closed)
 }

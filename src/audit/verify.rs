@@ -37,6 +37,10 @@ pub enum Problem {
     /// `--head` is the hash of no line on the chain: records after `last`
     /// were removed (or the head belongs to another log).
     HeadNotOnChain { last: u64, head: String },
+    /// `--head SEQ:HEX`: the log has record `seq`, but its line no longer
+    /// hashes to the saved head — it, or one before it, was rewritten
+    /// (every later link recomputed, so the chain alone holds).
+    AlteredSinceHead { seq: u64, head: String },
 }
 
 impl Problem {
@@ -49,6 +53,7 @@ impl Problem {
             | Problem::BadStart { seq } => *seq,
             Problem::NotARecord { after, .. } | Problem::TornTail { after, .. } => after + 1,
             Problem::HeadNotOnChain { last, .. } => last + 1,
+            Problem::AlteredSinceHead { seq, .. } => *seq,
         }
     }
 }
@@ -84,6 +89,10 @@ impl std::fmt::Display for Problem {
                 f,
                 "record seq {} is torn: the last line ({bytes} bytes, after seq {after}) has no newline (a crash while appending; the supervisor notes it when it next starts)",
                 after + 1
+            ),
+            Problem::AlteredSinceHead { seq, head } => write!(
+                f,
+                "record seq {seq}, or one before it, was altered since the head {head} was saved: its line no longer hashes to that head (the chain was rewritten after it)"
             ),
             Problem::HeadNotOnChain { last, head } => write!(
                 f,
@@ -129,10 +138,41 @@ struct Walk {
     /// A terminated line that is not a record, waiting for its `torn` note.
     pending_torn: Option<[u8; 32]>,
     want_head: Option<[u8; 32]>,
+    /// The record the saved head is the hash of, when it was saved with it.
+    want_seq: Option<u64>,
+}
+
+/// A head saved earlier (`audit head`): the hash of the last record's
+/// line, and that record's number when it was saved with it (`SEQ:HEX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedHead {
+    pub seq: Option<u64>,
+    pub hash: [u8; 32],
+}
+
+impl SavedHead {
+    /// `HEX` or `SEQ:HEX`.
+    pub fn parse(text: &str) -> Option<SavedHead> {
+        let text = text.trim();
+        let (seq, hex) = match text.split_once(':') {
+            Some((s, h)) => (Some(s.parse().ok()?), h),
+            None => (None, text),
+        };
+        Some(SavedHead {
+            seq,
+            hash: record::parse_hex32(hex.as_bytes())?,
+        })
+    }
 }
 
 /// Verify the whole chain; `head` is a head saved earlier that must be on it.
 pub fn verify(home: &Home, head: Option<[u8; 32]>) -> Result<Report, AuditError> {
+    verify_against(home, head.map(|hash| SavedHead { seq: None, hash }))
+}
+
+/// [`verify`] against a saved head; with its number, a head the log has
+/// passed but no longer matches is told apart from a cut tail.
+pub fn verify_against(home: &Home, head: Option<SavedHead>) -> Result<Report, AuditError> {
     let files = chain_files(home)?;
     let mut walk = Walk {
         report: Report {
@@ -143,7 +183,8 @@ pub fn verify(home: &Home, head: Option<[u8; 32]>) -> Result<Report, AuditError>
         expected: 1,
         prev: GENESIS,
         pending_torn: None,
-        want_head: head,
+        want_head: head.map(|h| h.hash),
+        want_seq: head.and_then(|h| h.seq),
     };
     let last = files.len().saturating_sub(1);
     for (i, path) in files.iter().enumerate() {
@@ -264,6 +305,13 @@ fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), P
     let hash = record::line_hash(line);
     if walk.want_head == Some(hash) {
         walk.report.head_found = Some(true);
+    } else if walk.want_seq == Some(seq)
+        && let Some(want) = walk.want_head
+    {
+        return Err(Problem::AlteredSinceHead {
+            seq,
+            head: record::hex(&want),
+        });
     }
     walk.prev = hash;
     walk.expected = seq + 1;

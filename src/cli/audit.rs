@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::Cli;
 use super::output::{self, Table, field as f};
-use crate::audit::{self, budget, read, record, verify};
+use crate::audit::{self, budget, read, verify};
 use crate::paths::Home;
 use crate::store;
 
@@ -22,9 +22,11 @@ pub enum AuditCommand {
   mini-letta audit verify
   mini-letta audit verify --head \"$(cat saved-head)\" --json")]
     Verify {
-        /// A head saved earlier (`audit head`): it must be on the chain,
-        /// which catches a log whose tail was cut off.
-        #[arg(long, value_name = "HEX")]
+        /// A head saved earlier (`audit head`, `HEX`; or `SEQ:HEX` from
+        /// `audit head --seq`, which also tells a rewritten record from a
+        /// cut tail): it must be on the chain. Keep it where the agents'
+        /// tenants cannot write.
+        #[arg(long, value_name = "[SEQ:]HEX")]
         head: Option<String>,
         /// Print the report as JSON.
         #[arg(long)]
@@ -38,6 +40,10 @@ pub enum AuditCommand {
         /// Print {"seq", "head"} as JSON.
         #[arg(long)]
         json: bool,
+        /// Print `SEQ:HEX` (the record's number with its hash), for
+        /// `audit verify --head`.
+        #[arg(long)]
+        seq: bool,
     },
     /// Print records, oldest first.
     #[command(after_help = "Examples:
@@ -80,13 +86,14 @@ pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     match cmd {
         AuditCommand::Verify { head, json } => verify_cmd(&home, head.as_deref(), *json),
-        AuditCommand::Head { json } => {
+        AuditCommand::Head { json, seq } => {
             let head = verify::head(&home)?;
             if *json {
                 let (seq, head) = head.map_or((0, None), |(s, h)| (s, Some(h)));
                 output::json(&json!({ "seq": seq, "head": head }))?;
             } else {
                 match head {
+                    Some((n, h)) if *seq => println!("{n}:{h}"),
                     Some((_, h)) => println!("{h}"),
                     None => println!("the audit log is empty"),
                 }
@@ -110,15 +117,15 @@ pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
 
 fn verify_cmd(home: &Home, head: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let want = match head {
-        Some(h) => Some(record::parse_hex32(h.trim().as_bytes()).with_context(|| {
+        Some(h) => Some(verify::SavedHead::parse(h).with_context(|| {
             format!(
-                "--head {:?} is not a sha256 in lowercase hex (64 digits)",
+                "--head {:?} is not a sha256 in lowercase hex (64 digits), optionally after its record's number (SEQ:HEX)",
                 h
             )
         })?),
         None => None,
     };
-    let report = verify::verify(home, want)?;
+    let report = verify::verify_against(home, want)?;
     if json {
         let mut v = serde_json::to_value(&report)?;
         if let (Some(o), Some(p)) = (v.as_object_mut(), &report.problem) {

@@ -25,6 +25,7 @@
 pub mod allow;
 pub mod cidr;
 pub mod config;
+pub mod denials;
 pub mod http;
 pub mod log;
 pub mod netns;

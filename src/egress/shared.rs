@@ -53,6 +53,8 @@ pub struct Egress {
     pub(super) active: Mutex<HashMap<String, usize>>,
     pub(super) policies: Mutex<HashMap<String, (Instant, Arc<Policy>)>>,
     pub(super) children: Mutex<HashMap<u64, CancellationToken>>,
+    /// Which refusals become audit records one by one.
+    pub(super) denials: Arc<super::denials::Denials>,
 }
 
 /// A held connection slot: one of the agent's and one of all.
@@ -100,37 +102,63 @@ impl Egress {
             active: Mutex::new(HashMap::new()),
             policies: Mutex::new(HashMap::new()),
             children: Mutex::new(HashMap::new()),
+            denials: Arc::default(),
         }
     }
 
     /// A refused attempt as a `denied` record of the audit log (every
     /// field the supervisor's own: the child table's agent, role and id,
-    /// the host as written), appended and synced off the async workers.
-    /// Logged, not fatal, when it cannot be: the refusal stands either way.
+    /// the host as written), appended and synced off the async workers —
+    /// up to a per-agent rate ([`super::denials`]); past it the refusals
+    /// are counted, and the count is carried by the agent's next recorded
+    /// refusal (`suppressed_before`) or, at the latest
+    /// [`super::denials::FLUSH_AFTER`] later, by a record of its own
+    /// (`suppressed`). Logged, not fatal, when it cannot be: the refusal
+    /// stands either way.
     pub async fn audit_denied(&self, r: &NetRecord) {
+        use super::denials::{Admit, FLUSH_AFTER};
         let mut fields = serde_json::Map::new();
         fields.insert("child".into(), r.child.into());
         fields.insert("method".into(), "egress".into());
+        match self.denials.admit(&r.agent, Instant::now()) {
+            Admit::Record { suppressed_before } => {
+                if suppressed_before > 0 {
+                    fields.insert("suppressed_before".into(), suppressed_before.into());
+                }
+            }
+            Admit::Count { schedule_flush } => {
+                if schedule_flush {
+                    let (home, denials) = (self.home.clone(), self.denials.clone());
+                    let (agent, role, child) = (r.agent.clone(), r.role.clone(), r.child);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(FLUSH_AFTER).await;
+                        let n = denials.take(&agent);
+                        if n == 0 {
+                            return;
+                        }
+                        let mut fields = serde_json::Map::new();
+                        fields.insert("child".into(), child.into());
+                        fields.insert("method".into(), "egress".into());
+                        fields.insert("suppressed".into(), n.into());
+                        fields.insert(
+                            "reason".into(),
+                            format!(
+                                "{n} refused attempts, over the rate recorded one by one ({} a second)",
+                                super::denials::RATE_PER_SEC
+                            )
+                            .into(),
+                        );
+                        append_denied(home, agent, role, fields).await;
+                    });
+                }
+                return;
+            }
+        }
         fields.insert("request".into(), r.method.clone().into());
         fields.insert("host".into(), r.host.clone().into());
         fields.insert("port".into(), r.port.into());
         fields.insert("reason".into(), r.reason.clone().into());
-        let (home, agent, role) = (self.home.clone(), r.agent.clone(), r.role.clone());
-        let appended = tokio::task::spawn_blocking(move || {
-            crate::audit::append(
-                &home,
-                crate::audit::kind::DENIED,
-                Some(&agent),
-                Some(&role),
-                fields,
-            )
-        })
-        .await;
-        match appended {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
-            Err(e) => tracing::error!(agent = %r.agent, "egress: cannot audit a refusal: {e}"),
-        }
+        append_denied(self.home.clone(), r.agent.clone(), r.role.clone(), fields).await;
     }
 
     /// Record an attempt (the writer waits when its queue is full).
@@ -209,5 +237,30 @@ fn load(home: &Home, id: &str) -> Policy {
         config,
         config_error,
         list: super::policy::read(home, id).map_err(|e| e.to_string()),
+    }
+}
+
+/// Append one `denied` record off the async workers; logged when it cannot be.
+async fn append_denied(
+    home: Home,
+    agent: String,
+    role: String,
+    fields: serde_json::Map<String, serde_json::Value>,
+) {
+    let who = agent.clone();
+    let appended = tokio::task::spawn_blocking(move || {
+        crate::audit::append(
+            &home,
+            crate::audit::kind::DENIED,
+            Some(&agent),
+            Some(&role),
+            fields,
+        )
+    })
+    .await;
+    match appended {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!(agent = %who, "egress: cannot audit a refusal: {e}"),
+        Err(e) => tracing::error!(agent = %who, "egress: cannot audit a refusal: {e}"),
     }
 }

@@ -558,3 +558,66 @@ while answers < 8:
     let (code, v) = verify(h, &[]);
     assert_eq!(code, 0, "{v}");
 }
+
+/// Issue 45 (7): the chain was anchored only at genesis: a record
+/// rewritten with every later `prev` recomputed passed `audit verify`, and
+/// against a head saved after the rewrite... and against one saved before
+/// it, verify said records "were removed" when they were altered. A head
+/// saved with its record's number (`audit head --seq`) now tells the two
+/// apart: the rewrite is named as an alteration of that record or one
+/// before it, and a cut tail is still named a removal.
+#[test]
+fn a_rewritten_chain_is_caught_as_altered_against_a_saved_head() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    for i in 0..3 {
+        let o = run(
+            h,
+            &[
+                "agent",
+                "set-budget",
+                "owl",
+                "--tokens",
+                &format!("{}", 100 + i),
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = run(h, &["audit", "head", "--seq"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let saved = stdout(&o).trim().to_string();
+    let (seq, _) = saved.split_once(':').expect("SEQ:HEX");
+    let seq: usize = seq.parse().unwrap();
+    assert!(seq >= 3, "{saved}");
+    // Rewrite record 2 and recompute every later link: the chain holds.
+    let path = log_path(h);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // Edited as text: the header (`seq`, `prev`) keeps its place.
+    let end = lines[1].rfind('}').unwrap();
+    lines[1].insert_str(end, ",\"forged\":true");
+    for i in 2..lines.len() {
+        let prev: String = Sha256::digest(lines[i - 1].as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let at = lines[i].find("\"prev\":\"").unwrap() + "\"prev\":\"".len();
+        lines[i].replace_range(at..at + 64, &prev);
+    }
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let (code, v) = verify(h, &[]);
+    assert_eq!(code, 0, "the rewritten chain holds by itself: {v}");
+    let (code, v) = verify(h, &["--head", &saved]);
+    assert_eq!(code, 1, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("altered"), "{message}");
+    assert!(!message.contains("removed"), "{message}");
+    assert_eq!(v["bad_seq"], json!(seq as u64), "{v}");
+    // A cut tail against the same head is still a removal.
+    let cut = lines[..seq - 1].join("\n") + "\n";
+    std::fs::write(&path, cut).unwrap();
+    let (code, v) = verify(h, &["--head", &saved]);
+    assert_eq!(code, 1, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("removed"), "{v}");
+}

@@ -961,3 +961,165 @@ fn a_name_leading_to_the_hosts_own_or_a_private_address_is_refused() {
     assert_eq!(code, "200", "{body}");
     assert!(body.contains("hello from host-service"), "{body}");
 }
+
+/// The audit log's records of the home at `h`.
+fn audit_records(h: &Path) -> Vec<Value> {
+    std::fs::read_to_string(h.join("audit/audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A tmpfs of `mb` MiB mounted at a fresh directory, unmounted when dropped.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(mb: u32) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mb}m,mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        o.status.success().then_some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// Issue 45 (1): every refused egress attempt was a durable `denied`
+/// record, with no limit per agent: one command wrote 85k records in 25 s,
+/// filled a 48 MiB home, and then every tenant's spawn, turn and model call
+/// failed on the full disk. Past a per-agent rate, refusals are now counted
+/// and carried by the next record (`suppressed_before`), so a flood of
+/// 3000 refused requests on a 48 MiB home leaves a few dozen records that
+/// still account for every attempt; the other tenant's turn works, and the
+/// log verifies.
+#[test]
+fn a_flood_of_refused_requests_costs_its_own_agent_only() {
+    if !confinement_or_skip("egress flood") {
+        return;
+    }
+    let Some(disk) = SmallDisk::mount(48) else {
+        crate::common::skip_or_fail("cannot mount a small tmpfs home (needs root)");
+        return;
+    };
+    let h = disk.0.path().join("home");
+    ok(&h, &["agent", "create", "owl"]);
+    ok(&h, &["agent", "create", "wren"]);
+    ok(&h, &["supervisor", "start"]);
+    struct Stop(std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = run(&self.0, &["supervisor", "stop", "--timeout", "5"]);
+        }
+    }
+    let _stop = Stop(h.clone());
+    let p1 = Server::start("P1");
+    allow(&h, "owl", &[&format!("localhost:{}", p1.port)]);
+    // 3000 refused requests (a host not on the list), then, once the
+    // agent's rate allows a record again, one more.
+    let client = r#"
+import socket, time
+def refused():
+    s = socket.create_connection(("127.0.0.1", @PROXY_PORT@))
+    s.sendall(b"GET http://not-listed.example/ HTTP/1.1\r\nHost: not-listed.example\r\n\r\n")
+    s.recv(4096)
+    s.close()
+for _ in range(3000):
+    refused()
+time.sleep(0.5)
+refused()
+print("done")
+"#
+    .replace("@PROXY_PORT@", PROXY.rsplit(':').next().unwrap());
+    let (code, out, err) = confined(&h, "owl", &["python3", "-c", &client]);
+    assert_eq!(code, 0, "client failed: {out}{err}");
+    let recs = audit_records(&h);
+    let owl_denials: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["kind"] == "denied" && r["method"] == "egress")
+        .collect();
+    let accounted: u64 = owl_denials
+        .iter()
+        .map(|r| {
+            1 + r["suppressed_before"].as_u64().unwrap_or(0) + r["suppressed"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        owl_denials.len() < 200,
+        "{} records for 3001 refusals",
+        owl_denials.len()
+    );
+    assert_eq!(accounted, 3001, "every refusal accounted for once");
+    let size = std::fs::metadata(h.join("audit/audit.jsonl"))
+        .unwrap()
+        .len();
+    assert!(size < 1 << 20, "the audit log grew to {size} bytes");
+    // The other tenant is untouched.
+    let o = run(&h, &["chat", "-a", "wren", "-p", "remember: I like tea"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = run(&h, &["audit", "verify"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// Issue 45 (1): the audit log refuses a child's action while its disk is
+/// down to the reserve, before the disk fills: on a 20 MiB home filled to
+/// within 1 MiB, a command is refused saying so, the log still verifies
+/// (nothing torn), and once space is freed commands run again.
+#[test]
+fn the_audit_log_refuses_a_childs_action_before_its_disk_is_full() {
+    if !confinement_or_skip("audit disk reserve") {
+        return;
+    }
+    let Some(disk) = SmallDisk::mount(20) else {
+        crate::common::skip_or_fail("cannot mount a small tmpfs home (needs root)");
+        return;
+    };
+    let h = disk.0.path().join("home");
+    ok(&h, &["agent", "create", "owl"]);
+    ok(&h, &["supervisor", "start"]);
+    struct Stop(std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = run(&self.0, &["supervisor", "stop", "--timeout", "5"]);
+        }
+    }
+    let _stop = Stop(h.clone());
+    ok(&h, &["sandbox", "run", "-a", "owl", "--", "true"]);
+    // Another consumer leaves 1 MiB free (the reserve is 2 MiB here).
+    let (free, reserve) = mini_letta::audit::reserve::reading(&h).unwrap();
+    assert!(reserve >= 2 << 20, "reserve {reserve}");
+    let filler = disk.0.path().join("filler");
+    // tmpfs allocates on write: written, not just sized.
+    let o = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "conv=notrunc"])
+        .arg(format!("of={}", filler.display()))
+        .arg(format!("count={}", (free >> 20) - 1))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = run(&h, &["sandbox", "run", "-a", "owl", "--", "true"]);
+    assert!(!o.status.success(), "ran with the disk at its reserve");
+    assert!(stderr(&o).contains("reserve"), "{}", stderr(&o));
+    let o = run(&h, &["audit", "verify"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = run(&h, &["doctor"]);
+    assert!(!o.status.success(), "doctor says healthy: {}", stdout(&o));
+    assert!(stdout(&o).contains("down to its reserve"), "{}", stdout(&o));
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ok(&h, &["sandbox", "run", "-a", "owl", "--", "true"]);
+}
