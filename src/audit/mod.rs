@@ -40,6 +40,8 @@ pub mod kind {
     pub const TORN: &str = "torn";
     /// An agent's owner changed (several hosts, `docs/cluster.md`).
     pub const OWNER: &str = "owner";
+    /// A connection through the egress proxy ended, with its bytes.
+    pub const EGRESS: &str = "egress";
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -262,19 +262,8 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
             ..read::Usage::default()
         });
     }
-    // Bytes through the egress proxy come from each agent's network log
-    // (every attempt is there; the audit log holds the refusals).
-    let since = filter.since.as_deref().and_then(|t| {
-        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-    });
-    for u in by_agent.values_mut() {
-        if let Ok(records) = crate::egress::log::read(&home, &u.agent, since) {
-            u.egress_bytes += records
-                .iter()
-                .map(|r| r.bytes_up.saturating_add(r.bytes_down))
-                .sum::<u64>();
-        }
-    }
+    // Bytes through the egress proxy come from the audit log's `egress`
+    // records (the network log rotates; a tenant could make it forget).
     let names: std::collections::BTreeMap<String, String> = store::list(&home)
         .map(|l| l.into_iter().map(|r| (r.id, r.name)).collect())
         .unwrap_or_default();

@@ -1,9 +1,10 @@
-//! How many refused egress attempts of an agent become audit records: each
-//! is a durable append, and a command can make tens of thousands a second,
-//! so past a per-agent rate they are counted instead, and the count goes
-//! into one aggregated record. A flood then costs its own agent nothing
-//! more than a counter, and never the disk or the log writer the other
-//! tenants need.
+//! How many egress events of an agent (refused attempts, finished
+//! connections) become audit records one by one: each is a durable append,
+//! and a command can make tens of thousands a second, so past a per-agent
+//! rate they are counted instead (with the bytes they carried), and the
+//! count goes into one aggregated record. A flood then costs its own agent
+//! nothing more than a counter, never the disk or the log writer the other
+//! tenants need, and no event or byte goes unaccounted.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,11 +18,18 @@ pub const BURST: f64 = 20.0;
 /// (in one record), if no recorded refusal carried it before.
 pub const FLUSH_AFTER: Duration = Duration::from_secs(10);
 
-/// Whether one refusal is recorded.
+/// Events counted and not yet carried by a record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub events: u64,
+    pub bytes: u64,
+}
+
+/// Whether one event is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    /// Record it, with the count of refusals left unrecorded before it.
-    Record { suppressed_before: u64 },
+    /// Record it, with the events left unrecorded before it.
+    Record { before: Pending },
     /// Count it only; `schedule_flush`: the first of a run, whose count a
     /// record must carry within [`FLUSH_AFTER`].
     Count { schedule_flush: bool },
@@ -31,7 +39,7 @@ pub enum Admit {
 struct Bucket {
     tokens: f64,
     last: Instant,
-    suppressed: u64,
+    pending: Pending,
 }
 
 /// Per-agent token buckets.
@@ -41,43 +49,45 @@ pub struct Denials {
 }
 
 impl Denials {
-    /// Decide for one refusal of `agent` at `now`.
-    pub fn admit(&self, agent: &str, now: Instant) -> Admit {
+    /// Decide for one event of `agent` at `now` that carried `bytes`.
+    pub fn admit(&self, agent: &str, now: Instant, bytes: u64) -> Admit {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: agents idle for a minute (full buckets, nothing
         // counted) are forgotten.
         if agents.len() > 1024 {
             agents.retain(|_, b| {
-                b.suppressed > 0 || now.duration_since(b.last) < Duration::from_secs(60)
+                b.pending.events > 0 || now.duration_since(b.last) < Duration::from_secs(60)
             });
         }
         let b = agents.entry(agent.to_string()).or_insert(Bucket {
             tokens: BURST,
             last: now,
-            suppressed: 0,
+            pending: Pending::default(),
         });
         let refill = now.duration_since(b.last).as_secs_f64() * RATE_PER_SEC;
         b.tokens = (b.tokens + refill).min(BURST);
         b.last = now;
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
-            let suppressed_before = std::mem::take(&mut b.suppressed);
-            Admit::Record { suppressed_before }
+            Admit::Record {
+                before: std::mem::take(&mut b.pending),
+            }
         } else {
-            b.suppressed += 1;
+            b.pending.events += 1;
+            b.pending.bytes = b.pending.bytes.saturating_add(bytes);
             Admit::Count {
-                schedule_flush: b.suppressed == 1,
+                schedule_flush: b.pending.events == 1,
             }
         }
     }
 
-    /// The refusals of `agent` counted and not yet carried by a record.
-    pub fn take(&self, agent: &str) -> u64 {
+    /// The events of `agent` counted and not yet carried by a record.
+    pub fn take(&self, agent: &str) -> Pending {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         agents
             .get_mut(agent)
-            .map(|b| std::mem::take(&mut b.suppressed))
-            .unwrap_or(0)
+            .map(|b| std::mem::take(&mut b.pending))
+            .unwrap_or_default()
     }
 }
 
@@ -92,12 +102,14 @@ mod tests {
         let mut recorded = 0;
         let mut carried = 0;
         let mut flushes = 0;
-        // 10 000 refusals within one second.
+        let mut bytes = 0;
+        // 10 000 events of 3 bytes each within one second.
         for i in 0..10_000u32 {
-            match d.admit("a", t0 + Duration::from_micros(u64::from(i) * 100)) {
-                Admit::Record { suppressed_before } => {
+            match d.admit("a", t0 + Duration::from_micros(u64::from(i) * 100), 3) {
+                Admit::Record { before } => {
                     recorded += 1;
-                    carried += suppressed_before;
+                    carried += before.events;
+                    bytes += before.bytes;
                 }
                 Admit::Count { schedule_flush } => flushes += u64::from(schedule_flush),
             }
@@ -106,20 +118,25 @@ mod tests {
         assert!(flushes >= 1);
         let left = d.take("a");
         assert_eq!(
-            recorded + carried + left,
+            recorded + carried + left.events,
             10_000,
-            "every refusal counted once"
+            "every event counted once"
+        );
+        assert_eq!(
+            bytes + left.bytes,
+            3 * (carried + left.events),
+            "and its bytes"
         );
         // Another agent has its own bucket.
         assert_eq!(
-            d.admit("b", t0 + Duration::from_secs(1)),
+            d.admit("b", t0 + Duration::from_secs(1), 0),
             Admit::Record {
-                suppressed_before: 0
+                before: Pending::default()
             }
         );
-        // After a quiet spell the next refusal is recorded again.
+        // After a quiet spell the next event is recorded again.
         assert!(matches!(
-            d.admit("a", t0 + Duration::from_secs(30)),
+            d.admit("a", t0 + Duration::from_secs(30), 0),
             Admit::Record { .. }
         ));
     }

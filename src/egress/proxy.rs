@@ -130,7 +130,11 @@ pub async fn session(
         }
     };
     drop(slot);
-    egress.record(attempt.record(&child, verdict, end)).await;
+    let record = attempt.record(&child, verdict, end);
+    if record.verdict == Verdict::Allowed {
+        egress.audit_transfer(&record).await;
+    }
+    egress.record(record).await;
 }
 
 /// A refusal, and how it is recorded (a request the policy allowed may

@@ -55,6 +55,8 @@ pub struct Egress {
     pub(super) children: Mutex<HashMap<u64, CancellationToken>>,
     /// Which refusals become audit records one by one.
     pub(super) denials: Arc<super::denials::Denials>,
+    /// Which finished connections do.
+    pub(super) transfers: Arc<super::denials::Denials>,
 }
 
 /// A held connection slot: one of the agent's and one of all.
@@ -103,6 +105,7 @@ impl Egress {
             policies: Mutex::new(HashMap::new()),
             children: Mutex::new(HashMap::new()),
             denials: Arc::default(),
+            transfers: Arc::default(),
         }
     }
 
@@ -116,49 +119,106 @@ impl Egress {
     /// (`suppressed`). Logged, not fatal, when it cannot be: the refusal
     /// stands either way.
     pub async fn audit_denied(&self, r: &NetRecord) {
-        use super::denials::{Admit, FLUSH_AFTER};
         let mut fields = serde_json::Map::new();
+        fields.insert("request".into(), r.method.clone().into());
+        fields.insert("host".into(), r.host.clone().into());
+        fields.insert("port".into(), r.port.into());
+        fields.insert("reason".into(), r.reason.clone().into());
+        self.audit_rated(&self.denials, crate::audit::kind::DENIED, r, 0, fields)
+            .await;
+    }
+
+    /// A finished allowed connection as an `egress` record of the audit
+    /// log, with the bytes it carried (`egress_bytes`, what `usage` sums):
+    /// the network log rotates, and a tenant can make it rotate; the audit
+    /// log keeps every transfer. At the same per-agent rate as refusals,
+    /// past which connections and their bytes are carried by the next
+    /// record (`suppressed_before`, bytes included in `egress_bytes`).
+    pub async fn audit_transfer(&self, r: &NetRecord) {
+        let mut fields = serde_json::Map::new();
+        fields.insert("request".into(), r.method.clone().into());
+        fields.insert("host".into(), r.host.clone().into());
+        fields.insert("port".into(), r.port.into());
+        fields.insert("address".into(), serde_json::json!(r.address));
+        fields.insert("bytes_up".into(), r.bytes_up.into());
+        fields.insert("bytes_down".into(), r.bytes_down.into());
+        fields.insert("duration_ms".into(), r.duration_ms.into());
+        let bytes = r.bytes_up.saturating_add(r.bytes_down);
+        self.audit_rated(
+            &self.transfers,
+            crate::audit::kind::EGRESS,
+            r,
+            bytes,
+            fields,
+        )
+        .await;
+    }
+
+    /// One record of `kind` for event `r` (which carried `bytes`), or its
+    /// count kept for a later one ([`super::denials`]).
+    async fn audit_rated(
+        &self,
+        rate: &Arc<super::denials::Denials>,
+        kind: &'static str,
+        r: &NetRecord,
+        bytes: u64,
+        mut fields: serde_json::Map<String, serde_json::Value>,
+    ) {
+        use super::denials::{Admit, FLUSH_AFTER};
         fields.insert("child".into(), r.child.into());
         fields.insert("method".into(), "egress".into());
-        match self.denials.admit(&r.agent, Instant::now()) {
-            Admit::Record { suppressed_before } => {
-                if suppressed_before > 0 {
-                    fields.insert("suppressed_before".into(), suppressed_before.into());
+        match rate.admit(&r.agent, Instant::now(), bytes) {
+            Admit::Record { before } => {
+                if before.events > 0 {
+                    fields.insert("suppressed_before".into(), before.events.into());
+                }
+                if kind == crate::audit::kind::EGRESS {
+                    fields.insert(
+                        "egress_bytes".into(),
+                        bytes.saturating_add(before.bytes).into(),
+                    );
                 }
             }
             Admit::Count { schedule_flush } => {
                 if schedule_flush {
-                    let (home, denials) = (self.home.clone(), self.denials.clone());
+                    let (home, rate) = (self.home.clone(), rate.clone());
                     let (agent, role, child) = (r.agent.clone(), r.role.clone(), r.child);
                     tokio::spawn(async move {
                         tokio::time::sleep(FLUSH_AFTER).await;
-                        let n = denials.take(&agent);
-                        if n == 0 {
+                        let n = rate.take(&agent);
+                        if n.events == 0 {
                             return;
                         }
                         let mut fields = serde_json::Map::new();
                         fields.insert("child".into(), child.into());
                         fields.insert("method".into(), "egress".into());
-                        fields.insert("suppressed".into(), n.into());
+                        fields.insert("suppressed".into(), n.events.into());
+                        if kind == crate::audit::kind::EGRESS {
+                            fields.insert("egress_bytes".into(), n.bytes.into());
+                        }
                         fields.insert(
                             "reason".into(),
                             format!(
-                                "{n} refused attempts, over the rate recorded one by one ({} a second)",
+                                "{} events over the rate recorded one by one ({} a second)",
+                                n.events,
                                 super::denials::RATE_PER_SEC
                             )
                             .into(),
                         );
-                        append_denied(home, agent, role, fields).await;
+                        append_rated(home, kind, agent, role, fields).await;
                     });
                 }
                 return;
             }
         }
-        fields.insert("request".into(), r.method.clone().into());
-        fields.insert("host".into(), r.host.clone().into());
-        fields.insert("port".into(), r.port.into());
-        fields.insert("reason".into(), r.reason.clone().into());
-        append_denied(self.home.clone(), r.agent.clone(), r.role.clone(), fields).await;
+        append_rated(
+            self.home.clone(),
+            kind,
+            r.agent.clone(),
+            r.role.clone(),
+            fields,
+        )
+        .await;
     }
 
     /// Record an attempt (the writer waits when its queue is full).
@@ -240,27 +300,24 @@ fn load(home: &Home, id: &str) -> Policy {
     }
 }
 
-/// Append one `denied` record off the async workers; logged when it cannot be.
-async fn append_denied(
+/// Append one record off the async workers; logged when it cannot be.
+async fn append_rated(
     home: Home,
+    kind: &'static str,
     agent: String,
     role: String,
     fields: serde_json::Map<String, serde_json::Value>,
 ) {
     let who = agent.clone();
     let appended = tokio::task::spawn_blocking(move || {
-        crate::audit::append(
-            &home,
-            crate::audit::kind::DENIED,
-            Some(&agent),
-            Some(&role),
-            fields,
-        )
+        crate::audit::append(&home, kind, Some(&agent), Some(&role), fields)
     })
     .await;
     match appended {
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!(agent = %who, "egress: cannot audit a refusal: {e}"),
-        Err(e) => tracing::error!(agent = %who, "egress: cannot audit a refusal: {e}"),
+        Ok(Err(e)) => {
+            tracing::error!(agent = %who, "egress: cannot audit an attempt ({kind}): {e}")
+        }
+        Err(e) => tracing::error!(agent = %who, "egress: cannot audit an attempt ({kind}): {e}"),
     }
 }

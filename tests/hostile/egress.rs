@@ -1123,3 +1123,49 @@ fn the_audit_log_refuses_a_childs_action_before_its_disk_is_full() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     ok(&h, &["sandbox", "run", "-a", "owl", "--", "true"]);
 }
+
+/// Issue 45 (5): allowed connections were recorded only in the network
+/// log (two files kept), which a tenant's flood of cheap failed attempts
+/// rotated away — and with it the record of an upload and `usage`'s egress
+/// bytes. A finished connection is now an `egress` audit record with its
+/// bytes, which `usage` sums: with the network log gone (what the flood
+/// did), usage still shows what the transfer carried.
+#[test]
+fn a_transfer_stays_in_usage_when_the_network_log_is_gone() {
+    if !confinement_or_skip("egress usage") {
+        return;
+    }
+    let d = Daemon::start(&["owl"]);
+    let h = d.path();
+    let p1 = Server::start("P1");
+    allow(h, "owl", &[&format!("localhost:{}", p1.port)]);
+    let (code, _body) = status_of(
+        h,
+        "owl",
+        &[],
+        &format!("http://localhost:{}/upload", p1.port),
+    );
+    assert_eq!(code, "200");
+    let logged = network_log(h, "owl", 1);
+    let rec = find(&logged, "localhost", p1.port, "GET").expect("the connection's record");
+    let carried = rec["bytes_up"].as_u64().unwrap() + rec["bytes_down"].as_u64().unwrap();
+    assert!(carried > 0, "{rec}");
+    let audited = wait_until(10, || {
+        audit_records(h)
+            .iter()
+            .any(|r| r["kind"] == "egress" && r["egress_bytes"].as_u64() == Some(carried))
+    });
+    assert!(audited, "no egress audit record with {carried} bytes");
+    // What a rotation flood does to the network log, at once.
+    std::fs::remove_dir_all(h.join("network")).unwrap();
+    let o = run(h, &["usage", "-a", "owl", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["agents"][0]["egress_bytes"].as_u64(),
+        Some(carried),
+        "{v}"
+    );
+    let o = run(h, &["audit", "verify"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
