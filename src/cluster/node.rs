@@ -487,8 +487,9 @@ impl Node {
     /// Run an etcd request within [`Self::op_timeout`], on a fresh handle
     /// of the client each try. A request that never reached a member (the
     /// balanced channel handed it to a member that is down: connection
-    /// refused) is made again until the bound — nothing was done, and
-    /// another member may answer.
+    /// refused), or that a member refused for want of a leader (an
+    /// election under way), is made again until the bound — nothing was
+    /// done, and another member, or the next leader, may answer.
     async fn bounded<T, F>(&self, mut request: impl FnMut(Client) -> F) -> Result<T, String>
     where
         F: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -760,8 +761,12 @@ const UNAVAILABLE: i32 = 14;
 /// to the member the channel picked could not be made.
 fn never_sent(e: &etcd_client::Error) -> bool {
     match e {
+        // Not delivered (the member is down), or refused before it was
+        // proposed (the member has no leader: an election is under way,
+        // as right after the leader died) — either way nothing was done.
         etcd_client::Error::GRpcStatus(s) => {
-            i32::from(s.code()) == UNAVAILABLE && s.message().contains("connect")
+            i32::from(s.code()) == UNAVAILABLE
+                && (s.message().contains("connect") || s.message().contains("no leader"))
         }
         _ => false,
     }
