@@ -916,13 +916,7 @@ fn a_name_leading_to_the_hosts_own_or_a_private_address_is_refused() {
         .output()
         .unwrap();
     assert!(o.status.success(), "supervisor start: {}", stderr(&o));
-    struct Stop<'a>(&'a Path);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            let _ = run(self.0, &["supervisor", "stop", "--timeout", "5"]);
-        }
-    }
-    let _stop = Stop(h);
+    let _stop = Supervised(h.to_path_buf());
     let port = service.port;
     allow(
         h,
@@ -998,6 +992,31 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A home's supervisor, stopped when dropped.
+struct Supervised(std::path::PathBuf);
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        let _ = run(&self.0, &["supervisor", "stop", "--timeout", "5"]);
+    }
+}
+
+/// A home on a tmpfs of `mb` MiB with `agents`, its supervisor started:
+/// `None` (said loudly, a failure where confinement is required) when no
+/// tmpfs can be mounted.
+fn on_small_disk(mb: u32, agents: &[&str]) -> Option<(SmallDisk, Supervised)> {
+    let Some(disk) = SmallDisk::mount(mb) else {
+        crate::common::skip_or_fail("cannot mount a small tmpfs home (needs root)");
+        return None;
+    };
+    let h = disk.0.path().join("home");
+    for a in agents {
+        ok(&h, &["agent", "create", a]);
+    }
+    ok(&h, &["supervisor", "start"]);
+    Some((disk, Supervised(h)))
+}
+
 /// Issue 45 (1): every refused egress attempt was a durable `denied`
 /// record, with no limit per agent: one command wrote 85k records in 25 s,
 /// filled a 48 MiB home, and then every tenant's spawn, turn and model call
@@ -1011,21 +1030,10 @@ fn a_flood_of_refused_requests_costs_its_own_agent_only() {
     if !confinement_or_skip("egress flood") {
         return;
     }
-    let Some(disk) = SmallDisk::mount(48) else {
-        crate::common::skip_or_fail("cannot mount a small tmpfs home (needs root)");
+    let Some((_disk, supervised)) = on_small_disk(48, &["owl", "wren"]) else {
         return;
     };
-    let h = disk.0.path().join("home");
-    ok(&h, &["agent", "create", "owl"]);
-    ok(&h, &["agent", "create", "wren"]);
-    ok(&h, &["supervisor", "start"]);
-    struct Stop(std::path::PathBuf);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = run(&self.0, &["supervisor", "stop", "--timeout", "5"]);
-        }
-    }
-    let _stop = Stop(h.clone());
+    let h = supervised.0.clone();
     let p1 = Server::start("P1");
     allow(&h, "owl", &[&format!("localhost:{}", p1.port)]);
     // 3000 refused requests (a host not on the list), then, once the
@@ -1083,20 +1091,10 @@ fn the_audit_log_refuses_a_childs_action_before_its_disk_is_full() {
     if !confinement_or_skip("audit disk reserve") {
         return;
     }
-    let Some(disk) = SmallDisk::mount(20) else {
-        crate::common::skip_or_fail("cannot mount a small tmpfs home (needs root)");
+    let Some((disk, supervised)) = on_small_disk(20, &["owl"]) else {
         return;
     };
-    let h = disk.0.path().join("home");
-    ok(&h, &["agent", "create", "owl"]);
-    ok(&h, &["supervisor", "start"]);
-    struct Stop(std::path::PathBuf);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = run(&self.0, &["supervisor", "stop", "--timeout", "5"]);
-        }
-    }
-    let _stop = Stop(h.clone());
+    let h = supervised.0.clone();
     ok(&h, &["sandbox", "run", "-a", "owl", "--", "true"]);
     // Another consumer leaves 1 MiB free (the reserve is 2 MiB here).
     let (free, reserve) = mini_letta::audit::reserve::reading(&h).unwrap();

@@ -86,23 +86,7 @@ pub fn raw_sockets(_ctx: &ProbeContext) -> Verdict {
         ),
         ("AF_VSOCK/SOCK_STREAM", libc::AF_VSOCK, libc::SOCK_STREAM, 0),
     ];
-    let mut got = Vec::new();
-    let mut refused = Vec::new();
-    for (name, domain, ty, proto) in kinds {
-        // SAFETY: socket() returns a new descriptor or -1.
-        let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
-        if fd >= 0 {
-            got.push(format!("{name} created"));
-            close(fd);
-        } else {
-            refused.push(format!("{name}: {}", last_errno()));
-        }
-    }
-    if got.is_empty() {
-        Verdict::blocked(join(&refused))
-    } else {
-        Verdict::escaped(join(&got))
-    }
+    try_sockets(&kinds)
 }
 
 /// Row 72: stream sockets of a protocol other than TCP — MPTCP
@@ -116,11 +100,18 @@ pub fn stream_protocols(_ctx: &ProbeContext) -> Verdict {
         ("AF_INET6/MPTCP", libc::AF_INET6, IPPROTO_MPTCP),
         ("AF_INET/SCTP", libc::AF_INET, libc::IPPROTO_SCTP),
     ];
+    let kinds = kinds.map(|(name, domain, proto)| (name, domain, libc::SOCK_STREAM, proto));
+    try_sockets(&kinds)
+}
+
+/// Try each (name, domain, type, protocol) socket: escaped if one is
+/// created (closed at once), blocked with each refusal otherwise.
+fn try_sockets(kinds: &[(&str, i32, i32, i32)]) -> Verdict {
     let mut got = Vec::new();
     let mut refused = Vec::new();
-    for (name, domain, proto) in kinds {
+    for &(name, domain, ty, proto) in kinds {
         // SAFETY: socket() returns a new descriptor or -1.
-        let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, proto) };
+        let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
         if fd >= 0 {
             got.push(format!("{name} created"));
             close(fd);
