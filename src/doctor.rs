@@ -207,13 +207,7 @@ fn home_reachable(out: &mut Out, home: &Home) {
 /// The audit log's disk: at its reserve, every child's action is refused
 /// ([`crate::audit::reserve`]) — no spawn, no turn, no model call.
 fn audit_disk(out: &mut Out, home: &Home) {
-    let dir = home.audit_dir();
-    let at = if dir.exists() {
-        dir
-    } else {
-        home.root().to_path_buf()
-    };
-    if let Some((free, reserve)) = crate::audit::reserve::reading(&at)
+    if let Some((free, reserve)) = crate::audit::reserve::of_home(home)
         && free < reserve
     {
         out.push(
@@ -223,7 +217,10 @@ fn audit_disk(out: &mut Out, home: &Home) {
                 "no turn can run: the audit log's disk is down to its reserve ({free} bytes free, \
                  {reserve} kept for records of what already happened)"
             ),
-            format!("free space on the filesystem holding {}", at.display()),
+            format!(
+                "free space on the filesystem holding {}",
+                home.audit_dir().display()
+            ),
         );
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod file;
+pub mod publish;
 pub mod read;
 pub mod record;
 pub mod reserve;
@@ -53,6 +54,9 @@ pub enum AuditError {
     },
     #[error("audit log {}: {detail}", path.display())]
     Corrupt { path: PathBuf, detail: String },
+    /// `config.toml`'s `[audit]` table.
+    #[error("{}: {detail}", path.display())]
+    Config { path: PathBuf, detail: String },
     #[error("the audit log's writer has stopped")]
     Closed,
     #[error(

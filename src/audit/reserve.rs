@@ -36,6 +36,13 @@ pub fn reading(dir: &Path) -> Option<(u64, u64)> {
     Some((free, RESERVE_BYTES.min(size / 10)))
 }
 
+/// [`reading`] for `home`'s audit log (its home's filesystem before the
+/// log's directory exists).
+pub fn of_home(home: &crate::paths::Home) -> Option<(u64, u64)> {
+    let dir = home.audit_dir();
+    reading(if dir.exists() { &dir } else { home.root() })
+}
+
 /// Why a record of `kind` may not be appended now: the disk under `dir`
 /// is down to its reserve.
 pub fn check(dir: &Path, kind: &str) -> Result<(), (u64, u64)> {

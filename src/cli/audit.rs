@@ -20,14 +20,20 @@ pub enum AuditCommand {
     /// record edited, removed, reordered or torn.
     #[command(after_help = "Examples:
   mini-letta audit verify
-  mini-letta audit verify --head \"$(cat saved-head)\" --json")]
+  mini-letta audit verify --head \"$(cat saved-head)\" --json
+  mini-letta audit verify --against /var/lib/mini-letta/audit-heads")]
     Verify {
         /// A head saved earlier (`audit head`, `HEX`; or `SEQ:HEX` from
         /// `audit head --seq`, which also tells a rewritten record from a
         /// cut tail): it must be on the chain. Keep it where the agents'
         /// tenants cannot write.
-        #[arg(long, value_name = "[SEQ:]HEX")]
+        #[arg(long, value_name = "[SEQ:]HEX", conflicts_with = "against")]
         head: Option<String>,
+        /// A file of published heads (`[audit] publish` in config.toml,
+        /// or `audit head --publish FILE`): the log must still hold the
+        /// latest of them, unaltered.
+        #[arg(long, value_name = "FILE")]
+        against: Option<std::path::PathBuf>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -35,6 +41,7 @@ pub enum AuditCommand {
     /// Print the current head: the sha256 of the last record's line.
     #[command(after_help = "Examples:
   mini-letta audit head > saved-head
+  mini-letta audit head --publish /var/lib/mini-letta/audit-heads
   mini-letta audit head --json")]
     Head {
         /// Print {"seq", "head"} as JSON.
@@ -44,6 +51,12 @@ pub enum AuditCommand {
         /// `audit verify --head`.
         #[arg(long)]
         seq: bool,
+        /// Also append `SEQ:HEX TIME` to FILE (created 0600; a symlink is
+        /// refused): keep it where the agents' tenants cannot write, and
+        /// check with `audit verify --against FILE`. The supervisor does
+        /// this itself when `[audit] publish` names a file.
+        #[arg(long, value_name = "FILE")]
+        publish: Option<std::path::PathBuf>,
     },
     /// Print records, oldest first.
     #[command(after_help = "Examples:
@@ -85,9 +98,18 @@ pub struct UsageArgs {
 pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     match cmd {
-        AuditCommand::Verify { head, json } => verify_cmd(&home, head.as_deref(), *json),
-        AuditCommand::Head { json, seq } => {
+        AuditCommand::Verify {
+            head,
+            against,
+            json,
+        } => verify_cmd(&home, head.as_deref(), against.as_deref(), *json),
+        AuditCommand::Head { json, seq, publish } => {
             let head = verify::head(&home)?;
+            if let (Some(to), Some((n, h))) = (publish, &head) {
+                crate::audit::publish::append(to, *n, h)?;
+            } else if publish.is_some() {
+                anyhow::bail!("the audit log is empty: no head to publish");
+            }
             if *json {
                 let (seq, head) = head.map_or((0, None), |(s, h)| (s, Some(h)));
                 output::json(&json!({ "seq": seq, "head": head }))?;
@@ -115,19 +137,37 @@ pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn verify_cmd(home: &Home, head: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let want = match head {
-        Some(h) => Some(verify::SavedHead::parse(h).with_context(|| {
+fn verify_cmd(
+    home: &Home,
+    head: Option<&str>,
+    against: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let want = match (head, against) {
+        (Some(h), _) => Some(verify::SavedHead::parse(h).with_context(|| {
             format!(
                 "--head {:?} is not a sha256 in lowercase hex (64 digits), optionally after its record's number (SEQ:HEX)",
                 h
             )
         })?),
-        None => None,
+        (None, Some(file)) => Some(
+            crate::audit::publish::latest(file)
+                .with_context(|| format!("--against {}", file.display()))?
+                .0,
+        ),
+        (None, None) => None,
     };
     let report = verify::verify_against(home, want)?;
+    let disk = crate::audit::reserve::of_home(home);
+    let at_reserve = disk.is_some_and(|(free, reserve)| free < reserve);
     if json {
         let mut v = serde_json::to_value(&report)?;
+        if let (Some(o), Some((free, reserve))) = (v.as_object_mut(), disk) {
+            o.insert(
+                "disk".into(),
+                json!({ "free_bytes": free, "reserve_bytes": reserve, "at_reserve": at_reserve }),
+            );
+        }
         if let (Some(o), Some(p)) = (v.as_object_mut(), &report.problem) {
             o.insert("ok".into(), json!(false));
             o.insert("bad_seq".into(), json!(p.seq()));
@@ -152,6 +192,14 @@ fn verify_cmd(home: &Home, head: Option<&str>, json: bool) -> anyhow::Result<Exi
                 t.after, t.noted_by
             );
         }
+    }
+    if let Some((free, reserve)) = disk.filter(|_| at_reserve) {
+        // The chain is intact; what the log can still take is not.
+        eprintln!(
+            "audit verify: warning: the log's disk is down to its reserve ({free} bytes free, \
+             {reserve} kept for records of what already happened): every child's action is \
+             refused until space is freed"
+        );
     }
     Ok(if report.ok() {
         ExitCode::SUCCESS

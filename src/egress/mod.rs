@@ -29,8 +29,10 @@ pub mod denials;
 pub mod http;
 pub mod log;
 pub mod netns;
+pub mod pace;
 pub mod policy;
 pub mod proxy;
+pub mod resolver;
 pub mod serve;
 pub mod shared;
 

@@ -213,7 +213,7 @@ async fn decide(
     let addrs = match host {
         Host::Ip(ip) => vec![*ip],
         Host::Name(n) => egress
-            .resolve(n, port)
+            .resolve(&child.agent, n, port)
             .await
             .map_err(|e| Refused::failed(502, format!("cannot resolve {n}: {e}")))?,
     };

@@ -6,9 +6,10 @@
 //! per child, made for the child the supervisor's table names — never by
 //! anything the connection says. Everything a child can make the proxy
 //! hold is bounded: connections per agent (`[network] max_connections`)
-//! and in all ([`MAX_TOTAL`]), blocking threads for reads and DNS
-//! ([`BLOCKING`]), records queued for the log; connections are tokio
-//! tasks, never threads.
+//! and in all ([`MAX_TOTAL`]), threads for policy reads ([`READERS`]) and
+//! for names (a share per agent: [`super::resolver`]), records queued for
+//! the log, new connections per second per agent ([`super::pace`]);
+//! connections are tokio tasks, never threads.
 
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::log::{NetRecord, Verdict};
 use super::shared::lock;
-pub use super::shared::{BLOCKING, ChildRef, Egress, MAX_TOTAL, Policy, Slot};
+pub use super::shared::{ChildRef, Egress, MAX_TOTAL, Policy, READERS, Slot};
 
 /// How long the child stage has to say it is in its namespace.
 const HANDSHAKE: Duration = Duration::from_secs(30);
@@ -81,6 +82,10 @@ impl Egress {
         sync.write_all(b"g").await.map_err(|e| e.to_string())?;
         drop(sync);
         loop {
+            tokio::select! {
+                () = token.cancelled() => return Ok(()),
+                () = self.pace.wait(&child.agent) => {}
+            }
             tokio::select! {
                 () = token.cancelled() => return Ok(()),
                 r = listener.accept() => match r {

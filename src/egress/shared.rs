@@ -19,13 +19,14 @@ use crate::paths::Home;
 
 /// Connections through the proxy at once, all agents together.
 pub const MAX_TOTAL: usize = 1024;
-/// Blocking tasks (policy reads, name resolution) at once.
-pub const BLOCKING: usize = 8;
+/// Policy reads at once, all agents together (name resolution has its
+/// own shares: [`super::resolver`]).
+pub const READERS: usize = 8;
+/// The longest wait for a policy read's permit.
+const READ_WAIT: Duration = Duration::from_secs(2);
 /// A policy read is reused for this long (a flood of connections costs
 /// one read of the files per agent per interval).
 const POLICY_TTL: Duration = Duration::from_secs(1);
-/// How long a name may take to resolve (and wait for a resolver).
-const DNS_TIMEOUT: Duration = Duration::from_secs(5);
 /// A child as the supervisor's table knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildRef {
@@ -48,7 +49,8 @@ pub struct Egress {
     pub(super) home: Home,
     pub(super) log: Option<LogWriter>,
     pub(super) netns: NetnsWorker,
-    pub(super) blocking: Arc<Semaphore>,
+    pub(super) readers: Arc<Semaphore>,
+    pub(super) resolver: super::resolver::Resolver,
     pub(super) total: Arc<Semaphore>,
     pub(super) active: Mutex<HashMap<String, usize>>,
     pub(super) policies: Mutex<HashMap<String, (Instant, Arc<Policy>)>>,
@@ -57,7 +59,15 @@ pub struct Egress {
     pub(super) denials: Arc<super::denials::Denials>,
     /// Which finished connections do.
     pub(super) transfers: Arc<super::denials::Denials>,
+    /// New connections per agent per second.
+    pub(super) pace: super::pace::Pace,
+    /// Counts waiting for a record of their own, by kind and agent: the
+    /// role and child that record names.
+    pub(super) counted: Arc<Mutex<Counted>>,
 }
+
+/// Counts waiting for their record: (kind, agent) → (role, child).
+pub(super) type Counted = HashMap<(&'static str, String), (String, u64)>;
 
 /// A held connection slot: one of the agent's and one of all.
 pub struct Slot {
@@ -99,13 +109,16 @@ impl Egress {
             home,
             log,
             netns: NetnsWorker::default(),
-            blocking: Arc::new(Semaphore::new(BLOCKING)),
+            readers: Arc::new(Semaphore::new(READERS)),
+            resolver: Default::default(),
             total: Arc::new(Semaphore::new(MAX_TOTAL)),
             active: Mutex::new(HashMap::new()),
             policies: Mutex::new(HashMap::new()),
             children: Mutex::new(HashMap::new()),
             denials: Arc::default(),
             transfers: Arc::default(),
+            counted: Arc::default(),
+            pace: Default::default(),
         }
     }
 
@@ -181,31 +194,15 @@ impl Egress {
             }
             Admit::Count { schedule_flush } => {
                 if schedule_flush {
+                    lock(&self.counted).insert((kind, r.agent.clone()), (r.role.clone(), r.child));
                     let (home, rate) = (self.home.clone(), rate.clone());
-                    let (agent, role, child) = (r.agent.clone(), r.role.clone(), r.child);
+                    let (agent, counted) = (r.agent.clone(), self.counted.clone());
                     tokio::spawn(async move {
                         tokio::time::sleep(FLUSH_AFTER).await;
-                        let n = rate.take(&agent);
-                        if n.events == 0 {
-                            return;
+                        let who = lock(&counted).remove(&(kind, agent.clone()));
+                        if let Some((role, child)) = who {
+                            write_counted(home, &rate, kind, agent, role, child).await;
                         }
-                        let mut fields = serde_json::Map::new();
-                        fields.insert("child".into(), child.into());
-                        fields.insert("method".into(), "egress".into());
-                        fields.insert("suppressed".into(), n.events.into());
-                        if kind == crate::audit::kind::EGRESS {
-                            fields.insert("egress_bytes".into(), n.bytes.into());
-                        }
-                        fields.insert(
-                            "reason".into(),
-                            format!(
-                                "{} events over the rate recorded one by one ({} a second)",
-                                n.events,
-                                super::denials::RATE_PER_SEC
-                            )
-                            .into(),
-                        );
-                        append_rated(home, kind, agent, role, fields).await;
                     });
                 }
                 return;
@@ -221,6 +218,19 @@ impl Egress {
         .await;
     }
 
+    /// Write every count still waiting for its record (at the
+    /// supervisor's stop: what was counted is not lost with the process).
+    pub async fn flush_counted(&self) {
+        let waiting: Vec<_> = lock(&self.counted).drain().collect();
+        for ((kind, agent), (role, child)) in waiting {
+            let rate = match kind {
+                crate::audit::kind::EGRESS => &self.transfers,
+                _ => &self.denials,
+            };
+            write_counted(self.home.clone(), rate, kind, agent, role, child).await;
+        }
+    }
+
     /// Record an attempt (the writer waits when its queue is full).
     pub async fn record(&self, record: NetRecord) {
         match &self.log {
@@ -232,25 +242,29 @@ impl Egress {
     }
 
     /// The agent's list and the settings, read at most every
-    /// [`POLICY_TTL`] (off the async workers).
+    /// [`POLICY_TTL`] (off the async workers, [`READERS`] at once, the
+    /// wait for one bounded: a read that cannot start in time refuses
+    /// this connection and is not remembered).
     pub(super) async fn policy(&self, agent: &str) -> Arc<Policy> {
         if let Some((at, p)) = lock(&self.policies).get(agent)
             && at.elapsed() < POLICY_TTL
         {
             return p.clone();
         }
-        let (home, id) = (self.home.clone(), agent.to_string());
-        let read = async {
-            let _permit = self.blocking.acquire().await.ok()?;
-            tokio::task::spawn_blocking(move || load(&home, &id))
-                .await
-                .ok()
+        let Ok(Ok(permit)) =
+            tokio::time::timeout(READ_WAIT, self.readers.clone().acquire_owned()).await
+        else {
+            return Arc::new(unreadable("the policy reader is busy"));
         };
-        let policy = Arc::new(read.await.unwrap_or_else(|| Policy {
-            config: NetworkConfig::default(),
-            config_error: Some("the policy could not be read".into()),
-            list: Ok(AllowList::default()),
-        }));
+        let (home, id) = (self.home.clone(), agent.to_string());
+        let read = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            load(&home, &id)
+        });
+        let policy = Arc::new(
+            read.await
+                .unwrap_or_else(|_| unreadable("the policy could not be read")),
+        );
         let mut cache = lock(&self.policies);
         // Bounded by the agents with children: stale entries go.
         cache.retain(|_, (at, _)| at.elapsed() < POLICY_TTL * 60);
@@ -258,32 +272,23 @@ impl Egress {
         policy
     }
 
-    /// Resolve `name` (off the async workers, [`BLOCKING`] at once: the
-    /// permit is held by the resolving thread, so a hung resolver cannot
-    /// pile threads up).
-    pub async fn resolve(&self, name: &str, port: u16) -> Result<Vec<std::net::IpAddr>, String> {
-        use std::net::ToSocketAddrs;
-        let wait = DNS_TIMEOUT;
-        let permit = tokio::time::timeout(wait, self.blocking.clone().acquire_owned())
-            .await
-            .map_err(|_| "the resolver is busy".to_string())?
-            .map_err(|_| "the resolver is gone".to_string())?;
-        let n = name.to_string();
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            (n.as_str(), port)
-                .to_socket_addrs()
-                .map(|it| it.map(|a| a.ip()).collect::<Vec<_>>())
-        });
-        match tokio::time::timeout(wait, task).await {
-            Err(_) => Err(format!("no answer within {}s", wait.as_secs())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Ok(Ok(mut v))) => {
-                v.dedup();
-                Ok(v)
-            }
-        }
+    /// Resolve `name` for `agent` within its share ([`super::resolver`]).
+    pub async fn resolve(
+        &self,
+        agent: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<Vec<std::net::IpAddr>, super::resolver::ResolveError> {
+        self.resolver.resolve(agent, name, port).await
+    }
+}
+
+/// A policy that refuses everything, saying `why`.
+fn unreadable(why: &str) -> Policy {
+    Policy {
+        config: NetworkConfig::default(),
+        config_error: Some(why.into()),
+        list: Ok(AllowList::default()),
     }
 }
 
@@ -298,6 +303,39 @@ fn load(home: &Home, id: &str) -> Policy {
         config_error,
         list: super::policy::read(home, id).map_err(|e| e.to_string()),
     }
+}
+
+/// The record of `agent`'s events of `kind` counted past the rate, if any
+/// are still waiting.
+async fn write_counted(
+    home: Home,
+    rate: &super::denials::Denials,
+    kind: &'static str,
+    agent: String,
+    role: String,
+    child: u64,
+) {
+    let n = rate.take(&agent);
+    if n.events == 0 {
+        return;
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert("child".into(), child.into());
+    fields.insert("method".into(), "egress".into());
+    fields.insert("suppressed".into(), n.events.into());
+    if kind == crate::audit::kind::EGRESS {
+        fields.insert("egress_bytes".into(), n.bytes.into());
+    }
+    fields.insert(
+        "reason".into(),
+        format!(
+            "{} events over the rate recorded one by one ({} a second)",
+            n.events,
+            super::denials::RATE_PER_SEC
+        )
+        .into(),
+    );
+    append_rated(home, kind, agent, role, fields).await;
 }
 
 /// Append one record off the async workers; logged when it cannot be.

@@ -75,6 +75,10 @@ impl Accounting {
             );
             Log::off()
         } else {
+            // The head found, published before anything of this run is
+            // written; a bad `[audit]` table stops the start (the operator
+            // asked for an anchor).
+            crate::audit::publish::publish_if_moved(home, None)?;
             let started = Entry::new(kind::START, None, Some("supervisor"))
                 .with("pid", std::process::id())
                 .with("version", env!("CARGO_PKG_VERSION"));

@@ -35,6 +35,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Cluster(#[from] super::cluster::ClusterStartError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// A bound, running supervisor (before its accept loop is driven).
@@ -115,10 +117,7 @@ fn bind_probing(
         launcher,
         super::connection::serve_frames,
     );
-    state.accounting = super::accounting::Accounting::start(home).map_err(|e| ServeError::Io {
-        path: home.audit_log(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    state.accounting = super::accounting::Accounting::start(home)?;
     state.cluster = cluster;
     state.control_key = super::control_key::ControlKey::for_host(key, &state.sandbox);
     Ok(Bound {
@@ -163,6 +162,7 @@ impl Bound {
             tokio::task::spawn_blocking(move || crate::reflection::recover::recover(&home)).await;
         super::cluster::start(&state).await;
         super::workers::resume_workers(&state);
+        super::heads::spawn_publisher(&state);
         tracing::info!(socket = %socket.display(), pid = std::process::id(), "supervisor listening");
         loop {
             tokio::select! {
@@ -322,6 +322,8 @@ async fn shutdown(state: &Arc<State>) {
     }
     // Then, and only then, the agents it owns are given back.
     super::cluster::stop(state).await;
+    // Refusals and transfers counted past their rate get their record.
+    state.egress.flush_counted().await;
     // Last: what was only queued for the audit log (the children's exits
     // above) is made durable before the process may end.
     if tokio::time::timeout(REQUEST_GRACE, state.accounting.log.flush())
@@ -330,6 +332,7 @@ async fn shutdown(state: &Arc<State>) {
     {
         tracing::warn!("the audit log did not take the last records in time");
     }
+    super::heads::at_stop(&state.home).await;
 }
 
 /// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.

@@ -16,6 +16,7 @@ pub mod connection;
 pub mod control_key;
 pub mod dispatch;
 pub mod frames_io;
+pub mod heads;
 #[cfg(test)]
 mod instructions;
 pub mod integration;
@@ -58,8 +59,14 @@ pub enum SupervisorError {
     Spawn(std::io::Error),
     #[error("the supervisor did not answer within {0:?}; see {1}")]
     StartTimeout(Duration, String),
-    #[error("the supervisor exited during start-up ({status}); see {log}")]
-    StartFailed { status: String, log: String },
+    #[error("the supervisor exited during start-up ({status}){}; see {log}",
+        cause.as_deref().map(|c| format!(": {c}")).unwrap_or_default())]
+    StartFailed {
+        status: String,
+        log: String,
+        /// The error it logged last, when there is one.
+        cause: Option<String>,
+    },
     #[error("the supervisor (pid {0}) did not stop within {1:?}")]
     StopTimeout(u32, Duration),
     #[error("cannot protect the supervisor's memory: {0}; refusing to hold its secrets")]
@@ -196,6 +203,7 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
             return Err(SupervisorError::StartFailed {
                 status: status.to_string(),
                 log: log_path.display().to_string(),
+                cause: last_error(&log_path),
             });
         }
         if Instant::now() > deadline {
@@ -206,6 +214,21 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The last error a supervisor that failed to start wrote to its log
+/// (its own words, from the end of the file; control characters dropped).
+fn last_error(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const PREFIX: &str = "mini-letta: error: ";
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(8192))).ok()?;
+    let mut tail = Vec::new();
+    f.take(8192).read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    let line = text.lines().rev().find_map(|l| l.strip_prefix(PREFIX))?;
+    Some(line.chars().filter(|c| !c.is_control()).collect())
 }
 
 /// How a stop went.

@@ -621,3 +621,89 @@ fn a_rewritten_chain_is_caught_as_altered_against_a_saved_head() {
     assert_eq!(code, 1, "{v}");
     assert!(v["message"].as_str().unwrap().contains("removed"), "{v}");
 }
+
+/// Rewrite record `n` (1-based) of the log at `path` and recompute every
+/// later link, as one who can write the log and wants it to verify.
+fn rewrite_record(path: &std::path::Path, n: usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let end = lines[n - 1].rfind('}').unwrap();
+    lines[n - 1].insert_str(end, ",\"forged\":true");
+    for i in n..lines.len() {
+        let prev: String = Sha256::digest(lines[i - 1].as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let at = lines[i].find("\"prev\":\"").unwrap() + "\"prev\":\"".len();
+        lines[i].replace_range(at..at + 64, &prev);
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// Issue 45 (7): the supervisor publishes the head where the operator
+/// says (`[audit] publish`, outside the home) — the head it found when it
+/// starts, and the last one when it stops — and `audit verify --against`
+/// checks the log against the latest: a record rewritten with every later
+/// link recomputed passes the chain alone and is caught as altered.
+#[test]
+fn a_rewrite_is_caught_against_the_heads_the_supervisor_published() {
+    let home = open_home();
+    let h = home.path();
+    let outside = tempfile::tempdir().unwrap();
+    let heads = outside.path().join("audit-heads");
+    create_agent(h, &["owl"]);
+    let o = run(h, &["agent", "set-budget", "owl", "--tokens", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[audit]\npublish = {:?}\n", heads.display().to_string()),
+    )
+    .unwrap();
+    let before = run(h, &["audit", "head", "--seq"]);
+    let found = stdout(&before).trim().to_string();
+    let o = run(h, &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(h, &["chat", "-a", "owl", "-p", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(h, &["supervisor", "stop"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let published = std::fs::read_to_string(&heads).unwrap();
+    let lines: Vec<&str> = published.lines().collect();
+    assert_eq!(lines.len(), 2, "at start and at stop: {published}");
+    assert!(
+        lines[0].starts_with(&format!("{found} ")),
+        "the head found at start, {found}: {published}"
+    );
+    let last = run(h, &["audit", "head", "--seq"]);
+    assert!(
+        lines[1].starts_with(&format!("{} ", stdout(&last).trim())),
+        "the head at stop: {published}"
+    );
+    let against = heads.display().to_string();
+    let (code, v) = verify(h, &["--against", &against]);
+    assert_eq!(code, 0, "{v}");
+    rewrite_record(&log_path(h), 2);
+    let (code, v) = verify(h, &[]);
+    assert_eq!(code, 0, "the rewritten chain holds by itself: {v}");
+    let (code, v) = verify(h, &["--against", &against]);
+    assert_eq!(code, 1, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("altered"), "{message}");
+    // A heads file inside the home anchors nothing: refused at start.
+    std::fs::write(
+        h.join("config.toml"),
+        "[audit]\npublish = \"/tmp/x\"\nwhat = 1\n",
+    )
+    .unwrap();
+    let o = run(h, &["supervisor", "start"]);
+    assert!(!o.status.success(), "started with a bad [audit] table");
+    let inside = h.join("heads").display().to_string();
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[audit]\npublish = {inside:?}\n"),
+    )
+    .unwrap();
+    let o = run(h, &["supervisor", "start"]);
+    assert!(!o.status.success(), "started publishing inside the home");
+    assert!(stderr(&o).contains("inside the home"), "{}", stderr(&o));
+}

@@ -10,6 +10,7 @@ mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod egress;
+mod egress_world;
 mod frames;
 mod import;
 mod leftovers;
