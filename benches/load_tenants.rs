@@ -7,9 +7,12 @@
 //!    probe: the agent's own shell tool tries to read another tenant's
 //!    secret, list the supervisor's run directory and read the other's
 //!    record; any of it in the answer is an isolation failure;
-//! 3. hostile — the same load while one tenant runs a fork bomb and another
-//!    allocates without bound; both must stay inside their cgroup limits
-//!    (pids, memory) while the others keep their latency.
+//! 3. hostile — the same load while one tenant runs a fork bomb, another
+//!    allocates without bound, and a third floods the egress proxy with
+//!    refused requests (each one an attempt at an audit record); the first
+//!    two must stay inside their cgroup limits (pids, memory), the third
+//!    inside its rates (connections a second, audit records a second),
+//!    while the others keep their latency.
 //!
 //! Also sampled: the supervisor's resident memory and CPU time. Bounded by
 //! `--seconds` (default 600). Needs root (agent uids, cgroups). Exits 1 on
@@ -253,6 +256,47 @@ fn cgroup_value(controller: &str, agent: &str, file: &str) -> Option<u64> {
     .ok()
 }
 
+/// A tool command that opens connections to the proxy as fast as it can,
+/// each a request for a host on no list (refused, and each refusal an
+/// attempt at an audit record), until its turn is cancelled.
+const EGRESS_FLOOD: &str = "run: python3 -c \"import socket; \
+[(lambda s: (s.sendall(b'GET http://not-listed.example/ HTTP/1.1\\r\\nHost: not-listed.example\\r\\n\\r\\n'), \
+s.recv(99), s.close()))(socket.create_connection(('127.0.0.1', 3128))) for _ in iter(int, 1)]\"";
+
+/// Bytes in the home's audit log files.
+fn audit_size(home: &Path) -> u64 {
+    std::fs::read_dir(home.join("audit"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Agent `id`'s refused egress requests in the audit log: (records, the
+/// refusals they account for).
+fn denials_of(home: &Path, id: &str) -> (u64, u64) {
+    let text = std::fs::read_to_string(home.join("audit/audit.jsonl")).unwrap_or_default();
+    let mut records = 0;
+    let mut refused = 0;
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["kind"] != "denied" || v["method"] != "egress" || v["agent"] != id {
+            continue;
+        }
+        records += 1;
+        refused += match v["suppressed"].as_u64() {
+            Some(n) => n,
+            None => 1 + v["suppressed_before"].as_u64().unwrap_or(0),
+        };
+    }
+    (records, refused)
+}
+
 fn spawn_hostile(home: &Path, agent: &str, text: &str) -> Child {
     Command::new(bin())
         .env("MINI_LETTA_HOME", home)
@@ -337,20 +381,35 @@ fn main() -> ExitCode {
     let usage1 = supervisor_usage(&h);
 
     // 3. Hostile tenants under the same load.
-    let (bomb, hog) = (0usize, 1usize);
+    let (bomb, hog, flood) = (0usize, 1usize, 2usize);
+    let audit_before = audit_size(&h);
     let peak_pids = Arc::new(AtomicU64::new(0));
     let peak_mem = Arc::new(AtomicU64::new(0));
+    // The limits as seen while the cgroups exist (they go when the
+    // hostile commands end, which may be before the phase does).
+    let seen_pids_limit = Arc::new(AtomicU64::new(0));
+    let seen_mem_limit = Arc::new(AtomicU64::new(0));
     let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sampler = {
         let (peak_pids, peak_mem, sampling) =
             (peak_pids.clone(), peak_mem.clone(), sampling.clone());
+        let (pids_limit, mem_limit) = (seen_pids_limit.clone(), seen_mem_limit.clone());
         let (bomb_id, hog_id) = (t.agents[bomb].1.clone(), t.agents[hog].1.clone());
         std::thread::spawn(move || {
             while sampling.load(Ordering::SeqCst) {
                 if let Some(p) = cgroup_value("pids", &bomb_id, "pids.current") {
                     peak_pids.fetch_max(p, Ordering::SeqCst);
                 }
+                if let Some(l) = cgroup_value("pids", &bomb_id, "pids.max") {
+                    pids_limit.store(l, Ordering::SeqCst);
+                }
                 if let Some(m) = cgroup_value("memory", &hog_id, "memory.usage_in_bytes") {
+                    peak_mem.fetch_max(m, Ordering::SeqCst);
+                }
+                if let Some(l) = cgroup_value("memory", &hog_id, "memory.limit_in_bytes") {
+                    mem_limit.store(l, Ordering::SeqCst);
+                }
+                if let Some(m) = cgroup_value("memory", &hog_id, "memory.max_usage_in_bytes") {
                     peak_mem.fetch_max(m, Ordering::SeqCst);
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -360,25 +419,28 @@ fn main() -> ExitCode {
     let mut hostile = vec![
         spawn_hostile(&h, &t.agents[bomb].0, "run: f(){ f | f & }; f"),
         spawn_hostile(&h, &t.agents[hog].0, "run: tail /dev/zero"),
+        spawn_hostile(&h, &t.agents[flood].0, EGRESS_FLOOD),
     ];
+    let flood_started = Instant::now();
     // Let both get going before the others' turns are measured.
     std::thread::sleep(Duration::from_secs(2));
     let under_attack = if Instant::now() < deadline {
-        load(&t, a.concurrency, a.turns, &[bomb, hog], 3)
+        load(&t, a.concurrency, a.turns, &[bomb, hog, flood], 3)
     } else {
         Phase::default()
     };
     let (_, hostile_p99) = summary("hostile", &mut under_attack.latencies.lock().unwrap());
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.join();
-    let pids_limit = cgroup_value("pids", &t.agents[bomb].1, "pids.max");
-    let mem_limit = cgroup_value("memory", &t.agents[hog].1, "memory.limit_in_bytes");
-    let mem_max = cgroup_value("memory", &t.agents[hog].1, "memory.max_usage_in_bytes");
-    // Their clients go away: the supervisor cancels both turns.
+    let known = |v: &AtomicU64| Some(v.load(Ordering::SeqCst)).filter(|l| *l > 0);
+    let pids_limit = known(&seen_pids_limit);
+    let mem_limit = known(&seen_mem_limit);
+    // Their clients go away: the supervisor cancels their turns.
     for c in &mut hostile {
         let _ = c.kill();
         let _ = c.wait();
     }
+    let flood_secs = flood_started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(2));
     let usage2 = supervisor_usage(&h);
 
@@ -404,7 +466,7 @@ fn main() -> ExitCode {
         println!("    ISOLATION FAILURE: {f}");
     }
     let pids = peak_pids.load(Ordering::SeqCst);
-    let mem = peak_mem.load(Ordering::SeqCst).max(mem_max.unwrap_or(0));
+    let mem = peak_mem.load(Ordering::SeqCst);
     println!(
         "  fork bomb: peak {pids} pids (limit {})",
         pids_limit.map_or("none".into(), |l| l.to_string())
@@ -413,6 +475,14 @@ fn main() -> ExitCode {
         "  memory hog: peak {} MiB (limit {})",
         mem >> 20,
         mem_limit.map_or("none".into(), |l| format!("{} MiB", l >> 20))
+    );
+    let (records, refused) = denials_of(&h, &t.agents[flood].1);
+    let grew = audit_size(&h).saturating_sub(audit_before);
+    println!(
+        "  egress flood: {refused} refused requests in {flood_secs:.1} s (the pace allows {:.0}), \
+         {records} audit records, the audit log grew {} KiB",
+        mini_letta::egress::pace::BURST + mini_letta::egress::pace::RATE_PER_SEC * flood_secs,
+        grew >> 10
     );
     let ratio = hostile_p99 / load_p99;
     println!(
@@ -429,8 +499,12 @@ fn main() -> ExitCode {
     }
     let _ = run(&h, &["supervisor", "stop"]);
     // Observed at all (a bomb that never ran proves nothing), and held.
+    let paced = refused as f64
+        <= mini_letta::egress::pace::BURST + mini_letta::egress::pace::RATE_PER_SEC * flood_secs;
     let contained = pids > 0
         && mem > 0
+        && refused > 0
+        && paced
         && pids_limit.is_some_and(|l| pids <= l)
         && mem_limit.is_some_and(|l| mem <= l);
     if !failures.is_empty() || !contained {
