@@ -511,6 +511,51 @@ fn wait_for(child: Pid, reap_all: bool) -> i32 {
     }
 }
 
+/// Fork a process into the pid namespace just unshared and have it mount
+/// proc over `/proc` (in the private mount namespace): 0, or the errno of
+/// the step that failed. Only calls that neither allocate nor lock (it runs
+/// between fork and exec).
+fn mount_proc_in_child() -> i32 {
+    // SAFETY: fork in a single-threaded child; the grandchild only mounts
+    // and exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Errno::last_raw();
+    }
+    if pid == 0 {
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        // SAFETY: C string literals; a plain system call.
+        let r = unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        let code = if r == 0 { 0 } else { Errno::last_raw() };
+        // SAFETY: leaves the grandchild without running anything of ours.
+        unsafe { libc::_exit(code.clamp(0, 255)) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for the grandchild forked above.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if Errno::last_raw() != libc::EINTR {
+            return Errno::last_raw();
+        }
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        libc::ECHILD
+    }
+}
+
 /// Whether this host lets an unprivileged process do what [`enter`] does:
 /// create the namespaces, map its uid and set mount attributes. Run in a
 /// child of the prober (which is multi-threaded), so only calls that do not
@@ -553,6 +598,14 @@ pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
             .map_err(|e| fail(4, e))?;
             sys::mount_setattr_recursive(c"/tmp", MOUNT_ATTR_RDONLY)
                 .map_err(|e| fail(5, Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+            // What a launch does next: a process of the new pid namespace
+            // mounts a fresh procfs. The kernel refuses it where the
+            // visible /proc has masked paths (a default container), which
+            // no step above notices (issue 46).
+            let errno = mount_proc_in_child();
+            if errno != 0 {
+                return Err(fail(6, Errno::from_raw(errno)));
+            }
             Ok(())
         });
     }
@@ -567,6 +620,9 @@ pub fn probe(as_uid: Option<u32>) -> Result<(), String> {
                 3 => "making mounts private",
                 4 => "mounting a tmpfs",
                 5 => "mount_setattr (needs Linux 5.12)",
+                6 => {
+                    "mounting proc in the new pid namespace (a /proc with masked paths, as in a default container, forbids it)"
+                }
                 _ => "starting the probe",
             };
             Err(format!(

@@ -123,6 +123,7 @@ pub(super) async fn launch_registered(
     // cannot be started).
     let groups = plan.cgroup_procs.clone();
     let uid = plan.uid;
+    let level = plan.level;
     let spec = LaunchSpec {
         agent_id: record.id.clone(),
         agent,
@@ -145,7 +146,17 @@ pub(super) async fn launch_registered(
         }
     };
     marks.mark("sup.child_forked");
-    let id = register_child(state, &record, params, sub, &launched, wrapper_depth, uid).await?;
+    let confined = Confined { uid, level };
+    let id = register_child(
+        state,
+        &record,
+        params,
+        sub,
+        &launched,
+        wrapper_depth,
+        confined,
+    )
+    .await?;
     marks.mark("sup.child_registered");
     state.accounting.track(id, groups.clone());
     let mut child = launched.child;
@@ -273,6 +284,14 @@ async fn prepare_child(
     .await
 }
 
+/// How a child was confined, as its plan said.
+struct Confined {
+    /// Its own uid, when it has one.
+    uid: Option<u32>,
+    /// The level its launch applied (what `sandbox status` promised).
+    level: crate::sandbox::report::Level,
+}
+
 /// The child in the supervisor's table, and its `spawn` record in the
 /// audit log before its channel is served or its start acknowledged (a
 /// child whose record cannot be written is killed).
@@ -283,7 +302,7 @@ async fn register_child(
     sub: &SubagentLaunch,
     launched: &super::children::Launched,
     wrapper_depth: usize,
-    uid: Option<u32>,
+    confined: Confined,
 ) -> Result<u64, Outcome> {
     let id = state
         .table
@@ -304,7 +323,8 @@ async fn register_child(
     )
     .with("child", id)
     .with("pid", launched.pid)
-    .with("uid", json!(uid))
+    .with("uid", json!(confined.uid))
+    .with("level", json!(confined.level))
     .with("program", program_name(&params.argv))
     .with("isolation", params.isolation.as_deref().unwrap_or("strict"))
     .with("conversation", json!(sub.conversation));
