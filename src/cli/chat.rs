@@ -8,6 +8,7 @@
 //!
 //! What all of these print of a turn is decided in one place, [`render`].
 
+mod headless;
 mod render;
 
 use std::io::{BufReader, Write};
@@ -50,7 +51,13 @@ Examples:
   mini-letta chat -a alice -p -
   mini-letta chat -a alice --prompt-file question.txt --json
   mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini
-  mini-letta chat -a alice --context-window 900 -p 'hello'")]
+  mini-letta chat -a alice --context-window 900 -p 'hello'
+  mini-letta chat -a alice -p 'hello' --output-format json
+  mini-letta chat -a alice --output-format stream-json --input-format stream-json
+
+letta-ai's SDK drives it with LETTA_CLI_PATH=scripts/letta-code-cli.mjs
+(docs/letta-code-sdk.md); flags of letta-code's with no counterpart here
+are accepted and noted on stderr.")]
 pub struct ChatArgs {
     /// Agent id or name (default: the only agent).
     #[arg(short = 'a', long = "agent", value_name = "AGENT")]
@@ -69,7 +76,7 @@ pub struct ChatArgs {
     prompt_file: Option<PathBuf>,
     /// Model handle for this chat (mock, mock/scripted, openai/<model>,
     /// anthropic/<model>); default: the agent's.
-    #[arg(long, value_name = "M")]
+    #[arg(short = 'm', long, value_name = "M")]
     model: Option<String>,
     /// Conversation id (letters, digits, `-` and `_`).
     #[arg(long, value_name = "ID", default_value = "default")]
@@ -107,6 +114,8 @@ pub struct ChatArgs {
     /// document).
     #[arg(long)]
     timings: bool,
+    #[command(flatten)]
+    headless: Box<headless::HeadlessArgs>,
 }
 
 /// Largest message read from stdin or a file.
@@ -159,40 +168,49 @@ pub(crate) fn precheck(
     Ok(())
 }
 
-pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
-    let home = cli.home()?;
-    let workspace = match &args.workspace {
-        Some(w) => {
-            Some(std::fs::canonicalize(w).with_context(|| format!("workspace {}", w.display()))?)
-        }
-        None => None,
-    };
-    let one_shot = one_shot_text(args)?;
-    if args.timings {
-        if one_shot.is_none() {
-            bail!("--timings needs a one-shot message (-p TEXT, -p - or --prompt-file F)");
-        }
-        timings::enable_from_start("cli.main");
+/// The project directory the agent may use, resolved.
+fn workspace_of(args: &ChatArgs) -> anyhow::Result<Option<PathBuf>> {
+    match &args.workspace {
+        Some(w) => Ok(Some(
+            std::fs::canonicalize(w).with_context(|| format!("workspace {}", w.display()))?,
+        )),
+        None => Ok(None),
     }
-    let (env_window, reflection_window) = env_windows()?;
-    interrupt::install();
-    let (record, agent) = super::sync::find_or_clone(&home, args.agent.as_deref())?;
-    let model = args.model.clone().unwrap_or_else(|| record.model.clone());
-    precheck(&home, &agent, &model, &args.conversation)?;
-    let mut runner = TurnRunner::new(
+}
+
+/// The turns of `agent` (an id) in `conversation`, as `args` asks.
+fn runner_for(
+    home: &Home,
+    args: &ChatArgs,
+    agent: &str,
+    conversation: &str,
+) -> anyhow::Result<TurnRunner> {
+    Ok(TurnRunner::new(
         home.clone(),
-        record.id.clone(),
+        agent.to_string(),
         args.isolation.clone(),
-        workspace.clone(),
-        args.conversation.clone(),
+        workspace_of(args)?,
+        conversation.to_string(),
     )
-    .wait_owner(args.wait_owner);
-    let input = |text: &str, recompile: bool, new_session: bool| TurnInput {
+    .wait_owner(args.wait_owner))
+}
+
+/// One turn's input: `text`, in `conversation`, with the settings `args`
+/// gives.
+fn input_for(
+    args: &ChatArgs,
+    conversation: &str,
+    text: &str,
+    recompile: bool,
+    new_session: bool,
+) -> anyhow::Result<TurnInput> {
+    let (env_window, reflection_window) = env_windows()?;
+    Ok(TurnInput {
         text: text.to_string(),
-        conversation: args.conversation.clone(),
+        conversation: conversation.to_string(),
         model: args.model.clone(),
         max_steps: args.max_steps,
-        workspace: workspace.as_ref().map(|w| w.display().to_string()),
+        workspace: workspace_of(args)?.map(|w| w.display().to_string()),
         recompile,
         new_session,
         context_window: args.context_window,
@@ -200,6 +218,50 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         reflection_context_window: reflection_window,
         compact: None,
         timings: args.timings,
+    })
+}
+
+/// The whole of stdin as one message (letta-code's headless mode with no
+/// prompt given).
+fn read_stdin_prompt() -> anyhow::Result<String> {
+    let args = ChatArgs::stdin_prompt();
+    one_shot_text(&args)?
+        .ok_or_else(|| anyhow::anyhow!("no prompt provided: give -p TEXT, or the message on stdin"))
+}
+
+impl ChatArgs {
+    /// `-p -` and nothing else.
+    fn stdin_prompt() -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct P {
+            #[command(flatten)]
+            c: ChatArgs,
+        }
+        P::parse_from(["chat", "-p", "-"]).c
+    }
+}
+
+pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let one_shot = one_shot_text(args)?;
+    if args.timings {
+        if one_shot.is_none() {
+            bail!("--timings needs a one-shot message (-p TEXT, -p - or --prompt-file F)");
+        }
+        timings::enable_from_start("cli.main");
+    }
+    env_windows()?;
+    interrupt::install();
+    if args.headless.asked() {
+        return headless::run(&home, args, one_shot);
+    }
+    let (record, agent) = super::sync::find_or_clone(&home, args.agent.as_deref())?;
+    let model = args.model.clone().unwrap_or_else(|| record.model.clone());
+    precheck(&home, &agent, &model, &args.conversation)?;
+    let mut runner = runner_for(&home, args, &record.id, &args.conversation)?;
+    let input = |text: &str, recompile: bool, new_session: bool| {
+        input_for(args, &args.conversation, text, recompile, new_session)
     };
     let Some(prompt) = one_shot else {
         return interactive(&mut runner, &home, &record, args, &input);
@@ -208,7 +270,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let mut printer =
         Printer::two_streams(std::io::stdout(), std::io::stderr()).clustered(clustered(&home));
     let spinner = Spinner::new();
-    let done = runner.run(&input(&prompt, args.recompile, true), &mut |e| {
+    let done = runner.run(&input(&prompt, args.recompile, true)?, &mut |e| {
         spin(&spinner, e);
         if args.json {
             events.push(json!(e));
@@ -272,7 +334,7 @@ fn interactive(
     home: &Home,
     record: &crate::store::record::AgentRecord,
     args: &ChatArgs,
-    input: &dyn Fn(&str, bool, bool) -> TurnInput,
+    input: &dyn Fn(&str, bool, bool) -> anyhow::Result<TurnInput>,
 ) -> anyhow::Result<ExitCode> {
     use rustyline::error::ReadlineError;
     use std::io::IsTerminal;
@@ -326,7 +388,7 @@ fn interactive(
             _ => {}
         }
         let spinner = Spinner::new();
-        let result = runner.run(&input(line, recompile, new_session), &mut |e| {
+        let result = runner.run(&input(line, recompile, new_session)?, &mut |e| {
             spin(&spinner, e);
             let _ = printer.event(e, Detail::Brief);
         });

@@ -77,6 +77,20 @@ fn on_signal(sig: i32) {
     end_now(sig);
 }
 
+/// Cancel the running turn as Ctrl-C does (a headless client's
+/// `interrupt`); false when no turn has begun.
+pub fn cancel_current_turn() -> bool {
+    let s = shared();
+    let turn = s.turn.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let Some(turn) = turn else {
+        return false;
+    };
+    if !s.cancelling.swap(true, Ordering::SeqCst) {
+        std::thread::spawn(move || cancel(&turn));
+    }
+    true
+}
+
 /// Ask the supervisor to cancel the turn, on a connection of our own (the
 /// command's is busy with the turn).
 fn cancel(turn: &TurnRef) {

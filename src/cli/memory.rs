@@ -539,6 +539,28 @@ fn lease(
     Ok(Some(client))
 }
 
+/// Set block `label` (`LABEL.md`) of a new agent to `text`, committed
+/// as the memory commands commit (letta-code's `--block-value`).
+pub(crate) fn set_block(
+    home: &crate::paths::Home,
+    record: &store::record::AgentRecord,
+    label: &str,
+    text: &str,
+) -> anyhow::Result<()> {
+    let path = pathrules::check_relative(&format!("{label}.md"))?;
+    let (record, paths) = store::find(home, Some(&record.id))?;
+    let _lease = lease(home, &record.id)?;
+    let w = writer_for(&record, &paths)?;
+    let exists = paths.memory_dir().join(&path).is_file();
+    let done = if exists {
+        w.set_body(&path, text)
+    } else {
+        w.create(&path, label, text)
+    };
+    done.map_err(|e| anyhow::anyhow!("--block-value {label}: {e}"))?;
+    Ok(())
+}
+
 /// Run one write operation; a refusal prints the validator's block.
 fn write_op(
     cli: &Cli,

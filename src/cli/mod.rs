@@ -2,6 +2,7 @@
 //! dispatch into the library. Errors become one line on stderr.
 
 mod agent;
+mod agent_make;
 mod audit;
 mod chat;
 mod cluster;

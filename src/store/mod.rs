@@ -91,13 +91,19 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ 
 
 /// A random `agent-<uuid v4>` id.
 pub fn new_agent_id() -> String {
+    new_prefixed_id("agent")
+}
+
+/// A random `<prefix>-<uuid v4>` id (`conv-…`, `run-…`, `message-…`: the
+/// forms letta-code's clients know).
+pub fn new_prefixed_id(prefix: &str) -> String {
     let mut b = [0u8; 16];
     rand::rng().fill_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
-        "agent-{}-{}-{}-{}-{}",
+        "{prefix}-{}-{}-{}-{}-{}",
         &h[0..8],
         &h[8..12],
         &h[12..16],

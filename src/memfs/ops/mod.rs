@@ -525,6 +525,19 @@ impl Writer {
         })
     }
 
+    /// Set the whole body of `path` to `body`, keeping its frontmatter (a
+    /// block's value given when an agent is made).
+    pub fn set_body(&self, path: &str, body: &str) -> Result<CommitOutcome, OpError> {
+        self.edit_text("set-body", path, |_, text| {
+            let (front, _) = split_frontmatter(text);
+            let mut b = format!("\n{}", body.trim_start_matches('\n'));
+            if !b.ends_with('\n') {
+                b.push('\n');
+            }
+            Ok(format!("{front}{b}"))
+        })
+    }
+
     /// Insert `text` into the body before body line `line` (1-based; the
     /// line after the last appends; any other is refused), or append it as
     /// new lines at the end.
