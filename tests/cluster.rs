@@ -734,6 +734,13 @@ fn cluster_status_shows_a_killed_host_dead_before_its_lease_ends() {
             .cloned()
             .unwrap_or(Value::Null)
     };
+    // Registered (a supervisor answers on its socket before it has joined
+    // the cluster; a loaded machine shows the gap).
+    assert!(
+        wait_until(10, || row(&h.status(&h.b))["alive"] == true),
+        "host-a never showed up alive: {}",
+        h.status(&h.b)
+    );
     // Alive across several renewals.
     for _ in 0..5 {
         let r = row(&h.status(&h.b));

@@ -23,6 +23,32 @@ use egress_world::*;
 /// One test at a time in this binary.
 static ALONE: Mutex<()> = Mutex::new(());
 
+/// `python3 -c script` confined as `agent`, in the background.
+fn flood_as(h: &std::path::Path, agent: &str, script: &str) -> std::process::Child {
+    Command::new(bin())
+        .args(["sandbox", "run", "-a", agent, "--", "python3", "-c", script])
+        .env("MINI_LETTA_HOME", h)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// wren's p99 for `url` during a flood, up to three tries until one is
+/// within twice `base`: a spike of the machine is not the flood (which
+/// cost seconds per request, or a refusal).
+fn p99_during(h: &std::path::Path, url: &str, base: f64) -> Vec<f64> {
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let now = p99(&request_latencies(h, "wren", url, 300));
+        tries.push(now);
+        if now <= 2.0 * base {
+            break;
+        }
+    }
+    tries
+}
+
 /// Issue 45 (3): every agent's name resolution shared 8 blocking permits
 /// (policy reads too), a resolver thread held its permit for as long as
 /// the system resolver took, and the wait for one had no bound: during one
@@ -79,26 +105,11 @@ for t in threads: t.join()
 print("flooded")
 "#
     .replace("@PROXY_PORT@", PROXY.rsplit(':').next().unwrap());
-    let flooder = Command::new(bin())
-        .args(["sandbox", "run", "-a", "owl", "--", "python3", "-c", &flood])
-        .env("MINI_LETTA_HOME", h)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flooder = flood_as(h, "owl", &flood);
     // Long enough for the flood to hold every resolver it can.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    // Three tries at most: a spike from the tests running beside this one
-    // is not the flood (which cost seconds per request, or a refusal).
     let base = p99(&baseline);
-    let mut tries = Vec::new();
-    for _ in 0..3 {
-        let now = p99(&request_latencies(h, "wren", &url, 300));
-        tries.push(now);
-        if now <= 2.0 * base {
-            break;
-        }
-    }
+    let tries = p99_during(h, &url, base);
     let flooded = flooder.wait_with_output().unwrap();
     assert!(
         stdout(&flooded).contains("flooded"),
@@ -159,22 +170,9 @@ for t in threads: t.join()
 print(sum(done), time.monotonic() - start)
 "#
     .replace("@PROXY_PORT@", PROXY.rsplit(':').next().unwrap());
-    let flooder = Command::new(bin())
-        .args(["sandbox", "run", "-a", "owl", "--", "python3", "-c", &flood])
-        .env("MINI_LETTA_HOME", h)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flooder = flood_as(h, "owl", &flood);
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let mut tries = Vec::new();
-    for _ in 0..3 {
-        let now = p99(&request_latencies(h, "wren", &url, 300));
-        tries.push(now);
-        if now <= 2.0 * baseline {
-            break;
-        }
-    }
+    let tries = p99_during(h, &url, baseline);
     let flooded = flooder.wait_with_output().unwrap();
     let out = stdout(&flooded);
     let mut words = out.split_whitespace();

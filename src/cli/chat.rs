@@ -267,8 +267,9 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         return interactive(&mut runner, &home, &record, args, &input);
     };
     let mut events = Vec::new();
-    let mut printer =
-        Printer::two_streams(std::io::stdout(), std::io::stderr()).clustered(clustered(&home));
+    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr())
+        .clustered(clustered(&home))
+        .holding(!std::io::IsTerminal::is_terminal(&std::io::stdout()));
     let spinner = Spinner::new();
     let done = runner.run(&input(&prompt, args.recompile, true)?, &mut |e| {
         spin(&spinner, e);
@@ -356,8 +357,9 @@ fn interactive(
     );
     let mut recompile = args.recompile;
     let mut new_session = true;
-    let mut printer =
-        Printer::two_streams(std::io::stdout(), std::io::stderr()).clustered(clustered(home));
+    let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr())
+        .clustered(clustered(home))
+        .holding(!std::io::stdout().is_terminal());
     let mut interrupted_once = false;
     loop {
         let line = match rl.readline("> ") {

@@ -216,6 +216,12 @@ pub struct Printer<T: Write, N: Write> {
     text: T,
     notes: Option<N>,
     mid_line: bool,
+    /// Hold a model call's text until the call has ended: a call that is
+    /// retried must not leave its text in a pipe (issue 48: a script read
+    /// `fake \nfake reply …`). On a terminal text streams instead, and a
+    /// retry says that the text above was not the answer.
+    hold: bool,
+    held: String,
     /// The home is in a cluster: a memory change is this host's until the
     /// turn's push, and the line says so (issue 43: a host that lost the
     /// agent streamed "memory changed", then "not acknowledged").
@@ -229,6 +235,8 @@ impl<T: Write> Printer<T, T> {
             text: out,
             notes: None,
             mid_line: false,
+            hold: false,
+            held: String::new(),
             clustered: false,
         }
     }
@@ -241,8 +249,17 @@ impl<T: Write, N: Write> Printer<T, N> {
             text,
             notes: Some(notes),
             mid_line: false,
+            hold: false,
+            held: String::new(),
             clustered: false,
         }
+    }
+
+    /// Hold each model call's text until it has ended (text going to a
+    /// pipe or a file, read by a script).
+    pub fn holding(mut self, hold: bool) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// Say of each memory change that it is acknowledged only once pushed.
@@ -274,6 +291,32 @@ impl<T: Write, N: Write> Printer<T, N> {
 
     /// Print what `e` shows at `detail`.
     pub fn event(&mut self, e: &TurnEvent, detail: Detail) -> std::io::Result<()> {
+        match e {
+            TurnEvent::TextDelta { text } if self.hold => {
+                self.held.push_str(&clean(text));
+                return Ok(());
+            }
+            TurnEvent::Retry { attempt, error } => {
+                // The call's text so far was not the answer.
+                let shown = self.mid_line;
+                self.held.clear();
+                let why = first_line(error);
+                let line = if shown {
+                    format!(
+                        "· retry {attempt}: {why} (the text above was cut off; the answer follows)"
+                    )
+                } else {
+                    format!("· retry {attempt}: {why}")
+                };
+                return self.print(&Piece::Note(line));
+            }
+            _ => {
+                if !self.held.is_empty() {
+                    let text = std::mem::take(&mut self.held);
+                    self.print(&Piece::Text(text))?;
+                }
+            }
+        }
         match (event(e, detail), e) {
             (Some(Piece::Note(line)), TurnEvent::MemoryUpdate { .. }) if self.clustered => {
                 self.print(&Piece::Note(format!("{line}{UNTIL_PUSHED}")))
@@ -562,6 +605,46 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&notes.unwrap_or_default()),
             "→ Bash date\n"
+        );
+    }
+
+    #[test]
+    fn a_retried_calls_text_is_held_back_from_a_pipe_and_disowned_on_a_terminal() {
+        let events = [
+            TurnEvent::TextDelta {
+                text: "fake ".into(),
+            },
+            TurnEvent::Retry {
+                attempt: 1,
+                error: "stream cut".into(),
+            },
+            TurnEvent::TextDelta {
+                text: "the answer".into(),
+            },
+            done("end_turn"),
+        ];
+        let mut piped = Printer::two_streams(Vec::new(), Vec::new()).holding(true);
+        for e in &events {
+            piped.event(e, Detail::Brief).unwrap();
+        }
+        piped.end_line().unwrap();
+        let (text, notes) = piped.into_inner();
+        assert_eq!(String::from_utf8(text).unwrap(), "the answer\n");
+        assert!(
+            String::from_utf8(notes.unwrap())
+                .unwrap()
+                .contains("retry 1")
+        );
+        let mut terminal = Printer::two_streams(Vec::new(), Vec::new());
+        for e in &events {
+            terminal.event(e, Detail::Brief).unwrap();
+        }
+        let (text, notes) = terminal.into_inner();
+        assert_eq!(String::from_utf8(text).unwrap(), "fake \nthe answer");
+        assert!(
+            String::from_utf8(notes.unwrap())
+                .unwrap()
+                .contains("the text above was cut off")
         );
     }
 }
