@@ -105,3 +105,65 @@ fn a_retried_stream_leaves_only_the_answer_on_stdout() {
     assert_eq!(stdout(&o), "fake reply to: tell me a story\n");
     assert!(stderr(&o).contains("retry"), "{}", stderr(&o));
 }
+
+/// Issue 48 (9): a misspelt table in config.toml was ignored in silence:
+/// `[modle] default = "openai/…"` left every chat on the built-in model.
+/// Every command that reads the file refuses it, naming the line and the
+/// table meant.
+#[test]
+fn a_misspelt_table_in_config_toml_is_refused_naming_its_line() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    std::fs::write(
+        h.join("config.toml"),
+        "# mine\n[modle]\ndefault = \"mock\"\n",
+    )
+    .unwrap();
+    for args in [
+        &["chat", "-a", "owl", "-p", "hello"][..],
+        &["agent", "create", "wren"][..],
+    ] {
+        let o = run(h, args);
+        assert!(!o.status.success(), "{args:?} ran: {}", stdout(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("config.toml")
+                && err.contains("line 2")
+                && err.contains("did you mean [model]?"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Issue 48 (3): a turn stopped by `max_steps` exited 0, as if answered:
+/// it now fails with the hint, and the exit statuses are one table in
+/// `mini-letta --help`.
+#[test]
+fn a_turn_that_ran_out_of_steps_fails_with_the_hint_and_exit_codes_are_documented() {
+    if !confinement_or_skip("max steps") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let o = run(
+        h,
+        &["chat", "-a", "owl", "-p", "run: echo 1", "--max-steps", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("--max-steps"), "{}", stderr(&o));
+    let o = run(h, &["--help"]);
+    let help = stdout(&o);
+    assert!(
+        help.contains("Exit status:") && help.contains("3    `supervisor status`"),
+        "{help}"
+    );
+    for var in [
+        "MINI_LETTA_HOME",
+        "MINI_LETTA_SANDBOX_DISABLE",
+        "config.toml",
+    ] {
+        assert!(help.contains(var), "{var}: {help}");
+    }
+}

@@ -812,7 +812,7 @@ fn config_defaults_and_file() {
         &path,
         "[model]\ndefault = \"openai/llama3\"\ncontext_window = 32000\n\n\
          [providers.openai]\nbase_url = \"http://localhost:11434/v1/\"\napi_key_env = \"MY_KEY\"\n\n\
-         [providers.mock]\ncontext_window = 900\n\n[sandbox]\nanything = 1\n",
+         [providers.mock]\ncontext_window = 900\n\n[network]\nmax_connections = 8\n",
     )
     .unwrap();
     let cfg =
@@ -847,6 +847,28 @@ fn config_errors_name_the_file() {
     );
     std::fs::write(&path, "not toml [").unwrap();
     assert!(ProviderConfig::load_from(&path, &|_| None).is_err());
+    // Issue 48 (9): a misspelt table was ignored by every reader.
+    std::fs::write(
+        &path,
+        "[providers.openai]\napi_key = \"k\"\n\n[modle]\ndefault = \"mock\"\n",
+    )
+    .unwrap();
+    let e = ProviderConfig::load_from(&path, &|_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&path.display().to_string())
+            && e.contains("line 4")
+            && e.contains("\"modle\"")
+            && e.contains("did you mean [model]?")
+            && e.contains("[network]"),
+        "{e}"
+    );
+    std::fs::write(&path, "defualt_model = \"mock\"\n[sandbox]\nanything = 1\n").unwrap();
+    let e = ProviderConfig::load_from(&path, &|_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 1") && e.contains("defualt_model"), "{e}");
 }
 
 #[test]

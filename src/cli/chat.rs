@@ -315,6 +315,15 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     Ok(match stop_reason.as_str() {
         "error" => ExitCode::FAILURE,
         "cancelled" => ExitCode::from(130),
+        "max_steps" => {
+            // Not an answer a script may take for one (issue 48).
+            super::style::eprint_error(&format!(
+                "the turn stopped after {} model requests without finishing; `--max-steps N` allows more",
+                args.max_steps
+                    .unwrap_or(crate::agent::runtime::DEFAULT_MAX_STEPS)
+            ));
+            ExitCode::FAILURE
+        }
         _ => ExitCode::SUCCESS,
     })
 }

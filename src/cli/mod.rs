@@ -40,7 +40,33 @@ use crate::paths::Home;
   mini-letta agent create owl
   mini-letta chat -p 'hello'
   mini-letta memory tree
-  mini-letta help memory insert"
+  mini-letta help memory insert",
+    after_long_help = "Examples:
+  mini-letta agent create owl
+  mini-letta chat -p 'hello'
+  mini-letta memory tree
+  mini-letta help memory insert
+
+Exit status:
+  0    success
+  1    an error, a refusal, or a turn that did not finish (an error, or
+       --max-steps reached: the hint says so)
+  2    a command line clap cannot parse; `memory validate` when the
+       repository cannot be judged
+  3    `supervisor status`: no supervisor runs
+  130  a turn cancelled with Ctrl-C
+  128+N  ended by signal N (143: SIGTERM)
+
+Configuration: <home>/config.toml ([model], [providers.*], [reflection],
+[network], [quota], [audit], [cluster]); see README. Environment:
+MINI_LETTA_HOME, MINI_LETTA_CONTEXT_WINDOW, MINI_LETTA_REFLECTION_CONTEXT_WINDOW,
+MINI_LETTA_REMOTE_ROOT, MINI_LETTA_ETCD, MINI_LETTA_HOST_ID,
+MINI_LETTA_LEASE_SECS, MINI_LETTA_SANDBOX_DISABLE, MINI_LETTA_NAMESPACES,
+MINI_LETTA_WARM_CHILDREN, MINI_LETTA_WARM_IDLE_SECS, MINI_LETTA_DRAIN_SECS,
+MINI_LETTA_AUDIT_ROTATE_BYTES, MINI_LETTA_AUDIT (=off, for measuring only),
+MINI_LETTA_SCRIPTED_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY,
+ANTHROPIC_BASE_URL, RUST_LOG. (MINI_LETTA_CHANNEL_FD, MINI_LETTA_SANDBOX,
+MINI_LETTA_ISOLATION and MINI_LETTA_STAGE_MARKS are set for children.)"
 )]
 pub struct Cli {
     #[command(flatten)]

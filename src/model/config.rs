@@ -113,6 +113,71 @@ struct FileConfig {
     providers: ProvidersSection,
     #[serde(default)]
     reflection: ReflectionSection,
+    /// The other tables (each read by the module it configures), and
+    /// anything misspelt.
+    #[serde(flatten)]
+    rest: std::collections::BTreeMap<String, toml::Value>,
+}
+
+/// Every top-level table of `config.toml`. This file is read by nearly
+/// every command, so a misspelt table (`[modle]`) is refused here, naming
+/// its line — it would otherwise be ignored in silence by every reader.
+pub const TABLES: &[&str] = &[
+    "model",
+    "providers",
+    "reflection",
+    "network",
+    "quota",
+    "cluster",
+    "audit",
+];
+
+/// Refuse top-level names of `text` that are no table of [`TABLES`]: the
+/// line, the name, the closest valid one.
+fn check_tables(text: &str, names: impl Iterator<Item = String>) -> Result<(), String> {
+    for name in names {
+        if TABLES.contains(&name.as_str()) {
+            continue;
+        }
+        let line = text
+            .lines()
+            .position(|l| {
+                let l = l.trim_start().trim_start_matches('[').trim_start();
+                l.strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with(['=', ']', '.']))
+            })
+            .map(|i| format!("line {}: ", i + 1))
+            .unwrap_or_default();
+        let closest = TABLES
+            .iter()
+            .map(|t| (edit_distance(t, &name), t))
+            .min()
+            .filter(|(d, _)| *d <= 2)
+            .map(|(_, t)| format!("did you mean [{t}]? "))
+            .unwrap_or_default();
+        let all: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
+        return Err(format!(
+            "{line}unknown table or key {name:?}; {closest}config.toml has {}",
+            all.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Levenshtein distance (names are a few letters long).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,6 +258,7 @@ impl ProviderConfig {
                 e.message().trim().replace('\n', " ")
             ))
         })?;
+        check_tables(&text, file.rest.keys().cloned()).map_err(invalid)?;
         let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         let openai = endpoint(
             file.providers.openai,
