@@ -167,3 +167,85 @@ fn a_turn_that_ran_out_of_steps_fails_with_the_hint_and_exit_codes_are_documente
         assert!(help.contains(var), "{var}: {help}");
     }
 }
+
+/// Issue 48 (19): `audit log` showed agent ids only; it shows the name a
+/// person knows (the id stays in `--json`, and for a deleted agent).
+#[test]
+fn audit_log_shows_agent_names() {
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let o = run(h, &["agent", "set-budget", "owl", "--tokens", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(h, &["audit", "log"]);
+    let text = stdout(&o);
+    let row = text
+        .lines()
+        .find(|l| l.contains("config"))
+        .unwrap_or_else(|| panic!("no config record: {text}"));
+    assert!(row.contains(" owl ") && !row.contains(&id), "{row}");
+    let o = run(h, &["audit", "log", "--json"]);
+    assert!(stdout(&o).contains(&id));
+}
+
+/// Issue 48 (2): after a turn a person sees what it cost — on a terminal,
+/// or with `-v` — and a script's stderr stays free of it.
+#[test]
+fn a_turn_reports_its_tokens_to_a_person_not_to_a_script() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let o = run(h, &["-v", "chat", "-a", "owl", "-p", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("· ") && l.ends_with(" out tokens"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no token line: {}", stderr(&o)));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert!(
+        words[1].parse::<u64>().unwrap() > 0 && words[3] == "/",
+        "{line}"
+    );
+    assert_eq!(stdout(&o), "mock: hello\n");
+    let o = run(h, &["chat", "-a", "owl", "-p", "hello"]);
+    assert!(!stderr(&o).contains("out tokens"), "{}", stderr(&o));
+}
+
+/// Issue 48 (4): with a supervisor running, `OPENAI_API_KEY=… mini-letta
+/// chat …` failed with "set OPENAI_API_KEY" — which the user just did. The
+/// supervisor reads its own environment; the error now says so, names it,
+/// and says how to restart it.
+#[test]
+fn a_key_set_for_the_command_but_not_the_supervisor_is_explained() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let cmd = |args: &[&str], key: Option<&str>| {
+        let mut c = std::process::Command::new(bin());
+        c.args(args)
+            .env("MINI_LETTA_HOME", h)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("RUST_LOG");
+        if let Some(k) = key {
+            c.env("OPENAI_API_KEY", k);
+        }
+        c.output().unwrap()
+    };
+    let o = cmd(&["supervisor", "start"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cmd(
+        &["chat", "-a", "owl", "-p", "hi", "--model", "openai/gpt-x"],
+        Some("sk-test"),
+    );
+    let _ = cmd(&["supervisor", "stop"], None);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("OPENAI_API_KEY is set for this command")
+            && err.contains("running supervisor (pid")
+            && err.contains("mini-letta supervisor start"),
+        "{err}"
+    );
+}

@@ -244,6 +244,7 @@ fn log_cmd(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let filter = filter(home, agent, kind, since)?;
+    let names = agent_names(home);
     let mut table = Table::new(&["SEQ", "TIME", "KIND", "AGENT", "ROLE", "DETAILS"]).right(0);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut failed = None;
@@ -262,7 +263,11 @@ fn log_cmd(
                 v.seq.to_string(),
                 output::display_stored_time(&v.time),
                 v.kind.clone(),
-                v.agent.clone().unwrap_or_else(|| "-".into()),
+                // The name a person knows, where the agent still exists.
+                match &v.agent {
+                    Some(id) => names.get(id).cloned().unwrap_or_else(|| id.clone()),
+                    None => "-".into(),
+                },
                 v.role.clone().unwrap_or_else(|| "-".into()),
                 details(line),
             ]);
@@ -277,6 +282,13 @@ fn log_cmd(
         table.print()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The home's agents' names by id (a deleted agent's records keep its id).
+fn agent_names(home: &Home) -> std::collections::BTreeMap<String, String> {
+    store::list(home)
+        .map(|l| l.into_iter().map(|r| (r.id, r.name)).collect())
+        .unwrap_or_default()
 }
 
 /// The fields a record has beyond the common ones, as `key=value`.
@@ -312,9 +324,7 @@ pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
     }
     // Bytes through the egress proxy come from the audit log's `egress`
     // records (the network log rotates; a tenant could make it forget).
-    let names: std::collections::BTreeMap<String, String> = store::list(&home)
-        .map(|l| l.into_iter().map(|r| (r.id, r.name)).collect())
-        .unwrap_or_default();
+    let names = agent_names(&home);
     if args.json {
         let agents: Vec<Value> = by_agent
             .values()

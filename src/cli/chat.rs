@@ -264,7 +264,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         input_for(args, &args.conversation, text, recompile, new_session)
     };
     let Some(prompt) = one_shot else {
-        return interactive(&mut runner, &home, &record, args, &input);
+        return interactive(cli, &mut runner, &home, &record, args, &input);
     };
     let mut events = Vec::new();
     let mut printer = Printer::two_streams(std::io::stdout(), std::io::stderr())
@@ -283,7 +283,10 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     runner.close();
     let done = done?;
     let TurnEvent::Done {
-        stop_reason, text, ..
+        stop_reason,
+        text,
+        usage,
+        ..
     } = &done
     else {
         bail!("the turn ended without a result");
@@ -305,6 +308,7 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         output::json(&doc)?;
     } else {
         printer.end_line()?;
+        token_line(cli, usage);
         if args.timings {
             eprint!("{}", timings::table(&timings::taken()));
         }
@@ -328,6 +332,17 @@ pub fn chat(cli: &Cli, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What a turn cost, on stderr for a person (a terminal, or `-v`).
+fn token_line(cli: &Cli, usage: &crate::protocol::messages::Usage) {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() || cli.verbosity() > 0 {
+        eprintln!(
+            "· {} in / {} out tokens",
+            usage.input_tokens, usage.output_tokens
+        );
+    }
+}
+
 /// The spinner runs while a model request is out.
 fn spin(spinner: &Spinner, e: &TurnEvent) {
     match e {
@@ -340,6 +355,7 @@ fn spin(spinner: &Spinner, e: &TurnEvent) {
 const MAX_HISTORY_LINE: usize = 4096;
 
 fn interactive(
+    cli: &Cli,
     runner: &mut TurnRunner,
     home: &Home,
     record: &crate::store::record::AgentRecord,
@@ -406,6 +422,10 @@ fn interactive(
         drop(spinner);
         printer.end_line()?;
         match result {
+            Ok(TurnEvent::Done { usage, .. }) => {
+                token_line(cli, &usage);
+                new_session = false
+            }
             Ok(_) => new_session = false,
             Err(e) => super::style::eprint_error(&super::one_line(&e)),
         }
@@ -525,7 +545,9 @@ impl TurnRunner {
             }
             again
         };
-        crate::supervisor::RESEND_NOT_TAKEN.run(not_taken, once)
+        crate::supervisor::RESEND_NOT_TAKEN
+            .run(not_taken, once)
+            .map_err(|e| supervisor_env_hint(&self.home, e))
     }
 
     /// Stop the embedded supervisor, if this command ran one (after the
@@ -536,6 +558,33 @@ impl TurnRunner {
             s.close();
         }
     }
+}
+
+/// A key missing from the supervisor's environment that this command's
+/// environment has: the advice to set it would be wrong (it is set — for
+/// this command, not for the supervisor, which reads its own environment
+/// when it starts). Say which supervisor and how to restart it.
+fn supervisor_env_hint(home: &Home, e: anyhow::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let Some(var) = text
+        .contains("no API key for")
+        .then(|| text.split("set ").nth(1))
+        .flatten()
+        .and_then(|rest| rest.split_whitespace().next())
+        .filter(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+        .map(str::to_string)
+    else {
+        return e;
+    };
+    let pid = crate::supervisor::connect(home)
+        .map(|c| c.server_pid.to_string())
+        .unwrap_or_else(|_| "?".into());
+    e.context(format!(
+        "{var} is set for this command, but the running supervisor (pid {pid}) reads the \
+         environment it was started with: restart it with the key set (`mini-letta supervisor \
+         stop`, then `{var}=… mini-letta supervisor start`), or name it in config.toml \
+         (api_key_env / api_key)"
+    ))
 }
 
 /// The longest line of a turn child's stderr relayed to the operator.

@@ -196,6 +196,11 @@ enum Command {
 }
 
 impl Cli {
+    /// How many `-v` were given.
+    fn verbosity(&self) -> u8 {
+        self.globals.verbose
+    }
+
     fn home(&self) -> anyhow::Result<Home> {
         let home = Home::resolve(self.globals.home.as_deref())?;
         // Quota volumes do not survive a reboot: mount what is missing
