@@ -249,3 +249,112 @@ fn a_key_set_for_the_command_but_not_the_supervisor_is_explained() {
         "{err}"
     );
 }
+
+/// Issue 48 (7): a failure given up on was still called "transient"; the
+/// word is for the retries only.
+#[test]
+fn a_failure_given_up_on_is_not_called_transient() {
+    if !confinement_or_skip("given up") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let base = flaky_provider(usize::MAX);
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
+    )
+    .unwrap();
+    let o = run(
+        h,
+        &[
+            "chat",
+            "-a",
+            "owl",
+            "-p",
+            "hi",
+            "--model",
+            "openai/gpt-test",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.lines().any(|l| l.starts_with("· retry 1: transient")),
+        "{err}"
+    );
+    let last = err
+        .lines()
+        .find(|l| l.contains("gave up after 4 attempts"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(!last.contains("transient"), "{last}");
+    assert!(last.contains("model error"), "{last}");
+}
+
+/// Issue 48 (12): slash commands as letta-code's users expect them; an
+/// unknown one is refused locally, never sent to the model.
+#[test]
+fn slash_commands_are_the_chats_own_and_unknown_ones_never_reach_the_model() {
+    if !confinement_or_skip("slash commands") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let mut child = std::process::Command::new(bin())
+        .args(["chat", "-a", "owl"])
+        .env("MINI_LETTA_HOME", h)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/frobnicate\n/help\n/model\n/model mock/nope\nhello\n/context\n/memory\n/new\nsecond\n/quit\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        err.contains("unknown command /frobnicate (not sent to the agent)"),
+        "{err}"
+    );
+    for cmd in [
+        "/model [M]",
+        "/compact",
+        "/context",
+        "/memory",
+        "/new",
+        "/quit",
+    ] {
+        assert!(err.contains(cmd), "{cmd}: {err}");
+    }
+    assert!(err.contains("(model: mock)"), "{err}");
+    assert!(err.contains("/model mock/nope"), "{err}");
+    assert!(
+        out.contains("mock: hello") && out.contains("mock: second"),
+        "{out}"
+    );
+    assert!(
+        out.contains("messages:") && out.contains("human.md"),
+        "{out}"
+    );
+    assert!(!out.contains("frobnicate"), "sent to the model: {out}");
+    // The default conversation has the first message only; the second went
+    // to the new one.
+    let o = run(h, &["context", "-a", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stored = v["messages_stored"].as_u64().or(v["stored"].as_u64());
+    assert!(stored.is_some_and(|n| n <= 3), "{v}");
+    let dirs = std::fs::read_dir(h.join("agents").join(&id).join("conversations"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("conv-"))
+        .count();
+    assert_eq!(dirs, 1, "a new conv- conversation");
+}

@@ -371,7 +371,7 @@ impl Turn<'_> {
             id,
             role: Role::Assistant,
             parts: vec![Part::Text {
-                text: format!("[error] {e}"),
+                text: format!("[error] {}", described(e)),
             }],
             kind: Some("error".into()),
             usage: None,
@@ -383,10 +383,10 @@ impl Turn<'_> {
             self.conv.remove_from_context(&self.user_id)?;
         }
         emit(&TurnEvent::Error {
-            message: e.to_string(),
+            message: described(e),
             hint: hint_for(e),
         });
-        self.last_text = format!("error: {e}");
+        self.last_text = format!("error: {}", described(e));
         Ok(())
     }
 
@@ -484,6 +484,23 @@ fn append_reminder(conv: &mut Conversation, kind: &str, text: &str) -> Result<()
     message.kind = Some(kind.into());
     conv.append(message)?;
     Ok(())
+}
+
+/// How a retried failure ends its message (see [`gave_up`]).
+const GAVE_UP: &str = "(gave up after ";
+
+/// A failure as the person reads it: "transient" only while it is being
+/// retried — once given up on, it is a model error like any other.
+fn described(e: &ModelFailure) -> String {
+    match e {
+        ModelFailure::Transient {
+            status, message, ..
+        } if message.contains(GAVE_UP) => format!(
+            "model error{}: {message}",
+            status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()
+        ),
+        _ => e.to_string(),
+    }
 }
 
 /// What to do about a model failure, when the message alone does not say.
@@ -650,7 +667,7 @@ fn gave_up(spent: Spent<ModelFailure>) -> ModelFailure {
         } if spent.tries > 1 => ModelFailure::Transient {
             status,
             message: format!(
-                "{message} (gave up after {} attempts in {:.1} s)",
+                "{message} {GAVE_UP}{} attempts in {:.1} s)",
                 spent.tries,
                 spent.elapsed.as_secs_f64()
             ),

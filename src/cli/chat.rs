@@ -376,7 +376,7 @@ fn interactive(
         let _ = rl.load_history(h);
     }
     eprintln!(
-        "chatting with {} ({}); /recompile, /quit; Ctrl-C cancels a turn, Ctrl-D leaves",
+        "chatting with {} ({}); /help for commands; Ctrl-C cancels a turn, Ctrl-D leaves",
         output::text(&record.name),
         output::text(&record.id)
     );
@@ -386,6 +386,12 @@ fn interactive(
         .clustered(clustered(home))
         .holding(!std::io::stdout().is_terminal());
     let mut interrupted_once = false;
+    let mut state = ChatState {
+        home: home.clone(),
+        conversation: args.conversation.clone(),
+        model: args.model.clone(),
+        agent_model: record.model.clone(),
+    };
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
@@ -405,17 +411,31 @@ fn interactive(
         if history.is_some() && line.len() <= MAX_HISTORY_LINE {
             let _ = rl.add_history_entry(line);
         }
-        match line {
-            "/quit" | "/exit" => break,
-            "/recompile" => {
-                recompile = true;
-                eprintln!("(the next turn recompiles the system prompt)");
-                continue;
+        if let Some(cmd) = line.strip_prefix('/') {
+            match slash(cmd, &mut state) {
+                Slash::Quit => break,
+                Slash::Recompile => {
+                    recompile = true;
+                    eprintln!("(the next turn recompiles the system prompt)");
+                }
+                Slash::Said => {}
+                Slash::NewConversation => {
+                    runner.close();
+                    *runner = runner_for(home, args, &record.id, &state.conversation)?;
+                    new_session = true;
+                    eprintln!("(a new conversation: {})", state.conversation);
+                }
+                Slash::Run(sub) => run_self(home, &record.id, &state, sub),
             }
-            _ => {}
+            continue;
+        }
+        let mut turn_input = input(line, recompile, new_session)?;
+        turn_input.conversation = state.conversation.clone();
+        if state.model.is_some() {
+            turn_input.model = state.model.clone();
         }
         let spinner = Spinner::new();
-        let result = runner.run(&input(line, recompile, new_session)?, &mut |e| {
+        let result = runner.run(&turn_input, &mut |e| {
             spin(&spinner, e);
             let _ = printer.event(e, Detail::Brief);
         });
@@ -448,6 +468,107 @@ fn interactive(
     }
     runner.close();
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the slash commands of an interactive chat change.
+struct ChatState {
+    home: Home,
+    conversation: String,
+    /// `/model M` (or `--model`): the model of the turns from now on.
+    model: Option<String>,
+    agent_model: String,
+}
+
+/// What a slash command asks of the chat loop.
+enum Slash {
+    Quit,
+    Recompile,
+    /// Answered already (help, the model, a refusal).
+    Said,
+    NewConversation,
+    /// Another mini-letta command on this agent and conversation.
+    Run(&'static [&'static str]),
+}
+
+/// The slash commands, as letta-code's users know them.
+const SLASH_HELP: &str = "\
+/help          this list
+/model [M]     the model of this chat, or switch to M (mock, openai/<model>, anthropic/<model>)
+/compact       compact this conversation now
+/context       what this conversation's context holds
+/memory        the agent's memory files
+/recompile     recompile the system prompt before the next turn
+/new           start a new conversation
+/quit          leave (also /exit, Ctrl-D)";
+
+/// Handle `/cmd`; never sent to the model, an unknown one included.
+fn slash(cmd: &str, state: &mut ChatState) -> Slash {
+    let mut words = cmd.split_whitespace();
+    match (words.next().unwrap_or(""), words.next()) {
+        ("quit" | "exit", _) => Slash::Quit,
+        ("recompile", _) => Slash::Recompile,
+        ("help", _) => {
+            eprintln!("{SLASH_HELP}");
+            Slash::Said
+        }
+        ("model", None) => {
+            let m = state.model.as_deref().unwrap_or(&state.agent_model);
+            eprintln!("(model: {})", output::text(m));
+            Slash::Said
+        }
+        ("model", Some(m)) => {
+            let checked = crate::model::ProviderConfig::load(&state.home)
+                .map_err(anyhow::Error::from)
+                .and_then(|cfg| crate::model::open_model(m, &cfg).map_err(anyhow::Error::from));
+            match checked {
+                Ok(_) => {
+                    state.model = Some(m.to_string());
+                    eprintln!("(the next turns use {})", output::text(m));
+                }
+                Err(e) => super::style::eprint_error(&format!("/model {}: {e}", output::text(m))),
+            }
+            Slash::Said
+        }
+        ("new", _) => {
+            state.conversation = crate::store::new_prefixed_id("conv");
+            Slash::NewConversation
+        }
+        ("compact", _) => Slash::Run(&["compact"]),
+        ("context", _) => Slash::Run(&["context"]),
+        ("memory", _) => Slash::Run(&["memory", "tree"]),
+        (other, _) => {
+            super::style::eprint_error(&format!(
+                "unknown command /{} (not sent to the agent); the commands are:",
+                output::text(other)
+            ));
+            eprintln!("{SLASH_HELP}");
+            Slash::Said
+        }
+    }
+}
+
+/// Run `mini-letta SUB… -a AGENT [--conversation C]` for a slash command,
+/// on this terminal (a separate process: the command's own code, output
+/// and errors, exactly as typed on the command line).
+fn run_self(home: &Home, agent: &str, state: &ChatState, sub: &[&str]) {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            super::style::eprint_error(&format!("cannot find this program: {e}"));
+            return;
+        }
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(sub)
+        .arg("--home")
+        .arg(home.root())
+        .args(["-a", agent]);
+    if sub[0] != "memory" {
+        cmd.args(["--conversation", &state.conversation]);
+    }
+    if let Err(e) = cmd.status() {
+        super::style::eprint_error(&format!("/{}: {e}", sub[0]));
+    }
 }
 
 /// Runs turns of one agent's conversation through the home's supervisor,
