@@ -358,3 +358,73 @@ fn slash_commands_are_the_chats_own_and_unknown_ones_never_reach_the_model() {
         .count();
     assert_eq!(dirs, 1, "a new conv- conversation");
 }
+
+/// Issue 48 (18): three help examples failed as written — `memory commit
+/// … notes/` (a trailing slash), `sandbox run … -- sh -c 'ls -la'` and
+/// `sandbox run --json -- cat /etc/hostname` (Permission denied). They now
+/// run, as written in the help, against a prepared home.
+#[test]
+fn the_help_examples_that_failed_run_as_written() {
+    if !confinement_or_skip("help examples") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let help = |args: &[&str]| stdout(&run(h, args));
+    let example = |page: &str, starts: &str| -> Vec<String> {
+        let line = page
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(starts))
+            .unwrap_or_else(|| panic!("no example {starts:?} in:\n{page}"))
+            .to_string();
+        // Split as a shell would (the examples quote with ' and ").
+        let mut words = Vec::new();
+        let mut cur = String::new();
+        let mut quote: Option<char> = None;
+        for c in line.chars() {
+            match (quote, c) {
+                (None, '\'' | '"') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, ' ') => {
+                    if !cur.is_empty() {
+                        words.push(std::mem::take(&mut cur));
+                    }
+                }
+                _ => cur.push(c),
+            }
+        }
+        words.push(cur);
+        words.remove(0); // the program's name
+        words
+    };
+    let page = help(&["sandbox", "run", "--help"]);
+    let ls = example(&page, "mini-letta sandbox run -a owl --role agent -- sh -c");
+    let args: Vec<&str> = ls.iter().map(String::as_str).collect();
+    let o = run(h, &args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    assert!(stdout(&o).contains("human.md"), "{}", stdout(&o));
+    let json = example(&page, "mini-letta sandbox run --json --");
+    let mut args: Vec<&str> = json.iter().map(String::as_str).collect();
+    args.splice(2..2, ["-a", "owl"]);
+    let o = run(h, &args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["exit_code"], 0, "{args:?}: {v}");
+    // A directory of notes, with its index, committed as `notes/`.
+    let notes = h.join("agents").join(&id).join("memory/notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("MEMORY.md"), "# Notes\n\n- [A](a.md) — a note\n").unwrap();
+    std::fs::write(
+        notes.join("a.md"),
+        "---\nname: A\ndescription: a note\n---\nx\n",
+    )
+    .unwrap();
+    let page = help(&["memory", "commit", "--help"]);
+    let commit = example(&page, "mini-letta memory commit -a owl");
+    let args: Vec<&str> = commit.iter().map(String::as_str).collect();
+    assert_eq!(args.last(), Some(&"notes/"), "{args:?}");
+    let o = run(h, &args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    assert!(stdout(&o).contains("notes/a.md"), "{}", stdout(&o));
+}

@@ -392,7 +392,17 @@ fn run_command(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
             target,
             paths,
             message,
-        } => write_op(cli, target, "commit", |w| w.commit(paths, message)),
+        } => {
+            // `notes/` as a shell completes a directory means `notes`.
+            let paths: Vec<String> = paths
+                .iter()
+                .map(|p| match p.strip_suffix('/') {
+                    Some(dir) if !dir.is_empty() => dir.to_string(),
+                    _ => p.clone(),
+                })
+                .collect();
+            write_op(cli, target, "commit", |w| w.commit(&paths, message))
+        }
         MemoryCommand::Log {
             target,
             path,

@@ -24,9 +24,9 @@ pub enum SandboxCommand {
     /// executed 126 (as shells do).
     #[command(after_help = "Examples:
   mini-letta sandbox run -- id
-  mini-letta sandbox run -a owl --role agent -- sh -c 'ls -la'
+  mini-letta sandbox run -a owl --role agent -- sh -c 'ls -la \"$MEMORY_DIR\"'
   mini-letta sandbox run --workspace ~/project -- make test
-  mini-letta sandbox run --json -- cat /etc/hostname")]
+  mini-letta sandbox run --json -- uname -r")]
     Run(RunArgs),
     /// Print the confinement layers this host offers, the isolation level
     /// they reach (L0 best … L4), and why any layer is missing.
