@@ -776,3 +776,44 @@ fn commit_reads_a_bounded_total_from_a_directory_spec() {
     assert!(err.to_string().contains("commit fewer at a time"), "{err}");
     assert_eq!(all_objects(&repo).len(), before, "objects written");
 }
+
+/// A ref lock left by a process that died mid-update (or by a file system
+/// remounted read-only under it, where the lock could not be removed)
+/// blocked every later commit of the agent for good: the fault soak lost 21
+/// acknowledged facts behind one `refs/heads/main.lock`. A lock older than
+/// any live update is cleared (and said); a fresh one is still respected.
+#[test]
+fn a_stale_ref_lock_does_not_block_commits_for_good() {
+    let l = Layout::new();
+    let repo = l.repo();
+    let opts = CommitOptions::for_repo(&repo, false);
+    std::fs::write(
+        l.memory().join("a.md"),
+        "---\nname: A\ndescription: a\n---\none\n",
+    )
+    .unwrap();
+    commit_paths(&repo, &["a.md".into()], "one", &sig(), &opts).unwrap();
+    let lock = repo.path().join("refs/heads/main.lock");
+    // Fresh: someone may be updating the ref right now.
+    std::fs::write(&lock, "").unwrap();
+    std::fs::write(
+        l.memory().join("a.md"),
+        "---\nname: A\ndescription: a\n---\ntwo\n",
+    )
+    .unwrap();
+    let err = commit_paths(&repo, &["a.md".into()], "two", &sig(), &opts).unwrap_err();
+    assert!(err.to_string().contains("lock"), "{err}");
+    assert!(lock.exists());
+    // Old: nobody holds a ref lock for minutes.
+    let old = std::time::SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    commit_paths(&repo, &["a.md".into()], "two", &sig(), &opts).unwrap();
+    assert!(!lock.exists());
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(head.message().ok(), Some("two\n"));
+}

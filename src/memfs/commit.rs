@@ -487,8 +487,61 @@ fn write_commit(
         format!("{message}\n")
     };
     let parents: Vec<&git2::Commit<'_>> = head_commit.into_iter().collect();
-    repo.commit(Some("HEAD"), author, author, &message, &tree, &parents)
-        .map_err(git("write the commit"))
+    let commit = || repo.commit(Some("HEAD"), author, author, &message, &tree, &parents);
+    match commit() {
+        Err(e) if e.code() == git2::ErrorCode::Locked && clear_stale_head_lock(repo) => {
+            commit().map_err(git("write the commit"))
+        }
+        done => done.map_err(git("write the commit")),
+    }
+}
+
+/// A ref lock older than this was left by a process that died while
+/// updating the ref (or by a file system remounted read-only under it,
+/// where libgit2 could not remove it): a live update holds one for
+/// milliseconds.
+const STALE_REF_LOCK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Remove the lock of the branch `HEAD` names when it is stale; whether it
+/// was (the caller tries once more). Commits to an agent's repository are
+/// the supervisor's, one at a time, so a stale lock has no owner to wait for.
+fn clear_stale_head_lock(repo: &Repository) -> bool {
+    let Ok(head) = repo.find_reference("HEAD") else {
+        return false;
+    };
+    let Ok(Some(target)) = head.symbolic_target() else {
+        return false;
+    };
+    // A name libgit2 accepted for HEAD; never a path out of the git dir.
+    if !target.starts_with("refs/heads/") || target.split('/').any(|p| p == ".." || p.is_empty()) {
+        return false;
+    }
+    let lock = repo.path().join(format!("{target}.lock"));
+    let Ok(meta) = std::fs::symlink_metadata(&lock) else {
+        return false;
+    };
+    let age = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or_default();
+    if !meta.is_file() || age < STALE_REF_LOCK {
+        return false;
+    }
+    match std::fs::remove_file(&lock) {
+        Ok(()) => {
+            tracing::warn!(
+                lock = %lock.display(),
+                age_secs = age.as_secs(),
+                "removed a stale ref lock left by an interrupted update"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(lock = %lock.display(), "cannot remove a stale ref lock: {e}");
+            false
+        }
+    }
 }
 
 /// Remove `spec` and everything below it (all stages).
