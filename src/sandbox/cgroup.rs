@@ -266,8 +266,33 @@ fn sweep_role(role_dir: &Path, me: &Owner) -> usize {
                 .and_then(owner_of)
                 .is_some_and(|o| o == *me || o.provably_dead(me))
         })
-        .filter(|leaf| std::fs::remove_dir(leaf).is_ok())
+        .filter(|leaf| remove_emptied(leaf))
         .count()
+}
+
+/// Remove a child group whose processes are gone. The kernel keeps a
+/// group busy for a moment after its last process was killed (the pids
+/// controller until the task is released), so a sweep right after a stop
+/// waits briefly for it — never for a group that still lists a process.
+/// (A fault soak left a pids group behind that a retry a few ms later
+/// removes.)
+fn remove_emptied(leaf: &Path) -> bool {
+    const TRIES: u32 = 25;
+    for _ in 0..TRIES {
+        match std::fs::remove_dir(leaf) {
+            Ok(()) => return true,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                let empty = std::fs::read_to_string(leaf.join("cgroup.procs"))
+                    .is_ok_and(|p| p.trim().is_empty());
+                if !empty {
+                    return false;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// The directories in `dir` (a cgroup's child groups).
