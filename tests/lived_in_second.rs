@@ -71,6 +71,20 @@ fn flaky_provider(failures: usize) -> String {
     format!("http://{addr}")
 }
 
+/// A home with agent `owl` whose `openai/…` models are [`flaky_provider`]`(failures)`.
+fn owl_with_flaky_provider(failures: usize) -> tempfile::TempDir {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let base = flaky_provider(failures);
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
+    )
+    .unwrap();
+    home
+}
+
 /// Issue 48 (1): a retried stream left the failed attempt's text on
 /// stdout: `answer=$(mini-letta chat -p …)` got `fake \nfake reply to: …`.
 /// stdout of `-p` now holds the recorded answer once; the failed attempt
@@ -80,15 +94,8 @@ fn a_retried_stream_leaves_only_the_answer_on_stdout() {
     if !confinement_or_skip("retried stream") {
         return;
     }
-    let home = open_home();
+    let home = owl_with_flaky_provider(2);
     let h = home.path();
-    create_agent(h, &["owl"]);
-    let base = flaky_provider(2);
-    std::fs::write(
-        h.join("config.toml"),
-        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
-    )
-    .unwrap();
     let o = run(
         h,
         &[
@@ -257,15 +264,8 @@ fn a_failure_given_up_on_is_not_called_transient() {
     if !confinement_or_skip("given up") {
         return;
     }
-    let home = open_home();
+    let home = owl_with_flaky_provider(usize::MAX);
     let h = home.path();
-    create_agent(h, &["owl"]);
-    let base = flaky_provider(usize::MAX);
-    std::fs::write(
-        h.join("config.toml"),
-        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
-    )
-    .unwrap();
     let o = run(
         h,
         &[
