@@ -17,6 +17,7 @@ pub mod lock;
 pub mod mirror;
 pub mod ops;
 pub mod pathrules;
+pub mod push_claim;
 pub mod remote_repo;
 pub mod remote_root;
 pub mod repo;

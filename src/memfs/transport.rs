@@ -24,6 +24,7 @@ use std::path::Path;
 use git2::{ObjectType, Odb, Oid, Repository};
 
 use crate::memfs::gitcli::{self, GitCliError};
+use crate::memfs::push_claim::{self, ClaimError};
 use crate::memfs::repo::{RepoError, open_bare};
 
 /// Objects copied one by one at most; more go as one pack (git's own
@@ -70,6 +71,8 @@ pub enum TransportError {
     },
     #[error(transparent)]
     Command(#[from] GitCliError),
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
     /// An object the remote offers is over what a memory may hold: refused
     /// before anything is copied (issue 43: a 200 MB blob took a syncing
     /// supervisor from 18 to 428 MB).
@@ -258,6 +261,17 @@ fn push_dir(
     updates: &[Update<'_>],
     last_check: Option<LastCheck<'_>>,
 ) -> Result<Pushed, TransportError> {
+    // One in-process pusher at a time; the locks a killed one left are
+    // removed here (see `push_claim`).
+    let mut claim = match push_claim::take(remote_dir) {
+        Ok(c) => c,
+        Err(ClaimError::Busy(_)) => {
+            return Ok(Pushed::Rejected(
+                "another push to this remote is under way".into(),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let remote = open_bare(remote_dir)?;
     let remote_odb = remote.odb().map_err(git("open the remote's objects"))?;
     let tips: Vec<Oid> = updates.iter().map(|u| u.new).collect();
@@ -268,6 +282,8 @@ fn push_dir(
         .collect();
     // Objects first: no ref may ever name something the remote lacks.
     copy_objects(repo, &remote, &tips, &haves)?;
+    let names: Vec<&str> = updates.iter().map(|u| u.name).collect();
+    claim.locking(&names)?;
     let mut tx = remote
         .transaction()
         .map_err(git("lock the remote's refs"))?;
@@ -724,6 +740,42 @@ mod tests {
         assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(next));
         let remote = Repository::open_bare(&remote_dir).unwrap();
         assert!(remote.find_commit(next).unwrap().tree().is_ok());
+    }
+
+    /// A pusher killed while it held the remote's ref locks (the soak's
+    /// kill of a syncing supervisor) left them and its claim's record: the
+    /// next push removes exactly those and lands. A lock nobody recorded
+    /// (a live `git receive-pack`) still refuses the push.
+    #[test]
+    fn a_dead_pushers_ref_locks_do_not_block_the_next_push() {
+        let (_d, local, remote_dir, base, _fence) = pair();
+        let url = remote_dir.to_str().unwrap();
+        let next = commit(&local, Some(base), "next");
+        let updates = [Update {
+            name: "refs/heads/main",
+            old: Some(base),
+            new: next,
+        }];
+        let lock = remote_dir.join("refs/heads/main.lock");
+        std::fs::write(&lock, format!("{next}\n")).unwrap();
+        let blocked = push(&local, local.path(), url, &updates, None).unwrap();
+        assert!(
+            matches!(&blocked, Pushed::Rejected(m) if m.contains("being updated")),
+            "{blocked:?}"
+        );
+        assert!(lock.exists(), "an unrecorded lock is someone else's");
+        std::fs::write(remote_dir.join("mini-letta-push"), "refs/heads/main\n").unwrap();
+        assert_eq!(
+            push(&local, local.path(), url, &updates, None).unwrap(),
+            Pushed::Done
+        );
+        assert_eq!(remote_ref(&remote_dir, "refs/heads/main"), Some(next));
+        assert!(!lock.exists());
+        assert_eq!(
+            std::fs::read(remote_dir.join("mini-letta-push")).unwrap(),
+            b"",
+            "a finished push leaves no record"
+        );
     }
 
     /// Issue 43: the caller's last check runs under the remote's locks (a

@@ -157,6 +157,10 @@ impl From<TransportError> for SyncError {
             TransportError::Git { what, source } => SyncError::Git { what, source },
             TransportError::Command(e) => SyncError::Command(e),
             e @ TransportError::TooLarge { .. } => SyncError::Fetch(e.to_string()),
+            TransportError::Claim(crate::memfs::push_claim::ClaimError::Io { path, source }) => {
+                SyncError::Io { path, source }
+            }
+            TransportError::Claim(e) => SyncError::Fetch(e.to_string()),
         }
     }
 }
