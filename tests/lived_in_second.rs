@@ -428,3 +428,137 @@ fn the_help_examples_that_failed_run_as_written() {
     assert!(o.status.success(), "{args:?}: {}", stderr(&o));
     assert!(stdout(&o).contains("notes/a.md"), "{}", stdout(&o));
 }
+
+/// Issue 48 (11): an agent on `openai/gpt-4o-mini` had `window: unknown`
+/// and compacted only after the provider refused a request. The common
+/// models' published windows are one table; config.toml overrides it.
+#[test]
+fn a_common_model_has_its_published_window_and_config_overrides_it() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl", "--model", "openai/gpt-4o-mini"]);
+    let window = |h: &std::path::Path| {
+        let o = run(h, &["context", "-a", "owl", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["context_window"].clone(), v["window_source"].clone())
+    };
+    assert_eq!(window(h), (json!(128000), json!("provider")));
+    let o = run(h, &["context", "-a", "owl"]);
+    assert!(
+        stdout(&o).contains("128000 tokens (the model's published window"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::write(
+        h.join("config.toml"),
+        "[model.context_windows]\n\"openai/gpt-4o-mini\" = 64000\n",
+    )
+    .unwrap();
+    assert_eq!(window(h), (json!(64000), json!("provider")));
+    let o = run(h, &["context", "-a", "owl"]);
+    assert!(
+        stdout(&o).contains("64000 tokens (config.toml"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Issue 48 (10): nothing said where a setting came from, and the help
+/// named some variables and not others. `config path|show|check`; every
+/// `MINI_LETTA_*` variable the program reads is in `--help`.
+#[test]
+fn config_shows_each_setting_with_its_source_and_check_names_the_problem() {
+    let home = open_home();
+    let h = home.path();
+    let o = run(h, &["config", "path"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), h.join("config.toml").to_str().unwrap());
+    std::fs::write(
+        h.join("config.toml"),
+        "[model]\ndefault = \"openai/gpt-4o-mini\"\n[providers.openai]\napi_key = \"sk-secret-value\"\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(bin())
+        .env("MINI_LETTA_HOME", h)
+        .env_remove("OPENAI_API_KEY")
+        .args(["config", "show", "--json"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("MINI_LETTA_CONTEXT_WINDOW", "5000")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("sk-secret-value"), "a key was printed");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |k: &str| {
+        rows.iter()
+            .find(|r| r["key"] == k)
+            .map(|r| (r["value"].clone(), r["source"].clone()))
+            .unwrap_or_else(|| panic!("no {k} in {rows:?}"))
+    };
+    assert_eq!(
+        row("model.default"),
+        (json!("openai/gpt-4o-mini"), json!("file"))
+    );
+    assert_eq!(
+        row("providers.openai.base_url"),
+        (
+            json!("http://127.0.0.1:9/v1"),
+            json!("environment (OPENAI_BASE_URL)")
+        )
+    );
+    assert_eq!(
+        row("providers.openai.api_key"),
+        (json!("(set)"), json!("file"))
+    );
+    assert_eq!(
+        row("model.context_window"),
+        (
+            json!("5000"),
+            json!("environment (MINI_LETTA_CONTEXT_WINDOW)")
+        )
+    );
+    assert_eq!(
+        row("providers.anthropic.timeout_secs"),
+        (json!("300"), json!("default"))
+    );
+    let o = run(h, &["config", "check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(h.join("config.toml"), "[network]\nmax_conections = 3\n").unwrap();
+    let o = run(h, &["config", "check", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], json!(false));
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("max_conections"),
+        "{v}"
+    );
+    // Every variable the program reads is documented in the help.
+    let help = stdout(&run(h, &["--help"]));
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![src];
+    let mut missing = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            for line in text
+                .lines()
+                .filter(|l| l.contains("_ENV: &str = \"MINI_LETTA_"))
+            {
+                let name = line.split('"').nth(1).unwrap();
+                if !help.contains(name) {
+                    missing.push(name.to_string());
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in --help: {missing:?}");
+}

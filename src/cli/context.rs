@@ -82,8 +82,8 @@ pub struct CompactArgs {
 pub(crate) fn window_text(r: &ContextReport) -> String {
     match r.window.context_window {
         Some(w) => format!("{w} tokens ({})", source_text(r)),
-        None => "unknown (no setting, and config.toml gives the model none): nothing compacts \
-                 until the provider reports an overflow"
+        None => "unknown (no setting, config.toml gives the model none and its window is not \
+                 published): nothing compacts until the provider reports an overflow"
             .to_string(),
     }
 }
@@ -95,6 +95,10 @@ fn source_text(r: &ContextReport) -> &'static str {
         S::Environment => "$MINI_LETTA_CONTEXT_WINDOW",
         S::Conversation => "the conversation's setting",
         S::Agent => "the agent's setting",
+        // The same figure from both is the published one, in effect.
+        S::Provider if crate::model::windows::known_window(&r.model) == r.window.context_window => {
+            "the model's published window; config.toml [model.context_windows] overrides it"
+        }
         S::Provider => "config.toml for the model",
         S::None => "none",
     }

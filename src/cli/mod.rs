@@ -6,6 +6,7 @@ mod agent_make;
 mod audit;
 mod chat;
 mod cluster;
+mod config;
 mod context;
 mod doctor;
 mod interrupt;
@@ -58,13 +59,15 @@ Exit status:
   128+N  ended by signal N (143: SIGTERM)
 
 Configuration: <home>/config.toml ([model], [providers.*], [reflection],
-[network], [quota], [audit], [cluster]); see README. Environment:
+[network], [quota], [audit], [cluster]); `mini-letta config show` prints
+each setting in effect and where it came from. Environment:
 MINI_LETTA_HOME, MINI_LETTA_CONTEXT_WINDOW, MINI_LETTA_REFLECTION_CONTEXT_WINDOW,
 MINI_LETTA_REMOTE_ROOT, MINI_LETTA_ETCD, MINI_LETTA_HOST_ID,
 MINI_LETTA_LEASE_SECS, MINI_LETTA_SANDBOX_DISABLE, MINI_LETTA_NAMESPACES,
 MINI_LETTA_WARM_CHILDREN, MINI_LETTA_WARM_IDLE_SECS, MINI_LETTA_DRAIN_SECS,
 MINI_LETTA_AUDIT_ROTATE_BYTES, MINI_LETTA_AUDIT (=off, for measuring only),
-MINI_LETTA_SCRIPTED_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY,
+MINI_LETTA_SCRIPTED_MODEL, MINI_LETTA_CONSTRAINTS_UPDATE (=1 approves a
+change of .memfs.config.json), OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY,
 ANTHROPIC_BASE_URL, RUST_LOG. (MINI_LETTA_CHANNEL_FD, MINI_LETTA_SANDBOX,
 MINI_LETTA_ISOLATION and MINI_LETTA_STAGE_MARKS are set for children.)"
 )]
@@ -171,6 +174,10 @@ enum Command {
     /// What each agent used (turns, model calls, tokens, tool calls, CPU,
     /// peak memory), summed from the audit log.
     Usage(audit::UsageArgs),
+    /// Where config.toml is, every setting in effect and where it came
+    /// from, and whether every reader accepts the file.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Print a shell completion script for mini-letta on stdout.
     #[command(after_help = "Examples:
   mini-letta completions bash > /etc/bash_completion.d/mini-letta
@@ -326,6 +333,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(cmd) => sandbox::run(cli, cmd),
         Command::Audit(cmd) => audit::run(cli, cmd),
         Command::Usage(args) => audit::usage(cli, args),
+        Command::Config(cmd) => config::run(cli, cmd),
         Command::Completions { shell } => completions(*shell),
         Command::Man { out } => man(out.as_deref()),
     }

@@ -7,6 +7,9 @@
 //! default = "mock"            # handle used when an agent names none
 //! context_window = 128000     # optional, tokens, applies to every model
 //!
+//! [model.context_windows]     # optional, per model; wins over the above and
+//! "openai/gpt-4o-mini" = 64000  # over the built-in table (`model::windows`)
+//!
 //! [providers.openai]          # any OpenAI-compatible server (Ollama, vLLM, llama.cpp)
 //! base_url = "https://api.openai.com/v1"   # else $OPENAI_BASE_URL, else this default
 //! api_key_env = "OPENAI_API_KEY"           # variable holding the key (the default)
@@ -88,6 +91,8 @@ pub struct ProviderConfig {
     pub default_model: Option<String>,
     /// `[model] context_window`.
     pub context_window: Option<u64>,
+    /// `[model.context_windows]`: per model handle.
+    pub context_windows: std::collections::BTreeMap<String, u64>,
     /// `[providers.mock] context_window`.
     pub mock_context_window: Option<u64>,
     /// `[reflection] context_window`: sub-agents' own window.
@@ -191,6 +196,8 @@ struct ReflectionSection {
 struct ModelSection {
     default: Option<String>,
     context_window: Option<u64>,
+    #[serde(default)]
+    context_windows: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -296,9 +303,15 @@ impl ProviderConfig {
                 return Err(invalid(format!("{name} must be greater than 0")));
             }
         }
+        if let Some((handle, _)) = file.model.context_windows.iter().find(|(_, w)| **w == 0) {
+            return Err(invalid(format!(
+                "[model.context_windows] {handle:?} must be greater than 0"
+            )));
+        }
         Ok(Self {
             default_model: file.model.default,
             context_window: file.model.context_window,
+            context_windows: file.model.context_windows,
             mock_context_window: file.providers.mock.context_window,
             reflection_context_window: file.reflection.context_window,
             openai,
@@ -319,6 +332,7 @@ impl ProviderConfig {
         Self {
             default_model: None,
             context_window: None,
+            context_windows: Default::default(),
             mock_context_window: None,
             reflection_context_window: None,
             openai: ep("OPENAI_API_KEY", OPENAI_DEFAULT_BASE_URL),
@@ -328,13 +342,37 @@ impl ProviderConfig {
         }
     }
 
-    /// The context window configured for `handle`: `[providers.mock]
-    /// context_window` for mock handles, else `[model] context_window`.
+    /// The context window of `handle`: `[model.context_windows]` for it,
+    /// `[providers.mock] context_window` for mock handles, `[model]
+    /// context_window`, else the model's known window
+    /// ([`crate::model::windows`]).
     pub fn context_window_for(&self, handle: &str) -> Option<u64> {
-        if handle == "mock" || handle.starts_with("mock/") {
-            self.mock_context_window.or(self.context_window)
-        } else {
-            self.context_window
+        self.window_origin(handle).map(|(w, _)| w)
+    }
+
+    /// [`Self::context_window_for`] and where it came from, as an operator
+    /// reads it.
+    pub fn window_origin(&self, handle: &str) -> Option<(u64, &'static str)> {
+        let handle = handle.trim();
+        let is_mock = handle == "mock" || handle.starts_with("mock/");
+        let configured = self
+            .context_windows
+            .get(handle)
+            .copied()
+            .or(if is_mock {
+                self.mock_context_window
+            } else {
+                None
+            })
+            .or(self.context_window);
+        match configured {
+            Some(w) => Some((w, "config.toml for the model")),
+            None => crate::model::windows::known_window(handle).map(|w| {
+                (
+                    w,
+                    "the model's published window (config.toml [model.context_windows] overrides it)",
+                )
+            }),
         }
     }
 }

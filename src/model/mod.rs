@@ -21,6 +21,7 @@ pub mod mock;
 pub mod openai;
 pub mod scripted;
 mod sse;
+pub mod windows;
 
 pub use crate::protocol::messages::{
     Message, ModelFailure, ModelRequest, ModelResponse, Part, Purpose, Role, StopKind, ToolSpec,
