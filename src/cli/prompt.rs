@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use time::OffsetDateTime;
 
-use super::{Cli, output};
+use super::{Cli, output, style};
 use crate::memfs::compiler::{CompileOptions, compile_repo};
 use crate::paths::AgentPaths;
 use crate::store;
@@ -90,6 +90,31 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
             (c.content, c.compiled_at, c.memfs_revision, false)
         }
     };
+    // A cached prompt stays as compiled while memory moves on (turns see
+    // the changes as memory updates): say so, or a reader takes the cache
+    // for what memory holds now.
+    let head = crate::memfs::repo::open_agent(&paths)?
+        .head()
+        .ok()
+        .and_then(|h| h.target())
+        .map(|h| h.to_string());
+    let stale = was_cached && head.is_some() && head != revision;
+    if stale {
+        let short = |r: &Option<String>| {
+            r.as_deref()
+                .map(|r| r.chars().take(10).collect::<String>())
+                .unwrap_or_else(|| "none".into())
+        };
+        style::eprint_note(&format!(
+            "this is conversation {}'s cached prompt, compiled {} from memory {}; memory HEAD \
+             is now {} (turns see the change as a memory update). `--fresh` shows a compile \
+             of HEAD; `mini-letta recompile` replaces the cache.",
+            output::field(conversation),
+            output::display_stored_time(&compiled_at),
+            short(&revision),
+            short(&head),
+        ));
+    }
     if args.json {
         output::json(&serde_json::json!({
             "agent": record.id,
@@ -98,6 +123,8 @@ pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
             "cached": was_cached,
             "compiled_at": compiled_at,
             "memfs_revision": revision,
+            "memory_head": head,
+            "stale": stale,
         }))?;
     } else {
         output::content(system.as_bytes())?;

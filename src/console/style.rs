@@ -68,6 +68,12 @@ pub fn eprint_warning(message: &str) {
     );
 }
 
+/// Print `mini-letta: note: MESSAGE` on stderr: something true that the
+/// reader may not expect, not a fault (the message shown safely).
+pub fn eprint_note(message: &str) {
+    eprintln!("mini-letta: note: {}", super::output::text(message));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
