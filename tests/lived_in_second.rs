@@ -611,3 +611,53 @@ fn prompt_says_when_its_cache_is_older_than_memory() {
     assert!(stdout(&o).contains("likes tea"));
     assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
 }
+
+/// Issue 48 (15): at default verbosity a command's stderr holds only its
+/// own messages, whatever path logs: a `memory` command that removes a
+/// stale lock (no supervisor involved) logs it to `run/supervisor.log`,
+/// without colour; `-v` shows it on stderr.
+#[test]
+fn log_records_stay_off_stderr_at_default_verbosity() {
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let lock = h
+        .join("agents")
+        .join(&id)
+        .join("memory.git/refs/heads/main.lock");
+    let plant = || {
+        std::fs::write(&lock, "").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    plant();
+    let o = run(
+        h,
+        &[
+            "memory", "insert", "-a", "owl", "human.md", "--text", "- one",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("stale"),
+        "a record on stderr: {}",
+        stderr(&o)
+    );
+    let log = std::fs::read_to_string(h.join("run/supervisor.log")).unwrap_or_default();
+    assert!(log.contains("stale ref lock"), "not logged: {log:?}");
+    assert!(!log.contains('\u{1b}'), "colour in the log: {log:?}");
+    plant();
+    let o = run(
+        h,
+        &[
+            "memory", "insert", "-a", "owl", "human.md", "--text", "- two", "-v",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stale ref lock"), "{}", stderr(&o));
+}

@@ -210,6 +210,9 @@ impl Cli {
 
     fn home(&self) -> anyhow::Result<Home> {
         let home = Home::resolve(self.globals.home.as_deref())?;
+        // At default verbosity a command's stderr holds its own messages
+        // only: any log record goes where the supervisor's go.
+        crate::console::logging::divert_quiet_records_lazily(&home.supervisor_log());
         // Quota volumes do not survive a reboot: mount what is missing
         // before anything reads an agent (root only; one stat otherwise).
         if let Err(e) = crate::sandbox::volume::ensure_mounted(&home) {

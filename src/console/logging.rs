@@ -16,7 +16,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -50,6 +50,38 @@ pub fn divert_quiet_records(log: &Path) {
     }
 }
 
+/// Where quiet records go once the first one is written, for a process
+/// that may never run a supervisor (a `memory` or `prompt` command):
+/// nothing is created unless something is logged.
+static LATER: RwLock<Option<std::path::PathBuf>> = RwLock::new(None);
+
+/// [`divert_quiet_records`] at the first record, not now.
+pub fn divert_quiet_records_lazily(log: &Path) {
+    if !QUIET.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Ok(mut later) = LATER.write() {
+        *later = Some(log.to_path_buf());
+    }
+}
+
+/// The diverted log, opened now if it was named for later.
+fn sink() -> Option<Arc<File>> {
+    if let Some(file) = SINK.read().ok().and_then(|s| s.clone()) {
+        return Some(file);
+    }
+    let later = LATER.write().ok().and_then(|mut l| l.take())?;
+    if let Some(dir) = later.parent() {
+        // The run directory is private, as the supervisor makes it.
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    divert_quiet_records(&later);
+    SINK.read().ok().and_then(|s| s.clone())
+}
+
 /// Make a [`Record`] per log event, written to stderr (or the diverted
 /// log) when it ends.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,11 +91,11 @@ impl<'a> MakeWriter<'a> for WholeRecords {
     type Writer = Record<Target>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        let sink = SINK.read().ok().and_then(|s| s.clone());
-        Record::new(match sink {
-            Some(file) => Target::File(file),
-            None => Target::Stderr(std::io::stderr()),
-        })
+        match sink() {
+            // A file is read later, by tools and by people: never colour.
+            Some(file) => Record::new(Target::File(file)).plain(),
+            None => Record::new(Target::Stderr(std::io::stderr())),
+        }
     }
 }
 
@@ -87,6 +119,8 @@ impl AsFd for Target {
 pub struct Record<T: AsFd> {
     target: T,
     buf: Vec<u8>,
+    /// Terminal escape sequences are removed before writing.
+    plain: bool,
 }
 
 impl<T: AsFd> Record<T> {
@@ -94,17 +128,57 @@ impl<T: AsFd> Record<T> {
         Record {
             target,
             buf: Vec::with_capacity(256),
+            plain: false,
         }
+    }
+
+    /// Write without terminal escape sequences (the formatter may have
+    /// been set up for a terminal before its records were diverted).
+    pub fn plain(mut self) -> Self {
+        self.plain = true;
+        self
     }
 
     fn emit(&mut self) -> std::io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
+        if self.plain && self.buf.contains(&0x1b) {
+            self.buf = strip_escapes(&self.buf);
+        }
         let result = write_whole(self.target.as_fd(), &self.buf);
         self.buf.clear();
         result
     }
+}
+
+/// `bytes` without CSI sequences (`ESC [ … final`) or other escape
+/// sequences (`ESC`, intermediates, final).
+fn strip_escapes(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != 0x1b {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        i += 1;
+        if bytes.get(i) == Some(&b'[') {
+            i += 1;
+            // Parameters and intermediates, then one final byte 0x40–0x7e.
+            while i < bytes.len() && !(0x40..=0x7e).contains(&bytes[i]) {
+                i += 1;
+            }
+        } else {
+            // `ESC ( B` and the like: intermediates, then the final byte.
+            while i < bytes.len() && (0x20..=0x2f).contains(&bytes[i]) {
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Write `bytes` with as few `write(2)` calls as the kernel allows (one,
@@ -194,6 +268,25 @@ mod tests {
             assert!(!line.contains(other), "interleaved: {line}");
             assert_eq!(line.matches('=').count(), 21, "{line}");
         }
+    }
+
+    /// Issue 48 (15): a terminal user's embedded supervisor diverted its
+    /// coloured records into supervisor.log.
+    #[test]
+    fn a_plain_record_loses_its_colour_and_keeps_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("supervisor.log");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut r = Record::new(&file).plain();
+        r.write_all(
+            b"\x1b[2m2026\x1b[0m \x1b[33m WARN\x1b[0m \x1b[2mmini_letta\x1b[0m: done \x1b(B!\n",
+        )
+        .unwrap();
+        drop(r);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "2026  WARN mini_letta: done !\n"
+        );
     }
 
     #[test]

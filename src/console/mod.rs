@@ -19,19 +19,20 @@ pub fn init_logging(verbose: u8) {
         2 => LevelFilter::DEBUG,
         _ => LevelFilter::TRACE,
     };
+    let quiet = verbose == 0 && std::env::var_os(EnvFilter::DEFAULT_ENV).is_none();
     let fmt = tracing_subscriber::fmt()
         // One write(2) per record: the daemon's log is shared.
         .with_writer(logging::WholeRecords)
-        // No colour escapes in log files (the daemon's supervisor.log) or
-        // when NO_COLOR asks for none.
-        .with_ansi(style::enabled());
+        // No colour escapes in log files (the daemon's supervisor.log, where
+        // a quiet process's records go) or when NO_COLOR asks for none.
+        .with_ansi(style::enabled() && !quiet);
     // A plain level unless RUST_LOG asks for more: building an EnvFilter
     // compiles its directive regexes, a noticeable part of a one-shot run.
     let from_env = (verbose == 0)
         .then(|| std::env::var_os(EnvFilter::DEFAULT_ENV))
         .flatten()
         .and_then(|_| EnvFilter::try_from_default_env().ok());
-    logging::set_quiet(verbose == 0 && std::env::var_os(EnvFilter::DEFAULT_ENV).is_none());
+    logging::set_quiet(quiet);
     let _ = match from_env {
         Some(filter) => fmt.with_env_filter(filter).try_init(),
         None => fmt.with_max_level(level).try_init(),

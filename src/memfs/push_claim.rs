@@ -34,8 +34,8 @@ const MAX_CLAIM_BYTES: u64 = 4096;
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
     /// Another pusher held the claim for the whole wait.
-    #[error("another push to {} held it for {:?}", .0.display(), CLAIM_WAIT)]
-    Busy(PathBuf),
+    #[error("another push to {} held it for {:?}", .0.display(), .1)]
+    Busy(PathBuf, Duration),
     #[error("cannot claim {} for a push: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -53,9 +53,9 @@ pub struct Claim {
     pub cleared: Vec<String>,
 }
 
-/// Take the claim on the remote at `remote_dir`, waiting at most
-/// [`CLAIM_WAIT`], and remove the ref locks a dead claimant named.
-pub fn take(remote_dir: &Path) -> Result<Claim, ClaimError> {
+/// Take the claim on the remote at `remote_dir`, waiting at most `wait`
+/// (zero: one try), and remove the ref locks a dead claimant named.
+pub fn take(remote_dir: &Path, wait: Duration) -> Result<Claim, ClaimError> {
     let path = remote_dir.join(CLAIM_FILE);
     let io = |source| ClaimError::Io {
         path: path.clone(),
@@ -71,10 +71,10 @@ pub fn take(remote_dir: &Path) -> Result<Claim, ClaimError> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .map_err(io)?;
-    let mut file = match crate::fsutil::flock_bounded(file, CLAIM_WAIT, "the push claim") {
+    let mut file = match crate::fsutil::flock_bounded(file, wait, "the push claim") {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            return Err(ClaimError::Busy(remote_dir.to_path_buf()));
+            return Err(ClaimError::Busy(remote_dir.to_path_buf(), wait));
         }
         Err(e) => return Err(io(e)),
     };
@@ -173,7 +173,7 @@ mod tests {
             "refs/heads/main\n../outside\nrefs/../outside\n",
         )
         .unwrap();
-        let claim = take(remote).unwrap();
+        let claim = take(remote, CLAIM_WAIT).unwrap();
         assert_eq!(claim.cleared, vec!["refs/heads/main.lock".to_string()]);
         assert!(!remote.join("refs/heads/main.lock").exists());
         assert!(remote.join("refs/tags/other.lock").exists(), "not named");
@@ -185,7 +185,7 @@ mod tests {
     fn a_claim_records_its_names_until_dropped_and_excludes_others() {
         let dir = tempfile::tempdir().unwrap();
         let remote = dir.path();
-        let mut claim = take(remote).unwrap();
+        let mut claim = take(remote, CLAIM_WAIT).unwrap();
         claim.locking(&["refs/heads/main"]).unwrap();
         assert_eq!(
             std::fs::read_to_string(remote.join(CLAIM_FILE)).unwrap(),
@@ -196,8 +196,13 @@ mod tests {
         assert!(
             nix::fcntl::Flock::lock(other, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err()
         );
+        assert!(matches!(
+            take(remote, Duration::ZERO),
+            Err(ClaimError::Busy(_, _))
+        ));
         drop(claim);
         assert_eq!(std::fs::read(remote.join(CLAIM_FILE)).unwrap(), b"");
+        assert!(take(remote, Duration::ZERO).is_ok());
     }
 
     #[test]
@@ -208,7 +213,10 @@ mod tests {
         let remote = dir.path().join("remote");
         std::fs::create_dir(&remote).unwrap();
         std::os::unix::fs::symlink(&target, remote.join(CLAIM_FILE)).unwrap();
-        assert!(matches!(take(&remote), Err(ClaimError::Io { .. })));
+        assert!(matches!(
+            take(&remote, CLAIM_WAIT),
+            Err(ClaimError::Io { .. })
+        ));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }
 }

@@ -262,14 +262,19 @@ fn push_dir(
     last_check: Option<LastCheck<'_>>,
 ) -> Result<Pushed, TransportError> {
     // One in-process pusher at a time; the locks a killed one left are
-    // removed here (see `push_claim`).
-    let mut claim = match push_claim::take(remote_dir) {
-        Ok(c) => c,
-        Err(ClaimError::Busy(_)) => {
-            return Ok(Pushed::Rejected(
-                "another push to this remote is under way".into(),
-            ));
-        }
+    // removed here (see `push_claim`). A fenced push (a cluster's owner,
+    // `last_check` set) never waits: etcd decided who owns the agent, and
+    // a holder is a host fenced out — paused, perhaps, and never to land.
+    let fenced = last_check.is_some();
+    let wait = if fenced {
+        std::time::Duration::ZERO
+    } else {
+        push_claim::CLAIM_WAIT
+    };
+    let mut claim = match push_claim::take(remote_dir, wait) {
+        Ok(c) => Some(c),
+        Err(ClaimError::Busy(..)) if fenced => None,
+        Err(e @ ClaimError::Busy(..)) => return Ok(Pushed::Rejected(e.to_string())),
         Err(e) => return Err(e.into()),
     };
     let remote = open_bare(remote_dir)?;
@@ -283,7 +288,9 @@ fn push_dir(
     // Objects first: no ref may ever name something the remote lacks.
     copy_objects(repo, &remote, &tips, &haves)?;
     let names: Vec<&str> = updates.iter().map(|u| u.name).collect();
-    claim.locking(&names)?;
+    if let Some(claim) = claim.as_mut() {
+        claim.locking(&names)?;
+    }
     let mut tx = remote
         .transaction()
         .map_err(git("lock the remote's refs"))?;
