@@ -41,12 +41,18 @@ fn text_chunk(text: &str) -> String {
 /// An OpenAI-compatible server whose first `failures` streams die after
 /// one chunk (`fake `), and whose later ones answer `fake reply to: …`.
 fn flaky_provider(failures: usize) -> String {
+    slow_flaky_provider(failures, std::time::Duration::ZERO)
+}
+
+/// [`flaky_provider`] that waits `delay` before each answer's head.
+fn slow_flaky_provider(failures: usize, delay: std::time::Duration) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for (n, stream) in listener.incoming().enumerate() {
             let Ok(mut s) = stream else { continue };
             read_request(&s);
+            std::thread::sleep(delay);
             let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
             let _ = s.write_all(head.as_bytes());
             let mut pieces = vec![text_chunk("fake ")];
@@ -110,7 +116,9 @@ fn a_retried_stream_leaves_only_the_answer_on_stdout() {
     );
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o), "fake reply to: tell me a story\n");
-    assert!(stderr(&o).contains("retry"), "{}", stderr(&o));
+    // Issue 48 (14): which retry of how many, and when it goes out.
+    assert!(stderr(&o).contains("retry 1/3 in 0.2 s"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("retry 2/3 in 0.4 s"), "{}", stderr(&o));
 }
 
 /// Issue 48 (9): a misspelt table in config.toml was ignored in silence:
@@ -660,4 +668,46 @@ fn log_records_stay_off_stderr_at_default_verbosity() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("stale ref lock"), "{}", stderr(&o));
+}
+
+/// Issue 48 (14): the spinner said "waiting for the model…" with no sense
+/// of how long; it counts the seconds waited (on a terminal only).
+#[test]
+fn the_spinner_counts_the_seconds_waited() {
+    if !confinement_or_skip("spinner seconds") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let base = slow_flaky_provider(0, std::time::Duration::from_millis(3500));
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
+    )
+    .unwrap();
+    // `script` gives the command a terminal; its output is the screen.
+    let command = format!(
+        "{} chat -a owl -p 'tell me a story' --model openai/gpt-test",
+        bin().display()
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("MINI_LETTA_HOME", h)
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .output()
+        .expect("script(1) from bsdutils runs the command on a terminal");
+    let screen = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{screen}");
+    assert!(
+        screen.contains("fake reply to: tell me a story"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("waiting for the model… 2s")
+            || screen.contains("waiting for the model… 3s"),
+        "no seconds on the spinner: {screen:?}"
+    );
 }

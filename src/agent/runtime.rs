@@ -622,8 +622,11 @@ pub fn broken_links_text(agent: &AgentPaths, broken: &[crate::memfs::links::Brok
 const MODEL_RETRY: Policy = Policy::backoff(
     MAX_RETRIES + 1,
     Duration::from_millis(200),
-    Duration::from_secs(60),
+    MODEL_RETRY_MAX_PAUSE,
 );
+
+/// The longest pause between model tries, whatever the server asks.
+const MODEL_RETRY_MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// Ask the supervisor for a completion, retrying transient failures.
 fn complete_with_retries(
@@ -645,9 +648,14 @@ fn complete_with_retries(
         let ModelFailure::Transient { retry_after_ms, .. } = err else {
             return Verdict::GiveUp;
         };
+        // The pause the schedule will take, said before it is taken.
+        let delay = retry_after_ms.map_or(MODEL_RETRY.pause(attempt), |ms| {
+            Duration::from_millis(ms).min(MODEL_RETRY_MAX_PAUSE)
+        });
         (emit.borrow_mut())(&TurnEvent::Retry {
             attempt,
             error: err.to_string(),
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         });
         retry_after_ms.map_or(Verdict::Retry, |ms| {
             Verdict::RetryAfter(Duration::from_millis(ms))

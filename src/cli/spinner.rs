@@ -1,5 +1,6 @@
-//! A spinner on stderr while the model thinks: shown only on a terminal,
-//! and only once a wait has lasted a second (a fast answer never flickers).
+//! A spinner on stderr while the model thinks, with the seconds waited:
+//! shown only on a terminal, and only once a wait has lasted a second (a
+//! fast answer never flickers).
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Condvar, Mutex};
@@ -86,7 +87,14 @@ fn watch(shared: &(Mutex<Inner>, Condvar)) {
             Some(since) if inner.bar.is_none() => {
                 let left = DELAY.saturating_sub(since.elapsed());
                 if left.is_zero() {
-                    let bar = indicatif::ProgressBar::new_spinner();
+                    // Seconds counted from the request, not from when
+                    // the spinner showed: the user waited all of them.
+                    let bar = indicatif::ProgressBar::new_spinner().with_elapsed(since.elapsed());
+                    if let Ok(style) =
+                        indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    {
+                        bar.set_style(style);
+                    }
                     bar.set_message("waiting for the model…");
                     bar.enable_steady_tick(Duration::from_millis(100));
                     inner.bar = Some(bar);

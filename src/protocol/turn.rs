@@ -86,9 +86,13 @@ pub enum TurnEvent {
         text: String,
         is_error: bool,
     },
+    /// A transient failure; try `attempt` (1: the first retry) follows
+    /// after `delay_ms`.
     Retry {
         attempt: u32,
         error: String,
+        #[serde(default)]
+        delay_ms: u64,
     },
     /// The conversation was compacted (spec agent-loop.md §5): `trigger` is
     /// `context_window_limit`, `context_window_overflow` or `manual`;

@@ -59,9 +59,16 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
             is_error,
             ..
         } if full || *is_error => note(tool_result(name, text, *is_error)),
-        TurnEvent::Retry { attempt, error } => {
-            note(format!("· retry {attempt}: {}", first_line(error)))
-        }
+        TurnEvent::Retry {
+            attempt,
+            error,
+            delay_ms,
+        } => note(format!(
+            "· retry {} {}: {}",
+            attempt_of(*attempt),
+            in_seconds(*delay_ms),
+            first_line(error)
+        )),
         TurnEvent::Waiting { reason } => note(format!("· {}", first_line(reason))),
         TurnEvent::Reflection { trigger, waits } => note(format!(
             "· reflecting in the background ({}){}",
@@ -197,6 +204,16 @@ fn one_line(text: &str) -> String {
 }
 
 /// The first line of `text`, cleaned.
+/// `2/4`: the retry's try of the most a turn makes.
+fn attempt_of(attempt: u32) -> String {
+    format!("{attempt}/{}", crate::agent::runtime::MAX_RETRIES)
+}
+
+/// `in 0.4 s`: when the retry goes out.
+fn in_seconds(delay_ms: u64) -> String {
+    format!("in {:.1} s", delay_ms as f64 / 1000.0)
+}
+
 fn first_line(text: &str) -> String {
     clean(text.lines().next().unwrap_or_default()).into_owned()
 }
@@ -296,17 +313,22 @@ impl<T: Write, N: Write> Printer<T, N> {
                 self.held.push_str(&clean(text));
                 return Ok(());
             }
-            TurnEvent::Retry { attempt, error } => {
+            TurnEvent::Retry {
+                attempt,
+                error,
+                delay_ms,
+            } => {
                 // The call's text so far was not the answer.
                 let shown = self.mid_line;
                 self.held.clear();
                 let why = first_line(error);
+                let which = format!("{} {}", attempt_of(*attempt), in_seconds(*delay_ms));
                 let line = if shown {
                     format!(
-                        "· retry {attempt}: {why} (the text above was cut off; the answer follows)"
+                        "· retry {which}: {why} (the text above was cut off; the answer follows)"
                     )
                 } else {
-                    format!("· retry {attempt}: {why}")
+                    format!("· retry {which}: {why}")
                 };
                 return self.print(&Piece::Note(line));
             }
@@ -443,11 +465,12 @@ mod tests {
                 event(
                     &TurnEvent::Retry {
                         attempt: 2,
-                        error: "transient model error (HTTP 503): busy".into()
+                        error: "transient model error (HTTP 503): busy".into(),
+                        delay_ms: 400,
                     },
                     d
                 ),
-                note("· retry 2: transient model error (HTTP 503): busy")
+                note("· retry 2/3 in 0.4 s: transient model error (HTTP 503): busy")
             );
         }
         assert_eq!(event(&done("end_turn"), Detail::Brief), None);
@@ -617,6 +640,7 @@ mod tests {
             TurnEvent::Retry {
                 attempt: 1,
                 error: "stream cut".into(),
+                delay_ms: 200,
             },
             TurnEvent::TextDelta {
                 text: "the answer".into(),
@@ -633,7 +657,7 @@ mod tests {
         assert!(
             String::from_utf8(notes.unwrap())
                 .unwrap()
-                .contains("retry 1")
+                .contains("retry 1/3 in 0.2 s")
         );
         let mut terminal = Printer::two_streams(Vec::new(), Vec::new());
         for e in &events {

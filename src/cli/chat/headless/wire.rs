@@ -237,12 +237,16 @@ impl TurnLines {
                 self.emit(m);
                 self.last_tool = text.clone();
             }
-            TurnEvent::Retry { attempt, error } => self.wire.send(json!({
+            TurnEvent::Retry {
+                attempt,
+                error,
+                delay_ms,
+            } => self.wire.send(json!({
                 "type": "retry",
                 "reason": "llm_api_error",
                 "attempt": attempt,
                 "max_attempts": crate::agent::runtime::MAX_RETRIES + 1,
-                "delay_ms": 0,
+                "delay_ms": delay_ms,
                 "message": error,
                 "run_id": self.run_id,
             })),
