@@ -20,7 +20,7 @@ use crate::paths::Home;
 pub enum ConfigCommand {
     /// Print the path of the home's config.toml (whether or not it exists).
     #[command(
-        after_help = "Examples:\n  mini-letta config path\n  \"$EDITOR\" \"$(mini-letta config path)\""
+        after_help = "Examples:\n  mini-letta config path\n  mini-letta --home /srv/agents config path"
     )]
     Path,
     /// Show every setting in effect, its value and where it came from
