@@ -600,7 +600,7 @@ fn write_op(
         }
         Err(e) => match e.report() {
             Some(report) => {
-                eprint!("{}", output::text_block(&report.render_block()));
+                eprint!("{}", output::text_block(&report.render_for_operator()));
                 super::style::eprint_error(&format!(
                     "memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
                 ));

@@ -176,6 +176,38 @@ impl Report {
         out
     }
 
+    /// The block as the operator reads it (`memory create`, `memory
+    /// commit`, …): the same findings, in the operator's voice. The hook's
+    /// block speaks to an agent — "your staged changes are still
+    /// present", "unless the user approves" — which is wrong for the user
+    /// at the command line, whose working tree a refused command leaves
+    /// exactly as it was.
+    pub fn render_for_operator(&self) -> String {
+        if self.is_ok() {
+            return String::new();
+        }
+        // The per-file blocks name findings only: one text for both.
+        if self.block != Block::Constraints {
+            return self.render_block();
+        }
+        let mut out = String::from(
+            "Memory validation blocked this commit (it checks the whole repository, so a \
+             problem may predate this change):\n",
+        );
+        self.push_errors(&mut out);
+        if self.policy == Policy::RootMarker {
+            out.push_str(
+                "Move non-core detail out of root Markdown and behind MEMORY.md indexes.\n",
+            );
+        }
+        out.push_str(
+            "Split files above their per-file limit. The limits are .memfs.config.json's \
+             (Letta Code's defaults when it is absent); a change to that file needs \
+             MINI_LETTA_CONSTRAINTS_UPDATE=1.\n",
+        );
+        out
+    }
+
     /// The audit block (`Memory constraints failed:` + indented errors), used
     /// for committed revisions where "staged changes" would be wrong.
     pub fn render_audit(&self) -> String {
