@@ -711,3 +711,119 @@ fn the_spinner_counts_the_seconds_waited() {
         "no seconds on the spinner: {screen:?}"
     );
 }
+
+/// A server on loopback that answers every request with `answer` (whole
+/// bytes, head included); the number of requests it took.
+fn canned_server(
+    answer: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            read_request(&s);
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = s.write_all(answer);
+        }
+    });
+    (format!("http://{addr}"), hits)
+}
+
+/// Issue 48 (7): a 200 that was a web page failed with "ended without a
+/// stop reason" after four tries. It says what came (`text/html`, the
+/// page's title) and is not retried.
+#[test]
+fn a_web_page_instead_of_a_stream_is_named_and_not_retried() {
+    if !confinement_or_skip("html 200") {
+        return;
+    }
+    let (base, hits) = canned_server(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 61\r\nConnection: close\r\n\r\n<html><head><title>Sign in</title></head><body></body></html>",
+    );
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"{base}\"\napi_key = \"k\"\n"),
+    )
+    .unwrap();
+    let o = run(
+        h,
+        &[
+            "chat",
+            "-a",
+            "owl",
+            "-p",
+            "hi",
+            "--model",
+            "openai/gpt-test",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("text/html") && err.contains("\"Sign in\"") && err.contains("/v1"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("stop reason") && !err.contains("retry"),
+        "{err}"
+    );
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1, "retried");
+}
+
+/// Issue 48 (7): a stream that stalls names the setting that bounds it.
+#[test]
+fn a_stalled_stream_names_timeout_secs() {
+    if !confinement_or_skip("stalled stream") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            read_request(&s);
+            std::thread::spawn(move || {
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+                let _ = s.write_all(head.as_bytes());
+                let p = text_chunk("so ");
+                let _ = write!(s, "{:x}\r\n{p}\r\n", p.len());
+                let _ = s.flush();
+                std::thread::sleep(std::time::Duration::from_secs(30));
+            });
+        }
+    });
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    std::fs::write(
+        h.join("config.toml"),
+        format!("[providers.openai]\nbase_url = \"http://{addr}/v1\"\napi_key = \"k\"\ntimeout_secs = 1\n"),
+    )
+    .unwrap();
+    let o = run(
+        h,
+        &[
+            "chat",
+            "-a",
+            "owl",
+            "-p",
+            "hi",
+            "--model",
+            "openai/gpt-test",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("stalled")
+            && err.contains("timeout_secs")
+            && err.contains("[providers.openai]"),
+        "{err}"
+    );
+}

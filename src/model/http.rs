@@ -187,7 +187,32 @@ fn post_json_stream(
         .map_err(|e| transport_error(e, url, site))?;
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
-        return Ok(resp.into_body().into_reader());
+        let kind = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .unwrap_or_default();
+        // A 200 that is no event stream (a login page, a proxy's error
+        // page, a server that ignored `stream`) is no answer, and asking
+        // again gets the same page: say what came, never retry.
+        if !kind.is_empty() && !kind.starts_with("text/event-stream") {
+            let text = resp
+                .into_body()
+                .with_config()
+                .limit(ERROR_BODY_LIMIT)
+                .lossy_utf8(true)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(ModelError::Fatal {
+                status: Some(status),
+                message: not_a_stream(url, &kind, &text),
+            });
+        }
+        return Ok(Stalled {
+            inner: resp.into_body().into_reader(),
+            site: site.clone(),
+        });
     }
     let retry_after_ms = retry_after_ms(resp.headers());
     let text = resp
@@ -198,6 +223,59 @@ fn post_json_stream(
         .read_to_string()
         .unwrap_or_default();
     Err(status_error(status, &text, retry_after_ms))
+}
+
+/// A successful status whose body is not an event stream: what it was.
+fn not_a_stream(url: &str, kind: &str, body: &str) -> String {
+    let kind = kind.split(';').next().unwrap_or(kind).trim();
+    let lower = body.to_ascii_lowercase();
+    // An HTML page says what it is in its title.
+    let title = lower.find("<title").and_then(|start| {
+        let open = start + lower[start..].find('>')? + 1;
+        let close = open + lower[open..].find("</title")?;
+        body.get(open..close)
+            .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
+    });
+    let shown = match title {
+        Some(t) if !t.is_empty() => format!("a page titled {t:?}"),
+        _ => {
+            let first: String = body.trim().chars().take(200).collect();
+            format!("{:?}", first.lines().next().unwrap_or(""))
+        }
+    };
+    format!(
+        "{url} answered 200 with {kind}, not an event stream: {shown}. Is base_url the API's \
+         address (for OpenAI-compatible servers it usually ends in /v1)?"
+    )
+}
+
+/// The streamed body, whose time-out says which setting bounds it: a
+/// stream that stalls runs into `timeout_secs`, which ureq reports only
+/// as "timeout".
+struct Stalled<R> {
+    inner: R,
+    site: Site,
+}
+
+impl<R: Read> Read for Stalled<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            let timed_out = e.kind() == std::io::ErrorKind::TimedOut
+                || e.to_string().to_ascii_lowercase().contains("timeout");
+            if !timed_out {
+                return e;
+            }
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the answer stalled: the request reached its limit of {} s (timeout_secs \
+                     in [providers.{}] of config.toml) before the stream ended",
+                    self.site.timeout.as_secs(),
+                    self.site.wire.provider
+                ),
+            )
+        })
+    }
 }
 
 /// Maps a non-2xx status and its body.

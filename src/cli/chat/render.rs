@@ -42,6 +42,9 @@ pub enum Piece {
     Text(String),
     /// One line of activity (no newline in it).
     Note(String),
+    /// A turn's error (no newline in it): a note whose label is red where
+    /// the CLI's other errors are.
+    Error(String),
 }
 
 /// What a turn event shows, if anything.
@@ -91,10 +94,10 @@ pub fn event(e: &TurnEvent, detail: Detail) -> Option<Piece> {
             clean(trigger),
             clean(mode)
         )),
-        TurnEvent::Error { message, hint } => note(match hint {
-            Some(h) => format!("· error: {} (hint: {})", one_line(message), one_line(h)),
-            None => format!("· error: {}", one_line(message)),
-        }),
+        TurnEvent::Error { message, hint } => Some(Piece::Error(match hint {
+            Some(h) => format!("{} (hint: {})", one_line(message), one_line(h)),
+            None => one_line(message),
+        })),
         TurnEvent::Done { stop_reason, .. } if stop_reason == "cancelled" => {
             note("· cancelled (the conversation records the interruption)".into())
         }
@@ -294,16 +297,22 @@ impl<T: Write, N: Write> Printer<T, N> {
                 self.mid_line = !t.ends_with('\n');
                 self.text.flush()
             }
-            Piece::Note(line) => {
-                self.end_line()?;
-                let out: &mut dyn Write = match &mut self.notes {
-                    Some(n) => n,
-                    None => &mut self.text,
-                };
-                writeln!(out, "{line}")?;
-                out.flush()
-            }
+            Piece::Note(line) => self.note_line(line),
+            Piece::Error(message) => self.note_line(&format!(
+                "· {} {message}",
+                crate::cli::style::error("error:")
+            )),
         }
+    }
+
+    fn note_line(&mut self, line: &str) -> std::io::Result<()> {
+        self.end_line()?;
+        let out: &mut dyn Write = match &mut self.notes {
+            Some(n) => n,
+            None => &mut self.text,
+        };
+        writeln!(out, "{line}")?;
+        out.flush()
     }
 
     /// Print what `e` shows at `detail`.
