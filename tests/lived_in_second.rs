@@ -289,7 +289,7 @@ fn a_failure_given_up_on_is_not_called_transient() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(
-        err.lines().any(|l| l.starts_with("· retry 1: transient")),
+        err.lines().any(|l| l.starts_with("· retry 1/3 in 0.2 s: transient")),
         "{err}"
     );
     let last = err
