@@ -289,7 +289,8 @@ fn a_failure_given_up_on_is_not_called_transient() {
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(
-        err.lines().any(|l| l.starts_with("· retry 1/3 in 0.2 s: transient")),
+        err.lines()
+            .any(|l| l.starts_with("· retry 1/3 in 0.2 s: transient")),
         "{err}"
     );
     let last = err
@@ -826,4 +827,58 @@ fn a_stalled_stream_names_timeout_secs() {
             && err.contains("[providers.openai]"),
         "{err}"
     );
+}
+
+/// Issue 48 (8): `compact` said `22 → 15 messages … 779 → 388 tokens`
+/// and `context` right after `14 in context … tokens: 1129`. The figures
+/// compact prints are the ones context shows, before and after.
+#[test]
+fn compact_and_context_agree_right_after_each_other() {
+    if !confinement_or_skip("compact agrees") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    for i in 0..8 {
+        let text = format!("message number {i}, about the weather, in a long sentence");
+        let o = run(h, &["chat", "-a", "owl", "-p", &text]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let context = |h: &std::path::Path| {
+        let o = run(h, &["context", "-a", "owl", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["messages_in_context"].clone(), v["tokens"].clone())
+    };
+    let before = context(h);
+    let o = run(h, &["compact", "-a", "owl", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["compacted"], json!(true), "{v}");
+    let after = context(h);
+    assert_eq!(
+        (
+            v["context_before"]["messages"].clone(),
+            v["context_before"]["tokens"].clone()
+        ),
+        before
+    );
+    assert_eq!(
+        (
+            v["context_after"]["messages"].clone(),
+            v["context_after"]["tokens"].clone()
+        ),
+        after
+    );
+    assert_eq!(v["compaction"]["messages_after"], after.0, "{v}");
+    // The text says the same numbers.
+    let o = run(h, &["compact", "-a", "owl", "--mode", "all"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (m, t) = context(h);
+    let line = stdout(&o);
+    assert!(
+        line.contains(&format!("→ {m} messages in context")),
+        "{line}"
+    );
+    assert!(line.contains(&format!("→ {t} tokens")), "{line}");
 }

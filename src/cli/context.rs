@@ -123,7 +123,7 @@ pub(crate) fn last_compaction_text(r: &ContextReport) -> String {
     match &r.last_compaction {
         None => "none".into(),
         Some(e) => format!(
-            "{} {} ({}): {} → {} messages, about {} → {} tokens{}",
+            "{} {} ({}): {} → {} messages, about {} → {} tokens of messages{}",
             output::field(&output::display_stored_time(&e.at)),
             output::field(&e.trigger),
             output::field(&e.mode),
@@ -214,6 +214,14 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             .as_str()
             .to_string(),
     };
+    // The figures `context` prints, before and after: what this command
+    // reports is what that one will show next.
+    let measure = || {
+        context_report(&home, &record, &paths, &args.conversation)
+            .ok()
+            .map(|r| (r.messages_in_context, r.tokens))
+    };
+    let before = measure();
     super::interrupt::install();
     let mut runner = TurnRunner::new(
         home.clone(),
@@ -250,6 +258,8 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
     else {
         bail!("the compaction ended without a result");
     };
+    let after = compaction.as_ref().and_then(|_| measure());
+    let figures = |f: Option<(usize, u64)>| f.map(|(m, t)| json!({"messages": m, "tokens": t}));
     if args.json {
         output::json(&json!({
             "compacted": compaction.is_some(),
@@ -257,6 +267,8 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             "text": text,
             "stop_reason": stop_reason,
             "error": error,
+            "context_before": figures(before),
+            "context_after": figures(after),
         }))?;
     } else if stop_reason == "error" {
         super::style::eprint_error(&format!(
@@ -266,11 +278,19 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             error.as_deref().unwrap_or(&text)
         ));
     } else {
+        let said = match (&compaction, before, after) {
+            (Some(c), Some((mb, tb)), Some((ma, ta))) => format!(
+                "compacted ({}): {mb} → {ma} messages in context, {tb} → {ta} tokens (as \
+                 `mini-letta context` counts them: system prompt, messages and tools)",
+                c["mode"].as_str().unwrap_or("?")
+            ),
+            _ => text.clone(),
+        };
         println!(
             "{} / {}: {}",
             output::field(&record.name),
             output::field(&args.conversation),
-            output::text(&text)
+            output::text(&said)
         );
     }
     Ok(match stop_reason.as_str() {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::estimate::{is_summary, messages_tokens, text_tokens};
+use super::estimate::{is_summary, message_tokens, messages_tokens, text_tokens};
 use super::plan::{self, Plan, PlanError};
 use super::transcript::{
     self, ALL_PROMPT, CompactionStats, DEFAULT_CLIP_CHARS, LADDER, NO_MESSAGES, SLIDING_PROMPT,
@@ -253,6 +253,13 @@ pub fn compact(
             draft(&messages, Mode::All, p, req, summarizer)?
         }
     };
+    // One message summarised into one no smaller is no compaction.
+    if d.cut <= 1 && d.tokens_after >= messages_tokens(&messages) {
+        return Err(PlanError::NothingToSummarize(
+            "summarising would not make the context smaller",
+        )
+        .into());
+    }
     apply(conv, &messages, d, req)
 }
 
@@ -286,6 +293,9 @@ fn apply(
         kind: Some("summary".into()),
         ..StoredMessage::new(id.clone(), Role::User, vec![Part::text(text)])
     };
+    // What the context holds now, measured as `context` will: the stored
+    // summary (packaged, larger than the summary's own text) and the rest.
+    let tokens_after = message_tokens(&summary_message) + messages_tokens(&messages[d.cut..]);
     conv.append_and_set_context(summary_message, &ids)?;
     let evicted = &messages[..d.cut];
     let event = CompactionEvent {
@@ -298,7 +308,7 @@ fn apply(
         messages_before: stats.messages_count_before,
         messages_after: stats.messages_count_after,
         tokens_before: stats.context_tokens_before,
-        tokens_after: stats.context_tokens_after,
+        tokens_after,
         context_window: req.window,
     };
     conv.write_compaction_event(&event)?;

@@ -461,7 +461,7 @@ impl<'a> TurnContext<'a> {
             Ok((done, _, usage)) => (
                 "end_turn",
                 format!(
-                    "compacted ({}): {} → {} messages in context, about {} → {} tokens",
+                    "compacted ({}): {} → {} messages in context, about {} → {} tokens of messages",
                     done.event.mode,
                     done.event.messages_before,
                     done.event.messages_after,
