@@ -134,6 +134,22 @@ fn lab4_ten_one_shot_turns_at_900_answer_compact_and_reflect_at_8000() {
     assert_eq!(v["result"]["status"], "merged", "{v:#}");
     let memory = human(h, &id);
     assert!(memory.contains("I have a cat called Miso"), "{memory}");
+
+    // Issue 48 (5): the merged memory grew the system prompt until the
+    // summary alone no longer fitted, and every turn failed. The ladder
+    // shortens the summary: ten more turns answer.
+    for i in 1..=10 {
+        let text = format!("after the reflection, turn {i}: what should I plant next?");
+        let o = run(h, &["chat", "-a", "lab4", "-p", &text]);
+        assert!(
+            o.status.success() && stdout(&o).contains(&text),
+            "turn {i} after the reflection: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let ctx = json_of(h, &["context", "-a", "lab4", "--json"]);
+        assert!(ctx["tokens"].as_u64().unwrap() <= 900, "turn {i}: {ctx:#}");
+    }
 }
 
 #[test]

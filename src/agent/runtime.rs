@@ -517,7 +517,7 @@ fn hint_for(e: &ModelFailure) -> Option<String> {
             "send a shorter message: a larger context window cannot carry it".into(),
         ),
         ModelFailure::ContextOverflow { .. } => Some(
-            "nothing more could be compacted or trimmed; send a shorter message, or give the conversation a larger window (`chat --context-window N`, `agent create --context-window N`) or the agent a shorter system prompt".into(),
+            "nothing more could be compacted, trimmed or shortened; send a shorter message, start a new conversation (`chat --new`), give the conversation a larger window (`chat --context-window N`, `agent create --context-window N`), or shorten the system prompt by trimming a memory block (`mini-letta memory tree` lists them; `memory replace` edits one)".into(),
         ),
         ModelFailure::Fatal { status: Some(401 | 403), .. } => Some(
             "check the provider's API key (OPENAI_API_KEY / ANTHROPIC_API_KEY, or api_key in config.toml)".into(),

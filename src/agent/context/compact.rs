@@ -263,6 +263,63 @@ pub fn compact(
     apply(conv, &messages, d, req)
 }
 
+/// Summaries are never asked to be shorter than this many tokens: below
+/// it nothing useful is left.
+const MIN_SUMMARY_TOKENS: u64 = 32;
+
+/// Rung 5 of the ladder (see `fit`): the context's first message is its
+/// summary and there is no room for it (the system prompt grew after a
+/// reflection merged, and `all` would only summarise the summary again).
+/// Summarise that summary within `budget` tokens, clipped to it if the
+/// answer is longer; the rest of the context stays as it is.
+pub fn shorten_summary(
+    conv: &mut Conversation,
+    req: &Request,
+    budget: u64,
+    summarizer: &mut dyn Summarizer,
+) -> Result<Compacted, CompactError> {
+    let owned: Vec<StoredMessage> = conv.context()?.into_iter().cloned().collect();
+    let messages: Vec<&StoredMessage> = owned.iter().collect();
+    if !messages.first().is_some_and(|m| is_summary(m)) {
+        return Err(PlanError::NothingToSummarize("the context begins with no summary").into());
+    }
+    // What packaging adds to a summary's own text (the note, the intro,
+    // the statistics), measured on an empty one.
+    let overhead = text_tokens(&transcript::package_summary(
+        "",
+        // Figures as wide as real ones get.
+        &CompactionStats {
+            trigger: Trigger::ContextWindowOverflow.as_str().to_string(),
+            context_tokens_before: 100_000,
+            context_tokens_after: 100_000,
+            context_window: Some(1_000_000),
+            messages_count_before: 10_000,
+            messages_count_after: 10_000,
+        },
+        false,
+        "2026-01-01T00:00:00.000Z",
+    ));
+    let tokens = budget.saturating_sub(overhead).max(MIN_SUMMARY_TOKENS);
+    let chars = usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX);
+    let summary = summarize(
+        &messages[..1],
+        req.settings.prompt(Mode::All),
+        Some(chars),
+        summarizer,
+    )?;
+    let tokens_after = text_tokens(&summary) + messages_tokens(&messages[1..]);
+    if tokens_after >= messages_tokens(&messages) {
+        return Err(PlanError::NothingToSummarize("the summary is as short as it gets").into());
+    }
+    let d = Draft {
+        mode: Mode::All,
+        cut: 1,
+        summary,
+        tokens_after,
+    };
+    apply(conv, &messages, d, req)
+}
+
 /// Store a compaction.
 fn apply(
     conv: &mut Conversation,

@@ -11,7 +11,11 @@
 //! 3. trim old tool results: in the request, every tool result but the
 //!    latest message's is replaced by a one-line note;
 //! 4. trim the latest tool results to what fits under the threshold (their
-//!    head is kept, with the note).
+//!    head is kept, with the note);
+//! 5. shorten the summary: when it alone leaves no room (the system prompt
+//!    grew after a reflection merged), it is summarised again within what
+//!    is left of the window — a conversation is never stuck behind its own
+//!    summary.
 //!
 //! Then the request is sent as it is; if the provider refuses it, the
 //! turn's error names the parts (`DoesNotFit`). Trimming changes only
@@ -28,6 +32,7 @@ pub struct Fit {
     pub compacted_all: bool,
     pub trimmed_old: bool,
     pub trimmed_latest: bool,
+    pub shortened_summary: bool,
 }
 
 /// The next rung to climb.
@@ -37,6 +42,7 @@ pub enum Rung {
     CompactAll,
     TrimOld,
     TrimLatest,
+    ShortenSummary,
 }
 
 impl Fit {
@@ -50,6 +56,8 @@ impl Fit {
             (&mut self.trimmed_old, Rung::TrimOld)
         } else if !self.trimmed_latest {
             (&mut self.trimmed_latest, Rung::TrimLatest)
+        } else if !self.shortened_summary {
+            (&mut self.shortened_summary, Rung::ShortenSummary)
         } else {
             return None;
         };

@@ -364,6 +364,57 @@ impl<'a> TurnContext<'a> {
                 fit::trim_latest(&mut request, target);
                 request
             }
+            Rung::ShortenSummary => self.shorten_summary(conv, request, trigger, emit),
+        }
+    }
+
+    /// Rung 5: summarise the context's summary again within what the
+    /// window leaves it, and rebuild `request` over the result.
+    fn shorten_summary(
+        &self,
+        conv: &mut Conversation,
+        request: ModelRequest,
+        trigger: Trigger,
+        emit: &mut dyn FnMut(&TurnEvent),
+    ) -> ModelRequest {
+        let Some(window) = self.window.context_window else {
+            return request;
+        };
+        let Ok(context) = conv.context() else {
+            return request;
+        };
+        let Some(summary) = context.first() else {
+            return request;
+        };
+        let p = fit::parts(&request);
+        let rest = p.messages.saturating_sub(estimate::message_tokens(summary));
+        // What the window leaves the summary, with a tenth kept free for
+        // the answer.
+        let budget = window
+            .saturating_sub(window / 10)
+            .saturating_sub(p.system + p.tools + rest);
+        let mut summarizer = ChannelSummarizer {
+            channel: &self.channel,
+            model: &self.model,
+            window: self.window.context_window,
+            usage: Usage::default(),
+        };
+        let req = compact::Request {
+            trigger,
+            mode: Mode::All,
+            window: self.window.context_window,
+            settings: &self.settings,
+        };
+        match compact::shorten_summary(conv, &req, budget, &mut summarizer) {
+            Ok(done) => {
+                emit(&compaction_event(&done));
+                let system = self.recompile(conv);
+                self.rebuild(conv, request, system)
+            }
+            Err(e) => {
+                tracing::debug!("the summary was not shortened: {e}");
+                request
+            }
         }
     }
 
