@@ -194,7 +194,8 @@ mod tests {
                 Rung::Compact,
                 Rung::CompactAll,
                 Rung::TrimOld,
-                Rung::TrimLatest
+                Rung::TrimLatest,
+                Rung::ShortenSummary
             ]
         );
         assert_eq!(f.climb(), None);
