@@ -375,10 +375,13 @@ pub const CONVERSATIONS_DIR_NAME: &str = "conversations";
 pub const RECALL_DIR_NAME: &str = ".recall";
 /// The recall index's lock file.
 pub const RECALL_LOCK_FILE_NAME: &str = "lock";
-/// The recall index's log of terms.
-pub const RECALL_TERMS_FILE_NAME: &str = "terms-v1.log";
+/// The recall index's log of terms. (v2: messages are indexed by what
+/// was said, without reminders or packaging; a v1 index is rebuilt.)
+pub const RECALL_TERMS_FILE_NAME: &str = "terms-v2.log";
 /// The recall index's log of indexed messages.
-pub const RECALL_DOCS_FILE_NAME: &str = "docs-v1.log";
+pub const RECALL_DOCS_FILE_NAME: &str = "docs-v2.log";
+/// The files of an index of an earlier format, removed when it is rebuilt.
+pub const RECALL_OLD_FILE_NAMES: [&str; 3] = ["terms-v1.log", "docs-v1.log", "snapshot-v1.bin"];
 /// Name of the memory worktrees directory inside the agent directory.
 pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
 /// Name of the reflections directory inside the agent directory.

@@ -882,3 +882,50 @@ fn compact_and_context_agree_right_after_each_other() {
     );
     assert!(line.contains(&format!("→ {t} tokens")), "{line}");
 }
+
+/// Issue 48 (16): recall's snippets showed harness internals (reminders,
+/// a summary's JSON with literal `\n`), lower-cased text, nanosecond times,
+/// and summaries above the messages they quote.
+#[test]
+fn recall_shows_what_was_said_in_its_own_case_originals_first() {
+    if !confinement_or_skip("recall snippets") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl", "--context-window", "900"]);
+    for i in 1..=8 {
+        let text = format!(
+            "I have a cat called Miso and a garden with {i} apple trees, keep that in mind please.\nTurn {i}: what should I try?"
+        );
+        let o = run(h, &["chat", "-a", "owl", "-p", &text]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = run(h, &["context", "-a", "owl", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["compactions"].as_u64().unwrap() >= 1,
+        "no summary to rank: {v}"
+    );
+    let o = run(h, &["recall", "search", "-a", "owl", "Miso apple"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("] I have a cat called Miso"),
+        "original first, as written: {out}"
+    );
+    for bad in ["system-reminder", "\\n", "{\"type\"", "system_alert"] {
+        assert!(!out.contains(bad), "{bad} shown: {out}");
+    }
+    // Times to the second: `2026-12-06T11:25:25Z`.
+    let time = first.split_whitespace().nth(3).unwrap_or_default();
+    assert!(time.len() == 20 && time.ends_with('Z'), "{time}: {first}");
+    // A word only the harness said finds nothing.
+    let o = run(h, &["recall", "search", "-a", "owl", "MEMORY_DIR"]);
+    assert!(
+        stdout(&o).starts_with("No messages match"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -130,7 +130,9 @@ fn hit_line(h: &crate::recall::Hit) -> String {
     let shown = crate::recall::Hit {
         conversation_id: f(&h.conversation_id),
         message_id: f(&h.message_id),
-        created_at: f(&h.created_at),
+        // To the second, as every other time the CLI prints (`--json`
+        // keeps the stored time).
+        created_at: f(&output::display_stored_time(&h.created_at)),
         snippet: f(&h.snippet),
         ..h.clone()
     };

@@ -18,6 +18,9 @@ use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
 use crate::protocol::messages::Role;
 use crate::store::conversation::MAX_JSON_BYTES;
 
+/// A summary's share of its score: below the messages it quotes.
+const SUMMARY_WEIGHT: f64 = 0.5;
+
 /// Characters of a snippet before and after its match.
 const SNIPPET_BEFORE: usize = 60;
 const SNIPPET_AFTER: usize = 120;
@@ -133,15 +136,32 @@ impl Index {
         let check = self.check(q, sequences);
         let mut contexts: HashMap<u32, Option<HashSet<String>>> = HashMap::new();
         let mut hits: Vec<(f64, i64, u32, Hit)> = Vec::new();
-        while hits.len() < limit {
+        // A summary quotes what it summarises: it ranks below the
+        // original. Weighing only lowers a score, so candidates are taken
+        // until the `limit` best weighed scores beat the next one's raw
+        // score (a bounded number re-read).
+        let most = limit.saturating_mul(10).saturating_add(100);
+        let mut looked = 0usize;
+        while looked < most {
+            let Some(&Ranked(next, _, _)) = ranked.peek() else {
+                break;
+            };
+            if hits.len() >= limit && kth_best(&hits, limit) >= f64::from(next) {
+                break;
+            }
             let Some(Ranked(s, ts, d)) = ranked.pop() else {
                 break;
             };
+            looked += 1;
             if let Some((bonus, hit)) = self.hit(d, &check, &mut contexts) {
-                hits.push((f64::from(s) + bonus, ts, d, hit));
+                let summary = hit.kind.as_deref() == Some("summary");
+                let factor = if summary { SUMMARY_WEIGHT } else { 1.0 };
+                hits.push(((f64::from(s) + bonus) * factor, ts, d, hit));
             }
         }
-        Ok(best_first(hits))
+        let mut best = best_first(hits);
+        best.truncate(limit);
+        Ok(best)
     }
 
     /// The messages that may answer `q` under `filters`, scored by BM25,
@@ -282,13 +302,12 @@ impl Index {
             .entry(conv_no)
             .or_insert_with(|| self.context_ids(conv_no));
         let evicted = context.as_ref().is_some_and(|ids| !ids.contains(&msg.id));
-        let shown = if text.len() == original.len()
-            && at.is_some_and(|(i, l)| {
-                original.is_char_boundary(i) && original.is_char_boundary(i + l)
-            }) {
-            &original
-        } else {
-            &text
+        // The snippet shows the original text (its case and width): the
+        // match found in the normalised text is located in it.
+        let (shown, at) = match at.map(|a| in_original(&original, &text, a)) {
+            Some(Some(a)) => (&original, Some(a)),
+            Some(None) => (&text, at),
+            None => (&original, None),
         };
         Some((
             bonus,
@@ -465,6 +484,13 @@ struct Check<'a> {
 }
 
 /// The hits best first (then newest), scores rounded to thousandths.
+/// The `k`-th best score of `hits` (k ≥ 1, at most their number).
+fn kth_best(hits: &[(f64, i64, u32, Hit)], k: usize) -> f64 {
+    let mut scores: Vec<f64> = hits.iter().map(|h| h.0).collect();
+    scores.sort_by(|a, b| b.total_cmp(a));
+    scores.get(k.saturating_sub(1)).copied().unwrap_or(f64::MIN)
+}
+
 fn best_first(mut hits: Vec<(f64, i64, u32, Hit)>) -> Vec<Hit> {
     hits.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
     hits.into_iter()
@@ -501,6 +527,37 @@ impl Ord for Ranked {
 
 /// About `SNIPPET_BEFORE + SNIPPET_AFTER` characters of `text` around the
 /// match at `(byte, len)`, whitespace collapsed, `…` where cut.
+/// Where `(at, len)` of `normalised` (the [`normalize`]d `original`)
+/// lies in `original`, normalising it a character at a time; `None` when
+/// the two do not line up that way (a composition across characters).
+fn in_original(
+    original: &str,
+    normalised: &str,
+    (at, len): (usize, usize),
+) -> Option<(usize, usize)> {
+    if original.len() == normalised.len()
+        && original.is_char_boundary(at)
+        && original.is_char_boundary(at + len)
+    {
+        return Some((at, len));
+    }
+    let (mut from, mut to, mut n) = (None, None, 0usize);
+    for (i, c) in original.char_indices() {
+        if n == at {
+            from = Some(i);
+        }
+        let mut buf = [0u8; 4];
+        n += normalize(c.encode_utf8(&mut buf)).len();
+        if from.is_some() && n >= at + len {
+            to = Some(i + c.len_utf8());
+            break;
+        }
+    }
+    // The character-wise normalisation must reach the same text.
+    let (from, to) = (from?, to?);
+    (normalize(&original[from..to]) == normalised.get(at..at + len)?).then_some((from, to - from))
+}
+
 fn snippet(text: &str, (at, len): (usize, usize)) -> String {
     let at = (0..=at.min(text.len()))
         .rev()
@@ -536,6 +593,18 @@ fn snippet(text: &str, (at, len): (usize, usize)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_match_is_shown_in_the_original_case_and_width() {
+        let original = "Ｍｙ Green TEA is here";
+        let text = normalize(original);
+        let at = text.find("tea").unwrap();
+        let (i, l) = in_original(original, &text, (at, 3)).unwrap();
+        assert_eq!(&original[i..i + l], "TEA");
+        let at = text.find("my").unwrap();
+        let (i, l) = in_original(original, &text, (at, 2)).unwrap();
+        assert_eq!(&original[i..i + l], "Ｍｙ");
+    }
 
     #[test]
     fn snippets_cut_on_characters() {

@@ -26,6 +26,7 @@
 
 pub mod last_request;
 pub mod lines;
+pub mod said;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Seek, Write};

@@ -40,7 +40,7 @@ pub const SUMMARY_CLIPPED: &str = "... [summary truncated to fit]";
 /// The summary of nothing.
 pub const NO_MESSAGES: &str = "No prior conversation messages.";
 /// The line a summary follows in a summary message.
-pub const SUMMARY_INTRO: &str = "The following is a summary of the previous messages:\n ";
+pub use crate::store::conversation::said::SUMMARY_INTRO;
 
 /// The compaction prompt of `all` mode: seven sections, 500 words.
 pub const ALL_PROMPT: &str = "\
@@ -143,17 +143,10 @@ pub fn middle_truncate(text: &str, budget: usize) -> String {
     format!("{h}\n[TRUNCATED: dropped {dropped} middle chars due to context budget]\n{t}")
 }
 
-/// The summary text of a summary message (its packaged JSON read back;
-/// the whole text when it is not that).
+/// The summary text of a summary message (see
+/// [`crate::store::conversation::said::summary_text`]).
 pub fn summary_text(m: &StoredMessage) -> String {
-    let text = m.text();
-    let message = serde_json::from_str::<SystemAlert>(&text)
-        .map(|a| a.message)
-        .unwrap_or_else(|_| text.clone());
-    match message.split_once(SUMMARY_INTRO) {
-        Some((_, summary)) => summary.to_string(),
-        None => message,
-    }
+    crate::store::conversation::said::summary_text(m)
 }
 
 /// Text parts joined with a blank line.

@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use super::codec::{bytes, put_bytes, put_varint, role_code, role_of, unzigzag, varint, zigzag};
 use super::{DocMeta, Index};
 use crate::paths::is_valid_agent_id;
-use crate::protocol::messages::{Part, Role};
+use crate::protocol::messages::Role;
 use crate::recall::tokenize::{normalize, tokens_normalized};
 use crate::store::conversation::StoredMessage;
 
@@ -143,34 +143,10 @@ impl Index {
     }
 }
 
-/// The text of a message that recall searches: its text, tool calls' names
-/// and arguments, tool results' names and text.
+/// The text of a message that recall searches and shows: what was said
+/// ([`crate::store::conversation::said::said`]).
 pub fn searchable_text(msg: &StoredMessage) -> String {
-    let mut out = String::new();
-    for part in &msg.parts {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        match part {
-            Part::Text { text } => out.push_str(text),
-            Part::ToolCall {
-                name, arguments, ..
-            } => {
-                out.push_str(name);
-                out.push(' ');
-                match arguments {
-                    serde_json::Value::String(s) => out.push_str(s),
-                    v => out.push_str(&v.to_string()),
-                }
-            }
-            Part::ToolResult { name, text, .. } => {
-                out.push_str(name);
-                out.push(' ');
-                out.push_str(text);
-            }
-        }
-    }
-    out
+    crate::store::conversation::said::said(msg)
 }
 
 /// Unix seconds of an RFC 3339 time; 0 when unparsable.

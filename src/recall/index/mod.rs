@@ -5,16 +5,16 @@
 //! Two append-only logs of records, each `[u32 length][u32 CRC-32][payload]`
 //! (little-endian):
 //!
-//! * `terms-v1.log` — batches of new terms; a term's id is its position
+//! * `terms-v2.log` — batches of new terms; a term's id is its position
 //!   (after the snapshot's terms, when there is one).
-//! * `docs-v1.log` — batches of indexed messages of one conversation (a
+//! * `docs-v2.log` — batches of indexed messages of one conversation (a
 //!   payload starts with a 0 byte, the format mark): the conversation id,
 //!   the byte length of its `messages.jsonl` the batch covers (the
 //!   high-water mark), then per message its line's offset and length,
 //!   role, time and `(term id, tf, positions)` (ids and positions
 //!   delta-coded).
 //!
-//! and `snapshot-v1.bin`, the compacted state: when the logs grow past a
+//! and `snapshot-v2.bin`, the compacted state: when the logs grow past a
 //! threshold, everything is written as one file (replaced atomically), and
 //! each log is replaced by a single *base* record naming the snapshot's
 //! generation. Opening reads the snapshot in one read, checks its CRC and
@@ -202,6 +202,11 @@ impl Index {
         let dir = convs_dir.create_dir(RECALL_DIR_NAME, 0o755).map_err(fs)?;
         let lock = lock(dir.open_append(RECALL_LOCK_FILE_NAME, PERM).map_err(fs)?)
             .map_err(io("recall index lock"))?;
+        // An index of an earlier format is rebuilt in this one: its
+        // files are dead weight (the messages are what counts).
+        for old in crate::paths::RECALL_OLD_FILE_NAMES {
+            let _ = dir.remove_file(old);
+        }
         let terms = dir.open_append(RECALL_TERMS_FILE_NAME, PERM).map_err(fs)?;
         let docs = dir.open_append(RECALL_DOCS_FILE_NAME, PERM).map_err(fs)?;
         let mut index = Self::empty(Some(convs_dir));

@@ -1,4 +1,4 @@
-//! The compacted index, `snapshot-v1.bin`: written whole from the state
+//! The compacted index, `snapshot-v2.bin`: written whole from the state
 //! in memory, checked and indexed when loaded (its postings decoded only
 //! when a query or an append touches them).
 
@@ -10,8 +10,8 @@ use super::{DocMeta, Index, MAX_CONVERSATIONS};
 use crate::paths::is_valid_agent_id;
 
 /// The compacted index.
-pub const SNAPSHOT_FILE_NAME: &str = "snapshot-v1.bin";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"MLRECAL1";
+pub const SNAPSHOT_FILE_NAME: &str = "snapshot-v2.bin";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"MLRECAL2";
 
 /// A loaded snapshot: its bytes and where its tables are.
 #[derive(Default)]
