@@ -274,7 +274,7 @@ fn a_tool_result_too_large_for_the_window_is_trimmed_and_the_turn_answers() {
     // About 14,000 characters: several times the whole window.
     let o = run(h, &["chat", "-a", "owl", "-p", "run: seq 1 3000"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("工具结果："), "{}", stdout(&o));
+    assert!(stdout(&o).contains("Tool result: "), "{}", stdout(&o));
     let last: Value = serde_json::from_slice(
         &std::fs::read(agent_dir(h, &id).join("conversations/default/last-request.json")).unwrap(),
     )

@@ -247,8 +247,19 @@ fn follow_up_skips_a_trailing_reminder_only_message() {
         Message::user("<system-reminder>MEMORY COMMIT NEEDED</system-reminder>"),
     ]);
     let (resp, _) = run(&MockModel::new(), &req);
-    assert_eq!(text_of(&resp), "好的，已更新记忆（提交 abc1234）。");
+    // Spoken to in English, it answers in English (issue 48 (19)).
+    assert_eq!(text_of(&resp), "OK, memory updated (commit abc1234).");
     assert_eq!(resp.stop, StopKind::EndTurn);
+    let req = request(vec![
+        Message::user("忘掉: tabs"),
+        tool_results(
+            "memory",
+            "Memory str_replace committed locally (abc1234).",
+            false,
+        ),
+    ]);
+    let (resp, _) = run(&MockModel::new(), &req);
+    assert_eq!(text_of(&resp), "好的，已更新记忆（提交 abc1234）。");
 }
 
 #[test]

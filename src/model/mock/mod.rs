@@ -22,6 +22,11 @@
 //! | `你知道我什么` / `what do you know about me` | text `我记得：A；B。`, the `- ` lines of the newest `<human>` block in view (`我还不知道关于你的事。` when none) |
 //! | anything else | text `mock: <user text>` |
 //!
+//! Answers are in the language the user's words are in: Chinese when they
+//! hold a Han, Kana or Hangul character (the book's labs), else English
+//! (`I remember: A; B.`, `OK, memory updated (commit <rev>).`, `That
+//! failed: …`, `Tool result: …`); the Chinese forms are below.
+//!
 //! When the last message (reminder-only user messages skipped) holds tool
 //! results: `操作失败：<first error text>`
 //! if one failed, else after `memory` `好的，已更新记忆（提交 <rev>）。` when

@@ -82,3 +82,34 @@ pub(super) fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a 
     let end = text[start..].find(close)? + start;
     Some(&text[start..end])
 }
+
+/// The language the mock answers in: the one it was spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lang {
+    Chinese,
+    English,
+}
+
+impl Lang {
+    /// Chinese when `text` holds a Han, Kana or Hangul character (the
+    /// book's labs speak Chinese), else English.
+    pub(super) fn of(text: &str) -> Self {
+        let cjk = |c: char| {
+            matches!(c as u32, 0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF
+                | 0xF900..=0xFAFF | 0xAC00..=0xD7AF | 0xFF01..=0xFF60 | 0x3000..=0x303F)
+        };
+        if text.chars().any(cjk) {
+            Lang::Chinese
+        } else {
+            Lang::English
+        }
+    }
+
+    /// `zh` or `en`, as spoken.
+    pub(super) fn say(self, zh: String, en: String) -> String {
+        match self {
+            Lang::Chinese => zh,
+            Lang::English => en,
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Value, json};
 
-use super::read::{between, clean_capture, is_reminder_only, message_text, task_text};
+use super::read::{Lang, between, clean_capture, is_reminder_only, message_text, task_text};
 use super::response::next_call_id;
 use super::turn::{Rule, first_pattern, follow_up, rules_for};
 use crate::model::{Message, Part};
@@ -73,7 +73,9 @@ pub(super) fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
     {
         let mut report = plan_report(&reflection_plan(&task_text(messages)));
         report.push('\n');
-        report.push_str(&follow_up(last));
+        // The harness speaks to a sub-agent in English; the user's words
+        // in its transcript decide the reply's language.
+        report.push_str(&follow_up(last, Lang::of(&task_text(messages))));
         return vec![Part::text(report)];
     }
     let plan = reflection_plan(&task_text(messages));

@@ -7,7 +7,7 @@ use std::sync::{LazyLock, OnceLock};
 use regex::Regex;
 use serde_json::json;
 
-use super::read::{between, clean_capture, is_reminder_only, last_user_text};
+use super::read::{Lang, between, clean_capture, is_reminder_only, last_user_text};
 use super::response::next_call_id;
 use crate::model::{Message, Part};
 
@@ -98,7 +98,10 @@ pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
             .iter()
             .any(|p| matches!(p, Part::ToolResult { .. }))
     {
-        return vec![Part::text(follow_up(last))];
+        return vec![Part::text(follow_up(
+            last,
+            Lang::of(&last_user_text(messages)),
+        ))];
     }
     let text = last_user_text(messages);
     if let Some(parts) = integrate(&text) {
@@ -173,7 +176,7 @@ pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
         }];
     }
     if may_ask_about_me(&text) && ASK_ABOUT_ME.is_match(&text) {
-        return vec![Part::text(what_i_know(system, messages))];
+        return vec![Part::text(what_i_know(system, messages, Lang::of(&text)))];
     }
     vec![Part::text(format!("mock: {text}"))]
 }
@@ -191,7 +194,7 @@ static ASK_ABOUT_ME: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The `- ` lines of the newest `<human>` block the model can see (the
 /// system prompt's, or a later `<memory_update>`'s), as an answer.
-fn what_i_know(system: &str, messages: &[Message]) -> String {
+fn what_i_know(system: &str, messages: &[Message], lang: Lang) -> String {
     let texts = std::iter::once(system.to_string()).chain(messages.iter().flat_map(|m| {
         m.parts.iter().filter_map(|p| match p {
             Part::Text { text } => Some(text.clone()),
@@ -208,9 +211,15 @@ fn what_i_know(system: &str, messages: &[Message]) -> String {
         .filter(|f| !f.is_empty())
         .collect();
     if facts.is_empty() {
-        "我还不知道关于你的事。".to_string()
+        lang.say(
+            "我还不知道关于你的事。".into(),
+            "I don't know anything about you yet.".into(),
+        )
     } else {
-        format!("我记得：{}。", facts.join("；"))
+        lang.say(
+            format!("我记得：{}。", facts.join("；")),
+            format!("I remember: {}.", facts.join("; ")),
+        )
     }
 }
 
@@ -250,8 +259,8 @@ fn committed_revision(text: &str) -> Option<&str> {
     (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_hexdigit())).then_some(inner)
 }
 
-/// The reply to a message of tool results.
-pub(super) fn follow_up(results: &Message) -> String {
+/// The reply to a message of tool results, in `lang`.
+pub(super) fn follow_up(results: &Message, lang: Lang) -> String {
     let results: Vec<(&str, &str, bool)> = results
         .parts
         .iter()
@@ -265,28 +274,39 @@ pub(super) fn follow_up(results: &Message) -> String {
             _ => None,
         })
         .collect();
+    let head = |text: &str| text.chars().take(200).collect::<String>();
     if let Some((_, text, _)) = results.iter().find(|r| r.2) {
-        return format!("操作失败：{text}");
+        return lang.say(format!("操作失败：{text}"), format!("That failed: {text}"));
     }
     match results.first() {
         // Said only when the tool reports a commit, naming it: the reply
         // comes from what happened, not from a fixed string.
         Some(("memory", text, _)) if text.starts_with("Merged the reflection branch") => {
             let rev = text.rsplit('(').next().unwrap_or("").trim_end_matches(").");
-            format!("好的，已合并反思分支（提交 {rev}）。")
+            lang.say(
+                format!("好的，已合并反思分支（提交 {rev}）。"),
+                format!("OK, the reflection branch is merged (commit {rev})."),
+            )
         }
-        Some(("memory", text, _)) if text.starts_with("Memory worker") => {
-            "好的，已交给后台记忆工作者处理。".to_string()
-        }
+        Some(("memory", text, _)) if text.starts_with("Memory worker") => lang.say(
+            "好的，已交给后台记忆工作者处理。".into(),
+            "OK, a background memory worker is on it.".into(),
+        ),
         Some(("memory", text, _)) => match committed_revision(text) {
-            Some(rev) => format!("好的，已更新记忆（提交 {rev}）。"),
-            None => format!(
-                "记忆没有变化：{}",
-                text.chars().take(200).collect::<String>()
+            Some(rev) => lang.say(
+                format!("好的，已更新记忆（提交 {rev}）。"),
+                format!("OK, memory updated (commit {rev})."),
+            ),
+            None => lang.say(
+                format!("记忆没有变化：{}", head(text)),
+                format!("Memory is unchanged: {}", head(text)),
             ),
         },
-        Some((_, text, _)) => format!("工具结果：{}", text.chars().take(200).collect::<String>()),
-        None => "工具结果：".to_string(),
+        Some((_, text, _)) => lang.say(
+            format!("工具结果：{}", head(text)),
+            format!("Tool result: {}", head(text)),
+        ),
+        None => lang.say("工具结果：".into(), "Tool result:".into()),
     }
 }
 
@@ -331,13 +351,20 @@ mod tests {
             parts: vec![Part::text(t)],
         };
         let system = "SYS\n<human>\n<description>d</description>\n- 我住在杭州\n</human>\n";
-        let answer = what_i_know(system, &[user("你知道我什么？")]);
+        let answer = what_i_know(system, &[user("你知道我什么？")], Lang::Chinese);
         assert_eq!(answer, "我记得：我住在杭州。");
         // A later memory update replaces what the system prompt showed.
         let update = "<system-reminder><memory_update><human>\n- 我住在杭州\n- 我喜欢绿茶\n</human></memory_update></system-reminder>";
-        let answer = what_i_know(system, &[user(update), user("what do you know about me?")]);
+        let answer = what_i_know(
+            system,
+            &[user(update), user("what do you know about me?")],
+            Lang::Chinese,
+        );
         assert_eq!(answer, "我记得：我住在杭州；我喜欢绿茶。");
-        assert_eq!(what_i_know("SYS", &[]), "我还不知道关于你的事。");
+        assert_eq!(
+            what_i_know("SYS", &[], Lang::Chinese),
+            "我还不知道关于你的事。"
+        );
         assert!(ASK_ABOUT_ME.is_match("What do you know about me?"));
         assert!(!ASK_ABOUT_ME.is_match("hello"));
     }
