@@ -929,3 +929,125 @@ fn recall_shows_what_was_said_in_its_own_case_originals_first() {
         stdout(&o)
     );
 }
+
+/// Issue 48 (19): a long body could not be given (`Argument list too
+/// long`), memory writes had no `--json`, and `memory status` listed
+/// paths without saying how each differs.
+#[test]
+fn memory_writes_take_a_body_file_speak_json_and_status_names_kinds() {
+    let home = open_home();
+    let h = home.path();
+    let id = create_agent(h, &["owl"]);
+    let body = "- a long note line\n".repeat(900); // 17 KB, under maxFileCharacters
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "memory",
+            "create",
+            "-a",
+            "owl",
+            "long.md",
+            "--description",
+            "Long notes.",
+            "--body-file",
+            "-",
+            "--json",
+        ])
+        .env("MINI_LETTA_HOME", h)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["op"], json!("create"));
+    assert_eq!(v["changed"], json!(["long.md"]));
+    assert_eq!(v["commit"].as_str().map(str::len), Some(40), "{v}");
+    let shown = stdout(&run(h, &["memory", "show", "-a", "owl", "long.md"]));
+    assert!(shown.ends_with(&body), "the body landed whole");
+    // A refused write says so in JSON too, and exits 1.
+    let o = run(
+        h,
+        &[
+            "memory",
+            "create",
+            "-a",
+            "owl",
+            "bad name.txt",
+            "--description",
+            "x",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    // Kinds in `memory status`.
+    let mem = h.join("agents").join(&id).join("memory");
+    std::fs::write(
+        mem.join("human.md"),
+        "---\nname: human\ndescription: d\n---\nchanged\n",
+    )
+    .unwrap();
+    std::fs::write(
+        mem.join("new.md"),
+        "---\nname: new\ndescription: d\n---\nx\n",
+    )
+    .unwrap();
+    std::fs::remove_file(mem.join("persona.md")).unwrap();
+    let out = stdout(&run(h, &["memory", "status", "-a", "owl"]));
+    for line in [
+        "modified   human.md",
+        "untracked  new.md",
+        "deleted    persona.md",
+    ] {
+        assert!(out.contains(line), "{line:?} not in {out}");
+    }
+    let o = run(h, &["memory", "status", "-a", "owl", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["changes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"path": "new.md", "kind": "untracked"})),
+        "{v}"
+    );
+}
+
+/// Issue 48 (19): `palace serve --listen 0.0.0.0` printed a loopback URL
+/// as if that were all it listened on.
+#[test]
+fn palace_serve_says_the_address_it_listens_on() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let mut child = std::process::Command::new(bin())
+        .args(["palace", "serve", "--listen", "0.0.0.0", "--port", "0"])
+        .env("MINI_LETTA_HOME", h)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("listening on 0.0.0.0:"), "{line}");
+    let port = line
+        .split("0.0.0.0:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("http://127.0.0.1:{port}/")),
+        "{line}"
+    );
+}

@@ -103,6 +103,10 @@ pub enum MemoryCommand {
     Create {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative path ending in .md, e.g. projects/notes.md.
         path: String,
         /// One-line description (frontmatter `description`).
@@ -111,6 +115,10 @@ pub enum MemoryCommand {
         /// Text below the frontmatter.
         #[arg(long, value_name = "B", default_value = "", allow_hyphen_values = true)]
         body: String,
+        /// Read the text below the frontmatter from file F (`-`: standard
+        /// input) instead of --body: for a body too long for a command line.
+        #[arg(long, value_name = "F", conflicts_with = "body")]
+        body_file: Option<PathBuf>,
     },
     /// Replace the first occurrence of --old in a file's body with --new and
     /// commit; an empty --new deletes every body line containing --old.
@@ -120,6 +128,10 @@ pub enum MemoryCommand {
     Replace {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative path of the file to edit.
         path: String,
         /// The text to find (its first occurrence in the body).
@@ -136,6 +148,10 @@ pub enum MemoryCommand {
     Insert {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative path of the file to edit.
         path: String,
         /// The text to insert (one or more lines).
@@ -152,6 +168,10 @@ pub enum MemoryCommand {
     Delete {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative path of the file to delete.
         path: String,
     },
@@ -161,6 +181,10 @@ pub enum MemoryCommand {
     Rename {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// The file's current repository-relative path.
         from: String,
         /// Its new repository-relative path.
@@ -172,6 +196,10 @@ pub enum MemoryCommand {
     SetDescription {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative path of the file.
         path: String,
         /// The new one-line description.
@@ -187,6 +215,10 @@ pub enum MemoryCommand {
     Commit {
         #[command(flatten)]
         target: AgentArg,
+        /// Print {"agent", "name", "op", "commit", "changed"} (or, refused,
+        /// "refused" and the validator's "violations") instead of a line.
+        #[arg(long)]
+        json: bool,
         /// Repository-relative paths (files or directories) to commit.
         #[arg(required = true)]
         paths: Vec<String>,
@@ -359,37 +391,56 @@ fn run_command(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
         MemoryCommand::Validate(args) => Ok(validate_cmd(cli, args)),
         MemoryCommand::Create {
             target,
+            json,
             path,
             description,
             body,
-        } => write_op(cli, target, "create", |w| w.create(path, description, body)),
+            body_file,
+        } => {
+            let body = match body_file {
+                Some(f) => read_body_file(f)?,
+                None => body.clone(),
+            };
+            write_op(cli, target, *json, "create", |w| {
+                w.create(path, description, &body)
+            })
+        }
         MemoryCommand::Replace {
             target,
+            json,
             path,
             old,
             new,
-        } => write_op(cli, target, "replace", |w| w.replace(path, old, new)),
+        } => write_op(cli, target, *json, "replace", |w| w.replace(path, old, new)),
         MemoryCommand::Insert {
             target,
+            json,
             path,
             text,
             line,
-        } => write_op(cli, target, "insert", |w| w.insert(path, text, *line)),
-        MemoryCommand::Delete { target, path } => {
-            write_op(cli, target, "delete", |w| w.delete(path))
+        } => write_op(cli, target, *json, "insert", |w| {
+            w.insert(path, text, *line)
+        }),
+        MemoryCommand::Delete { target, json, path } => {
+            write_op(cli, target, *json, "delete", |w| w.delete(path))
         }
-        MemoryCommand::Rename { target, from, to } => {
-            write_op(cli, target, "rename", |w| w.rename(from, to))
-        }
+        MemoryCommand::Rename {
+            target,
+            json,
+            from,
+            to,
+        } => write_op(cli, target, *json, "rename", |w| w.rename(from, to)),
         MemoryCommand::SetDescription {
             target,
+            json,
             path,
             description,
-        } => write_op(cli, target, "set-description", |w| {
+        } => write_op(cli, target, *json, "set-description", |w| {
             w.set_description(path, description)
         }),
         MemoryCommand::Commit {
             target,
+            json,
             paths,
             message,
         } => {
@@ -401,7 +452,7 @@ fn run_command(cli: &Cli, cmd: &MemoryCommand) -> anyhow::Result<ExitCode> {
                     _ => p.clone(),
                 })
                 .collect();
-            write_op(cli, target, "commit", |w| w.commit(&paths, message))
+            write_op(cli, target, *json, "commit", |w| w.commit(&paths, message))
         }
         MemoryCommand::Log {
             target,
@@ -572,9 +623,27 @@ pub(crate) fn set_block(
 }
 
 /// Run one write operation; a refusal prints the validator's block.
+/// The body `memory create --body-file F` names (`-`: standard input),
+/// read up to one byte past what a memory file may hold so that an
+/// oversized one is refused by the validator, not truncated.
+fn read_body_file(f: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let limit = crate::memfs::validate::MAX_FILE_BYTES + 1;
+    let mut bytes = Vec::new();
+    let read = if f == std::path::Path::new("-") {
+        std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(f).and_then(|file| file.take(limit).read_to_end(&mut bytes))
+    };
+    read.with_context(|| format!("--body-file {}", f.display()))?;
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--body-file {}: not UTF-8 text", f.display()))
+}
+
 fn write_op(
     cli: &Cli,
     target: &AgentArg,
+    json: bool,
     op: &str,
     f: impl FnOnce(&Writer) -> Result<CommitOutcome, OpError>,
 ) -> anyhow::Result<ExitCode> {
@@ -587,6 +656,16 @@ fn write_op(
     let done = f(&w);
     timings::mark("cli.op_done");
     match done {
+        Ok(outcome) if json => {
+            output::json(&serde_json::json!({
+                "agent": record.id,
+                "name": record.name,
+                "op": op,
+                "commit": outcome.commit.map(|c| c.to_string()),
+                "changed": outcome.changed,
+            }))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Ok(outcome) => {
             match outcome.commit {
                 Some(id) => {
@@ -600,6 +679,16 @@ fn write_op(
         }
         Err(e) => match e.report() {
             Some(report) => {
+                if json {
+                    output::json(&serde_json::json!({
+                        "agent": record.id,
+                        "name": record.name,
+                        "op": op,
+                        "commit": null,
+                        "refused": true,
+                        "violations": report.messages(),
+                    }))?;
+                }
                 eprint!("{}", output::text_block(&report.render_for_operator()));
                 super::style::eprint_error(&format!(
                     "memory {op}: refused by the memory validator; nothing was committed and the working tree is as before"
@@ -837,6 +926,7 @@ fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> 
             "name": record.name,
             "head": st.head,
             "dirty": st.dirty,
+            "changes": st.changes,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -854,8 +944,8 @@ fn status(cli: &Cli, target: &AgentArg, json: bool) -> anyhow::Result<ExitCode> 
             output::field(&record.name),
             st.dirty.len()
         );
-        for p in &st.dirty {
-            println!("  {}", output::field(p));
+        for c in &st.changes {
+            println!("  {:<10} {}", c.kind, output::field(&c.path));
         }
     }
     Ok(ExitCode::SUCCESS)

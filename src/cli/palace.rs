@@ -106,12 +106,17 @@ readable by anyone who can reach this address, without a login"
                 // any time after is a clean stop, never a kill.
                 let stop = stop_signal()?;
                 crate::palace::serve::serve(site, addr, stop, |bound| {
-                    let shown = if bound.ip().is_unspecified() {
-                        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), bound.port())
+                    if bound.ip().is_unspecified() {
+                        // Say what it listens on; this machine's own URL
+                        // is the loopback one.
+                        let here = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), bound.port());
+                        println!(
+                            "Palace: listening on {bound} (every address of this machine); \
+                             here: http://{here}/ (read-only; Ctrl-C stops it)"
+                        );
                     } else {
-                        bound
-                    };
-                    println!("Palace: http://{shown}/ (read-only; Ctrl-C stops it)");
+                        println!("Palace: http://{bound}/ (read-only; Ctrl-C stops it)");
+                    }
                 })
                 .await
             });

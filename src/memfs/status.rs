@@ -69,6 +69,17 @@ pub struct WorktreeStatus {
     pub head: Option<String>,
     /// Dirty paths, sorted by bytes (non-UTF-8 bytes shown lossily).
     pub dirty: Vec<String>,
+    /// Each dirty path with how it differs, in the same order.
+    pub changes: Vec<Change>,
+}
+
+/// One uncommitted path and how it differs from `HEAD`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Change {
+    pub path: String,
+    /// `modified`, `added` (staged, not in `HEAD`), `deleted` or
+    /// `untracked` (neither in `HEAD` nor staged).
+    pub kind: &'static str,
 }
 
 /// What the walk found at a path.
@@ -114,12 +125,30 @@ pub fn worktree_status(repo: &Repository) -> Result<WorktreeStatus, StatusError>
         }
     }
 
+    let changes: Vec<Change> = dirty
+        .iter()
+        .map(|p| {
+            let (in_head, staged, on_disk) = (
+                head.contains_key(p),
+                index.contains_key(p),
+                found.contains_key(p),
+            );
+            let kind = match (in_head, staged, on_disk) {
+                (true, _, false) | (false, true, false) => "deleted",
+                (false, false, _) => "untracked",
+                (false, true, true) => "added",
+                (true, _, true) => "modified",
+            };
+            Change {
+                path: String::from_utf8_lossy(p).into_owned(),
+                kind,
+            }
+        })
+        .collect();
     Ok(WorktreeStatus {
         head: head_commit.map(|c| c.to_string()),
-        dirty: dirty
-            .into_iter()
-            .map(|p| String::from_utf8_lossy(&p).into_owned())
-            .collect(),
+        dirty: changes.iter().map(|c| c.path.clone()).collect(),
+        changes,
     })
 }
 
