@@ -772,6 +772,71 @@ echo done=1
     }
 }
 
+/// `make` runs its recipes through `posix_spawn` with
+/// `POSIX_SPAWN_RESETIDS`, whose child sets its effective ids back to the
+/// real ones (`setresuid(-1, uid, -1)`): refused, every recipe failed
+/// "Function not implemented" (issue 48, a help example). A tool command
+/// may set its ids to the ones it has; to any other id it still may not,
+/// having no capability to.
+#[test]
+fn a_tool_command_runs_make_and_cannot_change_its_ids() {
+    if !require_layers() {
+        return;
+    }
+    if !common::tool_present("make") {
+        return;
+    }
+    let h = home_with_two_agents();
+    let tmp = h.agent_dir(&h.a).join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("Makefile"), "test:\n\t@echo recipe=ran\n").unwrap();
+    let script = format!(
+        r#"
+cd {tmp}
+make test
+echo make=$?
+if command -v python3 >/dev/null; then
+  python3 -c 'import os
+u = os.getuid(); g = os.getgid()
+os.setresuid(-1, u, -1); os.setresgid(-1, g, -1); os.setreuid(u, u); os.setuid(u)
+print("same=ok")
+for name, call in (("uid", lambda: os.setresuid(0, 0, 0)), ("gid", lambda: os.setresgid(0, 0, 0)),
+                   ("reuid", lambda: os.setreuid(u + 1, u + 1)), ("groups", lambda: os.setgroups([0]))):
+    try:
+        call(); print(name + "=changed")
+    except OSError as e:
+        print(name + "=refused")
+print("ids=" + str(os.getresuid()) + str(os.getresgid()))'
+fi
+"#,
+        tmp = tmp.display()
+    );
+    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
+    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
+        ("L0 native", &[]),
+        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
+    ];
+    if status_json(&bwrap)["ns_backend"] == "bwrap" {
+        levels.push(("L0 bwrap", &bwrap));
+    }
+    let python = common::tool_present("python3");
+    for (level, env) in levels {
+        let o = h.run_role("tool", env, &script);
+        let r = results(&o);
+        let ctx = format!("{level}: {}\n{}", stdout(&o), stderr(&o));
+        assert_eq!(r.get("recipe").map(String::as_str), Some("ran"), "{ctx}");
+        assert_eq!(r.get("make").map(String::as_str), Some("0"), "{ctx}");
+        if python {
+            assert_eq!(r.get("same").map(String::as_str), Some("ok"), "{ctx}");
+            for k in ["uid", "gid", "reuid", "groups"] {
+                assert_eq!(r.get(k).map(String::as_str), Some("refused"), "{k}: {ctx}");
+            }
+            let ids = r.get("ids").cloned().unwrap_or_default();
+            assert!(!ids.contains("(0,"), "{ids}: {ctx}");
+        }
+    }
+}
+
 /// A confinement step that fails stops the child before its program runs,
 /// and the error names the step: here the capability check of a stage
 /// started with capabilities (root, nothing dropped) — the program, which

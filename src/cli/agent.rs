@@ -172,7 +172,9 @@ pub enum AgentCommand {
     },
     /// In a cluster: give back an agent this host owns, so another host may
     /// take it at once (a clean `supervisor stop` gives back all of them).
-    #[command(after_help = "Examples:\n  mini-letta agent release alice")]
+    #[command(
+        after_help = "Examples:\n  mini-letta agent release alice   # exits 1 outside a cluster (MINI_LETTA_ETCD)"
+    )]
     Release {
         /// Agent id or name.
         agent: String,
@@ -188,7 +190,7 @@ pub enum AgentCommand {
     /// hard-linked files inside the agent's directory are skipped with a
     /// warning on stderr, never archived.
     #[command(after_help = "Examples:\n  mini-letta agent export alice\n  \
-                            mini-letta agent export alice -o /backups/alice.tar.gz")]
+                            mini-letta agent export alice -o ~/alice-backup.tar.gz")]
     Export {
         /// Agent id or name.
         agent: String,

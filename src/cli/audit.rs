@@ -21,7 +21,7 @@ pub enum AuditCommand {
     #[command(after_help = "Examples:
   mini-letta audit verify
   mini-letta audit verify --head \"$(cat saved-head)\" --json
-  mini-letta audit verify --against /var/lib/mini-letta/audit-heads")]
+  mini-letta audit verify --against ~/audit-heads")]
     Verify {
         /// A head saved earlier (`audit head`, `HEX`; or `SEQ:HEX` from
         /// `audit head --seq`, which also tells a rewritten record from a
@@ -41,7 +41,7 @@ pub enum AuditCommand {
     /// Print the current head: the sha256 of the last record's line.
     #[command(after_help = "Examples:
   mini-letta audit head > saved-head
-  mini-letta audit head --publish /var/lib/mini-letta/audit-heads
+  mini-letta audit head --publish ~/audit-heads
   mini-letta audit head --json")]
     Head {
         /// Print {"seq", "head"} as JSON.

@@ -48,9 +48,9 @@ sub-agents will get.
 
 Examples:
   mini-letta chat -a alice -p '记住: I like tea'
-  mini-letta chat -a alice -p -
+  mini-letta chat -a alice -p - < question.txt
   mini-letta chat -a alice --prompt-file question.txt --json
-  mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini
+  mini-letta chat -a alice --conversation work --model openai/gpt-4o-mini   # exits 1 without OPENAI_API_KEY
   mini-letta chat -a alice --context-window 900 -p 'hello'
   mini-letta chat -a alice -p 'hello' --output-format json
   mini-letta chat -a alice --output-format stream-json --input-format stream-json
@@ -893,8 +893,8 @@ fn wait_briefly(relay: std::thread::JoinHandle<()>, relayed: std::sync::mpsc::Re
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  mini-letta attach
-  mini-letta attach -a owl --conversation work --last 20
+  mini-letta attach                                         # follows until Ctrl-C
+  mini-letta attach -a owl --conversation work --last 20    # follows until Ctrl-C
   mini-letta attach --no-follow --json")]
 pub struct AttachArgs {
     /// Agent id or name (default: the only agent).

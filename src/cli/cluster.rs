@@ -19,7 +19,7 @@ pub enum ClusterCommand {
     /// The hosts etcd knows (alive or not, agents owned) and each agent's
     /// owner: this home's agents, and every agent another host owns.
     #[command(
-        after_help = "Examples:\n  mini-letta cluster status\n  mini-letta cluster status --json"
+        after_help = "Examples:\n  mini-letta cluster status          # exits 1 outside a cluster (MINI_LETTA_ETCD)\n  mini-letta cluster status --json   # exits 1 outside a cluster (MINI_LETTA_ETCD)"
     )]
     Status {
         /// Print {"host", "etcd", "hosts": [{"id", "valid", "alive", "lease",
@@ -36,7 +36,7 @@ pub enum ClusterCommand {
     /// last fetched, for a network root); never lowers the base; safe to
     /// run again.
     #[command(
-        after_help = "Examples:\n  mini-letta cluster recover\n  mini-letta cluster recover --json"
+        after_help = "Examples:\n  mini-letta cluster recover          # exits 1 outside a cluster (MINI_LETTA_ETCD)\n  mini-letta cluster recover --json   # exits 1 outside a cluster (MINI_LETTA_ETCD)"
     )]
     Recover {
         /// Print {"base_before", "base", "largest_fence_epoch", "fences":

@@ -177,7 +177,7 @@ pub enum MemoryCommand {
     },
     /// Move a file and commit both paths.
     #[command(after_help = "Examples:
-  mini-letta memory rename facts.md notes/facts.md")]
+  mini-letta memory rename facts.md projects/facts.md")]
     Rename {
         #[command(flatten)]
         target: AgentArg,

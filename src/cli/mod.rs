@@ -180,9 +180,13 @@ enum Command {
     Config(config::ConfigCommand),
     /// Print a shell completion script for mini-letta on stdout.
     #[command(after_help = "Examples:
-  mini-letta completions bash > /etc/bash_completion.d/mini-letta
-  mini-letta completions zsh > \"${fpath[1]}/_mini-letta\"
-  mini-letta completions fish > ~/.config/fish/completions/mini-letta.fish")]
+  mini-letta completions bash > ~/.local/share/bash-completion/completions/mini-letta
+  mini-letta completions zsh > ~/.zfunc/_mini-letta   # with fpath+=(~/.zfunc) in ~/.zshrc
+  mini-letta completions fish > ~/.config/fish/completions/mini-letta.fish
+
+Each file goes where the shell looks for completions (make the directory
+first if it is missing); a new shell then completes commands, options,
+agent names (-a) and conversation ids (--conversation).")]
     Completions {
         /// The shell to complete for.
         #[arg(value_enum, value_name = "SHELL")]
@@ -192,7 +196,7 @@ enum Command {
     /// command into a directory.
     #[command(after_help = "Examples:
   mini-letta man | man -l -
-  mini-letta man --out /usr/local/share/man/man1")]
+  mini-letta man --out ~/.local/share/man/man1")]
     Man {
         /// Write mini-letta.1 and a page per subcommand
         /// (mini-letta-memory-show.1, …) into DIR and list them, instead of

@@ -22,8 +22,8 @@ the system prompt it uses, context usage, compactions, reflection state); a
 recall search box. Only GET and HEAD are answered; Ctrl-C stops it.
 
 Examples:
-  mini-letta palace serve
-  mini-letta palace serve -a owl --port 0")]
+  mini-letta palace serve                     # serves until Ctrl-C
+  mini-letta palace serve -a owl --port 0     # serves until Ctrl-C")]
     Serve {
         /// Agent id or name to show alone (default: the only agent, or every
         /// agent when there are several).
@@ -43,7 +43,7 @@ DIR is replaced as a whole (the pages are written beside it first), so a
 reader never sees half an export. Search needs `palace serve`.
 
 Examples:
-  mini-letta palace export /tmp/palace
+  mini-letta palace export ~/palace
   mini-letta palace export site -a owl --json")]
     Export {
         /// The directory to write (replaced if it exists).

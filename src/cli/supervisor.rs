@@ -19,7 +19,7 @@ pub enum SupervisorCommand {
     #[command(after_help = "Examples:
   mini-letta supervisor start
   mini-letta supervisor start --json
-  mini-letta supervisor start --foreground")]
+  mini-letta supervisor start --foreground   # runs until Ctrl-C or `supervisor stop`")]
     Start {
         /// Run in this process, in the foreground, until stopped.
         #[arg(long)]
@@ -44,8 +44,8 @@ pub enum SupervisorCommand {
     /// Whether a supervisor runs, and its pid, uptime and children
     /// (exit status 3 when none runs).
     #[command(after_help = "Examples:
-  mini-letta supervisor status
-  mini-letta supervisor status --json")]
+  mini-letta supervisor status          # exits 3 when none runs
+  mini-letta supervisor status --json   # exits 3 when none runs")]
     Status {
         /// Print {"running", "pid", "uptime_ms", "home", "socket", "version",
         /// "protocol", "children", "children_known", "cli_requests"}, or

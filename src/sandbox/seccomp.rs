@@ -226,12 +226,18 @@ const IPC: &[Syscall] = calls![
 ];
 
 /// What else arbitrary tool commands may need: scheduler tuning
-/// (`taskset`, `chrt`, `ionice`), `personality` (`setarch`) and Linux AIO.
+/// (`taskset`, `chrt`, `ionice`), `personality` (`setarch`), Linux AIO,
+/// and setting ids to the ones the command already has (`make` spawns each
+/// recipe with `POSIX_SPAWN_RESETIDS`, i.e. `setresuid(-1, uid, -1)`).
+/// The latter can change nothing: the child holds no capability (bounding
+/// set emptied, `capset` cleared), so the kernel allows only its own ids,
+/// which are all one agent uid; `setgroups` stays out.
 #[rustfmt::skip]
 const TOOLS: &[Syscall] = calls![
     SYS_sched_setaffinity, SYS_sched_setparam, SYS_sched_setscheduler, SYS_sched_getattr,
     SYS_sched_setattr, SYS_ioprio_get, SYS_ioprio_set, SYS_personality, SYS_io_setup,
-    SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents,
+    SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents, SYS_setuid, SYS_setgid,
+    SYS_setreuid, SYS_setregid, SYS_setresuid, SYS_setresgid, SYS_setfsuid, SYS_setfsgid,
 ];
 
 /// A group of calls a role may get on top of [`BASE`].
@@ -867,7 +873,8 @@ mod tests {
         (call!(SYS_clone3),                      [N, N, N, N, N]),
         (call!(SYS_adjtimex),                    [N, N, N, N, N]),
         (call!(SYS_lookup_dcookie),              [N, N, N, N, N]),
-        (call!(SYS_setuid),                      [N, N, N, N, N]),
+        (call!(SYS_setuid),                      [N, A, N, N, N]),
+        (call!(SYS_setresuid),                   [N, A, N, N, N]),
         (call!(SYS_setgroups),                   [N, N, N, N, N]),
         (call!(SYS_capset),                      [N, N, N, N, N]),
         (call!(SYS_vmsplice),                    [N, N, N, N, N]),

@@ -283,6 +283,19 @@ pub fn skip_or_fail(reason: &str) {
     }
 }
 
+/// Whether program `name` is on this host's PATH; when it is not, say so
+/// loudly (and fail under `MINI_LETTA_REQUIRE_SANDBOX=1`, where CI
+/// installs it).
+#[allow(dead_code)]
+pub fn tool_present(name: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()));
+    if !found {
+        skip_or_fail(&format!("{name} is not installed"));
+    }
+    found
+}
+
 /// The hostile test child (`tests/hostile/child.c`), built once per test
 /// binary with the system C compiler into a directory agent uids can read.
 pub fn hostile_child() -> PathBuf {
