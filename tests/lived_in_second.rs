@@ -1051,3 +1051,134 @@ fn palace_serve_says_the_address_it_listens_on() {
         "{line}"
     );
 }
+
+/// Issue 48 (13): `-a <TAB>` offered files. The completion scripts now ask
+/// the home (`mini-letta complete …`, hidden) for agent names after
+/// `-a`/`--agent` and where a command takes the agent as its argument,
+/// and for the agent's conversation ids after `--conversation` — in bash,
+/// fish and zsh. (Bash's script also completes subcommands' options
+/// again: clap named a hyphenated program's states two ways.)
+#[test]
+fn shell_completion_offers_agent_names_and_conversation_ids() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    create_agent(h, &["alice"]);
+    let o = run(
+        h,
+        &["chat", "-a", "owl", "--conversation", "work", "-p", "hi"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = |args: &[&str]| -> Vec<String> {
+        let o = run(h, args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", stderr(&o));
+        stdout(&o).lines().map(str::to_string).collect()
+    };
+    let mut agents = lines(&["complete", "agents"]);
+    agents.sort();
+    assert_eq!(agents, ["alice", "owl"]);
+    assert_eq!(lines(&["complete", "agents", "a"]), ["alice"]);
+    assert!(lines(&["complete", "conversations", "-a", "owl"]).contains(&"work".to_string()));
+    // Nothing to offer is no error under a half-typed command line.
+    assert!(lines(&["complete", "conversations", "-a", "nobody"]).is_empty());
+    assert!(
+        lines(&["complete", "conversations"]).is_empty(),
+        "two agents"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = |shell: &str| {
+        let o = run(h, &["completions", shell]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let path = dir.path().join(format!("completion.{shell}"));
+        std::fs::write(&path, &o.stdout).unwrap();
+        path
+    };
+    let path = format!(
+        "{}:{}",
+        bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let shell = |program: &str, code: &str| -> String {
+        let o = std::process::Command::new(program)
+            .args(["-c", code])
+            .env("MINI_LETTA_HOME", h)
+            .env("PATH", &path)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{program}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let bash = shell(
+        "bash",
+        &format!(
+            r#"source {}
+t() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=()
+  _mini_letta_values mini-letta "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+  echo "$*|${{COMPREPLY[*]}}"; }}
+t mini-letta chat -a a
+t mini-letta chat -a owl --conversation w
+t mini-letta agent show ''
+t mini-letta chat --con
+t mini-letta memory sh"#,
+            script("bash").display()
+        ),
+    );
+    for want in [
+        "mini-letta chat -a a|alice",
+        "mini-letta chat -a owl --conversation w|work",
+        "mini-letta agent show |owl alice",
+        "mini-letta memory sh|show",
+    ] {
+        assert!(bash.lines().any(|l| l == want), "{want}:\n{bash}");
+    }
+    assert!(
+        bash.lines()
+            .any(|l| l.starts_with("mini-letta chat --con|") && l.contains("--conversation")),
+        "{bash}"
+    );
+    if tool_present("fish") {
+        let fish = shell(
+            "fish",
+            &format!(
+                "source {}; complete -C 'mini-letta chat -a a'; echo ---; \
+                 complete -C 'mini-letta chat -a owl --conversation '; echo ---; \
+                 complete -C 'mini-letta agent show '",
+                script("fish").display()
+            ),
+        );
+        let parts: Vec<Vec<&str>> = fish
+            .split("---\n")
+            .map(|p| {
+                p.lines()
+                    .map(|l| l.split('\t').next().unwrap_or(""))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(parts[0], ["alice"], "{fish}");
+        assert!(parts[1].contains(&"work"), "{fish}");
+        assert!(
+            parts[2].contains(&"owl") && parts[2].contains(&"alice"),
+            "{fish}"
+        );
+    }
+    if tool_present("zsh") {
+        let zsh = shell(
+            "zsh",
+            &format!(
+                "autoload -Uz compinit; compinit -u -D; source {}
+compadd() {{ print -l -- ${{(P)${{@[-1]}}}} }}
+_mini_letta_agents; echo ---
+words=(mini-letta chat -a owl --conversation ''); CURRENT=6; _mini_letta_conversations",
+                script("zsh").display()
+            ),
+        );
+        let (names, ids) = zsh.split_once("---\n").unwrap();
+        let mut names: Vec<&str> = names.lines().collect();
+        names.sort();
+        assert_eq!(names, ["alice", "owl"], "{zsh}");
+        assert!(ids.lines().any(|l| l == "work"), "{zsh}");
+    }
+}

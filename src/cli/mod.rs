@@ -6,6 +6,7 @@ mod agent_make;
 mod audit;
 mod chat;
 mod cluster;
+mod completion;
 mod config;
 mod context;
 mod doctor;
@@ -192,6 +193,10 @@ agent names (-a) and conversation ids (--conversation).")]
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// What the completion scripts ask at a TAB: this home's agent names
+    /// or an agent's conversation ids, one per line (never an error).
+    #[command(subcommand, hide = true)]
+    Complete(completion::CompleteCommand),
     /// Print mini-letta's man page (roff) on stdout, or write one page per
     /// command into a directory.
     #[command(after_help = "Examples:
@@ -261,7 +266,7 @@ fn run_main() -> ExitCode {
     // its namespace of per-agent uids.
     if !matches!(
         cli.command,
-        Command::Completions { .. } | Command::Man { .. }
+        Command::Completions { .. } | Command::Man { .. } | Command::Complete(_)
     ) && let Ok(home) = Home::resolve(cli.globals.home.as_deref())
     {
         crate::sandbox::identity::enter_subids(home.root());
@@ -341,18 +346,13 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(cmd) => audit::run(cli, cmd),
         Command::Usage(args) => audit::usage(cli, args),
         Command::Config(cmd) => config::run(cli, cmd),
-        Command::Completions { shell } => completions(*shell),
+        Command::Completions { shell } => {
+            output::raw(&completion::script(*shell))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Complete(cmd) => completion::run(cli, cmd),
         Command::Man { out } => man(out.as_deref()),
     }
-}
-
-/// `mini-letta completions SHELL`.
-fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
-    use clap::CommandFactory;
-    let mut text = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), Cli::command_name(), &mut text);
-    output::raw(&text)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `mini-letta man [--out DIR]`.
