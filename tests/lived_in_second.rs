@@ -1182,3 +1182,37 @@ words=(mini-letta chat -a owl --conversation ''); CURRENT=6; _mini_letta_convers
         assert!(ids.lines().any(|l| l == "work"), "{zsh}");
     }
 }
+
+/// Issue 48 (19): `agent export` printed the bytes of the files it packed
+/// (14701) as if they were the archive's size (7835 on disk). It says
+/// both, and `--json` has `archive_bytes`.
+#[test]
+fn agent_export_says_the_archives_size_on_disk() {
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let out = h.join("owl.tar.gz");
+    let o = run(h, &["agent", "export", "owl", "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let on_disk = std::fs::metadata(&out).unwrap().len();
+    assert!(
+        stdout(&o).contains(&format!(": {on_disk} bytes on disk (")),
+        "{on_disk}: {}",
+        stdout(&o)
+    );
+    let o = run(
+        h,
+        &[
+            "agent",
+            "export",
+            "owl",
+            "-o",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let on_disk = std::fs::metadata(&out).unwrap().len();
+    assert_eq!(v["archive_bytes"], on_disk, "{v}");
+    assert!(v["bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
+}

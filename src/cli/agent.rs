@@ -198,7 +198,8 @@ pub enum AgentCommand {
         /// written to a temporary file and renamed over it when complete.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
-        /// Print what was written as JSON.
+        /// Print {"path", "id", "name", "entries", "bytes" (of the files),
+        /// "archive_bytes" (the archive on disk), "skipped"}.
         #[arg(long)]
         json: bool,
     },
@@ -442,10 +443,11 @@ fn export(home: &Home, agent: &str, out: Option<&Path>, json: bool) -> anyhow::R
         output::json(&done)?;
     } else {
         println!(
-            "exported agent {} ({}) to {} ({} entries, {} bytes)",
+            "exported agent {} ({}) to {}: {} bytes on disk ({} entries, {} bytes of files)",
             f(&done.name),
             f(&done.id),
             f(&done.path.display().to_string()),
+            done.archive_bytes,
             done.entries,
             done.bytes
         );

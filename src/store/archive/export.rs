@@ -36,6 +36,8 @@ pub struct Exported {
     pub entries: u64,
     /// Bytes of the files archived, uncompressed.
     pub bytes: u64,
+    /// The archive's own size on disk (compressed).
+    pub archive_bytes: u64,
     /// Paths left out, each with the reason (symlinks, special files).
     pub skipped: Vec<String>,
 }
@@ -131,6 +133,7 @@ pub fn export(home: &Home, selector: &str, out: &Path) -> Result<Exported, Archi
     tmp.as_file()
         .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(io_err(tmp.path()))?;
+    let archive_bytes = tmp.as_file().metadata().map_err(io_err(tmp.path()))?.len();
     tmp.persist(out).map_err(|e| io_err(out)(e.error))?;
     if let Ok(d) = fs::File::open(&parent) {
         let _ = d.sync_all();
@@ -141,6 +144,7 @@ pub fn export(home: &Home, selector: &str, out: &Path) -> Result<Exported, Archi
         name: record.name,
         entries,
         bytes,
+        archive_bytes,
         skipped,
     })
 }
