@@ -1216,3 +1216,32 @@ fn agent_export_says_the_archives_size_on_disk() {
     assert_eq!(v["archive_bytes"], on_disk, "{v}");
     assert!(v["bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
 }
+
+/// Issue 48 (3): `reflect --wait` with nothing new since the last
+/// reflection exited 1 ("not launched (no_payload)"), so a script that
+/// reflects after each session saw an error. It exits 0 and says
+/// `nothing to reflect on`.
+#[test]
+fn reflect_with_nothing_new_exits_0() {
+    if !confinement_or_skip("reflect") {
+        return;
+    }
+    let home = open_home();
+    let h = home.path();
+    create_agent(h, &["owl"]);
+    let o = run(h, &["chat", "-a", "owl", "-p", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(h, &["reflect", "-a", "owl", "--wait"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = run(h, &["reflect", "-a", "owl", "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).starts_with("nothing to reflect on"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(h, &["reflect", "-a", "owl", "--wait", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["reason"], "no_payload", "{v}");
+}

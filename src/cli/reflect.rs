@@ -24,6 +24,8 @@ the supervisor merges the worktree when the child exits.
 With a running supervisor (`mini-letta supervisor start`) the command returns
 once the reflection is launched; otherwise it waits for it (and says so), since
 the supervisor it started ends with the command. --wait always waits.
+It exits 0 when the reflection merged, changed nothing, or found nothing new
+to reflect on; 1 when it could not run (the reason is printed).
 
 The reflection has a context window of its own: the supervisor's
 MINI_LETTA_REFLECTION_CONTEXT_WINDOW, else [reflection] context_window in
@@ -193,10 +195,14 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     } else {
         print_result(&result);
     }
-    let ok = result["launched"].as_bool().unwrap_or(false)
-        && result["result"]["status"]
-            .as_str()
-            .is_none_or(|s| s == "merged" || s == "no_changes");
+    // Nothing new since the last reflection is an answer, not a failure: a
+    // script that reflects after every session must not see an error.
+    let nothing_new = result["reason"].as_str() == Some("no_payload");
+    let ok = nothing_new
+        || result["launched"].as_bool().unwrap_or(false)
+            && result["result"]["status"]
+                .as_str()
+                .is_none_or(|s| s == "merged" || s == "no_changes");
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -224,6 +230,10 @@ fn when(v: &Value) -> String {
 }
 
 fn print_result(v: &Value) {
+    if v["reason"].as_str() == Some("no_payload") {
+        println!("nothing to reflect on: {} (no_payload)", t(&v["message"]));
+        return;
+    }
     if !v["launched"].as_bool().unwrap_or(false) {
         println!(
             "not launched ({}): {}",
