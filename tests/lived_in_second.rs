@@ -1053,7 +1053,7 @@ fn palace_serve_says_the_address_it_listens_on() {
 }
 
 /// Issue 48 (13): `-a <TAB>` offered files. The completion scripts now ask
-/// the home (`mini-letta complete …`, hidden) for agent names after
+/// the home (`mini-letta complete …`) for agent names after
 /// `-a`/`--agent` and where a command takes the agent as its argument,
 /// and for the agent's conversation ids after `--conversation` — in bash,
 /// fish and zsh. (Bash's script also completes subcommands' options

@@ -1,5 +1,5 @@
 //! Shell completion: `mini-letta completions SHELL` prints clap's script
-//! for the commands and options, with a hook that asks the hidden
+//! for the commands and options, with a hook that asks
 //! `mini-letta complete agents|conversations` for the values only a home
 //! knows: agent names after `-a`/`--agent` (and where a command takes the
 //! agent as its argument) and conversation ids after `--conversation`.
@@ -16,12 +16,18 @@ use crate::store::{self, conversation};
 #[derive(Debug, Subcommand)]
 pub enum CompleteCommand {
     /// The home's agent names, one per line.
+    #[command(after_help = "Examples:
+  mini-letta complete agents
+  mini-letta complete agents al")]
     Agents {
         /// Only names that start with it.
         #[arg(default_value = "")]
         prefix: String,
     },
     /// One agent's conversation ids, one per line.
+    #[command(after_help = "Examples:
+  mini-letta complete conversations -a owl
+  mini-letta complete conversations -a owl wo")]
     Conversations(ConversationsArgs),
 }
 

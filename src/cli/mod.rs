@@ -193,9 +193,10 @@ agent names (-a) and conversation ids (--conversation).")]
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
-    /// What the completion scripts ask at a TAB: this home's agent names
-    /// or an agent's conversation ids, one per line (never an error).
-    #[command(subcommand, hide = true)]
+    /// List what a shell offers at a TAB: this home's agent names or an
+    /// agent's conversation ids, one per line (the completion scripts ask
+    /// it; nothing, never an error, when there is nothing to offer).
+    #[command(subcommand)]
     Complete(completion::CompleteCommand),
     /// Print mini-letta's man page (roff) on stdout, or write one page per
     /// command into a directory.
