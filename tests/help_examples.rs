@@ -80,6 +80,18 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// A memory directory `dir` with its index and one note `name`.md.
+fn indexed_note(dir: &Path, title: &str, name: &str, description: &str) {
+    write(
+        &dir.join("MEMORY.md"),
+        &format!("# {title}\n\n- [{name}]({name}.md) — {description}\n"),
+    );
+    write(
+        &dir.join(format!("{name}.md")),
+        &format!("---\nname: {name}\ndescription: {description}\n---\n- noted\n"),
+    );
+}
+
 /// The directory of agent `name`'s memory working tree.
 fn memory_of(home: &Path, name: &str) -> PathBuf {
     let o = mini(home, &["agent", "show", name, "--json"]);
@@ -109,14 +121,7 @@ fn prepare_agent(home: &Path, name: &str) {
         "- water is wet",
     ]);
     let mem = memory_of(home, name);
-    write(
-        &mem.join("projects/MEMORY.md"),
-        "# Projects\n\n- [Old](old.md) — an old project\n",
-    );
-    write(
-        &mem.join("projects/old.md"),
-        "---\nname: Old\ndescription: An old project.\n---\n- done\n",
-    );
+    indexed_note(&mem.join("projects"), "Projects", "old", "An old project.");
     m(&["commit", "-a", name, "-m", "projects", "projects/"]);
     mini(
         home,
@@ -328,14 +333,7 @@ fn run_example(t: &Templates, n: usize, ex: &Example) -> Result<(), String> {
                 let mut text = std::fs::read_to_string(&persona).unwrap();
                 text.push_str("- plainer\n");
                 std::fs::write(&persona, text).unwrap();
-                write(
-                    &m.join("notes/MEMORY.md"),
-                    "# Notes\n\n- [A](a.md) — a note\n",
-                );
-                write(
-                    &m.join("notes/a.md"),
-                    "---\nname: A\ndescription: a note\n---\nx\n",
-                );
+                indexed_note(&m.join("notes"), "Notes", "a", "A note.");
             }
         }
     }

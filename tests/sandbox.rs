@@ -685,6 +685,24 @@ fn a_stage_program_agent_uids_cannot_run_is_refused_clearly() {
 /// repository made and committed to with the git CLI, and python3 (when
 /// installed) with threads and a subprocess all work in `$AGENT/tmp`, while
 /// the filter is on (`Seccomp: 2`).
+/// The levels a program is tried under: native namespaces, none (L2),
+/// and bubblewrap's where it works (said loudly where it does not).
+fn levels(what: &str) -> Vec<(&'static str, &'static [(&'static str, &'static str)])> {
+    const BWRAP: &[(&str, &str)] = &[("MINI_LETTA_NAMESPACES", "bwrap")];
+    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
+        ("L0 native", &[]),
+        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
+    ];
+    if status_json(BWRAP)["ns_backend"] == "bwrap" {
+        levels.push(("L0 bwrap", BWRAP));
+    } else {
+        common::skip_or_fail(&format!(
+            "bubblewrap backend unavailable: {what} not tried under it"
+        ));
+    }
+    levels
+}
+
 #[test]
 fn real_tools_work_under_every_role() {
     if !require_layers() {
@@ -731,17 +749,7 @@ echo done=1
 "#,
         tmp = tmp.display()
     );
-    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
-    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
-        ("L0 native", &[]),
-        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
-    ];
-    if status_json(&bwrap)["ns_backend"] == "bwrap" {
-        levels.push(("L0 bwrap", &bwrap));
-    } else {
-        common::skip_or_fail("bubblewrap backend unavailable: real tools not tried under it");
-    }
-    for (level, env) in levels {
+    for (level, env) in levels("real tools") {
         for role in ["agent", "tool", "memory-worker", "reflection"] {
             let o = h.run_role(role, env, &script);
             let r = results(&o);
@@ -811,16 +819,8 @@ fi
 "#,
         tmp = tmp.display()
     );
-    let bwrap = [("MINI_LETTA_NAMESPACES", "bwrap")];
-    let mut levels: Vec<(&str, &[(&str, &str)])> = vec![
-        ("L0 native", &[]),
-        ("L2", &[("MINI_LETTA_SANDBOX_DISABLE", "namespaces")]),
-    ];
-    if status_json(&bwrap)["ns_backend"] == "bwrap" {
-        levels.push(("L0 bwrap", &bwrap));
-    }
     let python = common::tool_present("python3");
-    for (level, env) in levels {
+    for (level, env) in levels("make") {
         let o = h.run_role("tool", env, &script);
         let r = results(&o);
         let ctx = format!("{level}: {}\n{}", stdout(&o), stderr(&o));
