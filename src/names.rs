@@ -49,6 +49,23 @@ pub fn describe(c: char) -> String {
     format!("contains the {kind} U+{:04X}", u32::from(c))
 }
 
+/// A fresh id for something made now (a memory worktree, a reflection
+/// launch): UTC `YYYYMMDDHHMMSS`, `-`, 8 random hex digits — sorted by
+/// time, and unique in practice among those made in one second.
+pub fn stamped_id(now: time::OffsetDateTime) -> String {
+    let t = now.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}{:02}{:02}{:02}{:02}{:02}-{:08x}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        rand::random::<u32>()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

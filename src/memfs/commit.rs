@@ -352,7 +352,7 @@ pub fn commit_paths(
 
     // The commit is made; the index only gets the same entries for the
     // named paths. A failure here cannot undo the commit, so it is logged.
-    if let Err(e) = replace_index_entries(repo, &specs, remove_from_index, &staged) {
+    if let Err(e) = replace_index_entries(repo, &specs, unstage_tree, &staged) {
         tracing::warn!(
             "committed {id}, but could not update the index for {:?}: {e}",
             specs
@@ -427,7 +427,7 @@ fn stage_specs(
     for spec in specs {
         let known = index.get_path(Path::new(spec), 0).is_some()
             || index.find_prefix(format!("{spec}/")).is_ok();
-        remove_from_index(index, spec).map_err(git("update the in-memory index"))?;
+        unstage_tree(index, spec).map_err(git("update the in-memory index"))?;
         let found = walk.collect(root, spec)?;
         if !found && !known {
             return Err(CommitError::NoSuchPath(spec.clone()));
@@ -544,14 +544,22 @@ fn clear_stale_head_lock(repo: &Repository) -> bool {
     }
 }
 
-/// Remove `spec` and everything below it (all stages).
-fn remove_from_index(index: &mut Index, spec: &str) -> Result<(), git2::Error> {
+/// Remove `path`'s entries at every stage (a conflict leaves up to three).
+pub(crate) fn unstage(index: &mut Index, path: &str) -> Result<(), git2::Error> {
     for stage in 0..=3 {
-        match index.remove(Path::new(spec), stage) {
+        match index.remove(Path::new(path), stage) {
             Ok(()) => {}
             Err(e) if e.code() == git2::ErrorCode::NotFound => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// [`unstage`] `spec` and everything below it.
+fn unstage_tree(index: &mut Index, spec: &str) -> Result<(), git2::Error> {
+    unstage(index, spec)?;
+    for stage in 0..=3 {
         index.remove_dir(Path::new(spec), stage)?;
     }
     Ok(())

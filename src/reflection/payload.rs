@@ -194,21 +194,6 @@ impl Default for SelectOptions {
     }
 }
 
-/// A fresh launch id: the UTC time to the second and 8 random hex digits.
-pub fn new_launch_id(now: OffsetDateTime) -> String {
-    let t = now.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}{:02}{:02}{:02}{:02}{:02}-{:08x}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        rand::random::<u32>()
-    )
-}
-
 /// `message` normalised for the payload, `None` when it is not kept (see
 /// the module doc).
 pub fn normalize(message: &StoredMessage) -> Option<PayloadRecord> {
@@ -410,7 +395,7 @@ pub fn select_and_write(
 
     let launch_id = match &options.launch_id {
         Some(id) => id.clone(),
-        None => new_launch_id(now),
+        None => crate::names::stamped_id(now),
     };
     // Checks the id before anything is made.
     agent.reflection_payload_dir(&launch_id)?;
@@ -919,7 +904,7 @@ mod tests {
     #[test]
     fn launch_ids_are_timestamped() {
         let t = time::macros::datetime!(2026-12-02 10:05:09 UTC);
-        let id = new_launch_id(t);
+        let id = crate::names::stamped_id(t);
         assert!(id.starts_with("20261202100509-"), "{id}");
         assert_eq!(id.len(), 14 + 1 + 8);
         assert!(crate::paths::is_valid_agent_id(&id));

@@ -18,7 +18,7 @@ pub mod dispatch;
 pub mod frames_io;
 pub mod heads;
 #[cfg(test)]
-mod instructions;
+mod instruction_tests;
 pub mod integration;
 pub mod launch;
 pub mod leases;

@@ -8,21 +8,6 @@ use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;
 use crate::paths::{AgentPaths, MemoryGitDir, WORKTREES_DIR_NAME};
 
-/// A fresh id: UTC `YYYYMMDDHHMMSS`, `-`, 8 random hex digits.
-pub(super) fn new_id() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}{:02}{:02}{:02}{:02}{:02}-{:08x}",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        rand::random::<u32>()
-    )
-}
-
 /// Create a memory worktree of `agent`'s `memory.git` for `label`: a new
 /// branch `mini-letta/<label>/<id>` at `main`'s `HEAD`, checked out as a
 /// linked git worktree in `<agent>/memory-worktrees/<label>-<id>/`
@@ -43,7 +28,7 @@ pub fn create(agent: &AgentPaths, label: Label) -> Result<MemoryWorktree, Worktr
 
     // A taken name (same second, same random digits) is simply redrawn.
     let wt = loop {
-        let id = new_id();
+        let id = crate::names::stamped_id(time::OffsetDateTime::now_utc());
         let name = format!("{}-{id}", label.as_str());
         let wt = MemoryWorktree::from_name(agent, &name, head.id())?;
         let taken = admin_dir(agent, &name)?.exists()

@@ -118,7 +118,7 @@ pub fn keep_as_worker_branch(repo: &git2::Repository, at: Oid) -> Result<String,
             "{}{}/{}",
             super::BRANCH_PREFIX,
             Label::MemoryWorker.as_str(),
-            super::create::new_id()
+            crate::names::stamped_id(time::OffsetDateTime::now_utc())
         );
         match repo.branch(&branch, &commit, false) {
             Ok(_) => return Ok(branch),

@@ -278,7 +278,7 @@ pub(crate) fn update_checkout(
             path: path.as_bytes().to_vec(),
         });
     }
-    replace_index_entries(repo, changed, remove_entry, &entries)
+    replace_index_entries(repo, changed, crate::memfs::commit::unstage, &entries)
         .map_err(git("update the memory index"))
 }
 
@@ -318,17 +318,6 @@ fn make_parents<'a>(root: &Dir, path: &'a str) -> Result<(Dir, &'a str), Worktre
         dir = dir.create_dir(seg, 0o755)?;
     }
     Ok((dir, leaf))
-}
-
-fn remove_entry(index: &mut Index, path: &str) -> Result<(), git2::Error> {
-    for stage in 0..=3 {
-        match index.remove(Path::new(path), stage) {
-            Ok(()) => {}
-            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
