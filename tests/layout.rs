@@ -478,6 +478,15 @@ fn violations(src: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
             ));
         }
     }
+    // An allowed edge nobody uses is a door left open: the next import
+    // through it would pass unreviewed.
+    for (from, to) in &allowed {
+        if tops.contains(from) && !top_edges.contains(&(from.clone(), to.clone())) {
+            out.push(format!(
+                "the map lets {from} import {to}, which nothing in {from} does: drop it from the row"
+            ));
+        }
+    }
     for (folder, edges) in &folders {
         if let Some(c) = a_cycle(edges) {
             let at = if folder.is_empty() {
@@ -530,6 +539,18 @@ fn src_with(file: &str, line: &str) -> tempfile::TempDir {
 
 /// The memory core knowing an agent again is caught three ways: outside
 /// memfs's row, forbidden by it, and a cycle with the agent program.
+#[test]
+fn an_allowed_edge_nobody_uses_fails_the_rules() {
+    let mut map = the_map();
+    let row = map.get_mut("names").expect("a row for names");
+    row.may.insert("paths".to_string());
+    let found = violations(&repo_path("src"), &map);
+    assert_eq!(
+        found,
+        ["the map lets names import paths, which nothing in names does: drop it from the row"],
+    );
+}
+
 #[test]
 fn an_edge_added_back_fails_the_rules() {
     let tree = src_with(
