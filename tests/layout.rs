@@ -656,3 +656,198 @@ fn the_checker_reads_every_kind_of_reference() {
         ]
     );
 }
+
+/// Issue 49: a non-test function is at most [`FN_LIMIT`] lines, a file at
+/// most [`FILE_LIMIT`] non-test lines. What was over when the limits came
+/// is listed in [`LIMIT_DEBT`] at its size then: it may shrink, not grow,
+/// and leaves the list once split (a stale entry fails too).
+const FN_LIMIT: usize = 100;
+const FILE_LIMIT: usize = 800;
+const LIMIT_DEBT: &[(&str, usize)] = &[
+    ("src/agentfs.rs", 896),
+    ("src/cli/chat.rs", 1113),
+    ("src/cli/chat.rs: interactive", 115),
+    ("src/cli/chat.rs: turn", 108),
+    ("src/cli/config.rs: settings", 111),
+    ("src/cli/context.rs: compact", 101),
+    ("src/cli/memory.rs", 1007),
+    ("src/cli/reflect.rs: run", 101),
+    ("src/cli/sandbox.rs: run_child", 116),
+    ("src/cluster/node.rs", 838),
+    ("src/memfs/sync/mod.rs", 962),
+    ("src/memfs/transport.rs: push_dir", 111),
+    (
+        "src/memfs/validate/frontmatter_check.rs: validate_memory_file_frontmatter",
+        111,
+    ),
+    ("src/memfs/worktree/finalize.rs: finalize_reflection", 111),
+    ("src/memfs/worktree/finalize.rs: integrate_worker", 106),
+    ("src/paths.rs", 864),
+    ("src/reflection/payload.rs: select_and_write", 116),
+    ("src/sandbox/plan.rs: plan", 129),
+    ("src/sandbox/probes/mount.rs: mount_unmask", 112),
+    ("src/sandbox/report.rs: probe", 128),
+    ("src/store/archive/export.rs: export", 104),
+    ("src/store/conversation.rs", 1001),
+    ("src/supervisor/children.rs", 815),
+    ("src/supervisor/launch.rs: launch_registered", 102),
+    ("src/supervisor/rpc.rs: memory_sync", 115),
+    ("src/supervisor/rpc.rs: model_complete", 112),
+];
+
+/// Sizes over the limits: `file` → non-test lines, `file: fn` → lines.
+fn oversized(src: &Path) -> BTreeMap<String, usize> {
+    struct Fns<'a> {
+        file: &'a str,
+        out: &'a mut BTreeMap<String, usize>,
+        test_lines: usize,
+        test_modules: &'a mut Vec<PathBuf>,
+        dir: PathBuf,
+    }
+    fn lines(span: proc_macro2::Span) -> usize {
+        span.end().line + 1 - span.start().line
+    }
+    impl Fns<'_> {
+        /// From `fn` to the closing brace (doc comments do not count).
+        fn fun(&mut self, sig: &syn::Signature, block: &syn::Block) {
+            let name = &sig.ident;
+            let n = block.brace_token.span.close().end().line + 1 - sig.fn_token.span.start().line;
+            if n > FN_LIMIT {
+                let key = format!("{}: {name}", self.file);
+                let e = self.out.entry(key).or_default();
+                *e = (*e).max(n);
+            }
+        }
+    }
+    impl<'ast> Visit<'ast> for Fns<'_> {
+        fn visit_item(&mut self, item: &'ast syn::Item) {
+            let attrs = match item {
+                syn::Item::Fn(f) => &f.attrs,
+                syn::Item::Mod(m) => &m.attrs,
+                syn::Item::Impl(i) => &i.attrs,
+                _ => &Vec::new(),
+            };
+            if test_only(attrs) {
+                use syn::spanned::Spanned;
+                self.test_lines += lines(item.span());
+                if let syn::Item::Mod(m) = item
+                    && m.content.is_none()
+                {
+                    self.test_modules.push(self.dir.join(m.ident.to_string()));
+                }
+                return;
+            }
+            if let syn::Item::Fn(f) = item {
+                self.fun(&f.sig, &f.block);
+            }
+            syn::visit::visit_item(self, item);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            if test_only(&f.attrs) {
+                return;
+            }
+            self.fun(&f.sig, &f.block);
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+    }
+    let mut out = BTreeMap::new();
+    let mut test_modules = Vec::new();
+    let mut files: Vec<(PathBuf, usize, usize)> = Vec::new();
+    for (path, text) in sources(src.to_str().unwrap()) {
+        let rel = format!("src/{}", path.strip_prefix(src).unwrap().display());
+        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        // `a/mod.rs` and `a.rs` declare children in `a/`.
+        let dir = if path
+            .file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs")
+        {
+            path.parent().unwrap().to_path_buf()
+        } else {
+            path.with_extension("")
+        };
+        let mut fns = BTreeMap::new();
+        let mut v = Fns {
+            file: &rel,
+            out: &mut fns,
+            test_lines: 0,
+            test_modules: &mut test_modules,
+            dir,
+        };
+        for item in &file.items {
+            v.visit_item(item);
+        }
+        let test_lines = v.test_lines;
+        out.extend(fns);
+        files.push((path, text.lines().count(), test_lines));
+    }
+    for (path, total, test_lines) in files {
+        let module = path.with_extension("");
+        let test_file = test_modules
+            .iter()
+            .any(|t| module.starts_with(t) || path.parent() == Some(t.as_path()));
+        let rel = format!("src/{}", path.strip_prefix(src).unwrap().display());
+        if test_file {
+            out.retain(|k, _| !k.starts_with(&format!("{rel}:")));
+            continue;
+        }
+        let n = total - test_lines;
+        if n > FILE_LIMIT {
+            out.insert(rel, n);
+        }
+    }
+    out
+}
+
+#[test]
+fn functions_and_files_keep_their_limits() {
+    let found = oversized(&repo_path("src"));
+    let debt: BTreeMap<&str, usize> = LIMIT_DEBT.iter().copied().collect();
+    let mut problems = Vec::new();
+    for (what, n) in &found {
+        match debt.get(what.as_str()) {
+            None => problems.push(format!(
+                "{what}: {n} lines, over the limit ({FN_LIMIT} a function, {FILE_LIMIT} a file)"
+            )),
+            Some(was) if n > was => problems.push(format!(
+                "{what}: grew to {n} lines from {was} (over the limit)"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (what, _) in LIMIT_DEBT {
+        if !found.contains_key(*what) {
+            problems.push(format!(
+                "{what}: within the limit now: remove it from LIMIT_DEBT"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The measure itself: a long function counts from `fn` to its closing
+/// brace, doc comments aside; test code — inline or a test-only file —
+/// does not count.
+#[test]
+fn the_limits_measure_what_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "    let _ = 1;\n".repeat(FN_LIMIT - 1);
+    let docs = "/// doc\n".repeat(50);
+    std::fs::write(
+        dir.path().join("lib.rs"),
+        format!(
+            "{docs}pub fn long() {{\n{body}}}\n{docs}pub fn fits() {{\n{}}}\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod inline {{\n    fn long_test() {{\n{body}{body}    }}\n}}\n",
+            "    let _ = 1;\n".repeat(FN_LIMIT - 2)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tests.rs"),
+        format!("fn long_test() {{\n{body}{body}}}\n"),
+    )
+    .unwrap();
+    let found = oversized(dir.path());
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        [("src/lib.rs: long".to_string(), FN_LIMIT + 1)]
+    );
+}
