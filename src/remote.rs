@@ -470,7 +470,10 @@ pub fn publish(agent: &AgentPaths, record: &AgentRecord, url: &str) -> Result<bo
         return Ok(false);
     }
     let tracking = "refs/remotes/origin/mini-letta-agent";
-    for attempt in 0..2 {
+    // A push refused because another host published meanwhile: built again
+    // on the record it published, once.
+    let rejected = |e: &RemoteError| matches!(e, RemoteError::Cli(c) if c.command == "push");
+    crate::retry::Policy::immediate(2).run(rejected, || {
         let parent = if remote_has(&git_dir, url, &[RECORD_REF])?[0] {
             let spec = format!("+{RECORD_REF}:{tracking}");
             gitcli::fetch(&git_dir, url, &[&spec])?.checked("fetch")?;
@@ -507,22 +510,22 @@ pub fn publish(agent: &AgentPaths, record: &AgentRecord, url: &str) -> Result<bo
         let commit = repo
             .commit(None, &sig, &sig, "agent record", &tree, &parent_refs)
             .map_err(git("write the record"))?;
-        repo.reference(RECORD_REF, commit, true, "mini-letta: publish the record")
-            .map_err(git("set the record ref"))?;
-        let spec = format!("{RECORD_REF}:{RECORD_REF}");
+        // The local ref says what was last published: it moves only once
+        // the remote took the commit (a refused push set it before, and the
+        // record was never offered again).
+        let spec = format!("{commit}:{RECORD_REF}");
         let pushed = gitcli::run(Some(&git_dir), &["push", "--porcelain", "--", url, &spec])?;
-        if pushed.ok {
-            return Ok(true);
-        }
-        if attempt == 1 {
+        if !pushed.ok {
             return Err(GitCliError {
                 command: "push".into(),
                 message: pushed.stderr.trim().to_string(),
             }
             .into());
         }
-    }
-    Ok(false)
+        repo.reference(RECORD_REF, commit, true, "mini-letta: publish the record")
+            .map_err(git("set the record ref"))?;
+        Ok(true)
+    })
 }
 
 /// [`sync::sync`] of an agent's memory, then its record published when the
@@ -704,5 +707,40 @@ mod tests {
         };
         assert!(publish(&paths, &renamed, &url).unwrap());
         assert_eq!(remote_record(root_s, &record.id)["name"], "wanderer");
+    }
+
+    /// A push the remote refuses (here: its record ref is locked, as by
+    /// another host's push under way) ends with the push's own error, the
+    /// remote's record as it was — and the next publish offers the record
+    /// again (the local ref used to move before the push, so a refused
+    /// record counted as published and was never pushed).
+    #[test]
+    fn a_refused_record_push_is_the_push_error() {
+        let root = tempfile::tempdir().unwrap();
+        let root_s = root.path().to_str().unwrap();
+        let (a, record) = synced_agent(root_s);
+        let home = Home::at(a.path());
+        let paths = home.agent(&record.id).unwrap();
+        let url = sync::agent_url(root_s, &record.id, a.path()).unwrap();
+        let renamed = AgentRecord {
+            name: "wanderer".into(),
+            ..record.clone()
+        };
+        assert!(publish(&paths, &renamed, &url).unwrap());
+        let lock = std::path::Path::new(&url).join(format!("{RECORD_REF}.lock"));
+        std::fs::write(&lock, "").unwrap();
+        let again = AgentRecord {
+            name: "rover".into(),
+            ..record.clone()
+        };
+        let err = publish(&paths, &again, &url).unwrap_err();
+        assert!(
+            matches!(&err, RemoteError::Cli(c) if c.command == "push"),
+            "{err}"
+        );
+        std::fs::remove_file(&lock).unwrap();
+        assert_eq!(remote_record(root_s, &record.id)["name"], "wanderer");
+        assert!(publish(&paths, &again, &url).unwrap());
+        assert_eq!(remote_record(root_s, &record.id)["name"], "rover");
     }
 }

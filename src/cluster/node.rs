@@ -543,17 +543,18 @@ impl Node {
     /// Another owner is [`ClusterError::NotOwner`]; etcd not answering,
     /// within a few tries, is [`ClusterError::Etcd`].
     pub async fn own(&self, agent: &str) -> Result<Owned, ClusterError> {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.own_once(agent).await {
-                Err(ClusterError::Etcd { .. }) if tries < 3 && !self.stop.is_cancelled() => {
-                    // A leader election takes about one election timeout.
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-                other => return other,
-            }
-        }
+        // A leader election takes about one election timeout.
+        const ELECTION: crate::retry::Policy = crate::retry::Policy::backoff(
+            3,
+            Duration::from_millis(300),
+            Duration::from_millis(300),
+        );
+        ELECTION
+            .run_async(
+                |e| matches!(e, ClusterError::Etcd { .. }) && !self.stop.is_cancelled(),
+                || self.own_once(agent),
+            )
+            .await
     }
 
     async fn own_once(&self, agent: &str) -> Result<Owned, ClusterError> {

@@ -105,28 +105,26 @@ pub async fn own(state: &Arc<State>, agent: &str, wait: Option<Duration>) -> Res
     let began = Instant::now();
     let deadline = began + wait.unwrap_or_default().max(registration_wait(&node));
     let waited = began + wait.unwrap_or_default();
-    loop {
-        let failure = match node.own(agent).await {
-            Ok(Owned::Already(_)) => return Ok(()),
-            Ok(Owned::Taken(epoch)) => return take_over(state, &node, agent, epoch).await,
-            Err(e) => e,
-        };
-        // Not registered yet (a supervisor just started): its lease comes
-        // within moments; etcd without quorum, or another owner: only with
-        // `wait` — otherwise refused now (fail closed, in bounded time).
-        let may_wait = match &failure {
-            ClusterError::NotOwner { .. } => Instant::now() < waited,
-            ClusterError::Etcd { .. } if !node.has_registered() => Instant::now() < deadline,
+    // Not registered yet (a supervisor just started): its lease comes
+    // within moments; etcd without quorum, or another owner: only with
+    // `wait` — otherwise refused now (fail closed, in bounded time).
+    let may_wait = |failure: &ClusterError| {
+        let until = match failure {
+            ClusterError::NotOwner { .. } => waited,
+            ClusterError::Etcd { .. } if !node.has_registered() => deadline,
             // Most often this host's previous supervisor, whose lease is
             // about to expire: waited out like a first registration.
-            ClusterError::HostIdInUse(_) if !node.has_registered() => Instant::now() < deadline,
-            ClusterError::Etcd { .. } => Instant::now() < waited,
-            _ => false,
+            ClusterError::HostIdInUse(_) if !node.has_registered() => deadline,
+            ClusterError::Etcd { .. } => waited,
+            _ => return false,
         };
-        if !may_wait || state.is_stopping() {
-            return Err(refusal(agent, node.host_id(), &failure));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Instant::now() < until && !state.is_stopping()
+    };
+    let poll = crate::retry::Policy::polling(Duration::from_millis(200), deadline - began);
+    match poll.run_async(may_wait, || node.own(agent)).await {
+        Ok(Owned::Already(_)) => Ok(()),
+        Ok(Owned::Taken(epoch)) => take_over(state, &node, agent, epoch).await,
+        Err(failure) => Err(refusal(agent, node.host_id(), &failure)),
     }
 }
 
