@@ -198,13 +198,9 @@ pub fn context(cli: &Cli, args: &ContextArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `mini-letta compact`.
-pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
-    let home = cli.home()?;
-    let (record, paths) = store::find(&home, args.agent.as_deref())?;
-    require_conversation(&paths, &record, &args.conversation)?;
-    precheck(&home, &paths, &record.model, &args.conversation)?;
-    let (env_window, reflection_window) = env_windows()?;
-    let mode = match args.mode.as_deref() {
+/// The mode asked for, else the agent's, else the sliding window.
+fn compaction_mode(record: &store::record::AgentRecord, asked: Option<&str>) -> String {
+    match asked {
         Some(m) => m.to_string(),
         None => record
             .compaction_settings
@@ -213,7 +209,16 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or(Mode::SlidingWindow)
             .as_str()
             .to_string(),
-    };
+    }
+}
+
+pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
+    let home = cli.home()?;
+    let (record, paths) = store::find(&home, args.agent.as_deref())?;
+    require_conversation(&paths, &record, &args.conversation)?;
+    precheck(&home, &paths, &record.model, &args.conversation)?;
+    let (env_window, reflection_window) = env_windows()?;
+    let mode = compaction_mode(&record, args.mode.as_deref());
     // The figures `context` prints, before and after: what this command
     // reports is what that one will show next.
     let measure = || {

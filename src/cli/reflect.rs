@@ -119,43 +119,13 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
         json,
     }) = &args.command
     {
-        use crate::reflection::settings;
-        let (_, paths) = crate::store::find(&home, agent.as_deref())?;
-        let mut s = settings::load(&paths)?;
-        let changing = trigger.is_some()
-            || step_count.is_some()
-            || merge.is_some()
-            || merge_instructions.is_some();
-        if let Some(text) = merge_instructions {
-            s.merge_instructions = text.clone();
-        }
-        if let Some(t) = trigger {
-            s.trigger = t.parse()?;
-        }
-        if let Some(n) = step_count {
-            s.step_count = *n;
-        }
-        if let Some(m) = merge {
-            s.merge = m.parse()?;
-        }
-        if changing {
-            settings::save(&paths, &s)?;
-        }
-        if *json {
-            println!("{}", serde_json::to_string_pretty(&s)?);
-        } else {
-            println!(
-                "trigger {}{}, merge {}",
-                s.trigger.as_str(),
-                if s.trigger == settings::Trigger::StepCount {
-                    format!(" (every {} steps)", s.step_count)
-                } else {
-                    String::new()
-                },
-                s.merge.as_str()
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
+        let change = SettingsChange {
+            trigger: trigger.as_deref(),
+            step_count: *step_count,
+            merge: merge.as_deref(),
+            merge_instructions: merge_instructions.as_deref(),
+        };
+        return settings_command(&home, agent.as_deref(), &change, *json);
     }
     if let Some(ReflectCommand::Status { agent, json }) = &args.command {
         let status = Session::call_once(
@@ -208,6 +178,67 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What `reflect settings` was asked to change.
+#[derive(Clone, Copy)]
+struct SettingsChange<'a> {
+    trigger: Option<&'a str>,
+    step_count: Option<u32>,
+    merge: Option<&'a str>,
+    merge_instructions: Option<&'a str>,
+}
+
+/// `reflect settings`: show them, after applying `change`.
+fn settings_command(
+    home: &crate::paths::Home,
+    agent: Option<&str>,
+    change: &SettingsChange<'_>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let SettingsChange {
+        trigger,
+        step_count,
+        merge,
+        merge_instructions,
+    } = *change;
+    use crate::reflection::settings;
+    let (_, paths) = crate::store::find(home, agent)?;
+    let mut s = settings::load(&paths)?;
+    let changing = trigger.is_some()
+        || step_count.is_some()
+        || merge.is_some()
+        || merge_instructions.is_some();
+    if let Some(text) = merge_instructions {
+        s.merge_instructions = text.to_string();
+    }
+    if let Some(t) = trigger {
+        s.trigger = t.parse()?;
+    }
+    if let Some(n) = step_count {
+        s.step_count = n;
+    }
+    if let Some(m) = merge {
+        s.merge = m.parse()?;
+    }
+    if changing {
+        settings::save(&paths, &s)?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!(
+            "trigger {}{}, merge {}",
+            s.trigger.as_str(),
+            if s.trigger == settings::Trigger::StepCount {
+                format!(" (every {} steps)", s.step_count)
+            } else {
+                String::new()
+            },
+            s.merge.as_str()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A string of a supervisor answer shown as a field of stdout.

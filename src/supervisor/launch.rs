@@ -110,14 +110,7 @@ pub(super) async fn launch_registered(
     let cwd = workspace.unwrap_or_else(|| agent.dir().to_path_buf());
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| internal("cannot create the child channel", e))?;
-    // The egress handshake, for a child whose plan gives it the proxy.
-    let egress = match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
-        Some(_) => Some(
-            std::os::unix::net::UnixStream::pair()
-                .map_err(|e| internal("cannot create the egress handshake", e))?,
-        ),
-        None => None,
-    };
+    let egress = egress_handshake(&plan)?;
     let wrapper_depth = plan.wrapper_depth();
     // The child's own cgroups: removed when it is reaped (or now, when it
     // cannot be started).
@@ -197,6 +190,19 @@ pub(super) async fn launch_registered(
         record,
         ends: ChildEnds { ours },
     })
+}
+
+type StdStream = std::os::unix::net::UnixStream;
+
+/// The egress handshake's socket pair, for a child whose plan gives it
+/// the proxy.
+fn egress_handshake(plan: &LaunchPlan) -> Result<Option<(StdStream, StdStream)>, Outcome> {
+    match plan.stage.as_ref().and_then(|s| s.egress.as_ref()) {
+        Some(_) => StdStream::pair()
+            .map(Some)
+            .map_err(|e| internal("cannot create the egress handshake", e)),
+        None => Ok(None),
+    }
 }
 
 fn internal(what: &str, e: std::io::Error) -> Outcome {

@@ -125,19 +125,7 @@ pub fn export(home: &Home, selector: &str, out: &Path) -> Result<Exported, Archi
         skipped,
         ..
     } = w;
-    let gz = tar.into_inner().map_err(io_err(out))?;
-    let mut buf = gz.finish().map_err(io_err(out))?;
-    buf.flush().map_err(io_err(out))?;
-    drop(buf);
-    tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
-    tmp.as_file()
-        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .map_err(io_err(tmp.path()))?;
-    let archive_bytes = tmp.as_file().metadata().map_err(io_err(tmp.path()))?.len();
-    tmp.persist(out).map_err(|e| io_err(out)(e.error))?;
-    if let Ok(d) = fs::File::open(&parent) {
-        let _ = d.sync_all();
-    }
+    let archive_bytes = finish(tar, tmp, out, &parent)?;
     Ok(Exported {
         path: out.to_path_buf(),
         id: record.id,
@@ -147,6 +135,30 @@ pub fn export(home: &Home, selector: &str, out: &Path) -> Result<Exported, Archi
         archive_bytes,
         skipped,
     })
+}
+
+/// Close the archive (gzip trailer, data on disk, owner-only), rename it
+/// over `out` and sync `parent`: its size on disk.
+fn finish(
+    tar: tar::Builder<flate2::write::GzEncoder<io::BufWriter<fs::File>>>,
+    tmp: tempfile::NamedTempFile,
+    out: &Path,
+    parent: &Path,
+) -> Result<u64, ArchiveError> {
+    let gz = tar.into_inner().map_err(io_err(out))?;
+    let mut buf = gz.finish().map_err(io_err(out))?;
+    buf.flush().map_err(io_err(out))?;
+    drop(buf);
+    tmp.as_file().sync_all().map_err(io_err(tmp.path()))?;
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io_err(tmp.path()))?;
+    let size = tmp.as_file().metadata().map_err(io_err(tmp.path()))?.len();
+    tmp.persist(out).map_err(|e| io_err(out)(e.error))?;
+    if let Ok(d) = fs::File::open(parent) {
+        let _ = d.sync_all();
+    }
+    Ok(size)
 }
 
 fn json_bytes<T: Serialize>(value: &T, out: &Path) -> Result<Vec<u8>, ArchiveError> {
