@@ -143,26 +143,16 @@ fn key_setting(file: &toml::Table, provider: &str, default_env: &str) -> Setting
     }
 }
 
-fn settings(cli: &Cli, home: &Home, file: &toml::Table) -> Vec<Setting> {
+/// Every setting `config show` reports, with its variable and default
+/// (`providers.*.api_key` are added beside their provider's address).
+fn rules() -> Vec<Rule> {
     use crate::egress::config as net;
     use crate::model::config as model;
-    let home_source = if cli.globals.home.is_some() {
-        "flag (--home)".to_string()
-    } else if env_value("MINI_LETTA_HOME").is_some() {
-        "environment (MINI_LETTA_HOME)".to_string()
-    } else {
-        "default".to_string()
-    };
-    let mut out = vec![Setting {
-        key: "home".into(),
-        value: Some(home.root().display().to_string()),
-        source: home_source,
-    }];
     let with_default = |mut r: Rule, d: &str| {
         r.default = Some(d.to_string());
         r
     };
-    let rules = [
+    vec![
         with_default(rule("model.default", None, false), model::DEFAULT_MODEL),
         rule(
             "model.context_window",
@@ -228,7 +218,23 @@ fn settings(cli: &Cli, home: &Home, file: &toml::Table) -> Vec<Setting> {
             &crate::cluster::config::DEFAULT_LEASE_SECS.to_string(),
         ),
         rule("audit.publish", None, false),
-    ];
+    ]
+}
+
+fn settings(cli: &Cli, home: &Home, file: &toml::Table) -> Vec<Setting> {
+    let home_source = if cli.globals.home.is_some() {
+        "flag (--home)".to_string()
+    } else if env_value("MINI_LETTA_HOME").is_some() {
+        "environment (MINI_LETTA_HOME)".to_string()
+    } else {
+        "default".to_string()
+    };
+    let mut out = vec![Setting {
+        key: "home".into(),
+        value: Some(home.root().display().to_string()),
+        source: home_source,
+    }];
+    let rules = rules();
     for (i, r) in rules.iter().enumerate() {
         out.push(resolve(file, r));
         // Each provider's key right after its address.

@@ -303,26 +303,8 @@ fn push_dir(
             )));
         }
     }
-    // Under the locks: each ref must still be what was fetched, and move
-    // forward from it.
-    for u in updates {
-        let now = read_ref(&remote, u.name)?;
-        if now != u.old {
-            return Ok(Pushed::Rejected(format!(
-                "{} moved on the remote since it was fetched",
-                u.name
-            )));
-        }
-        if let Some(old) = u.old
-            && !repo
-                .graph_descendant_of(u.new, old)
-                .map_err(git("compare histories"))?
-        {
-            return Ok(Pushed::Rejected(format!(
-                "{} would not be a fast-forward",
-                u.name
-            )));
-        }
+    if let Some(why) = not_as_fetched(repo, &remote, updates)? {
+        return Ok(Pushed::Rejected(why));
     }
     if let Some(Err(why)) = last_check.map(|c| c()) {
         return Ok(Pushed::Refused(why));
@@ -365,6 +347,31 @@ fn push_dir(
         .map_err(git("update a remote ref"))?;
     tx.commit().map_err(git("update the remote's refs"))?;
     Ok(Pushed::Done)
+}
+
+/// Under the remote's ref locks: why a ref is no longer what was fetched
+/// or would not move forward from it, if one is not.
+fn not_as_fetched(
+    repo: &Repository,
+    remote: &Repository,
+    updates: &[Update<'_>],
+) -> Result<Option<String>, TransportError> {
+    for u in updates {
+        if read_ref(remote, u.name)? != u.old {
+            return Ok(Some(format!(
+                "{} moved on the remote since it was fetched",
+                u.name
+            )));
+        }
+        if let Some(old) = u.old
+            && !repo
+                .graph_descendant_of(u.new, old)
+                .map_err(git("compare histories"))?
+        {
+            return Ok(Some(format!("{} would not be a fast-forward", u.name)));
+        }
+    }
+    Ok(None)
 }
 
 /// Copy into `to` every object reachable from `tips` in `from` and not

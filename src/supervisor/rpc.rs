@@ -318,31 +318,8 @@ pub async fn model_complete(
             );
         }
     };
-    if let Peer::Child {
-        id, agent, model, ..
-    } = peer
-    {
-        // The model is the one recorded when the child was launched: a
-        // child that names another (a scripted fixture path, a provider the
-        // operator did not choose for it) is refused, not obeyed.
-        let asked = request.model.trim();
-        if !asked.is_empty() && asked != model {
-            tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
-            super::audit_records::denied(
-                state,
-                peer,
-                "model.complete",
-                "a model the child was not launched with",
-            )
-            .await;
-            return error(
-                ErrorCode::Forbidden,
-                format!(
-                    "refused: this child was launched with model {model:?} and cannot ask for another"
-                ),
-            );
-        }
-        request.model = model.clone();
+    if let Err(refused) = pin_child_model(state, peer, &mut request).await {
+        return refused;
     }
     tracing::debug!(?peer, model = %request.model, "model.complete");
     let home = state.home.clone();
@@ -413,6 +390,40 @@ pub async fn model_complete(
         }),
         Err(e) => error(ErrorCode::Internal, format!("model task failed: {e}")),
     }
+}
+
+/// The model a child's request may name: the one recorded when it was
+/// launched — a child naming another (a scripted fixture path, a provider
+/// the operator did not choose for it) is refused, not obeyed.
+async fn pin_child_model(
+    state: &Arc<State>,
+    peer: &Peer,
+    request: &mut ModelRequest,
+) -> Result<(), Outcome> {
+    if let Peer::Child {
+        id, agent, model, ..
+    } = peer
+    {
+        let asked = request.model.trim();
+        if !asked.is_empty() && asked != model {
+            tracing::warn!(child = id, agent = %agent, asked = ?asked, recorded = %model, "refused a model the child was not launched with");
+            super::audit_records::denied(
+                state,
+                peer,
+                "model.complete",
+                "a model the child was not launched with",
+            )
+            .await;
+            return Err(error(
+                ErrorCode::Forbidden,
+                format!(
+                    "refused: this child was launched with model {model:?} and cannot ask for another"
+                ),
+            ));
+        }
+        request.model = model.clone();
+    }
+    Ok(())
 }
 
 /// Output tokens a call without `max_tokens` is assumed to spend at most
@@ -514,34 +525,8 @@ pub async fn memory_sync(
     let clone_root = root.clone();
     // An agent this host has never seen, named with a remote configured, is
     // cloned from the remote first (lab 6): the sync after it is then clean.
-    let found = super::state::blocking(move || {
-        let not_found = |e: store::StoreError| error(ErrorCode::NotFound, e.to_string());
-        match store::find(&home, wanted.as_deref()) {
-            Ok(f) => Ok((f, false)),
-            Err(store::StoreError::NotFound(sel)) => {
-                let Some(root) = clone_root else {
-                    return Err(not_found(store::StoreError::NotFound(sel)));
-                };
-                let record = match crate::remote::clone(&home, &root, &sel) {
-                    Ok(r) => r,
-                    // Another command's clone of it just finished first.
-                    Err(crate::remote::RemoteError::AlreadyHere(id)) => {
-                        return store::find(&home, Some(&id))
-                            .map(|f| (f, false))
-                            .map_err(not_found);
-                    }
-                    Err(e) => return Err(error(ErrorCode::NotFound, e.to_string())),
-                };
-                tracing::info!(agent = %record.id, name = %record.name, "cloned from the remote");
-                let paths = home
-                    .agent(&record.id)
-                    .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-                Ok(((record, paths), true))
-            }
-            Err(e) => Err(not_found(e)),
-        }
-    })
-    .await;
+    let found =
+        super::state::blocking(move || find_or_clone(&home, wanted.as_deref(), clone_root)).await;
     let ((record, paths), cloned) = match found {
         Ok(f) => f,
         Err(o) => return o,
@@ -613,6 +598,46 @@ pub async fn memory_sync(
             error(ErrorCode::Internal, e.to_string())
         }
         Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
+    }
+}
+
+/// The agent `wanted` names, or — with a remote root and no such agent
+/// here — its clone from the remote (whether it was cloned).
+fn find_or_clone(
+    home: &crate::paths::Home,
+    wanted: Option<&str>,
+    clone_root: Option<String>,
+) -> Result<
+    (
+        (crate::store::record::AgentRecord, crate::paths::AgentPaths),
+        bool,
+    ),
+    Outcome,
+> {
+    let not_found = |e: store::StoreError| error(ErrorCode::NotFound, e.to_string());
+    match store::find(home, wanted) {
+        Ok(f) => Ok((f, false)),
+        Err(store::StoreError::NotFound(sel)) => {
+            let Some(root) = clone_root else {
+                return Err(not_found(store::StoreError::NotFound(sel)));
+            };
+            let record = match crate::remote::clone(home, &root, &sel) {
+                Ok(r) => r,
+                // Another command's clone of it just finished first.
+                Err(crate::remote::RemoteError::AlreadyHere(id)) => {
+                    return store::find(home, Some(&id))
+                        .map(|f| (f, false))
+                        .map_err(not_found);
+                }
+                Err(e) => return Err(error(ErrorCode::NotFound, e.to_string())),
+            };
+            tracing::info!(agent = %record.id, name = %record.name, "cloned from the remote");
+            let paths = home
+                .agent(&record.id)
+                .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+            Ok(((record, paths), true))
+        }
+        Err(e) => Err(not_found(e)),
     }
 }
 
