@@ -692,14 +692,20 @@ mod tests {
         ));
     }
 
+    /// A synced agent under remote root `root`: its home (kept alive by
+    /// the caller), record, paths and remote URL.
+    fn published_agent(root: &str) -> (tempfile::TempDir, AgentRecord, AgentPaths, String) {
+        let (a, record) = synced_agent(root);
+        let paths = Home::at(a.path()).agent(&record.id).unwrap();
+        let url = sync::agent_url(root, &record.id, a.path()).unwrap();
+        (a, record, paths, url)
+    }
+
     #[test]
     fn an_unchanged_record_is_not_pushed_again() {
         let root = tempfile::tempdir().unwrap();
         let root_s = root.path().to_str().unwrap();
-        let (a, record) = synced_agent(root_s);
-        let home = Home::at(a.path());
-        let paths = home.agent(&record.id).unwrap();
-        let url = sync::agent_url(root_s, &record.id, a.path()).unwrap();
+        let (_a, record, paths, url) = published_agent(root_s);
         assert!(!publish(&paths, &record, &url).unwrap());
         let renamed = AgentRecord {
             name: "wanderer".into(),
@@ -718,10 +724,7 @@ mod tests {
     fn a_refused_record_push_is_the_push_error() {
         let root = tempfile::tempdir().unwrap();
         let root_s = root.path().to_str().unwrap();
-        let (a, record) = synced_agent(root_s);
-        let home = Home::at(a.path());
-        let paths = home.agent(&record.id).unwrap();
-        let url = sync::agent_url(root_s, &record.id, a.path()).unwrap();
+        let (_a, record, paths, url) = published_agent(root_s);
         let renamed = AgentRecord {
             name: "wanderer".into(),
             ..record.clone()
