@@ -37,6 +37,21 @@ pub fn atomic_write_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Re
     File::open(dir)?.sync_all()
 }
 
+/// Open (creating with `mode`) a file that only carries an `flock`, never
+/// through a symbolic link: whoever can write its directory could plant
+/// one there.
+pub fn open_lock_file(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// Lock `file` exclusively, waiting at most `wait` (any process of the
 /// same uid can hold such a lock, so a holder that never lets go costs a
 /// bounded wait, then a `TimedOut` error naming `what` it held).
@@ -69,6 +84,24 @@ pub fn flock_bounded(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_lock_file_is_never_opened_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "keep").unwrap();
+        let lock = dir.path().join("lock");
+        std::os::unix::fs::symlink(&target, &lock).unwrap();
+        let err = open_lock_file(&lock, 0o600).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        let fresh = dir.path().join("fresh");
+        open_lock_file(&fresh, 0o600).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&fresh).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+    }
     use super::*;
 
     #[test]

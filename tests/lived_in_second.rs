@@ -77,18 +77,39 @@ fn slow_flaky_provider(failures: usize, delay: std::time::Duration) -> String {
     format!("http://{addr}")
 }
 
-/// A home with agent `owl` whose `openai/…` models are [`flaky_provider`]`(failures)`.
-fn owl_with_flaky_provider(failures: usize) -> tempfile::TempDir {
+/// A home with agent `owl` whose `openai/…` models are served at
+/// `base`/v1, with `more` lines added to `[providers.openai]`.
+fn owl_with_openai_at(base: &str, more: &str) -> tempfile::TempDir {
     let home = open_home();
     let h = home.path();
     create_agent(h, &["owl"]);
-    let base = flaky_provider(failures);
     std::fs::write(
         h.join("config.toml"),
-        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n"),
+        format!("[providers.openai]\nbase_url = \"{base}/v1\"\napi_key = \"k\"\n{more}"),
     )
     .unwrap();
     home
+}
+
+/// A home with agent `owl` whose `openai/…` models are [`flaky_provider`]`(failures)`.
+fn owl_with_flaky_provider(failures: usize) -> tempfile::TempDir {
+    owl_with_openai_at(&flaky_provider(failures), "")
+}
+
+/// `chat -p hi` to owl on `openai/gpt-test`.
+fn chat_on_openai(h: &std::path::Path) -> std::process::Output {
+    run(
+        h,
+        &[
+            "chat",
+            "-a",
+            "owl",
+            "-p",
+            "hi",
+            "--model",
+            "openai/gpt-test",
+        ],
+    )
 }
 
 /// Issue 48 (1): a retried stream left the failed attempt's text on
@@ -744,26 +765,8 @@ fn a_web_page_instead_of_a_stream_is_named_and_not_retried() {
     let (base, hits) = canned_server(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 61\r\nConnection: close\r\n\r\n<html><head><title>Sign in</title></head><body></body></html>",
     );
-    let home = open_home();
-    let h = home.path();
-    create_agent(h, &["owl"]);
-    std::fs::write(
-        h.join("config.toml"),
-        format!("[providers.openai]\nbase_url = \"{base}\"\napi_key = \"k\"\n"),
-    )
-    .unwrap();
-    let o = run(
-        h,
-        &[
-            "chat",
-            "-a",
-            "owl",
-            "-p",
-            "hi",
-            "--model",
-            "openai/gpt-test",
-        ],
-    );
+    let home = owl_with_openai_at(&base, "");
+    let o = chat_on_openai(home.path());
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(
@@ -799,26 +802,8 @@ fn a_stalled_stream_names_timeout_secs() {
             });
         }
     });
-    let home = open_home();
-    let h = home.path();
-    create_agent(h, &["owl"]);
-    std::fs::write(
-        h.join("config.toml"),
-        format!("[providers.openai]\nbase_url = \"http://{addr}/v1\"\napi_key = \"k\"\ntimeout_secs = 1\n"),
-    )
-    .unwrap();
-    let o = run(
-        h,
-        &[
-            "chat",
-            "-a",
-            "owl",
-            "-p",
-            "hi",
-            "--model",
-            "openai/gpt-test",
-        ],
-    );
+    let home = owl_with_openai_at(&format!("http://{addr}"), "timeout_secs = 1\n");
+    let o = chat_on_openai(home.path());
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(

@@ -15,7 +15,6 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,16 +60,7 @@ pub fn take(remote_dir: &Path, wait: Duration) -> Result<Claim, ClaimError> {
         path: path.clone(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        // Whoever can write the remote could plant a symlink here.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(io)?;
+    let file = crate::fsutil::open_lock_file(&path, 0o644).map_err(io)?;
     let mut file = match crate::fsutil::flock_bounded(file, wait, "the push claim") {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {

@@ -197,13 +197,7 @@ fn post_json_stream(
         // page, a server that ignored `stream`) is no answer, and asking
         // again gets the same page: say what came, never retry.
         if !kind.is_empty() && !kind.starts_with("text/event-stream") {
-            let text = resp
-                .into_body()
-                .with_config()
-                .limit(ERROR_BODY_LIMIT)
-                .lossy_utf8(true)
-                .read_to_string()
-                .unwrap_or_default();
+            let text = bounded_text(resp.into_body());
             return Err(ModelError::Fatal {
                 status: Some(status),
                 message: not_a_stream(url, &kind, &text),
@@ -215,14 +209,18 @@ fn post_json_stream(
         });
     }
     let retry_after_ms = retry_after_ms(resp.headers());
-    let text = resp
-        .into_body()
-        .with_config()
+    let text = bounded_text(resp.into_body());
+    Err(status_error(status, &text, retry_after_ms))
+}
+
+/// A body that is no answer (an error, a page), read up to
+/// [`ERROR_BODY_LIMIT`] as text, for the message that quotes it.
+fn bounded_text(mut body: ureq::Body) -> String {
+    body.with_config()
         .limit(ERROR_BODY_LIMIT)
         .lossy_utf8(true)
         .read_to_string()
-        .unwrap_or_default();
-    Err(status_error(status, &text, retry_after_ms))
+        .unwrap_or_default()
 }
 
 /// A successful status whose body is not an event stream: what it was.

@@ -17,10 +17,8 @@
 //! remove a stale lock and then each think they own the fresh one.
 
 use std::io::ErrorKind;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
-use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 
 use super::{MAX_SMALL_JSON_BYTES, ReflectionError};
@@ -130,14 +128,7 @@ fn guard(agent: &AgentPaths) -> Result<nix::fcntl::Flock<std::fs::File>, Reflect
         path: path.clone(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-        .open(&path)
-        .map_err(io)?;
+    let file = crate::fsutil::open_lock_file(&path, 0o600).map_err(io)?;
     crate::fsutil::flock_bounded(file, GUARD_WAIT, "the reflection lock guard").map_err(io)
 }
 
