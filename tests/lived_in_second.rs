@@ -1047,7 +1047,7 @@ fn palace_serve_says_the_address_it_listens_on() {
 fn shell_completion_offers_agent_names_and_conversation_ids() {
     let home = open_home();
     let h = home.path();
-    create_agent(h, &["owl"]);
+    let owl = create_agent(h, &["owl"]);
     create_agent(h, &["alice"]);
     let o = run(
         h,
@@ -1065,6 +1065,18 @@ fn shell_completion_offers_agent_names_and_conversation_ids() {
     assert_eq!(agents, ["alice", "owl"]);
     assert_eq!(lines(&["complete", "agents", "a"]), ["alice"]);
     assert!(lines(&["complete", "conversations", "-a", "owl"]).contains(&"work".to_string()));
+    // A directory a child could leave in its conversations, named to
+    // drive the terminal it is printed on, is never offered.
+    let conversations = h.join("agents").join(&owl).join("conversations");
+    std::fs::create_dir_all(conversations.join("x\u{1b}]52;c;aGk=\u{7}")).unwrap();
+    std::fs::create_dir_all(conversations.join("a b; rm -rf ~")).unwrap();
+    let offered = lines(&["complete", "conversations", "-a", "owl"]);
+    assert!(
+        offered.iter().all(|c| c
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "-_".contains(ch))),
+        "{offered:?}"
+    );
     // Nothing to offer is no error under a half-typed command line.
     assert!(lines(&["complete", "conversations", "-a", "nobody"]).is_empty());
     assert!(

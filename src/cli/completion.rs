@@ -226,3 +226,27 @@ complete -c mini-letta -n "__fish_mini_letta_using_subcommand agent; and __fish_
         AGENT_ARGUMENT.join(" ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::offerable;
+
+    #[test]
+    fn only_plain_words_are_offered() {
+        for ok in ["owl", "conv-1a2b", "agent-0f3e_x", "a.b@c+d"] {
+            assert!(offerable(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "x\u{1b}]52;c;aGk=\u{7}",
+            "a b",
+            "a;b",
+            "$(id)",
+            "`id`",
+            "a\nb",
+            "\u{202e}txt",
+        ] {
+            assert!(!offerable(bad), "{bad:?}");
+        }
+    }
+}
