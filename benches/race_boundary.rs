@@ -55,7 +55,7 @@ fn attacker(c: &mut Client, agent: &str, hostile: &Path, args: &[&str]) -> u64 {
     let mut argv = vec![hostile.display().to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: agent.into(),
             role: "tool".into(),
             argv,
@@ -69,7 +69,7 @@ fn attacker(c: &mut Client, agent: &str, hostile: &Path, args: &[&str]) -> u64 {
 }
 
 fn live(c: &mut Client, child: u64) -> bool {
-    let rows = c.call(Call::Ps {}).unwrap();
+    let rows = c.call_json(Call::Ps {}).unwrap();
     rows["children"].as_array().unwrap().iter().any(|r| {
         r["id"].as_u64() == Some(child) && (r["state"] == "running" || r["state"] == "starting")
     })
@@ -135,7 +135,7 @@ fn main() -> ExitCode {
     let mem = agent.memory_dir();
     assert!(run(&home_dir, &["supervisor", "start"]).status.success());
     let mut c = mini_letta::supervisor::connect(&home).unwrap();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let _ = c.set_timeout(Some(Duration::from_secs(5)));
     // A first confined run gives the memory tree to the agent's uid.
     let first = attacker(&mut c, &id, Path::new("/bin/true"), &[]);
@@ -196,7 +196,7 @@ fn main() -> ExitCode {
     let mut slowest = Duration::ZERO;
     while Instant::now() < deadline {
         let t = Instant::now();
-        let _ = control.call(Call::MemoryCommit {
+        let _ = control.call_json(Call::MemoryCommit {
             paths: vec!["notes/note.md".into(), "notes/MEMORY.md".into()],
             message: "race".into(),
             agent: Some(id.clone()),
@@ -220,7 +220,7 @@ fn main() -> ExitCode {
     let _ = control.set_timeout(Some(Duration::from_secs(2)));
     while Instant::now() < deadline {
         let t = Instant::now();
-        let r = control.call(Call::MemoryStatus {
+        let r = control.call_json(Call::MemoryStatus {
             agent: Some(id.clone()),
         });
         slowest = slowest.max(t.elapsed());
@@ -248,7 +248,7 @@ fn main() -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let _ = control.set_timeout(Some(Duration::from_secs(10)));
     while Instant::now() < deadline {
-        let _ = control.call(Call::Spawn(SpawnParams {
+        let _ = control.call_json(Call::Spawn(SpawnParams {
             agent: id.clone(),
             role: "tool".into(),
             argv: vec!["true".into()],

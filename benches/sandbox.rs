@@ -62,7 +62,7 @@ fn create_agents(home: &Path, n: usize) -> Vec<String> {
 
 fn spawn(c: &mut Client, agent: &str, isolation: &str, argv: &[&str]) -> (u64, u32) {
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: agent.into(),
             role: "agent".into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -92,7 +92,7 @@ fn first_frames(home: &Path, disable: Option<&str>, isolation: &str, runs: usize
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let ps = c.call(Call::Ps {}).unwrap();
+    let ps = c.call_json(Call::Ps {}).unwrap();
     let out = ps["children"]
         .as_array()
         .unwrap()

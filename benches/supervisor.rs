@@ -129,16 +129,16 @@ fn main() {
 
     // (a) control-socket ping.
     for _ in 0..100 {
-        c.call(Call::Ping {}).unwrap();
+        c.call_json(Call::Ping {}).unwrap();
     }
     let mut ping = Vec::with_capacity(pings);
     for _ in 0..pings {
         let t = Instant::now();
-        c.call(Call::Ping {}).unwrap();
+        c.call_json(Call::Ping {}).unwrap();
         ping.push(micros(t.elapsed()));
     }
 
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let mut exits = Vec::new();
 
     // (b) channel ping, measured inside a child.
@@ -172,7 +172,7 @@ fn main() {
         ids.push(v["child"].as_u64().unwrap());
     }
     wait_exits(&mut c, &ids, &mut exits);
-    let rows = c.call(Call::Ps {}).unwrap();
+    let rows = c.call_json(Call::Ps {}).unwrap();
     let first_frame: Vec<f64> = rows["children"]
         .as_array()
         .unwrap()

@@ -69,7 +69,7 @@ fn main() {
     let model_rtt: Vec<f64> = (0..runs * 10)
         .map(|_| {
             let t = Instant::now();
-            c.call(Call::ModelComplete {
+            c.call_json(Call::ModelComplete {
                 request: json!({"model": "mock", "system": "S", "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
             })
             .unwrap();
@@ -95,7 +95,7 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1000.0
             })
             .collect();
-        let ps = c.call(Call::Ps {}).unwrap();
+        let ps = c.call_json(Call::Ps {}).unwrap();
         let first: Vec<f64> = ps["children"]
             .as_array()
             .unwrap()

@@ -750,7 +750,7 @@ fn ps_shows_live_children_by_default_and_ended_ones_with_all() {
     let d = Daemon::start(&["owl"]);
     let mut c = d.client();
     let spawn = |c: &mut mini_letta::protocol::client::Client, argv: &[&str]| {
-        c.call(Call::Spawn(SpawnParams {
+        c.call_json(Call::Spawn(SpawnParams {
             agent: "owl".into(),
             role: "tool".into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -803,7 +803,7 @@ fn ps_shows_live_children_by_default_and_ended_ones_with_all() {
 
     let status = json(d.path(), &["supervisor", "status", "--json"]);
     assert_eq!(status["children"], 1, "{status}");
-    c.call(Call::Kill {
+    c.call_json(Call::Kill {
         child: long,
         signal: None,
     })

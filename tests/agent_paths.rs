@@ -452,7 +452,7 @@ fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
     c.set_timeout(Some(Duration::from_secs(5))).unwrap();
     let started = Instant::now();
     let v = c
-        .call(Call::MemoryStatus {
+        .call_json(Call::MemoryStatus {
             agent: Some(d.agents[0].clone()),
         })
         .expect("memory.status must answer, not hang on a FIFO");
@@ -471,14 +471,14 @@ fn memory_status_with_a_fifo_answers_and_other_agents_are_served() {
     assert!(v["head"].as_str().is_some_and(|h| h.len() == 40), "{v}");
     // Many requests at once do not exhaust anything either.
     for _ in 0..50 {
-        c.call(Call::MemoryStatus {
+        c.call_json(Call::MemoryStatus {
             agent: Some(d.agents[0].clone()),
         })
         .unwrap();
     }
     let v = d
         .client()
-        .call(Call::MemoryStatus {
+        .call_json(Call::MemoryStatus {
             agent: Some(d.agents[1].clone()),
         })
         .unwrap();

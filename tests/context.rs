@@ -428,7 +428,7 @@ fn model_info_gives_the_configured_window() {
     .unwrap();
     let mut c = d.client();
     let v = c
-        .call(mini_letta::protocol::Call::ModelInfo {
+        .call_json(mini_letta::protocol::Call::ModelInfo {
             model: Some("mock".into()),
         })
         .unwrap();

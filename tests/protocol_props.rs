@@ -673,7 +673,7 @@ fn supervisor_survives_garbage() {
         )
         .unwrap();
     // The supervisor still answers new connections.
-    assert!(d.client().call(Call::Ping {}).is_ok());
+    assert!(d.client().call_json(Call::Ping {}).is_ok());
     assert_eq!(d.pid(), pid);
     assert!(
         started.elapsed() < Duration::from_secs(20),

@@ -1403,7 +1403,7 @@ fn stop_running_worker(h: &Path) -> Option<nix::unistd::Pid> {
     let mut c = Client::connect(&sock).ok()?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     while std::time::Instant::now() < deadline {
-        let ps = c.call(Call::Ps {}).ok()?;
+        let ps = c.call_json(Call::Ps {}).ok()?;
         let pid = ps["children"].as_array().and_then(|rows| {
             rows.iter()
                 .find(|r| {

@@ -396,7 +396,10 @@ fn killed_child_mid_turn_leaves_a_readable_conversation() {
     let mut killed = false;
     for _ in 0..200 {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let ps = d.client().call(mini_letta::protocol::Call::Ps {}).unwrap();
+        let ps = d
+            .client()
+            .call_json(mini_letta::protocol::Call::Ps {})
+            .unwrap();
         if let Some(c) = ps["children"]
             .as_array()
             .unwrap()
@@ -599,7 +602,7 @@ fn one_chat_turn_is_one_request() {
     let d = Daemon::start(&["solo"]);
     let requests = || {
         let mut c = d.client();
-        let v = c.call(mini_letta::protocol::Call::Status {}).unwrap();
+        let v = c.call_json(mini_letta::protocol::Call::Status {}).unwrap();
         v["cli_requests"].as_u64().unwrap()
     };
     let before = requests();

@@ -498,7 +498,10 @@ fn child_dies_with_the_supervisor() {
     // An established child (its stage 2 said hello): the namespace init
     // (or bubblewrap) has armed its own parent-death signal by then.
     assert!(common::wait_until(10, || {
-        let ps = d.client().call(mini_letta::protocol::Call::Ps {}).unwrap();
+        let ps = d
+            .client()
+            .call_json(mini_letta::protocol::Call::Ps {})
+            .unwrap();
         ps["children"]
             .as_array()
             .unwrap()
@@ -533,7 +536,8 @@ fn sigterm_reaches_the_confined_program() {
     }
     let d = common::Daemon::start(&["a"]);
     let mut c = d.client();
-    c.call(mini_letta::protocol::Call::Subscribe {}).unwrap();
+    c.call_json(mini_letta::protocol::Call::Subscribe {})
+        .unwrap();
     let v = spawn_strict(
         &mut c,
         &d.agents[0],
@@ -555,7 +559,7 @@ fn sigterm_reaches_the_confined_program() {
         "the program never set its trap ({})",
         ready.display()
     );
-    c.call(mini_letta::protocol::Call::Kill {
+    c.call_json(mini_letta::protocol::Call::Kill {
         child,
         signal: None,
     })
@@ -607,7 +611,7 @@ fn a_new_supervisor_kills_leftovers_of_its_agents() {
 
 /// Start a strictly confined `tool` child of `agent` running `argv`.
 fn spawn_strict(c: &mut mini_letta::protocol::client::Client, agent: &str, argv: &[&str]) -> Value {
-    c.call(mini_letta::protocol::Call::Spawn(
+    c.call_json(mini_letta::protocol::Call::Spawn(
         mini_letta::protocol::SpawnParams {
             agent: agent.to_string(),
             role: "tool".into(),

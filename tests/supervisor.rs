@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 fn spawn(c: &mut Client, agent: &str, argv: &[&str]) -> (u64, u32) {
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: agent.into(),
             role: "tool".into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -43,7 +43,7 @@ fn wait_exit(c: &mut Client, child: u64) -> Value {
 }
 
 fn ps(d: &Daemon) -> Vec<Value> {
-    d.client().call(Call::Ps {}).unwrap()["children"]
+    d.client().call_json(Call::Ps {}).unwrap()["children"]
         .as_array()
         .unwrap()
         .clone()
@@ -124,7 +124,7 @@ fn killed_supervisor_takes_children_along_and_is_reclaimed() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["already_running"], false);
     assert_ne!(v["pid"].as_u64().unwrap() as u32, sup);
-    assert!(d.client().call(Call::Ping {}).is_ok());
+    assert!(d.client().call_json(Call::Ping {}).is_ok());
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn child_crash_is_reported_and_memory_untouched() {
     let repo = git2::Repository::open(d.memory_dir(0)).unwrap();
     let head = repo.head().unwrap().target().unwrap();
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let (child, _) = spawn(
         &mut c,
         &d.agents[0],
@@ -174,7 +174,7 @@ fn children_get_an_allow_listed_environment_and_no_extra_fds() {
         out.display()
     );
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let (child, _) = spawn(&mut c, &d.agents[0], &["sh", "-c", &script]);
     assert_eq!(wait_exit(&mut c, child)["code"], 0);
     let env = std::fs::read_to_string(&out).unwrap();
@@ -312,7 +312,7 @@ fn a_foreign_uid_is_refused() {
         err.contains("connection refused: peer uid 65534 is not the supervisor's uid 0"),
         "{err}"
     );
-    assert!(d.client().call(Call::Ping {}).is_ok());
+    assert!(d.client().call_json(Call::Ping {}).is_ok());
 }
 
 use std::os::unix::process::CommandExt as _;
@@ -322,7 +322,7 @@ fn children_commit_only_their_own_agent() {
     let d = Daemon::start(&["a", "b"]);
     let me = agent_bin();
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let heads: Vec<git2::Oid> = (0..2)
         .map(|i| {
             git2::Repository::open(d.memory_dir(i))
@@ -396,7 +396,7 @@ fn refused_commits_carry_the_validator_text() {
     let d = Daemon::start(&["a"]);
     let me = agent_bin();
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let script = format!(
         "cd memory && printf 'no frontmatter\\n' > bad.md && {} channel call memory.commit '{{\"paths\":[\"bad.md\"],\"message\":\"bad\"}}' 2> err.txt; echo $? > rc.txt",
         me.display()
@@ -443,7 +443,7 @@ fn model_complete_streams_then_answers() {
     assert_eq!(v["stop"], "end_turn");
     // A request that is not a model request is refused, not fatal.
     let err = c
-        .call(Call::ModelComplete {
+        .call_json(Call::ModelComplete {
             request: json!({"messages": 3}),
         })
         .unwrap_err();
@@ -466,14 +466,16 @@ fn bad_spawn_requests_are_refused() {
         })
     };
     let err = c
-        .call(spawn(&d.agents[0], "tool", Some("bogus")))
+        .call_json(spawn(&d.agents[0], "tool", Some("bogus")))
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidParams), "{err}");
     let err = c
-        .call(spawn(&d.agents[0], "root", Some("off")))
+        .call_json(spawn(&d.agents[0], "root", Some("off")))
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidParams), "{err}");
-    let err = c.call(spawn("nobody", "tool", Some("off"))).unwrap_err();
+    let err = c
+        .call_json(spawn("nobody", "tool", Some("off")))
+        .unwrap_err();
     assert!(matches!(err, ClientError::Remote(_)));
     assert_eq!(err.code(), Some(ErrorCode::NotFound));
 }

@@ -25,7 +25,7 @@ fn spawn(
     argv: &[&str],
 ) -> u64 {
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: agent.into(),
             role: role.into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -55,7 +55,7 @@ fn wait_exit(c: &mut Client, child: u64) -> Value {
 /// Run a shell script as a child of `role` and wait for it.
 fn run_script(d: &Daemon, agent: usize, role: &str, isolation: &str, script: &str) -> Value {
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let child = spawn(
         &mut c,
         &d.agents[agent],
@@ -90,7 +90,7 @@ fn spawn_hostile(d: &Daemon, script: &str) -> u64 {
 
 /// The child's row in `ps` once it has ended.
 fn ended(d: &Daemon, child: u64) -> Option<Value> {
-    let rows = d.client().call(Call::Ps {}).unwrap();
+    let rows = d.client().call_json(Call::Ps {}).unwrap();
     rows["children"]
         .as_array()
         .unwrap()
@@ -178,7 +178,7 @@ fn a_scripted_model_path_from_a_child_touches_no_host_file() {
     // Not from the control socket either: no peer names the script's path.
     let e = d
         .client()
-        .call(Call::ModelComplete {
+        .call_json(Call::ModelComplete {
             request: params["request"].clone(),
         })
         .unwrap_err();
@@ -210,7 +210,7 @@ fn a_child_uses_only_the_model_recorded_at_launch() {
         )
     };
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     // Launched with the scripted model: an empty name uses it, "mock" is refused.
     let s = format!("{}; {}", call("", "scripted"), call("mock", "other"));
     let child = spawn(
@@ -425,7 +425,7 @@ fn descriptors_from_a_child_are_closed_and_refused() {
         fd_count(pid)
     );
     // The control socket still works.
-    assert_eq!(d.client().call(Call::Ping {}).unwrap()["pong"], true);
+    assert_eq!(d.client().call_json(Call::Ping {}).unwrap()["pong"], true);
 }
 
 /// Attack 6: a child that sends pings and never reads grew the supervisor
@@ -446,7 +446,7 @@ fn a_child_that_never_reads_is_cut_off_and_others_are_served() {
     loop {
         let t = Instant::now();
         other
-            .call(Call::MemoryStatus {
+            .call_json(Call::MemoryStatus {
                 agent: Some(d.agents[1].clone()),
             })
             .unwrap();
@@ -527,7 +527,7 @@ fn signals_reach_a_program_named_like_a_wrapper() {
     }
     let d = Daemon::start(&["a"]);
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let inner = "trap 'echo got > memory/term.txt; exit 0' TERM; sleep 1000 & \
                  echo ready > memory/ready.txt; while :; do sleep 0.05; done";
     let script = format!(
@@ -545,7 +545,7 @@ fn signals_reach_a_program_named_like_a_wrapper() {
     );
     let mem = d.memory_dir(0);
     assert!(wait_until(10, || mem.join("ready.txt").exists()));
-    c.call(Call::Kill {
+    c.call_json(Call::Kill {
         child,
         signal: Some(15),
     })
@@ -576,7 +576,7 @@ fn uids_are_never_handed_out_again() {
     };
     let uid_of = |d: &Daemon| -> u32 {
         let mut c = d.client();
-        c.call(Call::Subscribe {}).unwrap();
+        c.call_json(Call::Subscribe {}).unwrap();
         let child = spawn(&mut c, &d.agents[0], "tool", "strict", None, &["true"]);
         wait_exit(&mut c, child);
         let record = read(
@@ -971,7 +971,7 @@ fn an_agent_that_fills_its_quota_stops_alone() {
     assert!(log.contains("memory insert"), "{log}");
     let mut c = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(h.0.path())).unwrap();
     let t = Instant::now();
-    c.call(Call::MemoryStatus {
+    c.call_json(Call::MemoryStatus {
         agent: Some("q".into()),
     })
     .unwrap();
@@ -1009,7 +1009,7 @@ fn deleting_an_agent_frees_its_uid_and_volume() {
     let agent_dir = home.join("agents").join(&id);
     assert!(run(home, &["supervisor", "start"]).status.success());
     let mut c = mini_letta::supervisor::connect(&mini_letta::paths::Home::at(home)).unwrap();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let child = spawn(&mut c, &id, "tool", "strict", None, &["sleep", "30"]);
     let uid =
         serde_json::from_str::<Value>(&read(&agent_dir.join("agent.json"))).unwrap()["sandbox_uid"]
@@ -1034,7 +1034,7 @@ fn deleting_an_agent_frees_its_uid_and_volume() {
         "{}",
         stderr(&o)
     );
-    c.call(Call::Kill {
+    c.call_json(Call::Kill {
         child,
         signal: Some(9),
     })

@@ -635,7 +635,7 @@ fn memory_writers_of_one_agent_wait_for_the_lease() {
     // The operator's connection takes the agent's lease (by name).
     let mut holder = d.client();
     let v = holder
-        .call(mini_letta::protocol::Call::MemoryLease {
+        .call_json(mini_letta::protocol::Call::MemoryLease {
             agent: Some("lea".into()),
         })
         .unwrap();
@@ -815,7 +815,9 @@ fn a_draining_embedded_supervisor_waits_for_other_turns_only_so_long() {
     } = d;
     // An open connection's new request is not taken, and it is told so
     // (send it again to the next supervisor) rather than left unanswered.
-    let refused = early.call(mini_letta::protocol::Call::Ping {}).unwrap_err();
+    let refused = early
+        .call_json(mini_letta::protocol::Call::Ping {})
+        .unwrap_err();
     assert_eq!(
         refused.code(),
         Some(mini_letta::protocol::ErrorCode::NotTaken),

@@ -46,7 +46,7 @@ pub fn run(cmd: &ChannelCommand) -> anyhow::Result<ExitCode> {
                 Ok(_) => anyhow::bail!("not a request"),
                 Err(e) => anyhow::bail!("{e}"),
             };
-            match client.call(call) {
+            match client.call_json(call) {
                 Ok(v) => {
                     output::json(&v)?;
                     Ok(ExitCode::SUCCESS)
@@ -63,7 +63,7 @@ pub fn run(cmd: &ChannelCommand) -> anyhow::Result<ExitCode> {
             let mut times = Vec::with_capacity(*count as usize);
             for _ in 0..*count {
                 let t = Instant::now();
-                client.call(Call::Ping {})?;
+                client.call_as::<crate::protocol::replies::Pong>(Call::Ping {})?;
                 times.push(t.elapsed().as_micros() as u64);
             }
             times.sort_unstable();

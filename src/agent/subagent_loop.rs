@@ -47,7 +47,7 @@ pub fn run(agent: &AgentPaths, channel: Arc<Mutex<Client>>) -> Result<Finished, 
         Err(e) => format!("error: {e}"),
     };
     let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = client.call(Call::TaskFinish {
+    let _ = client.call_as::<crate::protocol::replies::Kept>(Call::TaskFinish {
         report: clip_report(&report),
     });
     result
@@ -55,11 +55,10 @@ pub fn run(agent: &AgentPaths, channel: Arc<Mutex<Client>>) -> Result<Finished, 
 
 fn fetch_task(channel: &Arc<Mutex<Client>>) -> Result<SubagentTask, SubagentError> {
     let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-    let value = client.call(Call::TaskGet {}).map_err(|e| match e {
+    client.call_as(Call::TaskGet {}).map_err(|e| match e {
         ClientError::Remote(body) => SubagentError::Task(body.message),
         other => SubagentError::Task(other.to_string()),
-    })?;
-    serde_json::from_value(value).map_err(|e| SubagentError::Task(e.to_string()))
+    })
 }
 
 /// What a sub-agent's `Read` may read besides its memory: a reflection's
@@ -177,15 +176,10 @@ pub fn run_task(
 /// answers for this child's own worktree (the supervisor's record of it).
 fn check_committed(channel: &Arc<Mutex<Client>>) -> Result<(), SubagentError> {
     let mut client = channel.lock().unwrap_or_else(|p| p.into_inner());
-    let status = client
-        .call(Call::MemoryStatus { agent: None })
+    let status: crate::protocol::replies::MemoryStatus = client
+        .call_as(Call::MemoryStatus { agent: None })
         .map_err(|e| SubagentError::Task(format!("cannot read its worktree's status: {e}")))?;
-    let dirty: Vec<String> = status["dirty"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p.as_str().map(str::to_string))
-        .collect();
+    let dirty = status.dirty;
     // Named up to a few: the report is a short record, not a listing.
     const NAMED: usize = 10;
     match dirty.len() {

@@ -365,7 +365,7 @@ pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
 
 /// `agent release`: in a cluster, give back an agent this host owns.
 fn release(home: &Home, agent: &str, json: bool) -> anyhow::Result<()> {
-    let v = crate::supervisor::Session::call_once(
+    let v: crate::protocol::replies::AgentReleased = crate::supervisor::Session::call_once(
         home,
         crate::protocol::Call::AgentRelease {
             agent: Some(agent.to_string()),
@@ -376,9 +376,9 @@ fn release(home: &Home, agent: &str, json: bool) -> anyhow::Result<()> {
     } else {
         println!(
             "released agent {} ({}): host {} owns it no more",
-            f(v["name"].as_str().unwrap_or_default()),
-            f(v["agent"].as_str().unwrap_or_default()),
-            f(v["host"].as_str().unwrap_or_default())
+            f(&v.name),
+            f(&v.agent),
+            f(&v.host)
         );
     }
     Ok(())
@@ -687,31 +687,22 @@ fn delete(home: &crate::paths::Home, agent: &str, yes: bool, json: bool) -> anyh
     }
     // A running supervisor may have children of this agent.
     if let Ok(mut client) = crate::supervisor::connect(home) {
-        let rows = client.call(crate::protocol::Call::Ps {})?;
+        use crate::protocol::replies::{ChildState, Children};
+        let rows: Children = client.call_as(crate::protocol::Call::Ps {})?;
+        let ours = || rows.children.iter().filter(|r| r.agent == record.id);
         // A child started ahead of the agent's next turn holds nothing:
         // it goes first.
-        for warm in rows["children"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| r["agent"] == record.id.as_str() && r["state"] == "warm")
-        {
-            if let Some(child) = warm["id"].as_u64() {
-                let _ = client.call(crate::protocol::Call::Kill {
-                    child,
+        for warm in ours().filter(|r| r.state == ChildState::Warm) {
+            let _ = client.call_as::<crate::protocol::replies::Signalled>(
+                crate::protocol::Call::Kill {
+                    child: warm.id,
                     signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
-                });
-            }
+                },
+            );
         }
-        let live: Vec<String> = rows["children"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| {
-                r["agent"] == record.id.as_str()
-                    && (r["state"] == "running" || r["state"] == "starting")
-            })
-            .map(|r| r["id"].to_string())
+        let live: Vec<String> = ours()
+            .filter(|r| matches!(r.state, ChildState::Running | ChildState::Starting))
+            .map(|r| r.id.to_string())
             .collect();
         if !live.is_empty() {
             anyhow::bail!(

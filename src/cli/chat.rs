@@ -29,7 +29,7 @@ use crate::protocol::client::ClientError;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::timings;
 use crate::protocol::turn::{TurnEvent, TurnInput};
-use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams};
+use crate::protocol::{Call, ErrorCode, Event, ServerFrame, TurnParams, replies};
 use crate::store;
 use crate::store::conversation;
 use crate::store::conversation::lines::{Line, LinePos, LogLines};
@@ -771,7 +771,7 @@ fn turn(
     let text = serde_json::to_vec(input)?;
     let feeder = std::thread::spawn(move || in_w.write_all(&text));
     let (done, seen) = read_events(out_r, on_event)?;
-    let ended = match client.wait_response_with(req, |_| {}) {
+    let ended: replies::TurnEnded = match client.wait_reply_with(req, "turn.run", |_| {}) {
         Ok(v) => v,
         Err(ClientError::Io(_) | ClientError::Closed) if seen == 0 => {
             return Err(NotTaken.into());
@@ -781,23 +781,18 @@ fn turn(
         Err(e) => return Err(e.into()),
     };
     timings::mark("cli.answered");
-    if let Some(marks) = ended.get("timings") {
-        timings::extend(serde_json::from_value(marks.clone()).unwrap_or_default());
-    }
+    timings::extend(ended.started.timings.clone().unwrap_or_default());
     let fed = feeder
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("input thread panicked")));
-    let exit: Option<ChildEnd> = serde_json::from_value(ended["exit"].clone()).ok();
-    let reflection =
-        (ended["reflection"]["launched"] == json!(true)).then(|| TurnEvent::Reflection {
-            trigger: ended["reflection"]["trigger"]
-                .as_str()
-                .unwrap_or("automatic")
-                .to_string(),
-            waits: session.is_embedded(),
-        });
+    let exit = Some(ended.exit);
+    let launched = ended.reflection.as_ref().filter(|r| r.launched);
+    let reflection = launched.map(|r| TurnEvent::Reflection {
+        trigger: r.trigger.clone().unwrap_or_else(|| "automatic".into()),
+        waits: session.is_embedded(),
+    });
     wait_briefly(relay, relay_err);
-    if ended["cancelled"] == json!(true) {
+    if ended.cancelled {
         let done = TurnEvent::Done {
             stop_reason: "cancelled".into(),
             text: String::new(),
@@ -940,7 +935,7 @@ pub fn attach(cli: &Cli, args: &AttachArgs) -> anyhow::Result<ExitCode> {
     }
     // With a supervisor running: its live events, text as it streams.
     if let Ok(mut client) = crate::supervisor::connect(&home) {
-        client.call(Call::Subscribe {})?;
+        client.call_as::<replies::Subscribed>(Call::Subscribe {})?;
         // Said once following has begun: what comes next is live.
         eprintln!(
             "following conversation {} live (Ctrl-C to stop)",

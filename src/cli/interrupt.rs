@@ -95,7 +95,7 @@ pub fn cancel_current_turn() -> bool {
 /// command's is busy with the turn).
 fn cancel(turn: &TurnRef) {
     let result = crate::supervisor::connect(&turn.home).and_then(|mut c| {
-        c.call(Call::TurnCancel {
+        c.call_as::<crate::protocol::replies::TurnCancelled>(Call::TurnCancel {
             agent: turn.agent.clone(),
             conversation: turn.conversation.clone(),
         })

@@ -592,7 +592,7 @@ fn lease(
     };
     timings::mark("cli.connected");
     client
-        .call(crate::protocol::Call::MemoryLease {
+        .call_as::<crate::protocol::replies::Leased>(crate::protocol::Call::MemoryLease {
             agent: Some(agent.to_string()),
         })
         .context("cannot take the agent's memory lease from the supervisor")?;

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde_json::Value;
 
 use super::{Cli, output};
+use crate::protocol::replies::{ReflectLaunch, ReflectStatus, SubagentResult, TaskStatus};
 use crate::protocol::{Call, ReflectParams};
 use crate::supervisor::Session;
 
@@ -128,7 +128,7 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
         return settings_command(&home, agent.as_deref(), &change, *json);
     }
     if let Some(ReflectCommand::Status { agent, json }) = &args.command {
-        let status = Session::call_once(
+        let status: ReflectStatus = Session::call_once(
             &home,
             Call::ReflectStatus {
                 agent: agent.clone(),
@@ -150,14 +150,16 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     if wait && !args.wait && !args.json {
         eprintln!("· no supervisor is running: waiting for the reflection to finish");
     }
-    let result = session.client.call(Call::ReflectRun(ReflectParams {
-        agent: args.agent.clone(),
-        mode: args.mode.clone(),
-        instruction: args.instruction.clone(),
-        wait,
-        context_window: window,
-        isolation: args.isolation.clone(),
-    }));
+    let result = session
+        .client
+        .call_as::<ReflectLaunch>(Call::ReflectRun(ReflectParams {
+            agent: args.agent.clone(),
+            mode: args.mode.clone(),
+            instruction: args.instruction.clone(),
+            wait,
+            context_window: window,
+            isolation: args.isolation.clone(),
+        }));
     session.close();
     let result = result.context("the reflection could not be started")?;
     if args.json {
@@ -167,12 +169,12 @@ pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     }
     // Nothing new since the last reflection is an answer, not a failure: a
     // script that reflects after every session must not see an error.
-    let nothing_new = result["reason"].as_str() == Some("no_payload");
-    let ok = nothing_new
-        || result["launched"].as_bool().unwrap_or(false)
-            && result["result"]["status"]
-                .as_str()
-                .is_none_or(|s| s == "merged" || s == "no_changes");
+    let ok = result.nothing_new()
+        || result.launched
+            && result
+                .result
+                .as_ref()
+                .is_none_or(|r| r.status == "merged" || r.status == "no_changes");
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -242,152 +244,152 @@ fn settings_command(
 }
 
 /// A string of a supervisor answer shown as a field of stdout.
-fn f(v: &Value, default: &str) -> String {
-    output::field(v.as_str().unwrap_or(default)).into_owned()
+fn f(v: Option<&str>, default: &str) -> String {
+    output::field(v.unwrap_or(default)).into_owned()
 }
 
 /// A string of a supervisor answer that is prose quoting data (a child's
 /// message or summary): shown visibly.
-fn t(v: &Value) -> String {
-    output::text(v.as_str().unwrap_or("")).into_owned()
+fn t(v: &str) -> String {
+    output::text(v).into_owned()
 }
 
 /// A stored time of a supervisor answer, in the one display format.
-fn when(v: &Value) -> String {
-    match v.as_str() {
+fn when(v: Option<&str>) -> String {
+    match v {
         Some(s) => output::field(&output::display_stored_time(s)).into_owned(),
         None => "-".to_string(),
     }
 }
 
-fn print_result(v: &Value) {
-    if v["reason"].as_str() == Some("no_payload") {
-        println!("nothing to reflect on: {} (no_payload)", t(&v["message"]));
+/// A child id, or `-`.
+fn id(child: Option<u64>) -> String {
+    child.map_or_else(|| "-".into(), |c| c.to_string())
+}
+
+fn print_result(v: &ReflectLaunch) {
+    let message = v.message.as_deref().unwrap_or("");
+    if v.nothing_new() {
+        println!("nothing to reflect on: {} (no_payload)", t(message));
         return;
     }
-    if !v["launched"].as_bool().unwrap_or(false) {
+    if !v.launched {
         println!(
             "not launched ({}): {}",
-            f(&v["reason"], "?"),
-            t(&v["message"])
+            f(v.reason.map(|r| r.as_str()), "?"),
+            t(message)
         );
         return;
     }
-    match v.get("result") {
+    match &v.result {
         Some(r) => {
-            println!("{} ({})", t(&r["message"]), f(&r["status"], "?"));
-            if r["summary"].is_string() {
-                println!("  {}", t(&r["summary"]));
+            println!(
+                "{} ({})",
+                t(r.message.as_deref().unwrap_or("")),
+                f(Some(&r.status), "?")
+            );
+            if !r.summary.is_empty() {
+                println!("  {}", t(&r.summary));
             }
             // Why the sub-agent failed (e.g. its window was too small).
-            if r["task"]["status"] == "failed" && r["task"]["report"].is_string() {
-                println!("  {}", t(&r["task"]["report"]));
+            if let Some(task) = &r.task
+                && task.status == TaskStatus::Failed
+                && let Some(report) = &task.report
+            {
+                println!("  {}", t(report));
             }
         }
         None => println!(
             "reflecting in the background (child {}, branch {})",
-            v["child"],
-            f(&v["branch"], "?")
+            id(v.child),
+            f(v.branch.as_deref(), "?")
         ),
     }
 }
 
-fn print_status(v: &Value) {
-    println!("agent:       {}", f(&v["agent"], "-"));
+/// A result's two parts: what merged and how the task ended.
+fn parts(r: &SubagentResult) -> (String, String) {
+    let merge = r.merge.as_ref().map_or("-", |m| m.status.as_str());
+    let task = r.task.as_ref().map_or("-", |t| t.status.as_str());
+    (merge.to_string(), task.to_string())
+}
+
+fn print_status(v: &ReflectStatus) {
+    println!("agent:       {}", f(Some(&v.agent), "-"));
     println!(
         "trigger:     {} (every {} steps), merge {}",
-        f(&v["settings"]["trigger"], "-"),
-        v["settings"]["stepCount"],
-        f(&v["settings"]["merge"], "-")
+        f(Some(&v.settings.trigger), "-"),
+        v.settings.step_count,
+        f(Some(&v.settings.merge), "-")
     );
-    match v.get("running").filter(|r| !r.is_null()) {
-        Some(r) => println!(
-            "running:     child {} ({})",
-            r["child"],
-            f(&r["branch"], "?")
-        ),
+    match &v.running {
+        Some(r) if r.preparing => println!("running:     starting"),
+        Some(r) => println!("running:     child {}", id(r.child)),
         None => println!("running:     no"),
     }
-    match v.get("lock").filter(|l| !l.is_null()) {
+    match &v.lock {
         Some(l) => println!(
             "lock:        pid {} ({})",
-            l["pid"],
-            if l["alive"].as_bool().unwrap_or(false) {
-                "alive"
-            } else {
-                "stale"
-            }
+            l.pid,
+            if l.alive { "alive" } else { "stale" }
         ),
         None => println!("lock:        free"),
     }
-    match v.get("backoff").filter(|b| !b.is_null()) {
+    match &v.backoff {
         Some(b) => println!(
             "backoff:     {} ms, automatic launches wait until {}",
-            b["delayMs"],
-            when(&b["retryAt"])
+            b.delay_ms,
+            when(Some(&b.retry_at))
         ),
         None => println!("backoff:     none"),
     }
     // Memory workers: the one running, those queued here, every
     // acknowledged instruction not applied yet, and those failing.
-    let worker = match v.get("worker").filter(|w| !w.is_null()) {
-        Some(w) if !w["child"].is_null() => format!("child {}", w["child"]),
+    let worker = match &v.worker {
+        Some(w) if !w.preparing => format!("child {}", id(w.child)),
         Some(_) => "starting".to_string(),
         None => "none".to_string(),
     };
     println!(
         "workers:     running {worker}, {} waiting, {} kept until applied, {} failing, {} failed",
-        v["workers_waiting"].as_u64().unwrap_or(0),
-        v["workers_kept"].as_u64().unwrap_or(0),
-        v["workers_failing"].as_u64().unwrap_or(0),
-        v["workers_failed"].as_u64().unwrap_or(0)
+        v.workers_waiting, v.workers_kept, v.workers_failing, v.workers_failed
     );
-    match v.get("last").filter(|l| !l.is_null()) {
-        Some(l) => println!(
-            "last result: {} at {}: {}",
-            f(&l["status"], "-"),
-            when(&l["finishedAt"]),
-            t(&l["message"])
-        ),
+    match &v.last {
+        Some(l) => {
+            println!(
+                "last result: {} at {}: {}",
+                f(Some(&l.status), "-"),
+                when(l.finished_at.as_deref()),
+                t(l.message.as_deref().unwrap_or(""))
+            );
+            // What merged and how the task ended, apart (older records:
+            // merge only).
+            let (merge, task) = parts(l);
+            println!("             merge {merge}, task {task}");
+        }
         None => println!("last result: none"),
     }
-    // What merged and how the task ended, apart (older records: merge only).
-    let part = |r: &Value, k: &str| r[k]["status"].as_str().unwrap_or("-").to_string();
-    if let Some(l) = v.get("last").filter(|l| !l.is_null()) {
+    if let Some(w) = &v.last_worker {
+        let (merge, task) = parts(w);
         println!(
-            "             merge {}, task {}",
-            part(l, "merge"),
-            part(l, "task")
+            "last worker: merge {merge}, task {task}, attempt {}, next: {}",
+            w.attempt.unwrap_or(1),
+            w.next.as_deref().unwrap_or("-")
         );
     }
-    if let Some(w) = v.get("last_worker").filter(|w| !w.is_null()) {
+    for row in v.workers.iter().filter(|r| r.status == "failed") {
+        // Quoted: the instruction is the agent's text.
         println!(
-            "last worker: merge {}, task {}, attempt {}, next: {}",
-            part(w, "merge"),
-            part(w, "task"),
-            w["attempt"].as_u64().unwrap_or(1),
-            w["next"].as_str().unwrap_or("-")
+            "failed:      {} after {} runs: {:?}",
+            row.id, row.attempts, row.instruction
         );
     }
-    for row in v["workers"].as_array().into_iter().flatten() {
-        if row["status"] == "failed" {
-            // Quoted: the instruction is the agent's text.
-            println!(
-                "failed:      {} after {} runs: {:?}",
-                row["id"].as_str().unwrap_or("?"),
-                row["attempts"],
-                row["instruction"].as_str().unwrap_or("")
-            );
-        }
-    }
-    if let Some(convs) = v["conversations"].as_array() {
-        for c in convs {
-            println!(
-                "conversation {}: {} steps since the last reflection, cursor {}",
-                f(&c["conversation"], "?"),
-                c["stepsSinceLastReflection"],
-                f(&c["reflectedThroughMessageId"], "(none)")
-            );
-        }
+    for c in &v.conversations {
+        println!(
+            "conversation {}: {} steps since the last reflection, cursor {}",
+            f(Some(&c.conversation), "?"),
+            c.steps_since_last_reflection,
+            f(c.reflected_through_message_id.as_deref(), "(none)")
+        );
     }
 }

@@ -137,7 +137,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         super::interrupt::install();
         super::interrupt::set_stopper(session.stopper());
         let client = &mut session.client;
-        client.call(Call::Subscribe {})?;
+        client.call_as::<crate::protocol::replies::Subscribed>(Call::Subscribe {})?;
         let id = client.send_request_with_fds(
             Call::Spawn(SpawnParams {
                 agent: record.id.clone(),
@@ -152,11 +152,10 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         )?;
         // child.exit may arrive before the spawn response: remember them all.
         let mut exits = Vec::new();
-        let spawned = client.wait_response_keeping_exits(id, &mut exits)?;
+        let spawned: crate::protocol::replies::Started =
+            client.wait_reply_keeping_exits(id, "child.spawn", &mut exits)?;
         timings::mark("cli.spawned");
-        let child = spawned["child"]
-            .as_u64()
-            .context("supervisor gave no child id")?;
+        let child = spawned.child;
         Ok(Spawned {
             session,
             child,
@@ -238,8 +237,8 @@ fn child_timings(client: &mut Client, child: u64) -> Option<Vec<timings::Mark>> 
         return None;
     }
     timings::mark("cli.exited");
-    match client.call(Call::ChildTimings { child }) {
-        Ok(v) => timings::extend(serde_json::from_value(v["marks"].clone()).unwrap_or_default()),
+    match client.call_as::<crate::protocol::replies::ChildMarks>(Call::ChildTimings { child }) {
+        Ok(m) => timings::extend(m.marks),
         Err(e) => tracing::warn!("no launch timings from the supervisor: {e}"),
     }
     Some(timings::taken())

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Cli, output};
-use crate::protocol::Call;
 use crate::protocol::client::ClientError;
+use crate::protocol::{Call, replies};
 use crate::supervisor::{self, Started, Stopped};
 
 #[derive(Debug, Subcommand)]
@@ -125,15 +125,15 @@ pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
             // Refused (e.g. wrong uid) or broken: that is an error, not "not running".
             Err(e @ ClientError::Remote(_)) => Err(e.into()),
             Ok(mut c) => {
-                let status = c.call(Call::Status {})?;
+                let status: replies::SupervisorStatus = c.call_as(Call::Status {})?;
                 if *json {
                     output::json(&status)?;
                 } else {
                     println!(
                         "supervisor running (pid {}, up {} s, {} children) for {}",
-                        status["pid"],
-                        status["uptime_ms"].as_u64().unwrap_or(0) / 1000,
-                        status["children"],
+                        status.pid,
+                        status.uptime_ms / 1000,
+                        status.children,
                         home.root().display()
                     );
                 }
@@ -156,16 +156,13 @@ pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
 pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (children, running) = match supervisor::connect(&home) {
-        Ok(mut c) => (c.call(Call::Ps {})?["children"].clone(), true),
+        Ok(mut c) => (c.call_as::<replies::Children>(Call::Ps {})?.children, true),
         Err(e @ ClientError::Remote(_)) => return Err(e.into()),
-        Err(_) => (Value::Array(Vec::new()), false),
+        Err(_) => (Vec::new(), false),
     };
-    let children: Vec<Value> = children
-        .as_array()
+    let children: Vec<replies::ChildRow> = children
         .into_iter()
-        .flatten()
-        .filter(|c| all || matches!(c["state"].as_str(), Some("warm" | "starting" | "running")))
-        .cloned()
+        .filter(|c| all || c.state.is_live())
         .collect();
     if json {
         output::json(&json!({ "supervisor_running": running, "children": children }))?;
@@ -186,19 +183,20 @@ pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let rows: Vec<Vec<String>> = children
         .iter()
         .map(|c| {
-            let state = match c["state"].as_str().unwrap_or("?") {
-                "exited" => format!("exited {}", c["code"]),
-                "killed" => format!("killed by signal {}", c["signal"]),
-                s => s.to_string(),
+            let state = match &c.state {
+                replies::ChildState::Exited { code } => format!("exited {code}"),
+                replies::ChildState::Killed { signal } => format!("killed by signal {signal}"),
+                replies::ChildState::Warm => "warm".into(),
+                replies::ChildState::Starting => "starting".into(),
+                replies::ChildState::Running => "running".into(),
             };
-            let text = |k: &str| c[k].as_str().unwrap_or("").to_string();
             vec![
-                c["id"].as_u64().unwrap_or(0).to_string(),
-                text("agent"),
-                text("agent_name"),
-                text("role"),
-                c["pid"].as_u64().unwrap_or(0).to_string(),
-                format!("{}s", c["uptime_ms"].as_u64().unwrap_or(0) / 1000),
+                c.id.to_string(),
+                c.agent.clone(),
+                c.agent_name.clone(),
+                c.role.clone(),
+                c.pid.to_string(),
+                format!("{}s", c.uptime_ms / 1000),
                 state,
             ]
         })

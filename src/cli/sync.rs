@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{Cli, output};
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::Call;
+use crate::protocol::{Call, replies};
 use crate::store::record::AgentRecord;
 use crate::store::{self, StoreError};
 use crate::supervisor::Session;
@@ -70,7 +70,7 @@ pub fn find_or_clone(
                 output::text(&sel),
                 output::text(&root)
             );
-            let v = Session::call_once(
+            let synced: replies::MemorySynced = Session::call_once(
                 home,
                 Call::MemorySync {
                     agent: Some(sel.clone()),
@@ -79,8 +79,7 @@ pub fn find_or_clone(
                 },
             )
             .with_context(|| format!("cannot clone agent {sel:?}"))?;
-            let id = v["agent"].as_str().unwrap_or(&sel).to_string();
-            Ok(store::find(home, Some(&id))?)
+            Ok(store::find(home, Some(&synced.agent))?)
         }
         other => Ok(other?),
     }
@@ -89,7 +88,7 @@ pub fn find_or_clone(
 pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV).ok();
-    let v = Session::call_once(
+    let v: replies::MemorySynced = Session::call_once(
         &home,
         Call::MemorySync {
             agent: args.agent.clone(),
@@ -104,12 +103,11 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
         // The message names files and refs the agent or the remote chose.
         println!(
             "{}: {}",
-            output::field(v["status"].as_str().unwrap_or("?")),
-            output::text(v["message"].as_str().unwrap_or(""))
+            output::field(v.outcome.status.as_str()),
+            output::text(&v.outcome.message)
         );
     }
-    let ok = matches!(v["status"].as_str(), Some("skipped" | "clean" | "pushed"));
-    Ok(if ok {
+    Ok(if v.outcome.status.is_settled() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

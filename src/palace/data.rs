@@ -233,14 +233,17 @@ pub struct SubagentOutcome {
 impl SubagentOutcome {
     /// From a result record (`reflections/last-result.json`,
     /// `last-worker.json`).
-    fn from_record(v: &serde_json::Value) -> Self {
-        let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
+    fn from_record(r: &crate::protocol::replies::SubagentResult) -> Self {
         SubagentOutcome {
-            merge: text(v.get("merge").map_or(&v["status"], |m| &m["status"])),
-            task: text(&v["task"]["status"]),
-            finished_at: text(&v["finishedAt"]),
-            summary: v["summary"].as_str().unwrap_or_default().to_string(),
-            attempt: v["attempt"].as_u64(),
+            merge: r.merge_status().to_string(),
+            task: r
+                .task
+                .as_ref()
+                .map_or("-", |t| t.status.as_str())
+                .to_string(),
+            finished_at: r.finished_at.clone().unwrap_or_else(|| "-".into()),
+            summary: r.summary.clone(),
+            attempt: r.attempt.map(u64::from),
         }
     }
 }
@@ -558,11 +561,11 @@ impl Site {
             last_reflection_outcome: crate::reflection::launch_result::load_last_result(&paths)
                 .ok()
                 .flatten()
-                .map(|v| SubagentOutcome::from_record(&v)),
+                .map(|r| SubagentOutcome::from_record(&r)),
             last_worker_outcome: crate::reflection::launch_result::load_last_worker_result(&paths)
                 .ok()
                 .flatten()
-                .map(|v| SubagentOutcome::from_record(&v)),
+                .map(|r| SubagentOutcome::from_record(&r)),
             failed_workers: failed_workers(&paths),
             agent,
         })

@@ -18,6 +18,7 @@ use interprocess::local_socket::traits::Stream as _;
 use interprocess::local_socket::{GenericFilePath, Stream, ToFsName};
 use interprocess::os::unix::uds_local_socket;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::events::{ChildExit, Event};
@@ -355,10 +356,10 @@ impl Client {
         &mut self,
         model: Option<&str>,
     ) -> Result<Option<u64>, ClientError> {
-        let v = self.call(Call::ModelInfo {
+        let info: super::replies::ModelInfo = self.call_as(Call::ModelInfo {
             model: model.map(str::to_string),
         })?;
-        Ok(v.get("context_window").and_then(Value::as_u64))
+        Ok(info.context_window)
     }
 
     /// `memory.commit` of `paths` of the caller's own memory checkout.
@@ -367,17 +368,49 @@ impl Client {
         paths: Vec<String>,
         message: String,
     ) -> Result<Committed, ClientError> {
-        let v = self.call(Call::MemoryCommit {
+        self.call_as(Call::MemoryCommit {
             paths,
             message,
             agent: None,
-        })?;
-        serde_json::from_value(v)
-            .map_err(|e| ClientError::BadFrame(format!("unreadable memory.commit result: {e}")))
+        })
     }
 
-    /// Send a request and wait for its result, ignoring events.
-    pub fn call(&mut self, call: Call) -> Result<Value, ClientError> {
+    /// Send a request and read its result as the reply type `R`
+    /// (`super::replies`), ignoring events.
+    pub fn call_as<R: DeserializeOwned>(&mut self, call: Call) -> Result<R, ClientError> {
+        let method = call.method();
+        let v = self.call_json(call)?;
+        decode_reply(method, v)
+    }
+
+    /// Wait for the response to `id` and read it as the reply type `R`,
+    /// passing the events that arrive meanwhile to `on_event`.
+    pub fn wait_reply_with<R: DeserializeOwned>(
+        &mut self,
+        id: u64,
+        method: &str,
+        on_event: impl FnMut(&Event),
+    ) -> Result<R, ClientError> {
+        let v = self.wait_response_with(id, on_event)?;
+        decode_reply(method, v)
+    }
+
+    /// [`Self::wait_reply_with`], keeping the `child.exit` events that
+    /// arrive meanwhile in `exits` (see [`Self::wait_response_keeping_exits`]).
+    pub fn wait_reply_keeping_exits<R: DeserializeOwned>(
+        &mut self,
+        id: u64,
+        method: &str,
+        exits: &mut Vec<ChildExit>,
+    ) -> Result<R, ClientError> {
+        let v = self.wait_response_keeping_exits(id, exits)?;
+        decode_reply(method, v)
+    }
+
+    /// Send a request and wait for its result as the JSON that came,
+    /// ignoring events: for tests of the wire and for tools that print a
+    /// reply whole. A program reads replies typed ([`Self::call_as`]).
+    pub fn call_json(&mut self, call: Call) -> Result<Value, ClientError> {
         let id = self.send_request(call)?;
         self.wait_response_with(id, |_| {})
     }
@@ -387,6 +420,13 @@ impl Client {
         self.stream.write_all(bytes)?;
         Ok(())
     }
+}
+
+/// A reply of `method` read as `R`; one that does not read is a bad frame
+/// naming the method.
+fn decode_reply<R: DeserializeOwned>(method: &str, v: Value) -> Result<R, ClientError> {
+    super::replies::decode(v)
+        .map_err(|e| ClientError::BadFrame(format!("unreadable {method} result: {e}")))
 }
 
 /// A connected Unix socket as a local-socket stream.

@@ -14,6 +14,7 @@
 //! * [`events`] — the supervisor's events, typed ([`Event`]).
 //! * [`messages`] — what `model.complete` carries: messages, tool specs,
 //!   model requests, responses and failures.
+//! * [`replies`] — what the supervisor answers, one type per method.
 //! * [`task`] — what a sub-agent child is launched to do.
 //! * [`turn`] — the agent child's own stream: its turn input and the turn
 //!   events it reports.
@@ -28,6 +29,7 @@ pub mod events;
 pub mod frames;
 pub mod handover;
 pub mod messages;
+pub mod replies;
 pub mod task;
 pub mod timings;
 pub mod turn;

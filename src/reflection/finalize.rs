@@ -3,7 +3,7 @@
 //! line, the lock and payload released) and a memory worker's merge and the
 //! settling of its instruction on both parts of the outcome.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::launch_result::CompletionStatus;
 use super::outcome::{self, Attempt, MergePart, Next, TaskPart};
@@ -13,15 +13,17 @@ use super::{backoff, lock, now, payload};
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, MemoryWorktree};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
+use crate::protocol::replies::{Merged, SubagentResult};
 use crate::store;
 
 /// The agent's integration turn in the explicit mode, as it ended.
 #[derive(Debug, Clone)]
 pub struct Integrated {
     pub conversation: String,
-    pub exit: Value,
+    /// How the turn's child ended (none when it did not run).
+    pub exit: Option<ChildEnd>,
     /// What its `memory.merge` answered, if it merged.
-    pub merge: Option<Value>,
+    pub merge: Option<Merged>,
     /// Why the integration did not complete (spec §5.5), when it did not.
     pub failure: Option<String>,
 }
@@ -43,7 +45,7 @@ pub fn finish_reflection(
     (end, task): (ChildEnd, TaskPart),
     report: Option<String>,
     integration: Option<Integrated>,
-) -> Value {
+) -> SubagentResult {
     let summary = format!(
         "reflection {} over {} conversation(s)",
         p.worktree.id,
@@ -126,7 +128,7 @@ pub fn finish_reflection(
     // may launch the next reflection at once.
     let _ = payload::remove_payload(&p.agent, &p.manifest.launch_id);
     let _ = lock::release(&p.agent, &p.token);
-    value
+    SubagentResult::from_record(value)
 }
 
 /// When a run ended, as the records say it.
@@ -145,7 +147,7 @@ pub struct WorkerRun {
 /// What [`integrate_and_settle`] did.
 pub struct Settlement {
     /// `reflections/last-worker.json`.
-    pub record: Value,
+    pub record: SubagentResult,
     pub next: Next,
     pub settled: queue::Settled,
     /// Its branch was kept after a conflict: a repair is due.
@@ -211,6 +213,7 @@ pub fn integrate_and_settle(
     let settled = queue::settle(a, &run.item, attempt.clone(), next);
     outcome::annotate(&mut record, &merge, &task);
     queue::describe(&mut record, &run.item, &attempt, next, &settled);
+    let record = SubagentResult::from_record(record);
     if let Err(e) = super::launch_result::save_last_worker_result(a, &record) {
         tracing::warn!("cannot record the memory worker's result: {e}");
     }

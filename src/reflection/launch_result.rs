@@ -3,26 +3,9 @@
 //! finished reflection leaves for the user (spec §5.4, §5.6). No processes
 //! and no git here: the caller gathers the facts and this module words them.
 
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-/// Why a reflection was not launched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Refusal {
-    /// The agent has no git-backed memory.
-    MemfsDisabled,
-    /// Another reflection of this agent holds `reflection.lock`.
-    AlreadyActive,
-    /// The parent memory checkout has uncommitted changes.
-    ParentDirty,
-    /// No conversation has unreflected content.
-    NoPayload,
-    /// An automatic launch during the backoff after a failed merge.
-    Backoff,
-    /// Anything else went wrong while preparing the launch.
-    Error,
-}
+pub use crate::protocol::replies::{LaunchResult, Refusal, SubagentResult};
 
 /// Exact texts (spec §5.4).
 pub const MEMFS_DISABLED_TEXT: &str = "Memory filesystem is not enabled. Use /remember instead.";
@@ -30,36 +13,6 @@ pub const ALREADY_ACTIVE_TEXT: &str = "A reflection agent is already running in 
 pub const PARENT_DIRTY_TEXT: &str =
     "Parent memory has uncommitted changes; commit or discard them before reflecting.";
 pub const NO_PAYLOAD_TEXT: &str = "No new transcript content to reflect on.";
-
-impl Refusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::MemfsDisabled => "memfs_disabled",
-            Refusal::AlreadyActive => "already_active",
-            Refusal::ParentDirty => "parent_dirty",
-            Refusal::NoPayload => "no_payload",
-            Refusal::Backoff => "backoff",
-            Refusal::Error => "error",
-        }
-    }
-}
-
-/// What a launch attempt reports (JSON for the CLI and the protocol).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchResult {
-    pub launched: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Refusal>,
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch_id: Option<String>,
-    /// The conversations the launched reflection reads.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conversations: Vec<String>,
-    /// When automatic launches resume (a `backoff` refusal).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_at: Option<String>,
-}
 
 impl LaunchResult {
     /// A refusal with its fixed text (`backoff` and `error` have their own
@@ -240,7 +193,7 @@ pub fn completion_line(status: &CompletionStatus) -> String {
 /// for `reflect status`, Palace and doctor.
 pub fn save_last_result(
     agent: &crate::paths::AgentPaths,
-    result: &serde_json::Value,
+    result: &SubagentResult,
 ) -> Result<(), super::ReflectionError> {
     save_result(
         agent,
@@ -252,14 +205,14 @@ pub fn save_last_result(
 /// The last finished reflection's result, if one was kept.
 pub fn load_last_result(
     agent: &crate::paths::AgentPaths,
-) -> Result<Option<serde_json::Value>, super::ReflectionError> {
+) -> Result<Option<SubagentResult>, super::ReflectionError> {
     load_result(agent, crate::paths::REFLECTION_LAST_RESULT_FILE_NAME)
 }
 
 /// Keep a finished memory worker's result (`reflections/last-worker.json`).
 pub fn save_last_worker_result(
     agent: &crate::paths::AgentPaths,
-    result: &serde_json::Value,
+    result: &SubagentResult,
 ) -> Result<(), super::ReflectionError> {
     save_result(agent, crate::paths::WORKER_LAST_RESULT_FILE_NAME, result)
 }
@@ -267,14 +220,14 @@ pub fn save_last_worker_result(
 /// The last finished memory worker's result, if one was kept.
 pub fn load_last_worker_result(
     agent: &crate::paths::AgentPaths,
-) -> Result<Option<serde_json::Value>, super::ReflectionError> {
+) -> Result<Option<SubagentResult>, super::ReflectionError> {
     load_result(agent, crate::paths::WORKER_LAST_RESULT_FILE_NAME)
 }
 
 fn save_result(
     agent: &crate::paths::AgentPaths,
     name: &str,
-    result: &serde_json::Value,
+    result: &SubagentResult,
 ) -> Result<(), super::ReflectionError> {
     let dir =
         super::open_reflections_dir(agent, true)?.ok_or_else(|| super::ReflectionError::Io {
@@ -289,11 +242,14 @@ fn save_result(
 fn load_result(
     agent: &crate::paths::AgentPaths,
     name: &str,
-) -> Result<Option<serde_json::Value>, super::ReflectionError> {
-    match super::open_reflections_dir(agent, false)? {
-        Some(dir) => super::read_json(&dir, name, super::MAX_SMALL_JSON_BYTES),
-        None => Ok(None),
-    }
+) -> Result<Option<SubagentResult>, super::ReflectionError> {
+    // Read as JSON first: a record this build cannot type is still shown
+    // (as a failed run saying so), never an error.
+    let found: Option<serde_json::Value> = match super::open_reflections_dir(agent, false)? {
+        Some(dir) => super::read_json(&dir, name, super::MAX_SMALL_JSON_BYTES)?,
+        None => None,
+    };
+    Ok(found.map(SubagentResult::from_record))
 }
 
 /// `line` with the note that recompiling the system prompt failed.
@@ -302,13 +258,13 @@ pub fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> Stri
 }
 
 /// A refusal as the caller sees it: `{launched: false, reason, message}`.
-pub fn refused(r: Refusal) -> serde_json::Value {
-    serde_json::to_value(LaunchResult::refused(r)).unwrap_or_default()
+pub fn refused(r: Refusal) -> LaunchResult {
+    LaunchResult::refused(r)
 }
 
 /// An `error` refusal carrying what went wrong.
-pub fn failed(e: impl std::fmt::Display) -> serde_json::Value {
-    serde_json::to_value(LaunchResult::error(e)).unwrap_or_default()
+pub fn failed(e: impl std::fmt::Display) -> LaunchResult {
+    LaunchResult::error(e)
 }
 
 #[cfg(test)]

@@ -11,105 +11,15 @@
 //! this module: no processes and no git; the caller brings the facts. What
 //! a decision does to the worker queue is the queue's (`queue::settle`).
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+#[cfg(test)]
 use crate::protocol::events::ChildEnd;
-
-/// How a sub-agent's task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
-    /// The child exited 0: it says it did what it was asked.
-    Finished,
-    /// The child exited with an error (its model failed, a step limit…).
-    Failed,
-    /// The child was killed (a signal, a deadline, the OOM killer).
-    Killed,
-    /// Stopped with its supervisor: the next one runs it again, and the
-    /// run is not counted against the instruction.
-    Interrupted,
-    /// No child ran (the worktree or the launch failed).
-    NotStarted,
-}
-
-impl TaskStatus {
-    /// From the child's end; `stopping`: its supervisor is stopping.
-    pub fn of(end: &ChildEnd, stopping: bool) -> Self {
-        match end {
-            ChildEnd::Exited { code: 0 } => TaskStatus::Finished,
-            _ if stopping => TaskStatus::Interrupted,
-            ChildEnd::Exited { .. } => TaskStatus::Failed,
-            ChildEnd::Killed { .. } => TaskStatus::Killed,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Finished => "finished",
-            TaskStatus::Failed => "failed",
-            TaskStatus::Killed => "killed",
-            TaskStatus::Interrupted => "interrupted",
-            TaskStatus::NotStarted => "not_started",
-        }
-    }
-}
+pub use crate::protocol::replies::{Attempt, MergePart, TaskPart, TaskStatus};
 
 /// Longest report kept in an attempt's record (the last run's whole report
 /// stays in the result file).
 pub const ATTEMPT_REPORT_CHARS: usize = 2_000;
-
-/// The task part of an outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskPart {
-    pub status: TaskStatus,
-    /// The child's end (`{"state": "exited", "code": 1}`), `null` when
-    /// none ran.
-    #[serde(default)]
-    pub exit: Value,
-    /// The sub-agent's report (its last text, or its error).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report: Option<String>,
-}
-
-impl TaskPart {
-    /// The task part of a child that ended with `end`.
-    pub fn ended(end: &ChildEnd, stopping: bool, report: Option<String>) -> Self {
-        TaskPart {
-            status: TaskStatus::of(end, stopping),
-            exit: serde_json::to_value(end).unwrap_or_default(),
-            report,
-        }
-    }
-
-    /// A run that never started, and why.
-    pub fn not_started(why: impl Into<String>) -> Self {
-        TaskPart {
-            status: TaskStatus::NotStarted,
-            exit: Value::Null,
-            report: Some(why.into()),
-        }
-    }
-}
-
-/// The merge part of an outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MergePart {
-    /// The finalize status (`merged`, `no_changes`, `merge_conflict`,
-    /// `failed`, `discarded`, `invalid`, `parent_dirty`, …).
-    pub status: String,
-    #[serde(default)]
-    pub summary: String,
-    /// Commits the branch had on top of `main`.
-    #[serde(default)]
-    pub commit_count: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub merge_commit: Option<String>,
-    /// Paths the merge changed in `main` (or, for a conflict, those that
-    /// conflicted).
-    #[serde(default)]
-    pub changed_paths: Vec<String>,
-}
 
 impl MergePart {
     /// From a finalize result serialized as JSON (`wt::Finalized`).
@@ -129,24 +39,6 @@ impl MergePart {
             changed_paths: strings("changed_paths"),
         }
     }
-
-    /// Whether anything reached `main`.
-    pub fn landed(&self) -> bool {
-        self.status == "merged"
-    }
-}
-
-/// One run of a queued instruction, as its queue entry keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Attempt {
-    /// 1 for the first run.
-    pub attempt: u32,
-    pub finished_at: String,
-    /// `None` when no child ran (nothing to merge).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub merge: Option<MergePart>,
-    pub task: TaskPart,
 }
 
 impl Attempt {

@@ -5,7 +5,7 @@
 //! or failure is the JSON the caller is answered with, and leaves nothing
 //! behind.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::launch_result::{LaunchResult, Refusal, failed, refused};
 use super::outcome::Attempt;
@@ -81,7 +81,7 @@ pub fn prepare(
     req: &Request,
     mut record: AgentRecord,
     agent: AgentPaths,
-) -> Result<Prepared, Value> {
+) -> Result<Prepared, LaunchResult> {
     let err = |e: &dyn std::fmt::Display| failed(e.to_string());
     let configured = settings::load(&agent).map_err(|e| err(&e))?;
     let mode = match req.mode.as_deref() {
@@ -96,16 +96,14 @@ pub fn prepare(
         lock::Acquire::Acquired { token } => token,
         lock::Acquire::Held { .. } => return Err(refused(Refusal::AlreadyActive)),
     };
-    let fail = |v: Value| {
+    let fail = |v: LaunchResult| {
         let _ = lock::release(&agent, &token);
         v
     };
     if !req.manual
         && let Some(retry_at) = backoff::check(&agent, now()).map_err(|e| fail(err(&e)))?
     {
-        return Err(fail(
-            serde_json::to_value(LaunchResult::backoff(retry_at)).unwrap_or_default(),
-        ));
+        return Err(fail(LaunchResult::backoff(retry_at)));
     }
     // Before any payload or worktree exists (spec §5.4 step 5).
     let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;
@@ -121,12 +119,12 @@ pub fn prepare(
     let manifest = payload::select_and_write(&agent, &record.id, &options, now())
         .map_err(|e| fail(err(&e)))?
         .ok_or_else(|| fail(refused(Refusal::NoPayload)))?;
-    let drop_payload = |v: Value| {
+    let drop_payload = |v: LaunchResult| {
         let _ = payload::remove_payload(&agent, &manifest.launch_id);
         fail(v)
     };
     let worktree = wt::create(&agent, Label::Reflection).map_err(|e| drop_payload(err(&e)))?;
-    let prepared = (|| -> Result<SubagentTask, Value> {
+    let prepared = (|| -> Result<SubagentTask, LaunchResult> {
         // The confined child runs as the agent's uid: the worktree is its.
         if host.uid_switch {
             let uid =
@@ -219,11 +217,11 @@ pub fn prepare_worker(
     agent_id: &str,
     instruction: &str,
     earlier: &[Attempt],
-) -> Result<(AgentRecord, AgentPaths, MemoryWorktree, SubagentTask), Value> {
+) -> Result<(AgentRecord, AgentPaths, MemoryWorktree, SubagentTask), LaunchResult> {
     let err = |e: &dyn std::fmt::Display| failed(e.to_string());
     let (mut record, agent) = store::find(host.home, Some(agent_id)).map_err(|e| err(&e))?;
     let worktree = wt::create(&agent, Label::MemoryWorker).map_err(|e| err(&e))?;
-    let task = (|| -> Result<SubagentTask, Value> {
+    let task = (|| -> Result<SubagentTask, LaunchResult> {
         if host.uid_switch {
             let uid =
                 store::ensure_sandbox_uid(host.home, &mut record, &agent).map_err(|e| err(&e))?;

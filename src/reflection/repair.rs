@@ -10,8 +10,6 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use serde_json::Value;
-
 use super::launch_result::failed;
 use super::queue::{self, QueuedWorker, RepairOf};
 use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError, now, prompt};
@@ -123,7 +121,7 @@ pub fn queue_for(
     branch: &str,
     isolation: Option<&str>,
     previous: Option<RepairOf>,
-) -> Result<Option<QueuedWorker>, Value> {
+) -> Result<Option<QueuedWorker>, super::launch_result::LaunchResult> {
     // A repair that conflicted in turn is repaired again (the memory moved
     // on), a few times at most.
     let depth = previous.as_ref().map_or(0, |p| p.depth + 1);

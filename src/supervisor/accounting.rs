@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::audit::budget::{self, Refusal, Spent};
 use crate::audit::{AuditError, Entry, Log, kind};
@@ -177,7 +177,7 @@ impl Accounting {
             .with("budget", r.budget)
             .with("period", r.period.as_str())
             .with("used", r.used)
-            .with("resets", json!(r.resets))
+            .with("resets", r.resets.clone())
             .with("message", r.message.clone());
         if let Err(e) = self.log.append_blocking(entry) {
             tracing::error!("cannot record a budget refusal: {e}");
@@ -272,9 +272,9 @@ impl Accounting {
                     .with("child", *id)
                     .with("tool", event["name"].as_str().unwrap_or_default())
                     .with("call_id", call_id)
-                    .with("args_sha256", json!(args))
+                    .with("args_sha256", args)
                     .with("exit_status", if is_error { 1 } else { 0 })
-                    .with("duration_ms", json!(took))
+                    .with("duration_ms", took)
                     .with("reported_by", "child");
                 self.log.append(entry).await.map(drop)
             }
@@ -294,7 +294,7 @@ impl Accounting {
 
     /// A live child's current figures for `ps --json`: CPU ms and memory
     /// bytes (its groups, else its process tree from `/proc`).
-    pub fn live_figures(&self, child: u64, pid: u32) -> Value {
+    pub fn live_figures(&self, child: u64, pid: u32) -> crate::protocol::replies::LiveFigures {
         let groups = self
             .groups
             .lock()
@@ -304,11 +304,11 @@ impl Accounting {
             .unwrap_or_default();
         let g = crate::sandbox::cgroup::usage(&groups);
         let (tree_cpu_us, tree_rss) = tree_usage(pid);
-        json!({
-            "cpu_ms": g.cpu_us.unwrap_or(0).max(tree_cpu_us).div_ceil(1000),
-            "memory_bytes": g.memory_bytes.unwrap_or(0).max(tree_rss),
-            "peak_memory_bytes": g.peak_memory_bytes,
-        })
+        crate::protocol::replies::LiveFigures {
+            cpu_ms: g.cpu_us.unwrap_or(0).max(tree_cpu_us).div_ceil(1000),
+            memory_bytes: g.memory_bytes.unwrap_or(0).max(tree_rss),
+            peak_memory_bytes: g.peak_memory_bytes,
+        }
     }
 
     /// Forget an ended child; its groups' last figures.

@@ -1,10 +1,9 @@
 //! The supervisor's audit records of what happened to an agent, appended
 //! through the state's log: the calls each site makes, in one place.
 
-use serde_json::Value;
-
 use super::state::{Peer, State};
 use crate::audit::{Entry, kind};
+use crate::protocol::replies::SyncOutcome;
 
 /// Append one record for `state`, logging (not failing) when it cannot be:
 /// for what has already happened and cannot be refused (an exit).
@@ -55,7 +54,8 @@ pub fn role_of(peer: &Peer) -> &str {
 
 /// A sub-agent's branch merged into `main`, or refused (its finalize
 /// result: `status`, `branch`, `merge_commit`, `summary`).
-pub async fn merged(state: &State, agent: &str, role: &str, result: &Value) {
+pub async fn merged(state: &State, agent: &str, role: &str, result: &impl serde::Serialize) {
+    let result = serde_json::to_value(result).unwrap_or_default();
     let entry = Entry::new(kind::MERGE, Some(agent), Some(role))
         .with("branch", result["branch"].clone())
         .with("sha", result["merge_commit"].clone())
@@ -65,15 +65,28 @@ pub async fn merged(state: &State, agent: &str, role: &str, result: &Value) {
 }
 
 /// A sync with the remote: what was pushed, or why not.
-pub async fn synced(state: &State, agent: &str, outcome: &Value) {
+pub async fn synced(state: &State, agent: &str, outcome: &SyncOutcome) {
     let mut entry = Entry::new(kind::SYNC, Some(agent), Some("supervisor"))
-        .with("outcome", outcome["status"].clone())
-        .with("message", outcome["message"].clone());
-    for key in ["local", "remote", "pushed_commits", "backup_ref"] {
-        if let Some(v) = outcome.get(key) {
-            entry = entry.with(key, v.clone());
+        .with("outcome", outcome.status.as_str())
+        .with("message", outcome.message.as_str())
+        .with("pushed_commits", outcome.pushed_commits);
+    for (key, v) in [
+        ("local", &outcome.local),
+        ("remote", &outcome.remote),
+        ("backup_ref", &outcome.backup_ref),
+    ] {
+        if let Some(v) = v {
+            entry = entry.with(key, v.as_str());
         }
     }
+    note(state, entry).await;
+}
+
+/// A sync that failed before it had an outcome.
+pub async fn sync_failed(state: &State, agent: &str, message: &str) {
+    let entry = Entry::new(kind::SYNC, Some(agent), Some("supervisor"))
+        .with("outcome", "failed")
+        .with("message", message);
     note(state, entry).await;
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use crate::protocol::replies::SyncOutcome;
 
 use super::leases::LEASE_WAIT;
 use super::state::{State, on_agent_thread};
@@ -19,7 +19,7 @@ pub async fn sync_after(
     state: &Arc<State>,
     agent_id: &str,
     conversation: Option<String>,
-) -> Option<Value> {
+) -> Option<SyncOutcome> {
     let root = crate::remote::root_from_env()?;
     let paths = state.home.agent(agent_id).ok()?;
     let probe = paths.clone();
@@ -35,7 +35,7 @@ pub async fn sync_after(
         // acknowledged (`cluster::acknowledged`).
         Err(e) => {
             tracing::warn!(agent = %agent_id, "memory sync skipped: {e}");
-            return Some(json!({ "status": "push_failed", "message": e.to_string() }));
+            return Some(SyncOutcome::push_failed(e.to_string()));
         }
     };
     let id = agent_id.to_string();
@@ -61,21 +61,18 @@ pub async fn sync_after(
     match outcome {
         Ok(Ok(o)) => {
             tracing::info!(agent = %agent_id, status = ?o.status, "memory synced after a change");
-            let v = serde_json::to_value(&o).ok();
-            if let Some(v) = &v {
-                super::audit_records::synced(state, agent_id, v).await;
-            }
-            v
+            super::audit_records::synced(state, agent_id, &o).await;
+            Some(o)
         }
         Ok(Err(e)) => {
             tracing::warn!(agent = %agent_id, "memory sync failed: {e}");
-            let v = json!({ "status": "push_failed", "message": e.to_string() });
-            super::audit_records::synced(state, agent_id, &v).await;
-            Some(v)
+            let o = SyncOutcome::push_failed(e.to_string());
+            super::audit_records::synced(state, agent_id, &o).await;
+            Some(o)
         }
         Err(e) => {
             tracing::warn!(agent = %agent_id, "memory sync task failed: {e}");
-            Some(json!({ "status": "push_failed", "message": e }))
+            Some(SyncOutcome::push_failed(e))
         }
     }
 }

@@ -24,7 +24,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::paths::AgentPaths;
@@ -41,24 +40,7 @@ const PASSED_ENV: &[&str] = &["LANG", "LC_ALL", "TZ", "TERM"];
 /// A fixed search path: the supervisor's own PATH may name writable dirs.
 const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Lifecycle of a child.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "state")]
-pub enum ChildState {
-    /// Confined and waiting for a turn to be handed over
-    /// (`supervisor::warm`); its channel is not served yet.
-    Warm,
-    /// Launched, no frame received yet.
-    Starting,
-    /// Said hello on its channel.
-    Running,
-    Exited {
-        code: i32,
-    },
-    Killed {
-        signal: i32,
-    },
-}
+pub use crate::protocol::replies::{ChildRow, ChildState};
 
 /// One row of the child table.
 #[derive(Debug, Clone)]
@@ -92,21 +74,6 @@ pub struct ChildInfo {
 /// a child that repeats its hello adds nothing past this.
 pub const MAX_REPORTED_MARKS: usize = 32;
 
-/// What `ps` shows of a child.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChildRow {
-    pub id: u64,
-    pub agent: String,
-    pub agent_name: String,
-    pub role: String,
-    pub pid: u32,
-    pub uptime_ms: u64,
-    #[serde(flatten)]
-    pub state: ChildState,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_frame_us: Option<u64>,
-}
-
 impl ChildInfo {
     pub fn row(&self) -> ChildRow {
         let end = self.ended.unwrap_or_else(Instant::now);
@@ -119,14 +86,12 @@ impl ChildInfo {
             uptime_ms: end.duration_since(self.started).as_millis() as u64,
             state: self.state.clone(),
             first_frame_us: self.first_frame.map(|d| d.as_micros() as u64),
+            figures: None,
         }
     }
 
     pub fn is_live(&self) -> bool {
-        matches!(
-            self.state,
-            ChildState::Warm | ChildState::Starting | ChildState::Running
-        )
+        self.state.is_live()
     }
 }
 

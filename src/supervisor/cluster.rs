@@ -9,14 +9,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
 use crate::cluster::{ClusterConfig, ClusterError, Handle, Node, Owned};
 use crate::memfs::fence::{Fence, Stamp};
 use crate::memfs::sync::{SyncError, SyncOutcome, SyncStatus};
 use crate::paths::AgentPaths;
+use crate::protocol::replies;
 use crate::protocol::{ErrorCode, Outcome};
 use crate::store;
 use crate::store::record::AgentRecord;
@@ -257,21 +256,21 @@ pub fn sync_agent(
 /// In a cluster, a turn that committed is acknowledged only once its
 /// memory is on the remote: `synced` (the sync after the turn) must have
 /// pushed it (or found nothing to push).
-pub fn acknowledged(state: &State, synced: Option<&Value>) -> Result<(), Outcome> {
+pub fn acknowledged(state: &State, synced: Option<&replies::SyncOutcome>) -> Result<(), Outcome> {
     if !state.cluster.enabled() {
         return Ok(());
     }
     let Some(s) = synced else {
         return Ok(());
     };
-    if matches!(s["status"].as_str(), Some("pushed" | "clean" | "skipped")) {
+    if s.status.is_settled() {
         return Ok(());
     }
     Err(error(
         ErrorCode::Unavailable,
         format!(
             "the turn's memory was not pushed, so it is not acknowledged: {}",
-            s["message"].as_str().unwrap_or("the sync failed")
+            s.message
         ),
     ))
 }
@@ -302,9 +301,12 @@ pub async fn release(state: &Arc<State>, agent: Option<String>) -> Outcome {
     let released = node.release(&record.id).await;
     drop(lease);
     match released {
-        Ok(()) => Outcome::Result(json!({
-            "agent": record.id, "name": record.name, "released": true, "host": node.host_id(),
-        })),
+        Ok(()) => Outcome::reply(&replies::AgentReleased {
+            agent: record.id,
+            name: record.name,
+            released: true,
+            host: node.host_id().to_string(),
+        }),
         Err(ClusterError::NotOwner { owner, .. }) => error(
             ErrorCode::Forbidden,
             format!(

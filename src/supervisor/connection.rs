@@ -5,13 +5,13 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::dispatch::{handle, refuse_by_policy};
 use super::frames_io::{FrameReader, FrameSender, PassedFds};
 use super::state::{Connection, Peer, State};
 use crate::protocol::events::Lagged;
+use crate::protocol::replies;
 use crate::protocol::timings;
 use crate::protocol::{
     Call, ClientFrame, ErrorCode, Event, FrameError, Line, Outcome, PROTOCOL_VERSION, PeerKind,
@@ -324,7 +324,7 @@ impl PeerLoop {
         }
         self.sender.send(&ServerFrame::Response {
             id,
-            outcome: Outcome::Result(json!({ "subscribed": true })),
+            outcome: Outcome::reply(&replies::Subscribed { subscribed: true }),
         });
     }
 

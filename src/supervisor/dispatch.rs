@@ -4,13 +4,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::frames_io::{FrameSender, PassedFds};
 use super::state::{Connection, Peer, State, error};
 use super::{integration, launch, policy, recall_delegate, reflect, rpc, tasks, turn_run, workers};
 use crate::protocol::events::TurnNotice;
-use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION};
+use crate::protocol::{Call, ErrorCode, Event, Outcome, PROTOCOL_VERSION, replies};
 
 /// Answer one request of `peer`.
 pub async fn handle(
@@ -96,18 +94,18 @@ pub fn refuse_by_policy(peer: &Peer, call: &Call) -> Option<Outcome> {
 /// itself is made by the connection loop, which owns the sender).
 fn supervisor_call(state: &State, call: Call) -> Outcome {
     match call {
-        Call::Ping {} => Outcome::Result(json!({ "pong": true })),
-        Call::Status {} => Outcome::Result(status(state)),
+        Call::Ping {} => Outcome::reply(&replies::Pong { pong: true }),
+        Call::Status {} => Outcome::reply(&status(state)),
         Call::Ps {} => {
             let rows = state.table.lock().map(|t| t.rows()).unwrap_or_default();
-            let rows: Vec<Value> = rows.into_iter().map(|r| with_figures(state, r)).collect();
-            Outcome::Result(json!({ "children": rows }))
+            let children = rows.into_iter().map(|r| with_figures(state, r)).collect();
+            Outcome::reply(&replies::Children { children })
         }
         Call::Stop {} => {
             state.request_stop();
-            Outcome::Result(json!({ "stopping": true }))
+            Outcome::reply(&replies::Stopping { stopping: true })
         }
-        Call::Subscribe {} => Outcome::Result(json!({ "subscribed": true })),
+        Call::Subscribe {} => Outcome::reply(&replies::Subscribed { subscribed: true }),
         other => unrouted(&other),
     }
 }
@@ -159,7 +157,7 @@ fn child_report(state: &State, peer: &Peer, call: Call) -> Outcome {
                 conversation,
                 event,
             }));
-            Outcome::Result(json!({}))
+            Outcome::reply(&replies::Ack {})
         }
         (call, Peer::Cli) => error(ErrorCode::Forbidden, policy::refusal("cli", call.method())),
         (other, _) => unrouted(&other),
@@ -174,41 +172,33 @@ fn unrouted(call: &Call) -> Outcome {
     )
 }
 
-fn status(state: &State) -> Value {
+fn status(state: &State) -> replies::SupervisorStatus {
     let (live, total) = state
         .table
         .lock()
         .map(|t| (t.live().len(), t.rows().len()))
         .unwrap_or((0, 0));
-    json!({
-        "running": true,
-        "pid": std::process::id(),
-        "uptime_ms": state.started.elapsed().as_millis() as u64,
-        "home": state.home.root(),
-        "socket": state.home.supervisor_socket(),
-        "version": env!("CARGO_PKG_VERSION"),
-        "protocol": PROTOCOL_VERSION,
-        "children": live,
-        "children_known": total,
-        "cli_requests": state.cli_requests.load(std::sync::atomic::Ordering::Relaxed),
-    })
+    replies::SupervisorStatus {
+        running: true,
+        pid: std::process::id(),
+        uptime_ms: state.started.elapsed().as_millis() as u64,
+        home: state.home.root().to_path_buf(),
+        socket: state.home.supervisor_socket(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        protocol: PROTOCOL_VERSION,
+        children: live,
+        children_known: total,
+        cli_requests: state
+            .cli_requests
+            .load(std::sync::atomic::Ordering::Relaxed),
+    }
 }
 
 /// A `ps` row, with a live child's current CPU and memory figures.
-fn with_figures(state: &State, row: super::children::ChildRow) -> Value {
-    let live = matches!(
-        row.state,
-        super::children::ChildState::Warm
-            | super::children::ChildState::Starting
-            | super::children::ChildState::Running
-    );
-    let (id, pid) = (row.id, row.pid);
-    let mut v = serde_json::to_value(row).unwrap_or_default();
-    if live && let Some(o) = v.as_object_mut() {
-        let figures = state.accounting.live_figures(id, pid);
-        if let Some(f) = figures.as_object() {
-            o.extend(f.clone());
-        }
-    }
-    v
+fn with_figures(state: &State, row: replies::ChildRow) -> replies::ChildRow {
+    let figures = row
+        .state
+        .is_live()
+        .then(|| state.accounting.live_figures(row.id, row.pid));
+    replies::ChildRow { figures, ..row }
 }

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::launch::SubagentLaunch;
 use super::leases::LEASE_WAIT;
 use super::state::{PendingIntegration, State, blocking, error};
@@ -56,13 +54,13 @@ pub async fn integrate(state: &Arc<State>, p: &Prepared) -> Option<Integrated> {
         .with(&p.record.id, |a| a.integration.take())
         .and_then(|i| i.merge);
     let (exit, failure) = match ran {
-        Ok(ChildEnd::Exited { code: 0 }) => (json!({"state": "exited", "code": 0}), None),
+        Ok(end @ ChildEnd::Exited { code: 0 }) => (Some(end), None),
         Ok(end) => {
             let exit = serde_json::to_value(end).unwrap_or_default();
             let why = format!("the integration turn ended with {exit}");
-            (exit, Some(integration_failure(&why)))
+            (Some(end), Some(integration_failure(&why)))
         }
-        Err(e) => (Value::Null, Some(integration_failure(&e))),
+        Err(e) => (None, Some(integration_failure(&e))),
     };
     Some(Integrated {
         conversation,
@@ -242,7 +240,7 @@ pub async fn memory_merge(
             .map_err(wt::git("make a commit signature"))
             .and_then(|sig| wt::merge_for_integration(&paths, &worktree, &p2.summary, &sig))
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-        serde_json::to_value(&f).map_err(|e| error(ErrorCode::Internal, e.to_string()))
+        Ok(f.reply())
     })
     .await;
     drop(lease);
@@ -254,7 +252,7 @@ pub async fn memory_merge(
                     i.merge = Some(v.clone());
                 }
             });
-            Outcome::Result(v)
+            Outcome::reply(&v)
         }
         Err(o) => o,
     }

@@ -6,7 +6,6 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::net::UnixStream;
 
 use super::children::{ChildState, LaunchSpec, ROLES, ended_state};
@@ -16,7 +15,7 @@ use super::untrusted;
 use crate::paths::AgentPaths;
 use crate::protocol::events::{ChildEnd, ChildExit, ChildStart};
 use crate::protocol::timings::Marks;
-use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode};
+use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, replies};
 use crate::sandbox::plan::LaunchPlan;
 use crate::sandbox::report::Isolation;
 use crate::store;
@@ -34,7 +33,8 @@ async fn try_spawn(
     params: SpawnParams,
     fds: PassedFds,
 ) -> Result<Outcome, Outcome> {
-    spawn_with(state, params, fds, SubagentLaunch::default()).await
+    let started = spawn_with(state, params, fds, SubagentLaunch::default()).await?;
+    Ok(Outcome::reply(&started))
 }
 
 /// What a sub-agent child gets beyond a plain child: its worktree (its
@@ -60,7 +60,7 @@ pub async fn spawn_with(
     params: SpawnParams,
     fds: PassedFds,
     sub: SubagentLaunch,
-) -> Result<Outcome, Outcome> {
+) -> Result<replies::Started, Outcome> {
     // Always taken (a few clock reads): the child's row keeps them for
     // `child.timings`; a turn that asked gets them in the answer too.
     let mut marks = Marks::new(true);
@@ -70,12 +70,12 @@ pub async fn spawn_with(
     if let Ok(mut t) = state.table.lock() {
         t.add_marks(up.id, marks.list().iter().cloned());
     }
-    let mut started = up.started_json(&params);
+    let mut started = up.started(&params);
     serve_child(state, up.id, &up.record, &params, sub, up.ends)?;
-    if answer_marks && let Some(list) = marks.into_list() {
-        started["timings"] = json!(list);
+    if answer_marks {
+        started.timings = marks.into_list();
     }
-    Ok(Outcome::Result(started))
+    Ok(started)
 }
 
 /// A child launched and in the table (its output logged, its reaper
@@ -88,9 +88,16 @@ pub(super) struct Registered {
 }
 
 impl Registered {
-    /// The answer of a launch: `{child, pid, agent, role}`.
-    pub fn started_json(&self, params: &SpawnParams) -> serde_json::Value {
-        json!({ "child": self.id, "pid": self.pid, "agent": self.record.id, "role": params.role })
+    /// The answer of a launch.
+    pub fn started(&self, params: &SpawnParams) -> replies::Started {
+        replies::Started {
+            child: self.id,
+            pid: self.pid,
+            agent: self.record.id.clone(),
+            role: params.role.clone(),
+            warm: false,
+            timings: None,
+        }
     }
 }
 
@@ -329,11 +336,14 @@ async fn register_child(
     )
     .with("child", id)
     .with("pid", launched.pid)
-    .with("uid", json!(confined.uid))
-    .with("level", json!(confined.level))
+    .with("uid", confined.uid)
+    .with(
+        "level",
+        serde_json::to_value(confined.level).unwrap_or_default(),
+    )
     .with("program", program_name(&params.argv))
     .with("isolation", params.isolation.as_deref().unwrap_or("strict"))
-    .with("conversation", json!(sub.conversation));
+    .with("conversation", sub.conversation.clone());
     let spawned = if sub.warm {
         spawned.with("warm", true)
     } else {
@@ -543,7 +553,7 @@ pub fn child_timings(state: &State, child: u64) -> Outcome {
     match marks {
         Some(mut marks) => {
             marks.sort_by_key(|m| m.at_us);
-            Outcome::Result(json!({ "child": child, "marks": marks }))
+            Outcome::reply(&replies::ChildMarks { child, marks })
         }
         None => error(ErrorCode::NotFound, format!("no child {child}")),
     }
@@ -571,7 +581,7 @@ pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
         super::children::signal_child_tree(info.pid, info.wrapper_depth, sig)
     };
     match result {
-        Ok(()) => Outcome::Result(json!({ "signalled": child })),
+        Ok(()) => Outcome::reply(&replies::Signalled { signalled: child }),
         Err(e) => error(
             ErrorCode::Internal,
             format!("cannot signal child {child}: {e}"),
@@ -690,9 +700,9 @@ fn exit_entry(
     crate::audit::Entry::new(crate::audit::kind::EXIT, Some(agent), Some(role))
         .with("child", id)
         .with("pid", pid)
-        .with("uid", json!(uid))
-        .with("exit_code", json!(code))
-        .with("signal", json!(signal))
+        .with("uid", uid)
+        .with("exit_code", code)
+        .with("signal", signal)
         .with("cpu_us", groups.cpu_us.unwrap_or(0).max(rusage_cpu))
         .with(
             "peak_memory_bytes",

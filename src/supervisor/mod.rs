@@ -258,7 +258,7 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, Superviso
     let pid = match connect(home) {
         Ok(mut c) => {
             let pid = c.server_pid;
-            let _ = c.call(Call::Stop {});
+            let _ = c.call_as::<crate::protocol::replies::Stopping>(Call::Stop {});
             Some(pid)
         }
         Err(_) => pidfile::PidFile::holder(&pid_file),
@@ -451,7 +451,10 @@ impl Session {
     /// One request on a session of its own, closed after. A request a
     /// draining supervisor did not take (`not_taken`) is sent again on a
     /// new session (the next supervisor) ([`RESEND_NOT_TAKEN`]).
-    pub fn call_once(home: &Home, call: Call) -> Result<serde_json::Value, SupervisorError> {
+    pub fn call_once<R: serde::de::DeserializeOwned>(
+        home: &Home,
+        call: Call,
+    ) -> Result<R, SupervisorError> {
         let not_taken = |e: &SupervisorError| {
             let again = matches!(e, SupervisorError::Client(c)
                 if c.code() == Some(crate::protocol::ErrorCode::NotTaken));
@@ -462,7 +465,7 @@ impl Session {
         };
         let once = || {
             let mut session = Self::open(home)?;
-            let result = session.client.call(call.clone());
+            let result = session.client.call_as(call.clone());
             session.close();
             Ok(result?)
         };

@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::launch::{SubagentLaunch, spawn_with};
 use super::state::{State, blocking, error};
 use super::subagent_child::{stop_child, subagent_spawn, subagent_window, wait_exit};
 use super::workers::MAX_WORKER_INSTRUCTION_BYTES;
 use crate::protocol::events::ChildEnd;
+use crate::protocol::replies;
 use crate::protocol::task::SubagentTask;
 use crate::protocol::{ErrorCode, Outcome};
 use crate::reflection::prompt;
@@ -83,8 +82,8 @@ pub async fn recall_delegate(
         warm: false,
     };
     let child = match spawn_with(state, spawn, Vec::new(), sub).await {
-        Ok(Outcome::Result(v)) => v["child"].as_u64().unwrap_or_default(),
-        Ok(o @ Outcome::Error(_)) | Err(o) => return o,
+        Ok(started) => started.child,
+        Err(o) => return o,
     };
     let end = match tokio::time::timeout(RECALL_DEADLINE, wait_exit(state, events, child)).await {
         Ok(end) => end,
@@ -105,7 +104,7 @@ pub async fn recall_delegate(
         .and_then(|e| e.report);
     match (end, report) {
         (ChildEnd::Exited { code: 0 }, Some(findings)) => {
-            Outcome::Result(json!({ "child": child, "findings": findings }))
+            Outcome::reply(&replies::Findings { child, findings })
         }
         (end, report) => error(
             ErrorCode::Unavailable,

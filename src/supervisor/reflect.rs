@@ -15,14 +15,15 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::integration::integrate;
 use super::launch::SubagentLaunch;
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
 use super::subagent_child::{off_thread, start_child, subagent_spawn, wait_exit, with_host};
 use crate::protocol::events::ChildEnd;
+use crate::protocol::replies::{
+    LaunchResult, ReflectLaunch, ReflectStatus, RunningSlot, SubagentResult, TranscriptRef,
+};
 use crate::protocol::{ErrorCode, Outcome, ReflectParams};
 use crate::reflection::finalize::finish_reflection;
 use crate::reflection::launch_result::Refusal;
@@ -34,8 +35,8 @@ use crate::store;
 
 /// A launched reflection: what the caller is told, and how to wait for it.
 pub struct Launched {
-    pub info: Value,
-    pub done: tokio::sync::oneshot::Receiver<Value>,
+    pub info: ReflectLaunch,
+    pub done: tokio::sync::oneshot::Receiver<SubagentResult>,
 }
 
 /// `reflect.run`.
@@ -45,22 +46,21 @@ pub async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
         Ok(launched) => {
             let mut info = launched.info;
             if wait {
-                let result = launched.done.await.unwrap_or_else(
-                    |_| json!({"status": "failed", "summary": "the supervisor stopped before the reflection was finalized"}),
-                );
-                if let Some(o) = info.as_object_mut() {
-                    o.insert("result".into(), result);
-                }
+                info.result = Some(launched.done.await.unwrap_or_else(|_| {
+                    SubagentResult::failed(
+                        "the supervisor stopped before the reflection was finalized",
+                    )
+                }));
             }
-            Outcome::Result(info)
+            Outcome::reply(&info)
         }
-        Err(refusal) => Outcome::Result(refusal),
+        Err(refusal) => Outcome::reply(&ReflectLaunch::from(refusal)),
     }
 }
 
 /// Launch a reflection: the checks of spec §5.4 in order, then the
-/// worktree, the payload and the child. Refusals are `Err(json)`.
-pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launched, Value> {
+/// worktree, the payload and the child.
+pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launched, LaunchResult> {
     let home = state.home.clone();
     let selector = req.agent.clone();
     let (record, agent) = off_thread(move || {
@@ -131,18 +131,7 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
     state
         .subagents
         .with(&record.id, |a| a.reflection = Some(child));
-    let info = json!({
-        "launched": true,
-        "agent": record.id,
-        "child": child,
-        "trigger": req.trigger,
-        "worktree": worktree_dir,
-        "branch": prepared.worktree.branch,
-        "transcripts": prepared.manifest.transcripts.iter().map(|t| json!({
-            "conversation_id": t.conversation_id,
-            "end_message_id": t.end_message_id,
-        })).collect::<Vec<_>>(),
-    });
+    let info = launched(&record.id, child, &req.trigger, &prepared);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let st = state.clone();
     // Tracked: an embedded supervisor drains only after it is finalized.
@@ -154,9 +143,35 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
     Ok(Launched { info, done: rx })
 }
 
+/// What the caller of a launched reflection hears.
+fn launched(agent: &str, child: u64, trigger: &str, prepared: &Prepared) -> ReflectLaunch {
+    let transcripts = prepared.manifest.transcripts.iter().map(|t| TranscriptRef {
+        conversation_id: t.conversation_id.clone(),
+        end_message_id: t.end_message_id.clone(),
+    });
+    ReflectLaunch {
+        launched: true,
+        reason: None,
+        message: None,
+        retry_at: None,
+        agent: Some(agent.to_string()),
+        child: Some(child),
+        trigger: Some(trigger.to_string()),
+        worktree: Some(prepared.worktree.dir.clone()),
+        branch: Some(prepared.worktree.branch.clone()),
+        transcripts: Some(transcripts.collect()),
+        result: None,
+    }
+}
+
 /// The reflection child has exited: finalize its worktree under the
 /// agent's memory lease, advance the cursors on success, record the result.
-async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: ChildEnd) -> Value {
+async fn finalize_reflection(
+    state: &Arc<State>,
+    p: Prepared,
+    child: u64,
+    end: ChildEnd,
+) -> SubagentResult {
     let agent_id = p.record.id.clone();
     let report = state
         .tasks
@@ -191,7 +206,7 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
     .await;
     drop(lease);
     state.subagents.with(&agent_id, |a| a.reflection = None);
-    let result = result.unwrap_or_else(|v| v);
+    let result = result.unwrap_or_else(|v| SubagentResult::failed(v.message));
     super::audit_records::merged(state, &agent_id, "reflection", &result).await;
     // Published once the lock and the reservation are free: whoever reads
     // the result may launch the next reflection at once.
@@ -203,8 +218,8 @@ async fn finalize_reflection(state: &Arc<State>, p: Prepared, child: u64, end: C
         Ok(())
     })
     .await;
-    tracing::info!(agent = %agent_id, child, result = %result, "reflection finalized");
-    if result["status"] == json!("merged") {
+    tracing::info!(agent = %agent_id, child, status = %result.status, summary = %result.summary, "reflection finalized");
+    if result.merged() {
         super::autosync::sync_after(state, &agent_id, None).await;
     }
     result
@@ -220,7 +235,7 @@ pub async fn after_turn(
     window: Option<u64>,
     isolation: Option<String>,
     evaluated: Option<Evaluation>,
-) -> Option<Value> {
+) -> Option<ReflectLaunch> {
     let fired = match evaluated {
         Some(e) => e.await.ok().flatten(),
         None => evaluate(state, agent_id, conversation).await,
@@ -239,7 +254,7 @@ pub async fn after_turn(
     };
     Some(match launch_reflection(state, req).await {
         Ok(l) => l.info,
-        Err(v) => v,
+        Err(v) => ReflectLaunch::from(v),
     })
 }
 
@@ -297,20 +312,12 @@ pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcom
     let id = record.id.clone();
     let status = blocking(move || Ok(status::report(&agent, id))).await;
     match status {
-        Ok(mut v) => {
-            if let Some(o) = v.as_object_mut() {
-                // `child: null` while one is being prepared.
-                let slot = |c: Option<u64>| match c {
-                    Some(0) => json!({ "child": null, "preparing": true }),
-                    Some(child) => json!({ "child": child }),
-                    None => Value::Null,
-                };
-                o.insert("running".into(), slot(running.0));
-                o.insert("worker".into(), slot(running.1));
-                o.insert("workers_waiting".into(), json!(waiting));
-            }
-            Outcome::Result(v)
-        }
+        Ok(report) => Outcome::reply(&ReflectStatus {
+            running: RunningSlot::of(running.0),
+            worker: RunningSlot::of(running.1),
+            workers_waiting: waiting,
+            ..report
+        }),
         Err(o) => o,
     }
 }

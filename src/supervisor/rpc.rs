@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::frames_io::FrameSender;
 use super::leases::{Holder, LEASE_WAIT};
@@ -15,7 +15,9 @@ use crate::model::{
     ModelError, ModelEvent, ModelRequest, ModelResponse, ProviderConfig, open_model,
 };
 use crate::protocol::events::{ModelDelta, TurnDelta};
-use crate::protocol::{ErrorBody, ErrorCode, Event, LogLevel, Outcome, ServerFrame};
+use crate::protocol::{
+    Committed, ErrorBody, ErrorCode, Event, LogLevel, Outcome, ServerFrame, replies,
+};
 use crate::store;
 
 /// The agent a request acts on: a child's own agent (a different `agent`
@@ -79,44 +81,48 @@ pub async fn memory_commit(
         Some(&agent),
         Some(super::audit_records::role_of(peer)),
     )
-    .with("paths", json!(paths))
+    .with("paths", paths.clone())
     .with("message", message.clone())
-    .with("worktree", json!(worktree));
-    let result = on_agent_thread(state, &agent.clone(), move || -> Result<Value, Outcome> {
-        let (record, agent_paths) = store::find(&home, Some(&agent))
-            .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
-        let repo = match &worktree {
-            Some(name) => crate::memfs::worktree::open(&agent_paths, name)
-                .map(|(_, repo)| repo)
-                .map_err(|e| error(ErrorCode::Forbidden, e.to_string()))?,
-            None => repo::open_agent(&agent_paths)
-                .map_err(|e| error(ErrorCode::Internal, e.to_string()))?,
-        };
-        let author = store::agent_signature(&record)
-            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-        // Children never get the human approval for constraint changes.
-        let opts = CommitOptions::for_repo(&repo, false);
-        match commit_paths(&repo, &paths, &message, &author, &opts) {
-            Ok(outcome) => Ok(json!({
-                "commit": outcome.commit.map(|c| c.to_string()),
-                "changed": outcome.changed,
-            })),
-            Err(e) => Err(commit_refusal(e)),
-        }
-    })
+    .with("worktree", worktree.clone());
+    let result = on_agent_thread(
+        state,
+        &agent.clone(),
+        move || -> Result<Committed, Outcome> {
+            let (record, agent_paths) = store::find(&home, Some(&agent))
+                .map_err(|e| error(ErrorCode::NotFound, e.to_string()))?;
+            let repo = match &worktree {
+                Some(name) => crate::memfs::worktree::open(&agent_paths, name)
+                    .map(|(_, repo)| repo)
+                    .map_err(|e| error(ErrorCode::Forbidden, e.to_string()))?,
+                None => repo::open_agent(&agent_paths)
+                    .map_err(|e| error(ErrorCode::Internal, e.to_string()))?,
+            };
+            let author = store::agent_signature(&record)
+                .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
+            // Children never get the human approval for constraint changes.
+            let opts = CommitOptions::for_repo(&repo, false);
+            match commit_paths(&repo, &paths, &message, &author, &opts) {
+                Ok(outcome) => Ok(Committed {
+                    commit: outcome.commit.map(|c| c.to_string()),
+                    changed: outcome.changed,
+                }),
+                Err(e) => Err(commit_refusal(e)),
+            }
+        },
+    )
     .await;
     match result {
-        Ok(Ok(v)) => {
+        Ok(Ok(committed)) => {
             // A commit is acknowledged once it is in the log.
-            if let Some(sha) = v["commit"].as_str() {
+            if let Some(sha) = &committed.commit {
                 let entry = audited
-                    .with("sha", sha)
-                    .with("changed", v["changed"].clone());
+                    .with("sha", sha.as_str())
+                    .with("changed", committed.changed.clone());
                 if let Err(o) = super::audit_records::record(state, entry).await {
                     return o;
                 }
             }
-            Outcome::Result(v)
+            Outcome::reply(&committed)
         }
         Ok(Err(o)) => o,
         Err(e) => error(ErrorCode::Internal, format!("commit task failed: {e}")),
@@ -151,7 +157,10 @@ fn commit_refusal(e: CommitError) -> Outcome {
         CommitError::Rejected(report) => Outcome::Error(ErrorBody {
             code: ErrorCode::ValidationFailed,
             message: report.render_block(),
-            data: Some(json!({ "violations": report.messages() })),
+            data: serde_json::to_value(replies::Violations {
+                violations: report.messages().into_iter().map(str::to_string).collect(),
+            })
+            .ok(),
         }),
         e @ (CommitError::Path(_)
         | CommitError::GitDirPath(_)
@@ -206,14 +215,19 @@ pub async fn memory_lease(
         state.leases.release(holder);
     }
     match taken {
-        Ok(()) => Outcome::Result(json!({ "leased": true, "agent": agent })),
+        Ok(()) => Outcome::reply(&replies::Leased {
+            leased: true,
+            agent,
+        }),
         Err(e) => error(ErrorCode::Unavailable, e.to_string()),
     }
 }
 
 /// `memory.release`: give the lease back (a no-op when not held).
 pub fn memory_release(state: &State, peer: &Peer, conn: &Connection) -> Outcome {
-    Outcome::Result(json!({ "released": state.leases.release(holder(peer, conn)) }))
+    Outcome::reply(&replies::Released {
+        released: state.leases.release(holder(peer, conn)),
+    })
 }
 
 /// The id of the agent a CLI named (leases are keyed by id, not by
@@ -269,7 +283,7 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
     let result = on_agent_thread(
         state,
         &agent.clone(),
-        move || -> Result<Value, (ErrorCode, String)> {
+        move || -> Result<replies::MemoryStatus, (ErrorCode, String)> {
             let (_, paths) = store::find(&home, Some(&agent))
                 .map_err(|e| (ErrorCode::NotFound, e.to_string()))?;
             let repo = match &worktree {
@@ -284,16 +298,16 @@ pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String
             // `.gitignore`s) by path, where a FIFO blocks this thread for good.
             let status = crate::memfs::status::worktree_status(&repo)
                 .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-            let mut v = json!({ "head": status.head, "dirty": status.dirty });
-            if let Some(name) = worktree {
-                v["worktree"] = json!(name);
-            }
-            Ok(v)
+            Ok(replies::MemoryStatus {
+                head: status.head,
+                dirty: status.dirty,
+                worktree,
+            })
         },
     )
     .await;
     match result {
-        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Ok(status)) => Outcome::reply(&status),
         Ok(Err((code, e))) => error(code, e),
         Err(e) => error(ErrorCode::Internal, format!("status task failed: {e}")),
     }
@@ -379,10 +393,7 @@ pub async fn model_complete(
         _ = state.stop.cancelled() => Ok(Err(ModelError::fatal("the supervisor is stopping; the model request was abandoned"))),
     };
     match result {
-        Ok(Ok(response)) => match serde_json::to_value(&response) {
-            Ok(v) => Outcome::Result(v),
-            Err(e) => error(ErrorCode::Internal, e.to_string()),
-        },
+        Ok(Ok(response)) => Outcome::reply(&response),
         Ok(Err(e)) => Outcome::Error(ErrorBody {
             code: ErrorCode::Unavailable,
             message: e.to_string(),
@@ -477,11 +488,14 @@ pub async fn model_info(state: &Arc<State>, peer: &Peer, asked: Option<String>) 
         let cfg = ProviderConfig::load(&home)?;
         let model = recorded.unwrap_or_else(|| crate::model::default_model(&cfg));
         let window = cfg.context_window_for(&model);
-        Ok::<_, crate::model::ConfigError>(json!({ "model": model, "context_window": window }))
+        Ok::<_, crate::model::ConfigError>(replies::ModelInfo {
+            model,
+            context_window: window,
+        })
     })
     .await;
     match result {
-        Ok(Ok(v)) => Outcome::Result(v),
+        Ok(Ok(info)) => Outcome::reply(&info),
         Ok(Err(e)) => error(ErrorCode::Unavailable, e.to_string()),
         Err(e) => error(ErrorCode::Internal, format!("model.info task failed: {e}")),
     }
@@ -506,7 +520,7 @@ pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {
         LogLevel::Debug => tracing::debug!(child, agent, role, text = ?text, "child log"),
         LogLevel::Trace => tracing::trace!(child, agent, role, text = ?text, "child log"),
     }
-    Outcome::Result(json!({}))
+    Outcome::reply(&replies::Ack {})
 }
 
 /// `memory.sync`: sync an agent's memory with its remote, under the
@@ -572,29 +586,24 @@ pub async fn memory_sync(
         Err(e) => Err(e),
     };
     match result {
-        Ok(Ok((outcome, aside))) => match serde_json::to_value(&outcome) {
-            Ok(mut v) => {
-                super::audit_records::synced(state, &record.id, &v).await;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("repair_branch".into(), json!(aside));
-                    o.insert("agent".into(), json!(record.id));
-                    o.insert("name".into(), json!(record.name));
-                    o.insert("cloned".into(), json!(cloned));
-                    if cloned && let Some(m) = o.get("message").and_then(Value::as_str) {
-                        let m = format!(
-                            "cloned agent {} ({}) from the remote; {m}",
-                            record.name, record.id
-                        );
-                        o.insert("message".into(), json!(m));
-                    }
-                }
-                Outcome::Result(v)
+        Ok(Ok((mut outcome, aside))) => {
+            super::audit_records::synced(state, &record.id, &outcome).await;
+            if cloned {
+                outcome.message = format!(
+                    "cloned agent {} ({}) from the remote; {}",
+                    record.name, record.id, outcome.message
+                );
             }
-            Err(e) => error(ErrorCode::Internal, e.to_string()),
-        },
+            Outcome::reply(&replies::MemorySynced {
+                outcome,
+                agent: record.id,
+                name: record.name,
+                cloned,
+                repair_branch: aside,
+            })
+        }
         Ok(Err(e)) => {
-            let failed = json!({ "status": "failed", "message": e.to_string() });
-            super::audit_records::synced(state, &record.id, &failed).await;
+            super::audit_records::sync_failed(state, &record.id, &e.to_string()).await;
             error(ErrorCode::Internal, e.to_string())
         }
         Err(e) => error(ErrorCode::Internal, format!("sync task failed: {e}")),
@@ -646,19 +655,19 @@ fn find_or_clone(
 fn cloned_only(record: &crate::store::record::AgentRecord, refused: Outcome) -> Outcome {
     let why = match &refused {
         Outcome::Error(e) => e.message.clone(),
-        Outcome::Result(_) => String::new(),
+        _ => String::new(),
     };
-    Outcome::Result(json!({
-        "status": "clean",
-        "message": format!(
-            "cloned agent {} ({}) from the remote; not synced: {why}",
-            record.name, record.id
-        ),
-        "agent": record.id,
-        "name": record.name,
-        "cloned": true,
-        "pushed_commits": 0,
-    }))
+    let message = format!(
+        "cloned agent {} ({}) from the remote; not synced: {why}",
+        record.name, record.id
+    );
+    Outcome::reply(&replies::MemorySynced {
+        outcome: replies::SyncOutcome::new(replies::SyncStatus::Clean, message),
+        agent: record.id.clone(),
+        name: record.name.clone(),
+        cloned: true,
+        repair_branch: None,
+    })
 }
 
 /// `memory.repair`: an agent child hands its sync conflict to a repair

@@ -6,7 +6,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -177,7 +176,7 @@ pub struct PendingIntegration {
     pub worktree: String,
     pub branch: String,
     pub summary: String,
-    pub merge: Option<Value>,
+    pub merge: Option<crate::protocol::replies::Merged>,
 }
 
 impl State {

@@ -5,22 +5,20 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::children::ChildState;
 use super::launch::{SubagentLaunch, spawn_with};
 use super::state::State;
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::{Event, Outcome, SpawnParams, StdioMode};
-use crate::reflection::launch_result::failed;
+use crate::reflection::launch_result::{LaunchResult, failed};
 use crate::reflection::prepare::Host;
 use crate::store::record::AgentRecord;
 
 /// Run `f` on a blocking thread; a failure becomes an `error` refusal.
 pub async fn off_thread<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Value> + Send + 'static,
-) -> Result<T, Value> {
+    f: impl FnOnce() -> Result<T, LaunchResult> + Send + 'static,
+) -> Result<T, LaunchResult> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err(failed(format!("task failed: {e}"))),
@@ -89,9 +87,9 @@ pub async fn start_child(
     sub: SubagentLaunch,
 ) -> Result<u64, String> {
     match spawn_with(state, spawn, fds, sub).await {
-        Ok(Outcome::Result(v)) => Ok(v["child"].as_u64().unwrap_or_default()),
-        Ok(Outcome::Error(e)) | Err(Outcome::Error(e)) => Err(e.message),
-        Err(Outcome::Result(v)) => Err(v.to_string()),
+        Ok(started) => Ok(started.child),
+        Err(Outcome::Error(e)) => Err(e.message),
+        Err(other) => Err(format!("the launch answered {other:?}")),
     }
 }
 

@@ -3,11 +3,9 @@
 //! reflection and memory worker of each agent is running is shared state
 //! (`state::Running`).
 
-use serde_json::json;
-
 use super::state::{Peer, State, error};
 use crate::protocol::task::clip_report;
-use crate::protocol::{ErrorCode, Outcome};
+use crate::protocol::{ErrorCode, Outcome, replies};
 
 /// `task.get`: the task recorded for the calling child at its launch.
 pub fn task_get(state: &State, peer: &Peer) -> Outcome {
@@ -19,10 +17,7 @@ pub fn task_get(state: &State, peer: &Peer) -> Outcome {
     };
     let tasks = state.tasks.lock().unwrap_or_else(|p| p.into_inner());
     match tasks.get(id) {
-        Some(entry) => match serde_json::to_value(&entry.task) {
-            Ok(v) => Outcome::Result(v),
-            Err(e) => error(ErrorCode::Internal, e.to_string()),
-        },
+        Some(entry) => Outcome::reply(&entry.task),
         None => error(ErrorCode::NotFound, "no task was recorded for this child"),
     }
 }
@@ -40,7 +35,7 @@ pub fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
         Some(entry) => {
             // Whatever the child sends, at most the cap is kept.
             entry.report = Some(clip_report(&report));
-            Outcome::Result(json!({ "kept": true }))
+            Outcome::reply(&replies::Kept { kept: true })
         }
         None => error(ErrorCode::NotFound, "no task was recorded for this child"),
     }

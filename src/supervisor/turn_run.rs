@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::children::ChildState;
@@ -15,7 +14,7 @@ use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::timings::Marks;
 use crate::protocol::turn::TurnEvent;
-use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams};
+use crate::protocol::{ErrorCode, Event, Outcome, SpawnParams, StdioMode, TurnParams, replies};
 use crate::store;
 use crate::store::record::AgentRecord;
 
@@ -57,7 +56,7 @@ async fn try_run_turn(
     // Subscribed before the launch, so the exit cannot pass unseen.
     let events = state.events.subscribe();
     let started = start_turn_child(state, &record, spawn, fds, &conversation, &mut marks).await?;
-    let id = started["child"].as_u64().unwrap_or_default();
+    let id = started.child;
     let (end, signalled, evaluated) =
         watch_turn(state, &record.id, &conversation, id, events, &gone).await?;
     marks.mark("sup.child_exited");
@@ -98,18 +97,17 @@ async fn try_run_turn(
         // once this turn's own work is done, so the two do not compete.
         super::warm::refill(state, &record.id, next);
     }
-    let ended = TurnEnded {
-        end,
+    Ok(Outcome::reply(&replies::TurnEnded {
+        started: replies::Started {
+            timings: marks.into_list(),
+            ..started
+        },
+        exit: end,
         conversation,
         cancelled,
         reflection,
-        synced,
-    };
-    let mut result = ended.into_result(started);
-    if let (Some(list), Some(obj)) = (marks.into_list(), result.as_object_mut()) {
-        obj.insert("timings".into(), json!(list));
-    }
-    Ok(Outcome::Result(result))
+        sync: synced,
+    }))
 }
 
 /// Everything a turn needs is checked before anything is stored: a bad
@@ -158,7 +156,7 @@ async fn start_turn_child(
     fds: PassedFds,
     conversation: &str,
     marks: &mut Marks,
-) -> Result<serde_json::Value, Outcome> {
+) -> Result<replies::Started, Outcome> {
     let timings = marks.enabled();
     let sub = || SubagentLaunch {
         conversation: Some(conversation.to_string()),
@@ -175,11 +173,9 @@ async fn start_turn_child(
         },
         None => fds,
     };
-    let Outcome::Result(mut started) = spawn_with(state, spawn, fds, sub()).await? else {
-        return Err(error(ErrorCode::Internal, "the turn's child did not start"));
-    };
-    if let Some(launch) = started.as_object_mut().and_then(|o| o.remove("timings")) {
-        marks.extend(serde_json::from_value(launch).unwrap_or_default());
+    let mut started = spawn_with(state, spawn, fds, sub()).await?;
+    if let Some(launch) = started.timings.take() {
+        marks.extend(launch);
     }
     Ok(started)
 }
@@ -306,36 +302,6 @@ async fn record_interruption(agent: &AgentPaths, conversation: &str, id: u64) {
     }
 }
 
-/// How a turn ended, for its answer.
-struct TurnEnded {
-    end: ChildEnd,
-    conversation: String,
-    cancelled: bool,
-    reflection: Option<serde_json::Value>,
-    synced: Option<serde_json::Value>,
-}
-
-impl TurnEnded {
-    /// `turn.run`'s answer: the launch's result (`started`) with the end.
-    fn into_result(self, started: serde_json::Value) -> serde_json::Value {
-        let mut result = started;
-        if let Some(obj) = result.as_object_mut() {
-            if let Ok(end) = serde_json::to_value(self.end) {
-                obj.insert("exit".into(), end);
-            }
-            obj.insert("conversation".into(), json!(self.conversation));
-            obj.insert("cancelled".into(), json!(self.cancelled));
-            if let Some(r) = self.reflection {
-                obj.insert("reflection".into(), r);
-            }
-            if let Some(s) = self.synced {
-                obj.insert("sync".into(), s);
-            }
-        }
-        result
-    }
-}
-
 /// `turn.cancel`: cancel the running turn of a conversation.
 pub async fn cancel_turn(
     state: &Arc<State>,
@@ -353,9 +319,11 @@ pub async fn cancel_turn(
         Err(o) => return o,
     };
     let cancelled = state.turns.cancel(&record.id, &conversation);
-    Outcome::Result(
-        json!({ "agent": record.id, "conversation": conversation, "cancelled": cancelled }),
-    )
+    Outcome::reply(&replies::TurnCancelled {
+        agent: record.id,
+        conversation,
+        cancelled,
+    })
 }
 
 /// Whether `model` can serve a turn here (known form, key configured,
@@ -428,7 +396,9 @@ fn notify_waiting(fds: &PassedFds, conversation: &str) {
     };
     let mut file = std::fs::File::from(dup);
     // One short line into an empty pipe: it does not block.
-    let _ = writeln!(file, "{}", json!(event));
+    if let Ok(line) = serde_json::to_string(&event) {
+        let _ = writeln!(file, "{line}");
+    }
 }
 
 /// SIGKILL a turn's child and everything it started. True when a signal

@@ -23,8 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 use super::frames_io::PassedFds;
 use super::launch::{ChildEnds, SubagentLaunch, launch_registered, serve_child};
 use super::state::State;
@@ -32,6 +30,7 @@ use super::warm_pool::{Found, Warm, WarmKey, discard};
 use crate::paths::Home;
 use crate::protocol::SpawnParams;
 use crate::protocol::handover::{self, Handover};
+use crate::protocol::replies;
 use crate::protocol::timings::Marks;
 use crate::store::record::AgentRecord;
 
@@ -75,7 +74,7 @@ pub(super) fn hand_over(
     params: &SpawnParams,
     sub: SubagentLaunch,
     fds: PassedFds,
-) -> Result<Value, PassedFds> {
+) -> Result<replies::Started, PassedFds> {
     let [i, o, e] = fds.as_slice() else {
         return Err(fds);
     };
@@ -100,7 +99,14 @@ pub(super) fn hand_over(
     if serve_child(state, id, record, params, sub, ends).is_err() {
         let _ = super::children::kill_child_tree(pid);
     }
-    Ok(json!({ "child": id, "pid": pid, "agent": record.id, "role": params.role, "warm": true }))
+    Ok(replies::Started {
+        child: id,
+        pid,
+        agent: record.id.clone(),
+        role: params.role.clone(),
+        warm: true,
+        timings: None,
+    })
 }
 
 /// Start `params` (a warm turn child's) for `agent` in the background, when

@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use super::launch::SubagentLaunch;
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
 use super::subagent_child::{off_thread, start_child, subagent_spawn, wait_exit, with_host};
 use crate::memfs::worktree as wt;
 use crate::protocol::events::ChildEnd;
+use crate::protocol::replies::WorkerStarted;
 use crate::protocol::{ErrorCode, Outcome};
 use crate::reflection::finalize::{WorkerRun, finished_at, integrate_and_settle};
 use crate::reflection::launch_result::failed;
@@ -85,11 +84,11 @@ pub async fn worker_start(
         }
     });
     if let Some(position) = queued {
-        return Outcome::Result(json!({ "launched": false, "queued": true, "position": position }));
+        return Outcome::reply(&WorkerStarted::queued(position));
     }
     // The caller hears how this launch went: a failure is its answer, not
     // something to try again behind its back.
-    Outcome::Result(run_worker_chain(state.clone(), agent.clone(), item, false).await)
+    Outcome::reply(&run_worker_chain(state.clone(), agent.clone(), item, false).await)
 }
 
 /// At start: run the memory workers a stopped supervisor acknowledged but
@@ -160,17 +159,18 @@ async fn run_worker_chain(
     agent_id: String,
     item: QueuedWorker,
     acknowledged: bool,
-) -> Value {
+) -> WorkerStarted {
     let first = launch_worker(&state, &agent_id, &item).await;
-    if first["launched"] != json!(true) {
+    if !first.launched {
         // A stopping supervisor keeps it for the next one; an acknowledged
         // instruction whose launch failed (a full or read-only disk, say)
         // is tried again, later.
         if !state.is_stopping() {
-            tracing::warn!(agent = %agent_id, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %first, "a memory worker could not start");
+            tracing::warn!(agent = %agent_id, item = %item.id, instruction = %log_excerpt(&item.instruction), result = ?first.message, "a memory worker could not start");
             if acknowledged {
-                let why = first["message"]
-                    .as_str()
+                let why = first
+                    .message
+                    .as_deref()
                     .unwrap_or("the worker could not start");
                 let task = TaskPart::not_started(why);
                 let attempt = Attempt::new(item.next_run(), finished_at(), None, task);
@@ -200,7 +200,7 @@ async fn settle_off_thread(
     .await;
     settled.unwrap_or_else(|v| queue::Settled::Unrecorded {
         attempts: item.attempts.saturating_add(1),
-        error: v.to_string(),
+        error: v.message,
     })
 }
 
@@ -260,7 +260,7 @@ fn next_worker(state: Arc<State>, agent_id: String) {
     }
 }
 
-async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) -> Value {
+async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) -> WorkerStarted {
     let (instruction, isolation) = (item.instruction.clone(), item.isolation.clone());
     let earlier = item.history.clone();
     let (st, id) = (state.clone(), agent_id.to_string());
@@ -272,11 +272,11 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
     .await;
     let (record, agent, worktree, task) = match prepared {
         Ok(p) => p,
-        Err(v) => return v,
+        Err(v) => return WorkerStarted::refused(v),
     };
     let spawn = match subagent_spawn(&record, &agent, "memory-worker", isolation) {
         Ok(s) => s,
-        Err(e) => return failed(e),
+        Err(e) => return WorkerStarted::refused(failed(e)),
     };
     let events = state.events.subscribe();
     let sub = SubagentLaunch {
@@ -291,17 +291,16 @@ async fn launch_worker(state: &Arc<State>, agent_id: &str, item: &QueuedWorker) 
         Err(e) => {
             let (a, w) = (agent.clone(), worktree.clone());
             let _ = off_thread(move || Ok(wt::discard(&a, &w).map_err(|e| e.to_string()))).await;
-            return failed(e);
+            return WorkerStarted::refused(failed(e));
         }
     };
     state.subagents.with(&record.id, |a| a.worker = Some(child));
-    let info = json!({
-        "launched": true,
-        "agent": record.id,
-        "child": child,
-        "worktree": worktree.dir,
-        "branch": worktree.branch,
-    });
+    let info = WorkerStarted::launched(
+        record.id.clone(),
+        child,
+        worktree.dir.clone(),
+        worktree.branch.clone(),
+    );
     let run = WorkerRun {
         agent,
         worktree,
@@ -342,8 +341,8 @@ async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd
         return;
     };
     super::audit_records::merged(&st, &id, "memory-worker", &s.record).await;
-    tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), result = %s.record, "memory worker finalized");
-    if s.record["status"] == json!("merged") {
+    tracing::info!(agent = %id, child, item = %item.id, instruction = %log_excerpt(&item.instruction), status = %s.record.status, summary = %s.record.summary, "memory worker finalized");
+    if s.record.merged() {
         super::autosync::sync_after(&st, &id, None).await;
     }
     if s.conflicted && !st.is_stopping() {
@@ -394,7 +393,7 @@ async fn queue_repair(
         }
         Ok(None) => None,
         Err(v) => {
-            tracing::warn!(agent = %agent_id, result = %v, "cannot queue a repair");
+            tracing::warn!(agent = %agent_id, result = %v.message, "cannot queue a repair");
             None
         }
     }

@@ -32,8 +32,13 @@ pub(super) fn run(
         Err(skipped) => return skipped,
     };
     let mut exits = Vec::new();
-    let child = match client.wait_response_keeping_exits(req, &mut exits) {
-        Ok(v) => v["child"].as_u64().unwrap_or(0),
+    let started = client.wait_reply_keeping_exits::<crate::protocol::replies::Started>(
+        req,
+        "child.spawn",
+        &mut exits,
+    );
+    let child = match started {
+        Ok(started) => started.child,
         // Refused for what the attacker's tree holds: the attack's own
         // doing, so the attack stopped before any process could run.
         Err(e) if refusal_blocks && e.code() == Some(ErrorCode::Forbidden) => {

@@ -91,7 +91,9 @@ fn run_in(
         Isolation::Degraded => "degraded",
         Isolation::Off => "off",
     };
-    session.client.call(Call::Subscribe {})?;
+    session
+        .client
+        .call_as::<crate::protocol::replies::Subscribed>(Call::Subscribe {})?;
     let (sibling_pid, sibling_child) = spawn_sibling(&mut session.client, &decoys.b, iso)?;
     let profile = profile::load(&home, role).map_err(setup("profile"))?;
     let listed = decoys::ListedHost::start().map_err(setup("listed host"))?;
@@ -129,10 +131,12 @@ fn run_in(
         on_result(&r);
         results.push(r);
     }
-    let _ = session.client.call(Call::Kill {
-        child: sibling_child,
-        signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
-    });
+    let _ = session
+        .client
+        .call_as::<crate::protocol::replies::Signalled>(Call::Kill {
+            child: sibling_child,
+            signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
+        });
     session.close();
     drop(decoys);
     drop(listed);
@@ -230,7 +234,7 @@ impl Decoys {
 /// A child of agent B sleeping beside the attacker's (a sibling no probe
 /// may signal): its host pid and its child id.
 fn spawn_sibling(client: &mut Client, agent: &str, iso: &str) -> Result<(u32, u64), VerifyError> {
-    let sibling = client.call(Call::Spawn(SpawnParams {
+    let sibling: crate::protocol::replies::Started = client.call_as(Call::Spawn(SpawnParams {
         agent: agent.to_string(),
         role: "tool".into(),
         argv: vec!["sleep".into(), "3600".into()],
@@ -239,9 +243,7 @@ fn spawn_sibling(client: &mut Client, agent: &str, iso: &str) -> Result<(u32, u6
         isolation: Some(iso.into()),
         model: None,
     }))?;
-    let sibling_pid = sibling["pid"].as_u64().unwrap_or(0) as u32;
-    let sibling_child = sibling["child"].as_u64().unwrap_or(0);
-    Ok((sibling_pid, sibling_child))
+    Ok((sibling.pid, sibling.child))
 }
 
 /// What every probe is told: where the decoys are and what they hold.

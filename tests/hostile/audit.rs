@@ -515,9 +515,9 @@ while answers < 8:
         answers += 1
 "#;
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: "owl".into(),
             role: "agent".into(),
             argv: vec!["python3".into(), "-c".into(), client.into()],

@@ -35,7 +35,7 @@ fn cgroup_roots(test: &str) -> Option<Vec<PathBuf>> {
 
 fn spawn(d: &Daemon, argv: &[&str]) -> Result<Value, String> {
     d.client()
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: d.agents[0].clone(),
             role: "tool".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),
@@ -48,7 +48,7 @@ fn spawn(d: &Daemon, argv: &[&str]) -> Result<Value, String> {
 }
 
 fn child_ended(d: &Daemon, child: u64) -> bool {
-    let ps = d.client().call(Call::Ps {}).unwrap();
+    let ps = d.client().call_json(Call::Ps {}).unwrap();
     ps["children"]
         .as_array()
         .into_iter()

@@ -10,7 +10,7 @@ use mini_letta::protocol::Call;
 
 /// The running agent-role child of a daemon: (id, pid).
 fn agent_child(d: &Daemon) -> Option<(u64, i32)> {
-    let ps = d.client().call(Call::Ps {}).ok()?;
+    let ps = d.client().call_json(Call::Ps {}).ok()?;
     ps["children"].as_array()?.iter().find_map(|r| {
         (r["role"] == "agent" && r["state"] == "running")
             .then(|| Some((r["id"].as_u64()?, r["pid"].as_i64()? as i32)))?

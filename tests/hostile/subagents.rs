@@ -159,7 +159,7 @@ fn a_worker_child_without_a_worktree_gets_no_status() {
     );
     let mut c = d.client();
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: d.agents[0].clone(),
             role: "memory-worker".into(),
             argv: vec!["sh".into(), "-c".into(), probe],

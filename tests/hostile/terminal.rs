@@ -386,7 +386,7 @@ fn a_child_cannot_commit_a_control_character_path() {
     use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
     let d = Daemon::start(&["a"]);
     let mut c = d.client();
-    c.call(Call::Subscribe {}).unwrap();
+    c.call_json(Call::Subscribe {}).unwrap();
     let script = format!(
         r#"cd memory
 f=$(printf 'notes-\033]0;pwned\007.md')
@@ -397,7 +397,7 @@ echo $? > rc.txt
         me = agent_bin().display()
     );
     let v = c
-        .call(Call::Spawn(SpawnParams {
+        .call_json(Call::Spawn(SpawnParams {
             agent: "a".into(),
             role: "tool".into(),
             argv: vec!["sh".into(), "-c".into(), script],

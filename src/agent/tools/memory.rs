@@ -9,9 +9,9 @@ use super::{Args, Tool, ToolContext, ToolOutput, string};
 use crate::memfs::commit::CommitOutcome;
 use crate::memfs::ops::{OpError, Writer};
 use crate::memfs::repo;
-use crate::protocol::Call;
 use crate::protocol::client::ClientError;
 use crate::protocol::messages::ToolSpec;
+use crate::protocol::{Call, replies};
 
 pub(super) const TOOL: Tool = Tool {
     name: "memory",
@@ -214,15 +214,8 @@ fn commit(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
     let paths = match named {
         Some(p) => p,
-        None => match client.call(Call::MemoryStatus { agent: None }) {
-            Ok(v) => v["dirty"]
-                .as_array()
-                .map(|d| {
-                    d.iter()
-                        .filter_map(|p| p.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
+        None => match client.call_as::<replies::MemoryStatus>(Call::MemoryStatus { agent: None }) {
+            Ok(status) => status.dirty,
             Err(ClientError::Remote(body)) => {
                 return ToolOutput::err(format!("memory commit: {}", body.message));
             }
@@ -266,13 +259,14 @@ fn commit(ctx: &ToolContext, args: &Args) -> ToolOutput {
 /// over) and syncs. The call waits for that and reports how it ended.
 fn repair_conflict(ctx: &ToolContext) -> ToolOutput {
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
-    match client.call(Call::MemoryRepair {}) {
-        Ok(v) => {
-            let status = v["status"].as_str().unwrap_or("?");
-            let message = v["message"].as_str().unwrap_or("");
-            let ok = matches!(status, "pushed" | "clean" | "skipped");
-            let text = format!("Memory sync after the repair: {status}: {message}");
-            if ok {
+    match client.call_as::<replies::MemorySynced>(Call::MemoryRepair {}) {
+        Ok(synced) => {
+            let (status, message) = (synced.outcome.status, &synced.outcome.message);
+            let text = format!(
+                "Memory sync after the repair: {}: {message}",
+                status.as_str()
+            );
+            if status.is_settled() {
                 ToolOutput::ok(text)
             } else {
                 ToolOutput::err(text)
@@ -294,20 +288,20 @@ fn delegate(ctx: &ToolContext, args: &Args) -> ToolOutput {
         return ToolOutput::err("memory delegate: 'instruction' must be a non-empty string");
     };
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
-    match client.call(Call::WorkerStart {
+    match client.call_as::<replies::WorkerStarted>(Call::WorkerStart {
         instruction: instruction.to_string(),
     }) {
-        Ok(v) if v["launched"] == json!(true) => ToolOutput::ok(format!(
+        Ok(w) if w.launched => ToolOutput::ok(format!(
             "Memory worker started (branch {}); it works in the background and its commits are merged when it finishes. Continue with your task.",
-            v["branch"].as_str().unwrap_or("?")
+            w.branch.as_deref().unwrap_or("?")
         )),
-        Ok(v) if v["queued"] == json!(true) => ToolOutput::ok(format!(
+        Ok(w) if w.queued => ToolOutput::ok(format!(
             "Memory worker queued (position {}): workers of this agent run one at a time.",
-            v["position"]
+            w.position.unwrap_or(0)
         )),
-        Ok(v) => ToolOutput::err(format!(
+        Ok(w) => ToolOutput::err(format!(
             "memory delegate: the worker was not started: {}",
-            v["message"].as_str().unwrap_or("unknown reason")
+            w.message.as_deref().unwrap_or("unknown reason")
         )),
         Err(ClientError::Remote(body)) => {
             ToolOutput::err(format!("memory delegate: {}", body.message))
@@ -322,19 +316,18 @@ fn delegate(ctx: &ToolContext, args: &Args) -> ToolOutput {
 fn merge(ctx: &ToolContext, args: &Args) -> ToolOutput {
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
     let branch = string(args, "branch").unwrap_or_default().to_string();
-    match client.call(Call::MemoryMerge { branch }) {
-        Ok(v) if v["status"] == json!("merged") => ToolOutput::ok(format!(
+    match client.call_as::<replies::Merged>(Call::MemoryMerge { branch }) {
+        Ok(m) if m.status == "merged" => ToolOutput::ok(format!(
             "Merged the reflection branch {} into main ({}).",
-            v["branch"].as_str().unwrap_or("?"),
-            v["merge_commit"]
-                .as_str()
+            m.branch,
+            m.merge_commit
+                .as_deref()
                 .map(|c| &c[..c.len().min(7)])
                 .unwrap_or("?")
         )),
-        Ok(v) => ToolOutput::err(format!(
+        Ok(m) => ToolOutput::err(format!(
             "memory merge: not merged ({}): {}",
-            v["status"].as_str().unwrap_or("?"),
-            v["summary"].as_str().unwrap_or("")
+            m.status, m.summary
         )),
         Err(ClientError::Remote(body)) => {
             ToolOutput::err(format!("memory merge: {}", body.message))
@@ -346,7 +339,8 @@ fn merge(ctx: &ToolContext, args: &Args) -> ToolOutput {
 /// Take or give back the memory lease.
 fn lease(ctx: &ToolContext, call: Call) -> Result<(), String> {
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
-    match client.call(call) {
+    // Either answer says the request was taken; nothing in it is needed.
+    match client.call_as::<serde::de::IgnoredAny>(call) {
         Ok(_) => Ok(()),
         Err(ClientError::Remote(body)) => Err(body.message),
         Err(e) => Err(format!("cannot reach the supervisor: {e}")),

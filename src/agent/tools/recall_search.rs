@@ -83,13 +83,10 @@ fn delegate(ctx: &ToolContext, query: &str) -> ToolOutput {
     use crate::protocol::Call;
     use crate::protocol::client::ClientError;
     let mut client = ctx.channel.lock().unwrap_or_else(|p| p.into_inner());
-    match client.call(Call::RecallDelegate {
+    match client.call_as::<crate::protocol::replies::Findings>(Call::RecallDelegate {
         query: query.to_string(),
     }) {
-        Ok(v) => ToolOutput::ok(format!(
-            "Recall sub-agent findings:\n{}",
-            v["findings"].as_str().unwrap_or("(none)")
-        )),
+        Ok(f) => ToolOutput::ok(format!("Recall sub-agent findings:\n{}", f.findings)),
         Err(ClientError::Remote(body)) => {
             ToolOutput::err(format!("recall_search: {}", body.message))
         }

@@ -58,59 +58,7 @@ pub const BACKUP_REF_PREFIX: &str = "refs/mini-letta/backup/";
 
 const LOCAL_MAIN: &str = "refs/heads/main";
 
-/// How a sync ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SyncStatus {
-    /// No remote configured.
-    Skipped,
-    /// Nothing to push (possibly after fast-forwarding to the remote).
-    Clean,
-    /// Local commits were pushed.
-    Pushed,
-    /// The checkout has uncommitted changes; nothing was touched.
-    Dirty,
-    /// Local commits do not apply on the remote; `main` is unchanged.
-    Conflict,
-    /// The tree that would be pushed fails validation; `main` is unchanged.
-    Invalid,
-    /// The remote refused the push (also after one fetch + rebase retry).
-    PushFailed,
-    /// In a cluster: this host no longer owns the agent (etcd says so, or
-    /// the remote's fence is another owner's); nothing was pushed.
-    OwnershipLost,
-}
-
-/// The result of [`sync`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SyncOutcome {
-    pub status: SyncStatus,
-    pub message: String,
-    /// Local `main` afterwards.
-    pub local: Option<String>,
-    /// The remote `main` as last seen (after a successful push: what was pushed).
-    pub remote: Option<String>,
-    /// The backup ref written before local history was rewritten.
-    pub backup_ref: Option<String>,
-    pub pushed_commits: usize,
-    /// After `--repair`: the paths whose local change is not on `main`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_carried_over: Vec<String>,
-}
-
-impl SyncOutcome {
-    fn new(status: SyncStatus, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-            local: None,
-            remote: None,
-            backup_ref: None,
-            pushed_commits: 0,
-            not_carried_over: Vec::new(),
-        }
-    }
-}
+pub use crate::protocol::replies::{SyncOutcome, SyncStatus};
 
 /// Failures that stop a sync before it can report a status.
 #[derive(Debug, thiserror::Error)]

@@ -206,6 +206,39 @@ pub struct Finalized {
     pub conflicts: Vec<ConflictSides>,
 }
 
+impl Finalized {
+    /// As `memory.merge` answers it: the same fields, the ones a reader
+    /// decides on typed.
+    pub fn reply(&self) -> crate::protocol::replies::Merged {
+        let mut rest = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        let status = rest
+            .remove("status")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "failed".into());
+        for typed in [
+            "summary",
+            "commit_count",
+            "merge_commit",
+            "changed_paths",
+            "branch",
+        ] {
+            rest.remove(typed);
+        }
+        crate::protocol::replies::Merged {
+            status,
+            summary: self.summary.clone(),
+            commit_count: self.commit_count,
+            merge_commit: self.merge_commit.clone(),
+            changed_paths: self.changed_paths.clone(),
+            branch: self.branch.clone(),
+            rest,
+        }
+    }
+}
+
 /// One file a merge left conflicted: the blob ids of its merge-base
 /// version and of each side (`None` where that side has no such file).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -45,7 +45,8 @@ enum Answer {
 }
 
 fn ask(client: &mut Client, name: &str, call: Call) -> Answer {
-    match client.call(call) {
+    // The evidence quotes whatever was answered, as it came.
+    match client.call_json(call) {
         Ok(v) => {
             let mut text = v.to_string();
             text.truncate(200);
@@ -236,7 +237,7 @@ pub fn secret_commit(ctx: &ProbeContext) -> Verdict {
             io_name(&e)
         ));
     }
-    let answer = client.call(Call::MemoryCommit {
+    let answer = client.call_as::<crate::protocol::Committed>(Call::MemoryCommit {
         paths: vec![rel.clone()],
         message: "probe: remember an API token".into(),
         agent: None,
@@ -244,7 +245,8 @@ pub fn secret_commit(ctx: &ProbeContext) -> Verdict {
     restore(&path, original.as_deref());
     match answer {
         Ok(v) => Verdict::escaped(format!(
-            "the supervisor committed {rel} with a GitHub token: {v}"
+            "the supervisor committed {rel} with a GitHub token: {}",
+            v.commit.as_deref().unwrap_or("(no commit)")
         )),
         Err(ClientError::Remote(body)) if body.code == ErrorCode::ValidationFailed => {
             let why = if body.message.contains("secret") {
@@ -336,8 +338,8 @@ pub fn pass_descriptors(_ctx: &ProbeContext) -> Verdict {
         Ok(id) => id,
         Err(e) => return Verdict::blocked(format!("sending descriptors failed: {e}")),
     };
-    match client.wait_response_with(id, |_| {}) {
-        Ok(v) => Verdict::escaped(format!("a ping carrying 3 descriptors was answered: {v}")),
+    match client.wait_reply_with::<crate::protocol::replies::Pong>(id, "ping", |_| {}) {
+        Ok(v) => Verdict::escaped(format!("a ping carrying 3 descriptors was answered: {v:?}")),
         Err(ClientError::Remote(body)) if body.code == ErrorCode::Forbidden => {
             Verdict::blocked(format!("refused: {}", body.message))
         }
