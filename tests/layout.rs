@@ -68,8 +68,67 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use syn::visit::Visit;
 
-/// A module's path below the crate root (`["memfs", "worktree", "merge"]`).
+/// A module's path in the map (`["memfs", "worktree", "merge"]`).
 type ModPath = Vec<String>;
+
+/// A crate of the workspace as the map sees it: where its sources are, the
+/// name others use for it, the module of the map its root is (`None`: the
+/// map's top level) and the names its `crate::` reaches that are top-level
+/// modules of the map (what its root imports from the core, and a module
+/// of its own the map lists on its own).
+struct Krate {
+    dir: &'static str,
+    extern_name: &'static str,
+    module: Option<&'static str>,
+    top: &'static [&'static str],
+}
+
+/// The workspace's crates (the `[workspace]` members of `Cargo.toml`).
+const CRATES: &[Krate] = &[
+    Krate {
+        dir: "src",
+        extern_name: "mini_letta",
+        module: None,
+        top: &[],
+    },
+    Krate {
+        dir: "crates/core/src",
+        extern_name: "mini_letta_core",
+        module: None,
+        top: &[],
+    },
+    Krate {
+        dir: "crates/sandbox/src",
+        extern_name: "mini_letta_sandbox",
+        module: Some("sandbox"),
+        top: &["agentfs", "paths", "protocol", "retry", "child"],
+    },
+    Krate {
+        dir: "crates/model/src",
+        extern_name: "mini_letta_model",
+        module: Some("model"),
+        top: &["fsutil", "paths", "protocol"],
+    },
+    Krate {
+        dir: "crates/audit/src",
+        extern_name: "mini_letta_audit",
+        module: Some("audit"),
+        top: &["paths"],
+    },
+];
+
+impl Krate {
+    /// The map's module a path from this crate's root starts in:
+    /// `first` is the path's first name below the root.
+    fn base(&self, first: Option<&String>) -> ModPath {
+        match self.module {
+            Some(m) if !first.is_some_and(|f| self.top.contains(&f.as_str())) => {
+                vec![m.to_string()]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
 
 /// Who refers to whom: each referring module file and the module paths it
 /// names (resolved to the longest module that exists).
@@ -139,6 +198,8 @@ fn test_only(attrs: &[syn::Attribute]) -> bool {
 
 /// Collects the `crate::`, `super::` and `self::` paths of one file.
 struct Collector<'a> {
+    /// The crate the file is in.
+    krate: &'a Krate,
     /// The module the code being visited is in (the file's, plus inline
     /// modules).
     here: ModPath,
@@ -154,7 +215,11 @@ impl Collector<'_> {
     fn absolute(&self, segments: &[String]) -> Option<ModPath> {
         let (first, rest) = segments.split_first()?;
         let mut base = match first.as_str() {
-            "crate" => Vec::new(),
+            "crate" => self.krate.base(rest.first()),
+            name if CRATES.iter().any(|k| k.extern_name == name) => CRATES
+                .iter()
+                .find(|k| k.extern_name == name)?
+                .base(rest.first()),
             "self" => self.here.clone(),
             "super" => {
                 let mut b = self.here.clone();
@@ -215,7 +280,10 @@ impl Collector<'_> {
         while i < trees.len() {
             match &trees[i] {
                 TokenTree::Group(g) => self.tokens(g.stream()),
-                TokenTree::Ident(id) if ["crate", "super", "self"].contains(&&*id.to_string()) => {
+                TokenTree::Ident(id)
+                    if ["crate", "super", "self"].contains(&&*id.to_string())
+                        || CRATES.iter().any(|k| *id == k.extern_name) =>
+                {
                     let mut segments = vec![id.to_string()];
                     let mut j = i + 1;
                     while let (
@@ -308,37 +376,59 @@ impl<'ast> Visit<'ast> for Collector<'_> {
     }
 }
 
-/// The module a file under `src/` is (`memfs/worktree/mod.rs` is
-/// `memfs::worktree`); `None` for the crate root and the binaries.
-fn module_of(rel: &Path) -> Option<ModPath> {
+/// The module of the map a file of `krate` is (`memfs/worktree/mod.rs`
+/// is `memfs::worktree`; the sandbox crate's `plan.rs` is `sandbox::plan`);
+/// `None` for a crate root that is no module and for the binaries.
+fn module_of(krate: &Krate, rel: &Path) -> Option<ModPath> {
     let mut parts: Vec<String> = rel
         .with_extension("")
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    match parts.first().map(String::as_str) {
-        Some("lib" | "main" | "bin") | None => return None,
+    match (parts.first().map(String::as_str), krate.module) {
+        (Some("main" | "bin") | None, _) | (Some("lib"), None) => return None,
+        (Some("lib"), Some(m)) => return Some(vec![m.to_string()]),
         _ => {}
     }
     if parts.last().is_some_and(|l| l == "mod") {
         parts.pop();
     }
-    Some(parts)
+    let mut module = krate.base(parts.first());
+    module.extend(parts);
+    Some(module)
 }
 
-/// Every module of the tree at `src` and the modules each refers to, test
-/// code left out.
-fn references(src: &Path) -> Refs {
-    let mut files = Vec::new();
-    let mut test_modules = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
+/// Every `.rs` file under `dir` (none when it does not exist).
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let Some(module) = module_of(path.strip_prefix(src).unwrap()) else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every module of the workspace at `root` (each crate's sources) and the
+/// modules each refers to, test code left out.
+fn references(root: &Path) -> Refs {
+    let mut files = Vec::new();
+    let mut test_modules = Vec::new();
+    for krate in CRATES {
+        let src = root.join(krate.dir);
+        for path in rs_files(&src) {
+            {
+                let Some(module) = module_of(krate, path.strip_prefix(&src).unwrap()) else {
                     continue;
                 };
                 let text = std::fs::read_to_string(&path).unwrap();
@@ -346,6 +436,7 @@ fn references(src: &Path) -> Refs {
                     syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 let mut found = Vec::new();
                 let mut c = Collector {
+                    krate,
                     here: module.clone(),
                     found: &mut found,
                     test_modules: &mut test_modules,
@@ -428,9 +519,10 @@ fn a_cycle(edges: &BTreeSet<(String, String)>) -> Option<Vec<String>> {
         .find_map(|(from, _)| visit(from, edges, &mut Vec::new(), &mut done))
 }
 
-/// Everything in `src` that breaks `rules`, one line each.
-fn violations(src: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
-    let refs = references(src);
+/// Everything in the workspace at `root` that breaks `rules`, one line
+/// each.
+fn violations(root: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
+    let refs = references(root);
     let folders = folder_edges(&refs);
     let mut out = Vec::new();
     let tops: BTreeSet<&String> = refs.keys().filter_map(|m| m.first()).collect();
@@ -500,6 +592,28 @@ fn violations(src: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
     out
 }
 
+/// The source folders of the workspace's members, from `Cargo.toml`.
+fn member_sources() -> BTreeSet<String> {
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo_path("Cargo.toml")).unwrap()).unwrap();
+    manifest["workspace"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| match m.as_str().unwrap() {
+            "." => "src".to_string(),
+            m => format!("{m}/src"),
+        })
+        .collect()
+}
+
+/// A crate the map does not read would hold code no rule checks.
+#[test]
+fn every_crate_of_the_workspace_is_read() {
+    let read: BTreeSet<String> = CRATES.iter().map(|k| k.dir.to_string()).collect();
+    assert_eq!(read, member_sources());
+}
+
 fn repo_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
@@ -510,11 +624,11 @@ fn the_map() -> BTreeMap<String, Row> {
 
 #[test]
 fn src_follows_the_map() {
-    let found = violations(&repo_path("src"), &the_map());
+    let found = violations(&repo_path(""), &the_map());
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// A copy of `src/` with one line appended to `file`.
+/// A copy of the workspace's sources with one line appended to `file`.
 fn src_with(file: &str, line: &str) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();
@@ -529,7 +643,9 @@ fn src_with(file: &str, line: &str) -> tempfile::TempDir {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    copy(&repo_path("src"), dir.path());
+    for krate in CRATES {
+        copy(&repo_path(krate.dir), &dir.path().join(krate.dir));
+    }
     let target = dir.path().join(file);
     let mut text = std::fs::read_to_string(&target).unwrap();
     text.push_str(line);
@@ -544,7 +660,7 @@ fn an_allowed_edge_nobody_uses_fails_the_rules() {
     let mut map = the_map();
     let row = map.get_mut("names").expect("a row for names");
     row.may.insert("paths".to_string());
-    let found = violations(&repo_path("src"), &map);
+    let found = violations(&repo_path(""), &map);
     assert_eq!(
         found,
         ["the map lets names import paths, which nothing in names does: drop it from the row"],
@@ -554,7 +670,7 @@ fn an_allowed_edge_nobody_uses_fails_the_rules() {
 #[test]
 fn an_edge_added_back_fails_the_rules() {
     let tree = src_with(
-        "memfs/worktree/merge.rs",
+        "src/memfs/worktree/merge.rs",
         "\npub fn signature_again(a: &crate::paths::AgentPaths) -> bool {\n    \
          crate::agent::runtime::broken_links_text(a, &[]).is_empty()\n}\n",
     );
@@ -571,9 +687,23 @@ fn an_edge_added_back_fails_the_rules() {
             .any(|v| v.starts_with("import cycle in top-level modules:")),
         "{found:#?}"
     );
+    // The sandbox crate's files are the map's `sandbox` module: its
+    // `crate::` names its own modules, and what its root imports.
+    let tree = src_with(
+        "crates/sandbox/src/plan.rs",
+        "\npub use crate::child::STAGE_FAILURE as _again;\n",
+    );
+    let found = violations(tree.path(), &the_map());
+    assert_eq!(
+        found,
+        [
+            "sandbox → child is not in sandbox's row (in sandbox::plan)",
+            "import cycle in top-level modules: sandbox → child → sandbox",
+        ],
+    );
     // Inside a folder: worktree/merge.rs reaching up to advance.rs again.
     let tree = src_with(
-        "memfs/worktree/merge.rs",
+        "src/memfs/worktree/merge.rs",
         "\nuse super::advance::advance_main as _again;\n",
     );
     let found = violations(tree.path(), &the_map());
@@ -592,7 +722,7 @@ fn an_edge_added_back_fails_the_rules() {
 fn the_checker_reads_every_kind_of_reference() {
     let dir = tempfile::tempdir().unwrap();
     let write = |rel: &str, text: &str| {
-        let p = dir.path().join(rel);
+        let p = dir.path().join("src").join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
@@ -664,7 +794,7 @@ fn the_checker_reads_every_kind_of_reference() {
 const FN_LIMIT: usize = 100;
 const FILE_LIMIT: usize = 800;
 const LIMIT_DEBT: &[(&str, usize)] = &[
-    ("src/agentfs.rs", 896),
+    ("crates/core/src/agentfs.rs", 896),
     ("src/cli/chat.rs", 1113),
     ("src/cli/chat.rs: interactive", 115),
     ("src/cli/chat.rs: turn", 108),
@@ -678,16 +808,17 @@ const LIMIT_DEBT: &[(&str, usize)] = &[
     ),
     ("src/memfs/worktree/finalize.rs: finalize_reflection", 111),
     ("src/memfs/worktree/finalize.rs: integrate_worker", 106),
-    ("src/paths.rs", 864),
+    ("crates/core/src/paths.rs", 864),
     ("src/reflection/payload.rs: select_and_write", 116),
-    ("src/sandbox/plan.rs: plan", 129),
-    ("src/sandbox/probes/mount.rs: mount_unmask", 112),
-    ("src/sandbox/report.rs: probe", 128),
+    ("crates/sandbox/src/plan.rs: plan", 129),
+    ("crates/sandbox/src/probes/mount.rs: mount_unmask", 112),
+    ("crates/sandbox/src/report.rs: probe", 128),
     ("src/store/conversation.rs", 1001),
 ];
 
-/// Sizes over the limits: `file` → non-test lines, `file: fn` → lines.
-fn oversized(src: &Path) -> BTreeMap<String, usize> {
+/// Sizes over the limits in the workspace at `root`: `file` → non-test
+/// lines, `file: fn` → lines (files named from `root`).
+fn oversized(root: &Path) -> BTreeMap<String, usize> {
     struct Fns<'a> {
         file: &'a str,
         out: &'a mut BTreeMap<String, usize>,
@@ -744,8 +875,10 @@ fn oversized(src: &Path) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     let mut test_modules = Vec::new();
     let mut files: Vec<(PathBuf, usize, usize)> = Vec::new();
-    for (path, text) in sources(src.to_str().unwrap()) {
-        let rel = format!("src/{}", path.strip_prefix(src).unwrap().display());
+    let paths = CRATES.iter().flat_map(|k| rs_files(&root.join(k.dir)));
+    for path in paths {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rel = path.strip_prefix(root).unwrap().display().to_string();
         let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
         // `a/mod.rs` and `a.rs` declare children in `a/`.
         let dir = if path
@@ -776,7 +909,7 @@ fn oversized(src: &Path) -> BTreeMap<String, usize> {
         let test_file = test_modules
             .iter()
             .any(|t| module.starts_with(t) || path.parent() == Some(t.as_path()));
-        let rel = format!("src/{}", path.strip_prefix(src).unwrap().display());
+        let rel = path.strip_prefix(root).unwrap().display().to_string();
         if test_file {
             out.retain(|k, _| !k.starts_with(&format!("{rel}:")));
             continue;
@@ -791,7 +924,7 @@ fn oversized(src: &Path) -> BTreeMap<String, usize> {
 
 #[test]
 fn functions_and_files_keep_their_limits() {
-    let found = oversized(&repo_path("src"));
+    let found = oversized(&repo_path(""));
     let debt: BTreeMap<&str, usize> = LIMIT_DEBT.iter().copied().collect();
     let mut problems = Vec::new();
     for (what, n) in &found {
@@ -821,10 +954,12 @@ fn functions_and_files_keep_their_limits() {
 #[test]
 fn the_limits_measure_what_they_say() {
     let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
     let body = "    let _ = 1;\n".repeat(FN_LIMIT - 1);
     let docs = "/// doc\n".repeat(50);
     std::fs::write(
-        dir.path().join("lib.rs"),
+        src.join("lib.rs"),
         format!(
             "{docs}pub fn long() {{\n{body}}}\n{docs}pub fn fits() {{\n{}}}\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod inline {{\n    fn long_test() {{\n{body}{body}    }}\n}}\n",
             "    let _ = 1;\n".repeat(FN_LIMIT - 2)
@@ -832,7 +967,7 @@ fn the_limits_measure_what_they_say() {
     )
     .unwrap();
     std::fs::write(
-        dir.path().join("tests.rs"),
+        src.join("tests.rs"),
         format!("fn long_test() {{\n{body}{body}}}\n"),
     )
     .unwrap();

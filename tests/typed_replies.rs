@@ -15,11 +15,11 @@ use syn::visit::Visit;
 /// Files that may read a reply as it came, and why.
 const RAW_READERS: &[(&str, &str)] = &[
     (
-        "agent/channel.rs",
+        "src/agent/channel.rs",
         "`mini-letta-agent channel call` prints any method's reply whole",
     ),
     (
-        "sandbox/probes/channel.rs",
+        "crates/sandbox/src/probes/channel.rs",
         "an attack's evidence quotes whatever the supervisor answered",
     ),
 ];
@@ -156,10 +156,32 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What breaks the rule in the tree at `src`, one line each.
-fn violations(src: &Path) -> Vec<String> {
+/// Where the workspace's crates keep their sources (its members, from
+/// `Cargo.toml`).
+fn source_dirs() -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let manifest: toml::Table = toml::from_str(&manifest).unwrap();
+    let members = manifest["workspace"]["members"].as_array().unwrap();
+    let dirs: Vec<String> = members
+        .iter()
+        .map(|m| match m.as_str().unwrap() {
+            "." => "src".to_string(),
+            m => format!("{m}/src"),
+        })
+        .collect();
+    assert!(dirs.len() > 1, "the workspace lists its crates");
+    dirs
+}
+
+/// What breaks the rule in the workspace at `root`, one line each.
+fn violations(root: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    rs_files(src, &mut files);
+    for dir in source_dirs() {
+        if root.join(&dir).is_dir() {
+            rs_files(&root.join(dir), &mut files);
+        }
+    }
     let mut per_file = Vec::new();
     let mut test_files = BTreeSet::new();
     for path in &files {
@@ -189,11 +211,11 @@ fn violations(src: &Path) -> Vec<String> {
             continue;
         }
         let rel = path
-            .strip_prefix(src)
+            .strip_prefix(root)
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        if rel.starts_with("supervisor/") {
+        if rel.starts_with("src/supervisor/") {
             for line in found.json_macros {
                 out.push(format!(
                     "{rel}:{line}: json! in the supervisor (answer with a type of protocol::replies)"
@@ -206,7 +228,7 @@ fn violations(src: &Path) -> Vec<String> {
             }
         }
         let raw_reader = RAW_READERS.iter().any(|(f, _)| *f == rel);
-        if !rel.starts_with("protocol/") && !raw_reader {
+        if !rel.starts_with("crates/core/src/protocol/") && !raw_reader {
             for (method, line) in found.untyped {
                 out.push(format!(
                     "{rel}:{line}: {method} reads a reply untyped (use call_as / wait_reply_*)"
@@ -219,12 +241,12 @@ fn violations(src: &Path) -> Vec<String> {
 
 #[test]
 fn replies_are_built_and_read_typed() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = violations(&src);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = violations(root);
     assert!(found.is_empty(), "untyped replies:\n{}", found.join("\n"));
     // Each exception is still a file that needs it.
     for (file, why) in RAW_READERS {
-        let text = std::fs::read_to_string(src.join(file)).unwrap();
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
         assert!(
             text.contains("call_json"),
             "{file} is excused ({why}) but reads no reply untyped: drop it from the list"
@@ -235,7 +257,7 @@ fn replies_are_built_and_read_typed() {
 #[test]
 fn the_check_catches_each_kind_of_untyped_reply() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path();
+    let src = &dir.path().join("src");
     std::fs::create_dir_all(src.join("supervisor")).unwrap();
     std::fs::create_dir_all(src.join("cli")).unwrap();
     std::fs::write(
@@ -256,22 +278,22 @@ fn the_check_catches_each_kind_of_untyped_reply() {
          #[cfg(test)]\nmod tests { fn t(c: &mut Client) { c.call_json(Call::Ps {}); } }\n",
     )
     .unwrap();
-    let found = violations(src);
+    let found = violations(dir.path());
     assert_eq!(found.len(), 3, "{found:#?}");
     assert!(
         found
             .iter()
-            .any(|f| f.starts_with("cli/ps.rs:1: call_json")),
+            .any(|f| f.starts_with("src/cli/ps.rs:1: call_json")),
         "{found:#?}"
     );
     assert!(
         found
             .iter()
-            .any(|f| f.starts_with("supervisor/mod.rs:4: json!"))
+            .any(|f| f.starts_with("src/supervisor/mod.rs:4: json!"))
     );
     assert!(
         found
             .iter()
-            .any(|f| f.starts_with("supervisor/mod.rs:4: Outcome::Result"))
+            .any(|f| f.starts_with("src/supervisor/mod.rs:4: Outcome::Result"))
     );
 }

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
         eprintln!("mini-letta-stage2: usage: ROLE --agent ID [--policy JSON] -- PROGRAM ARGS…");
-        return ExitCode::from(mini_letta::child::STAGE_FAILURE as u8);
+        return ExitCode::from(mini_letta_sandbox::child::STAGE_FAILURE as u8);
     };
     let (head, argv) = (&args[..split], &args[split + 1..]);
     let role = head.first().map(String::as_str).unwrap_or("");
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             .map(String::as_str)
     };
     let agent = value("--agent").unwrap_or("");
-    let failure = mini_letta::child::run(role, agent, value("--policy"), argv);
+    let failure = mini_letta_sandbox::child::run(role, agent, value("--policy"), argv);
     eprintln!("mini-letta: {failure}");
     ExitCode::from(u8::try_from(failure.exit_code()).unwrap_or(1))
 }

@@ -6,7 +6,7 @@
 use serde_json::json;
 
 use super::launch_result::CompletionStatus;
-use super::outcome::{self, Attempt, MergePart, Next, TaskPart};
+use super::outcome::{self, Next, TaskPart};
 use super::prepare::Prepared;
 use super::queue::{self, QueuedWorker};
 use super::{backoff, lock, now, payload};
@@ -122,7 +122,7 @@ pub fn finish_reflection(
         o.insert("report".into(), json!(report));
         o.insert("finishedAt".into(), json!(super::format_time(now())));
     }
-    let merge = MergePart::from_finalized(&value);
+    let merge = outcome::merge_part(&value);
     outcome::annotate(&mut value, &merge, &task);
     // Released before the result is published: whoever sees the result
     // may launch the next reflection at once.
@@ -207,9 +207,9 @@ pub fn integrate_and_settle(
         o.insert("report".into(), json!(task.report));
         o.insert("finishedAt".into(), json!(at));
     }
-    let merge = MergePart::from_finalized(&record);
+    let merge = outcome::merge_part(&record);
     let next = outcome::next(&merge.status, checkout_dirty, task.status);
-    let attempt = Attempt::new(run.item.next_run(), at, Some(merge.clone()), task.clone());
+    let attempt = outcome::attempt(run.item.next_run(), at, Some(merge.clone()), task.clone());
     let settled = queue::settle(a, &run.item, attempt.clone(), next);
     outcome::annotate(&mut record, &merge, &task);
     queue::describe(&mut record, &run.item, &attempt, next, &settled);

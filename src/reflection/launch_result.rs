@@ -14,65 +14,63 @@ pub const PARENT_DIRTY_TEXT: &str =
     "Parent memory has uncommitted changes; commit or discard them before reflecting.";
 pub const NO_PAYLOAD_TEXT: &str = "No new transcript content to reflect on.";
 
-impl LaunchResult {
-    /// A refusal with its fixed text (`backoff` and `error` have their own
-    /// constructors, which say when and what).
-    pub fn refused(reason: Refusal) -> Self {
-        let message = match reason {
-            Refusal::MemfsDisabled => MEMFS_DISABLED_TEXT.to_string(),
-            Refusal::AlreadyActive => ALREADY_ACTIVE_TEXT.to_string(),
-            Refusal::ParentDirty => PARENT_DIRTY_TEXT.to_string(),
-            Refusal::NoPayload => NO_PAYLOAD_TEXT.to_string(),
-            Refusal::Backoff => {
-                "Automatic reflection is paused after a failed merge; it will retry later."
-                    .to_string()
-            }
-            Refusal::Error => "Reflection could not be started.".to_string(),
-        };
-        Self {
-            launched: false,
-            reason: Some(reason),
-            message,
-            launch_id: None,
-            conversations: Vec::new(),
-            retry_at: None,
+/// A refusal with its fixed text (`backoff` and `error` have their own
+/// constructors, which say when and what).
+pub fn refused(reason: Refusal) -> LaunchResult {
+    let message = match reason {
+        Refusal::MemfsDisabled => MEMFS_DISABLED_TEXT.to_string(),
+        Refusal::AlreadyActive => ALREADY_ACTIVE_TEXT.to_string(),
+        Refusal::ParentDirty => PARENT_DIRTY_TEXT.to_string(),
+        Refusal::NoPayload => NO_PAYLOAD_TEXT.to_string(),
+        Refusal::Backoff => {
+            "Automatic reflection is paused after a failed merge; it will retry later.".to_string()
         }
+        Refusal::Error => "Reflection could not be started.".to_string(),
+    };
+    LaunchResult {
+        launched: false,
+        reason: Some(reason),
+        message,
+        launch_id: None,
+        conversations: Vec::new(),
+        retry_at: None,
     }
+}
 
-    /// An automatic launch skipped until `retry_at`.
-    pub fn backoff(retry_at: OffsetDateTime) -> Self {
-        let at = super::format_time(retry_at);
-        Self {
-            message: format!(
-                "Automatic reflection is paused after a failed merge until {at}; a manual reflection can run now."
-            ),
-            retry_at: Some(at),
-            ..Self::refused(Refusal::Backoff)
-        }
+/// An automatic launch skipped until `retry_at`.
+pub fn backoff(retry_at: OffsetDateTime) -> LaunchResult {
+    let at = super::format_time(retry_at);
+    LaunchResult {
+        message: format!(
+            "Automatic reflection is paused after a failed merge until {at}; a manual reflection can run now."
+        ),
+        retry_at: Some(at),
+        ..refused(Refusal::Backoff)
     }
+}
 
-    /// Preparing the launch failed.
-    pub fn error(detail: impl std::fmt::Display) -> Self {
-        Self {
-            message: format!("Reflection could not be started: {detail}"),
-            ..Self::refused(Refusal::Error)
-        }
+/// Preparing the launch failed (an `error` refusal carrying what went
+/// wrong).
+pub fn failed(detail: impl std::fmt::Display) -> LaunchResult {
+    LaunchResult {
+        message: format!("Reflection could not be started: {detail}"),
+        ..refused(Refusal::Error)
     }
+}
 
-    /// A reflection now runs in the background.
-    pub fn launched(launch_id: &str, conversations: Vec<String>) -> Self {
-        let n = conversations.len();
-        Self {
-            launched: true,
-            reason: None,
-            message: format!(
-                "Reflecting in the background on {n} conversation{}.",
-                if n == 1 { "" } else { "s" }
-            ),
-            launch_id: Some(launch_id.to_string()),
-            conversations,
-            retry_at: None,
-        }
+/// A reflection now runs in the background.
+pub fn launched(launch_id: &str, conversations: Vec<String>) -> LaunchResult {
+    let n = conversations.len();
+    LaunchResult {
+        launched: true,
+        reason: None,
+        message: format!(
+            "Reflecting in the background on {n} conversation{}.",
+            if n == 1 { "" } else { "s" }
+        ),
+        launch_id: Some(launch_id.to_string()),
+        conversations,
+        retry_at: None,
     }
 }
 
@@ -94,16 +92,16 @@ pub struct Precheck {
 /// to build the payload (whose absence is `no_payload`).
 pub fn precheck(facts: &Precheck) -> Option<LaunchResult> {
     if !facts.memfs_enabled {
-        return Some(LaunchResult::refused(Refusal::MemfsDisabled));
+        return Some(refused(Refusal::MemfsDisabled));
     }
     if facts.already_active {
-        return Some(LaunchResult::refused(Refusal::AlreadyActive));
+        return Some(refused(Refusal::AlreadyActive));
     }
     if let Some(until) = facts.backoff_until.filter(|_| !facts.manual) {
-        return Some(LaunchResult::backoff(until));
+        return Some(backoff(until));
     }
     if facts.parent_dirty {
-        return Some(LaunchResult::refused(Refusal::ParentDirty));
+        return Some(refused(Refusal::ParentDirty));
     }
     None
 }
@@ -257,16 +255,6 @@ pub fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> Stri
     format!("{line} System prompt recompilation failed: {error}")
 }
 
-/// A refusal as the caller sees it: `{launched: false, reason, message}`.
-pub fn refused(r: Refusal) -> LaunchResult {
-    LaunchResult::refused(r)
-}
-
-/// An `error` refusal carrying what went wrong.
-pub fn failed(e: impl std::fmt::Display) -> LaunchResult {
-    LaunchResult::error(e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,24 +263,24 @@ mod tests {
 
     #[test]
     fn refusals_serialise_with_their_texts() {
-        let r = serde_json::to_value(LaunchResult::refused(Refusal::AlreadyActive)).expect("json");
+        let r = serde_json::to_value(refused(Refusal::AlreadyActive)).expect("json");
         assert_eq!(
             r,
             json!({"launched": false, "reason": "already_active",
                    "message": "A reflection agent is already running in the background."})
         );
-        let r = serde_json::to_value(LaunchResult::refused(Refusal::ParentDirty)).expect("json");
+        let r = serde_json::to_value(refused(Refusal::ParentDirty)).expect("json");
         assert_eq!(r["reason"], "parent_dirty");
         assert_eq!(
             r["message"],
             "Parent memory has uncommitted changes; commit or discard them before reflecting."
         );
-        let r = serde_json::to_value(LaunchResult::refused(Refusal::NoPayload)).expect("json");
+        let r = serde_json::to_value(refused(Refusal::NoPayload)).expect("json");
         assert_eq!(r["reason"], "no_payload");
         assert_eq!(r["message"], "No new transcript content to reflect on.");
-        let r = serde_json::to_value(LaunchResult::refused(Refusal::MemfsDisabled)).expect("json");
+        let r = serde_json::to_value(refused(Refusal::MemfsDisabled)).expect("json");
         assert_eq!(r["reason"], "memfs_disabled");
-        let r = serde_json::to_value(LaunchResult::error("disk full")).expect("json");
+        let r = serde_json::to_value(failed("disk full")).expect("json");
         assert_eq!(r["reason"], "error");
         assert!(
             r["message"]
@@ -316,8 +304,7 @@ mod tests {
 
     #[test]
     fn backoff_and_launched_shapes() {
-        let r = serde_json::to_value(LaunchResult::backoff(datetime!(2026-12-02 10:01 UTC)))
-            .expect("json");
+        let r = serde_json::to_value(backoff(datetime!(2026-12-02 10:01 UTC))).expect("json");
         assert_eq!(r["launched"], false);
         assert_eq!(r["reason"], "backoff");
         assert_eq!(r["retry_at"], "2026-12-02T10:01:00Z");
@@ -326,8 +313,7 @@ mod tests {
                 .as_str()
                 .is_some_and(|m| m.contains("2026-12-02T10:01:00Z"))
         );
-        let r =
-            serde_json::to_value(LaunchResult::launched("L1", vec!["c1".into()])).expect("json");
+        let r = serde_json::to_value(launched("L1", vec!["c1".into()])).expect("json");
         assert_eq!(r["launched"], true);
         assert_eq!(r["launch_id"], "L1");
         assert_eq!(r["conversations"], json!(["c1"]));

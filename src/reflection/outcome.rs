@@ -21,38 +21,35 @@ pub use crate::protocol::replies::{Attempt, MergePart, TaskPart, TaskStatus};
 /// stays in the result file).
 pub const ATTEMPT_REPORT_CHARS: usize = 2_000;
 
-impl MergePart {
-    /// From a finalize result serialized as JSON (`wt::Finalized`).
-    pub fn from_finalized(v: &Value) -> Self {
-        let strings = |k: &str| -> Vec<String> {
-            v[k].as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        };
-        MergePart {
-            status: v["status"].as_str().unwrap_or("failed").to_string(),
-            summary: v["summary"].as_str().unwrap_or_default().to_string(),
-            commit_count: v["commit_count"].as_u64().unwrap_or(0) as usize,
-            merge_commit: v["merge_commit"].as_str().map(str::to_string),
-            changed_paths: strings("changed_paths"),
-        }
+/// The merge part of a finalize result serialized as JSON
+/// (`wt::Finalized`).
+pub fn merge_part(v: &Value) -> MergePart {
+    let strings = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    MergePart {
+        status: v["status"].as_str().unwrap_or("failed").to_string(),
+        summary: v["summary"].as_str().unwrap_or_default().to_string(),
+        commit_count: v["commit_count"].as_u64().unwrap_or(0) as usize,
+        merge_commit: v["merge_commit"].as_str().map(str::to_string),
+        changed_paths: strings("changed_paths"),
     }
 }
 
-impl Attempt {
-    /// An attempt's record, its report cut to [`ATTEMPT_REPORT_CHARS`].
-    pub fn new(attempt: u32, at: String, merge: Option<MergePart>, mut task: TaskPart) -> Self {
-        task.report = task
-            .report
-            .map(|r| super::truncate_chars(&r, ATTEMPT_REPORT_CHARS));
-        Attempt {
-            attempt,
-            finished_at: at,
-            merge,
-            task,
-        }
+/// An attempt's record, its report cut to [`ATTEMPT_REPORT_CHARS`].
+pub fn attempt(number: u32, at: String, merge: Option<MergePart>, mut task: TaskPart) -> Attempt {
+    task.report = task
+        .report
+        .map(|r| super::truncate_chars(&r, ATTEMPT_REPORT_CHARS));
+    Attempt {
+        attempt: number,
+        finished_at: at,
+        merge,
+        task,
     }
 }
 
@@ -137,7 +134,7 @@ mod tests {
     fn parts_serialise_apart_and_reports_are_cut() {
         let finalized = json!({"status": "merged", "summary": "Merged 1", "commit_count": 1,
             "merge_commit": "abc", "changed_paths": ["coffee.md"], "branch": "b"});
-        let merge = MergePart::from_finalized(&finalized);
+        let merge = merge_part(&finalized);
         assert!(merge.landed());
         let task = TaskPart::ended(
             &ChildEnd::Exited { code: 1 },
@@ -158,7 +155,7 @@ mod tests {
             false,
             Some("x".repeat(5000)),
         );
-        let a = Attempt::new(1, "t".into(), Some(merge), long);
+        let a = attempt(1, "t".into(), Some(merge), long);
         assert!(a.task.report.as_deref().is_some_and(|r| r.len() < 2100));
         let back: Attempt = serde_json::from_value(json!(a)).unwrap();
         assert_eq!(back, a);

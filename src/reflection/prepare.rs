@@ -103,7 +103,7 @@ pub fn prepare(
     if !req.manual
         && let Some(retry_at) = backoff::check(&agent, now()).map_err(|e| fail(err(&e)))?
     {
-        return Err(fail(LaunchResult::backoff(retry_at)));
+        return Err(fail(super::launch_result::backoff(retry_at)));
     }
     // Before any payload or worktree exists (spec §5.4 step 5).
     let repo = crate::memfs::repo::open_agent(&agent).map_err(|e| fail(err(&e)))?;

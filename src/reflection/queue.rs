@@ -502,12 +502,14 @@ mod tests {
 
     #[test]
     fn runs_are_recorded_and_the_limit_marks_an_instruction_failed_not_gone() {
-        use crate::reflection::outcome::{Attempt, TaskPart};
+        use crate::reflection::outcome::TaskPart;
         let (_t, agent) = testutil::agent();
         let now = time::OffsetDateTime::now_utc();
         let item = push_for(&agent, "记住: x", None, Some("default"), now).unwrap();
         assert_eq!(item.conversation.as_deref(), Some("default"));
-        let run = |n| Attempt::new(n, "t".into(), None, TaskPart::not_started("full"));
+        let run = |n| {
+            crate::reflection::outcome::attempt(n, "t".into(), None, TaskPart::not_started("full"))
+        };
         // A run stopped with the supervisor is kept, not counted.
         let after = record_run(&agent, &item.id, run(1), false)
             .unwrap()

@@ -173,7 +173,8 @@ async fn run_worker_chain(
                     .as_deref()
                     .unwrap_or("the worker could not start");
                 let task = TaskPart::not_started(why);
-                let attempt = Attempt::new(item.next_run(), finished_at(), None, task);
+                let attempt =
+                    crate::reflection::outcome::attempt(item.next_run(), finished_at(), None, task);
                 let settled = settle_off_thread(&state, &agent_id, &item, attempt).await;
                 follow_up(&state, &agent_id, &item, Next::Retry, &settled).await;
             } else {

@@ -358,7 +358,7 @@ fn probe_namespaces(bwrap: Option<&Path>, is_root: bool) -> (Layer, Option<NsBac
             Err(e) => (Layer::no(e), None),
         };
     }
-    let uid = is_root.then_some(crate::sandbox::identity::probe_uid());
+    let uid = is_root.then_some(crate::identity::probe_uid());
     match super::namespaces::probe(uid) {
         Ok(()) => (
             Layer::yes(
@@ -398,8 +398,8 @@ fn try_bwrap(bwrap: &Path, as_root: bool) -> Result<(), String> {
         .stderr(Stdio::piped());
     if as_root {
         // Probe as an unprivileged uid, as the children will run.
-        cmd.uid(crate::sandbox::identity::probe_uid())
-            .gid(crate::sandbox::identity::probe_uid());
+        cmd.uid(crate::identity::probe_uid())
+            .gid(crate::identity::probe_uid());
     }
     match cmd.output() {
         Ok(o) if o.status.success() => Ok(()),

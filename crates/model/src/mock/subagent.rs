@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::read::{Lang, between, clean_capture, is_reminder_only, message_text, task_text};
 use super::response::next_call_id;
 use super::turn::{Rule, first_pattern, follow_up, rules_for};
-use crate::model::{Message, Part};
 use crate::protocol::messages::strip_reminders;
+use crate::{Message, Part};
 
 const REFLECTION_MARKER: &str = "Additional user-provided reflection instruction";
 

@@ -72,8 +72,8 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 /// Read `path` looking for the secret marker: readable ⇒ escaped (saying
 /// whether the marker was there), refused ⇒ blocked with the errno.
-pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> crate::sandbox::probes::Verdict {
-    use crate::sandbox::probes::Verdict;
+pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> crate::probes::Verdict {
+    use crate::probes::Verdict;
     match read_limited(path, 1 << 20) {
         Ok(bytes) if contains(&bytes, marker.as_bytes()) => Verdict::escaped(format!(
             "{what}: read {} bytes from {}, the secret marker is in them",

@@ -14,11 +14,11 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
 use crate::protocol::PROTOCOL_VERSION;
-use crate::sandbox::stage2::StagePolicy;
+use crate::stage2::StagePolicy;
 
 /// The launcher's own failures before `exec` exit with it too, so it is
 /// the sandbox's.
-pub use crate::sandbox::STAGE_FAILURE;
+pub use crate::STAGE_FAILURE;
 /// Exit code when the program to run does not exist (as shells use).
 pub const COMMAND_NOT_FOUND: i32 = 127;
 /// Exit code when the program exists but cannot be executed (as shells use).
@@ -91,7 +91,7 @@ pub fn run(role: &str, agent: &str, policy: Option<&str>, argv: &[String]) -> St
                 )));
             }
         };
-        if let Err(e) = crate::sandbox::stage2::apply(&policy) {
+        if let Err(e) = crate::stage2::apply(&policy) {
             return StageFailure::Stage(std::io::Error::other(format!(
                 "cannot confine this child: {e}"
             )));

@@ -1,8 +1,8 @@
 //! What the mock's rules read of a request: the user's own words, the
 //! text of a message, a sub-agent's task, a tagged block.
 
-use crate::model::{Message, Part, Role};
 use crate::protocol::messages::strip_reminders;
+use crate::{Message, Part, Role};
 
 /// The user's own words: the last text part, not only reminders, of the
 /// last user message that has one, trimmed.

@@ -395,7 +395,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let started = crate::sandbox::identity::process_start_time(pid).unwrap();
+        let started = crate::identity::process_start_time(pid).unwrap();
         let gone = Owner {
             pid,
             started,
@@ -427,7 +427,7 @@ mod tests {
         let me = Owner::current().unwrap();
         let mut dead = std::process::Command::new("true").spawn().unwrap();
         let pid = dead.id();
-        let started = crate::sandbox::identity::process_start_time(pid).unwrap_or(1);
+        let started = crate::identity::process_start_time(pid).unwrap_or(1);
         dead.wait().unwrap();
         let dead = Owner {
             pid,
@@ -436,7 +436,7 @@ mod tests {
         };
         let live_other = Owner {
             pid: 1,
-            started: crate::sandbox::identity::process_start_time(1).unwrap_or(0),
+            started: crate::identity::process_start_time(1).unwrap_or(0),
             pidns: me.pidns,
         };
         let dead_leaf = root.join("agent-x/tool").join(leaf_name(&dead, 1));

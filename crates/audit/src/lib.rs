@@ -19,6 +19,8 @@ pub mod verify;
 
 use std::path::PathBuf;
 
+use mini_letta_core::paths;
+
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 

@@ -345,7 +345,7 @@ impl ProviderConfig {
     /// The context window of `handle`: `[model.context_windows]` for it,
     /// `[providers.mock] context_window` for mock handles, `[model]
     /// context_window`, else the model's known window
-    /// ([`crate::model::windows`]).
+    /// ([`crate::windows`]).
     pub fn context_window_for(&self, handle: &str) -> Option<u64> {
         self.window_origin(handle).map(|(w, _)| w)
     }
@@ -367,7 +367,7 @@ impl ProviderConfig {
             .or(self.context_window);
         match configured {
             Some(w) => Some((w, "config.toml for the model")),
-            None => crate::model::windows::known_window(handle).map(|w| {
+            None => crate::windows::known_window(handle).map(|w| {
                 (
                     w,
                     "the model's published window (config.toml [model.context_windows] overrides it)",

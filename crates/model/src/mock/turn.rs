@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::read::{Lang, between, clean_capture, is_reminder_only, last_user_text};
 use super::response::next_call_id;
-use crate::model::{Message, Part};
+use crate::{Message, Part};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Rule {
@@ -313,7 +313,7 @@ pub(super) fn follow_up(results: &Message, lang: Lang) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::Role;
     #[test]
     fn every_rule_pattern_compiles_and_has_its_word() {
         let all: String = RULE_PATTERNS

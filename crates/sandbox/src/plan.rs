@@ -352,8 +352,8 @@ fn bwrap_args(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<OsString> {
 mod tests {
     use super::*;
     use crate::paths::{AgentPaths, Home};
-    use crate::sandbox::profile;
-    use crate::sandbox::report::{CgroupInfo, Layer};
+    use crate::profile;
+    use crate::report::{CgroupInfo, Layer};
 
     /// The roles, in the column order of every table below.
     const ROLES: [&str; 5] = ["agent", "tool", "memory-worker", "reflection", "recall"];
@@ -745,7 +745,7 @@ mod tests {
     #[test]
     fn only_command_roles_in_their_own_network_namespace_get_egress() {
         let f = Fixture::new();
-        let port = Some(crate::sandbox::egress_stage::PORT);
+        let port = Some(crate::egress_stage::PORT);
         #[rustfmt::skip]
         let table: [(&str, SandboxReport, Option<u16>); 9] = [
             ("agent",         l0(NsBackend::Native),                    port),

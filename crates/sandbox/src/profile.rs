@@ -14,17 +14,23 @@ use crate::paths::{AgentPaths, Home};
 
 /// The built-in profiles.
 const BUILT_IN: &[(&str, &str)] = &[
-    ("agent", include_str!("../../sandbox-profiles/agent.toml")),
-    ("tool", include_str!("../../sandbox-profiles/tool.toml")),
+    (
+        "agent",
+        include_str!("../../../sandbox-profiles/agent.toml"),
+    ),
+    ("tool", include_str!("../../../sandbox-profiles/tool.toml")),
     (
         "memory-worker",
-        include_str!("../../sandbox-profiles/memory-worker.toml"),
+        include_str!("../../../sandbox-profiles/memory-worker.toml"),
     ),
     (
         "reflection",
-        include_str!("../../sandbox-profiles/reflection.toml"),
+        include_str!("../../../sandbox-profiles/reflection.toml"),
     ),
-    ("recall", include_str!("../../sandbox-profiles/recall.toml")),
+    (
+        "recall",
+        include_str!("../../../sandbox-profiles/recall.toml"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]

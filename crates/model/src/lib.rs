@@ -9,6 +9,7 @@
 //!   vLLM, llama.cpp), streamed (SSE), with tool calls.
 //! * `anthropic/<model>` — the Messages API, streamed, with tool use.
 
+use mini_letta_core::{fsutil, paths, protocol};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -2,8 +2,8 @@
 //! or one line per message when the request is not a transcript.
 
 use super::read::{message_text, role_name};
-use crate::model::{Message, Role};
 use crate::protocol::messages::strip_reminders;
+use crate::{Message, Role};
 
 /// Most facts a mock summary keeps (the oldest first).
 pub const SUMMARY_MAX_FACTS: usize = 8;

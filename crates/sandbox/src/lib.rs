@@ -2,9 +2,16 @@
 //! without capabilities), landlock, seccomp, no_new_privs, rlimits and
 //! cgroups, layered so that each holds where another is missing, with the
 //! level reached reported honestly ([`report`]) and strict mode failing
-//! closed.
+//! closed. The stage every confined child starts with is [`child`] (the
+//! `mini-letta-stage2` program): it links this crate and the core only.
+//!
+//! What the sandbox reads of the rest of mini-letta is the core: paths,
+//! the wire, descriptor-based file access and the retry policy.
+
+use mini_letta_core::{agentfs, paths, protocol, retry};
 
 pub mod cgroup;
+pub mod child;
 pub mod egress_stage;
 pub mod identity;
 pub mod namespaces;
