@@ -5,23 +5,20 @@
 //! `docs/architecture.md`); they are re-exported here under the names the
 //! code has always used.
 
+pub use mini_letta_agent_program::agent;
 pub use mini_letta_audit as audit;
 pub use mini_letta_core::{agentfs, console, fsutil, names, paths, protocol, retry};
+pub use mini_letta_data::{memfs, recall, reflection, store};
 pub use mini_letta_model as model;
 pub use mini_letta_sandbox as sandbox;
 pub use mini_letta_sandbox::child;
 
-pub mod agent;
 pub mod cli;
 pub mod cluster;
 pub mod doctor;
 pub mod egress;
-pub mod memfs;
 pub mod palace;
-pub mod recall;
-pub mod reflection;
 pub mod remote;
 pub mod reports;
-pub mod store;
 pub mod supervisor;
 pub mod verify;

@@ -15,7 +15,7 @@ use syn::visit::Visit;
 /// Files that may read a reply as it came, and why.
 const RAW_READERS: &[(&str, &str)] = &[
     (
-        "src/agent/channel.rs",
+        "crates/agent/src/agent/channel.rs",
         "`mini-letta-agent channel call` prints any method's reply whole",
     ),
     (

@@ -1,5 +1,5 @@
 //! The agent-side program (see `mini_letta::agent::program`).
 
 fn main() -> std::process::ExitCode {
-    mini_letta::agent::program::agent_main()
+    mini_letta_agent_program::agent::program::agent_main()
 }

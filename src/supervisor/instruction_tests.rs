@@ -354,8 +354,15 @@ mod tests {
     fn reflection_prompt(tmp: &Path, wt: &Path) -> prompt::ReflectionPrompt {
         use crate::protocol::messages::Role;
         use crate::reflection::payload::{SelectOptions, select_and_write};
-        use crate::reflection::testutil::say;
-        use crate::store::conversation::Conversation;
+        use crate::store::conversation::{Conversation, StoredMessage};
+        let say = |conv: &mut Conversation, role: Role, text: &str| {
+            let m = StoredMessage::new(
+                conv.next_id(),
+                role,
+                vec![crate::protocol::messages::Part::text(text)],
+            );
+            conv.append(m).expect("append");
+        };
         // A real agent: the reflector's system prompt holds its memory.
         let home = crate::paths::Home::at(tmp);
         let record = crate::store::create(&home, "r1", None).expect("create");

@@ -50,26 +50,24 @@ impl Trigger {
     }
 }
 
-impl CompactionSettings {
-    fn clip(&self) -> Option<usize> {
-        match self.clip_chars {
-            Some(0) => None,
-            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-            None => Some(DEFAULT_CLIP_CHARS),
-        }
+/// How long a message may be in a summary's transcript (`None`: whole).
+fn clip(settings: &CompactionSettings) -> Option<usize> {
+    match settings.clip_chars {
+        Some(0) => None,
+        Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => Some(DEFAULT_CLIP_CHARS),
     }
+}
 
-    /// The prompt for `mode`: the agent's own when it was written for that
-    /// mode (the agent's mode, sliding window by default), else the
-    /// default.
-    fn prompt(&self, mode: Mode) -> &str {
-        match &self.prompt {
-            Some(p) if self.mode.unwrap_or_default() == mode => p,
-            _ => match mode {
-                Mode::All => ALL_PROMPT,
-                Mode::SlidingWindow => SLIDING_PROMPT,
-            },
-        }
+/// The prompt for `mode`: the agent's own when it was written for that
+/// mode (the agent's mode, sliding window by default), else the default.
+fn prompt(settings: &CompactionSettings, mode: Mode) -> &str {
+    match &settings.prompt {
+        Some(p) if settings.mode.unwrap_or_default() == mode => p,
+        _ => match mode {
+            Mode::All => ALL_PROMPT,
+            Mode::SlidingWindow => SLIDING_PROMPT,
+        },
     }
 }
 
@@ -206,11 +204,11 @@ fn draft(
     req: &Request,
     summarizer: &mut dyn Summarizer,
 ) -> Result<Draft, CompactError> {
-    let prompt = req.settings.prompt(mode);
+    let prompt = prompt(req.settings, mode);
     let summary = summarize(
         &messages[..plan.cut],
         prompt,
-        req.settings.clip(),
+        clip(req.settings),
         summarizer,
     )?;
     let tokens_after = text_tokens(&summary) + messages_tokens(&messages[plan.cut..]);
@@ -303,7 +301,7 @@ pub fn shorten_summary(
     let chars = usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX);
     let summary = summarize(
         &messages[..1],
-        req.settings.prompt(Mode::All),
+        prompt(req.settings, Mode::All),
         Some(chars),
         summarizer,
     )?;
@@ -650,11 +648,11 @@ mod tests {
             clip_chars: Some(0),
             sliding_window_percentage: None,
         };
-        assert_eq!(own.prompt(Mode::All), "mine");
-        assert_eq!(own.prompt(Mode::SlidingWindow), SLIDING_PROMPT);
-        assert_eq!(own.clip(), None);
+        assert_eq!(prompt(&own, Mode::All), "mine");
+        assert_eq!(prompt(&own, Mode::SlidingWindow), SLIDING_PROMPT);
+        assert_eq!(clip(&own), None);
         assert_eq!(
-            CompactionSettings::default().clip(),
+            clip(&CompactionSettings::default()),
             Some(DEFAULT_CLIP_CHARS)
         );
         assert_eq!(Mode::parse("all"), Some(Mode::All));

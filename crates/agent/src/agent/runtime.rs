@@ -56,7 +56,7 @@ pub fn wrap_reminder(text: &str) -> String {
     format!("<system-reminder>\n{}\n</system-reminder>", text.trim_end())
 }
 
-pub(crate) fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
+pub fn agent_info(record: &AgentRecord, agent: &AgentPaths, conversation: &str) -> String {
     format!(
         "Agent info:\n- Agent ID (also AGENT_ID): {}\n- Conversation ID (also CONVERSATION_ID): {}\n- Memory directory (also MEMORY_DIR): {}\n- Agent name: {}",
         record.id,

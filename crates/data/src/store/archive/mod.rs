@@ -63,7 +63,7 @@ use crate::store::StoreError;
 
 pub use export::{Exported, export};
 pub use import::{ImportOptions, ModelCheck, import};
-pub(crate) use repository::finish_repository;
+pub use repository::finish_repository;
 
 /// Name of the manifest, the archive's first entry.
 pub const MANIFEST_NAME: &str = "mini-letta-export.json";

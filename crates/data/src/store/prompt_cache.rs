@@ -97,7 +97,7 @@ fn valid_revision(
 
 /// The `MEMORY REVISION INVALID` reminder: HEAD fails the validator with
 /// `failure`; the prompt shows revision `shown` (or HEAD as it is).
-pub(crate) fn invalid_revision_notice(head: &str, failure: &str, shown: Option<&str>) -> String {
+pub fn invalid_revision_notice(head: &str, failure: &str, shown: Option<&str>) -> String {
     let what = match shown {
         Some(rev) => format!(
             "Your system prompt shows the last valid revision, {rev}, so memory committed after it is \

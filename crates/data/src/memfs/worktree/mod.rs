@@ -132,7 +132,7 @@ pub enum WorktreeError {
     },
 }
 
-pub(crate) fn git(what: &'static str) -> impl FnOnce(git2::Error) -> WorktreeError {
+pub fn git(what: &'static str) -> impl FnOnce(git2::Error) -> WorktreeError {
     move |source| WorktreeError::Git { what, source }
 }
 

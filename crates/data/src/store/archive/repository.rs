@@ -13,10 +13,7 @@ const MAX_OBJECTS: usize = 10_000_000;
 /// The unpacked repository: `HEAD` resolves, every object any ref reaches
 /// is in its own object store, `HEAD`'s tree passes the validator; then
 /// the layout policy, the hook and an index matching `HEAD` are written.
-pub(crate) fn finish_repository(
-    paths: &AgentPaths,
-    policy: Option<Policy>,
-) -> Result<(), ArchiveError> {
+pub fn finish_repository(paths: &AgentPaths, policy: Option<Policy>) -> Result<(), ArchiveError> {
     let git_dir = paths.memory_git_dir();
     // Sealed (`repo::seal`): objects are read from `objects/` alone.
     let repo = repo::open_agent(paths)?;

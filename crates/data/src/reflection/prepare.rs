@@ -21,7 +21,7 @@ use crate::store::record::AgentRecord;
 /// Model responses a reflection or worker may use.
 const SUBAGENT_MAX_STEPS: u32 = 12;
 /// The tools a reflection or memory worker is offered.
-pub(crate) const SUBAGENT_TOOLS: &[&str] = &["memory", "Read"];
+pub const SUBAGENT_TOOLS: &[&str] = &["memory", "Read"];
 
 /// Who asked for a reflection.
 #[derive(Debug, Clone)]

@@ -224,7 +224,7 @@ pub fn create_choosing(
 /// final place — onto a quota volume of its own when the record has a quota
 /// — never replacing a directory already there. `staging` is gone
 /// afterwards, whatever the outcome.
-pub(crate) fn place_agent_dir(
+pub fn place_agent_dir(
     home: &Home,
     record: &AgentRecord,
     staging: &std::path::Path,
@@ -263,11 +263,11 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
 
 /// Held while agents' names change (create, rename, import): one process
 /// at a time checks a name is free and takes it. Released on drop.
-pub(crate) struct NamesLock {
+pub struct NamesLock {
     _file: fs::File,
 }
 
-pub(crate) fn lock_names(home: &Home) -> Result<NamesLock, StoreError> {
+pub fn lock_names(home: &Home) -> Result<NamesLock, StoreError> {
     // `agents/` too: every caller goes on to write there.
     let agents = home.agents_dir();
     fs::create_dir_all(&agents).map_err(io(&agents))?;

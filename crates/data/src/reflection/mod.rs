@@ -188,7 +188,7 @@ pub(crate) fn to_pretty_json<T: serde::Serialize>(
 
 /// The first `max` characters of `text`, with a note of how many more
 /// there were (char-safe: never splits a code point).
-pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
+pub fn truncate_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         None => text.to_string(),
         Some((cut, _)) => {
