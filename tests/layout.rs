@@ -5,6 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "common/workspace.rs"]
+mod workspace;
+use workspace::{member_sources, rs_files, test_only};
+
 fn sources(dir: &str) -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -190,22 +194,6 @@ fn read_rules(doc: &str) -> BTreeMap<String, Row> {
     }
     assert!(!rules.is_empty(), "the map has no rows");
     rules
-}
-
-/// Whether `attrs` make an item test-only (`#[cfg(test)]`, `#[cfg(all(test,
-/// …))]`).
-fn test_only(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        if !a.path().is_ident("cfg") {
-            return false;
-        }
-        let cfg = a
-            .meta
-            .require_list()
-            .map(|l| l.tokens.to_string().replace(' ', ""))
-            .unwrap_or_default();
-        cfg == "test" || cfg.starts_with("all(test,") || cfg.contains(",test)")
-    })
 }
 
 /// Collects the `crate::`, `super::` and `self::` paths of one file.
@@ -410,27 +398,6 @@ fn module_of(krate: &Krate, rel: &Path) -> Option<ModPath> {
     Some(module)
 }
 
-/// Every `.rs` file under `dir` (none when it does not exist).
-fn rs_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Every module of the workspace at `root` (each crate's sources) and the
 /// modules each refers to, test code left out.
 fn references(root: &Path) -> Refs {
@@ -604,26 +571,12 @@ fn violations(root: &Path, rules: &BTreeMap<String, Row>) -> Vec<String> {
     out
 }
 
-/// The source folders of the workspace's members, from `Cargo.toml`.
-fn member_sources() -> BTreeSet<String> {
-    let manifest: toml::Table =
-        toml::from_str(&std::fs::read_to_string(repo_path("Cargo.toml")).unwrap()).unwrap();
-    manifest["workspace"]["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| match m.as_str().unwrap() {
-            "." => "src".to_string(),
-            m => format!("{m}/src"),
-        })
-        .collect()
-}
-
 /// A crate the map does not read would hold code no rule checks.
 #[test]
 fn every_crate_of_the_workspace_is_read() {
     let read: BTreeSet<String> = CRATES.iter().map(|k| k.dir.to_string()).collect();
-    assert_eq!(read, member_sources());
+    let members: BTreeSet<String> = member_sources(&repo_path("")).into_iter().collect();
+    assert_eq!(read, members);
 }
 
 /// A member of the workspace: its package name, sources and the packages

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
+#[path = "common/workspace.rs"]
+mod workspace;
+use workspace::{member_sources, rs_files, test_only};
+
 /// Files that may read a reply as it came, and why.
 const RAW_READERS: &[(&str, &str)] = &[
     (
@@ -30,17 +34,6 @@ const UNTYPED: &[&str] = &[
     "wait_response_with",
     "wait_response_keeping_exits",
 ];
-
-/// Whether `attrs` make an item test-only.
-fn test_only(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        a.path().is_ident("cfg")
-            && a.meta.require_list().is_ok_and(|l| {
-                let cfg = l.tokens.to_string().replace(' ', "");
-                cfg == "test" || cfg.starts_with("all(test,")
-            })
-    })
-}
 
 fn attrs_of(item: &syn::Item) -> &[syn::Attribute] {
     match item {
@@ -145,43 +138,13 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
     }
 }
 
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rs_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// Where the workspace's crates keep their sources (its members, from
-/// `Cargo.toml`).
-fn source_dirs() -> Vec<String> {
-    let manifest =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
-    let manifest: toml::Table = toml::from_str(&manifest).unwrap();
-    let members = manifest["workspace"]["members"].as_array().unwrap();
-    let dirs: Vec<String> = members
-        .iter()
-        .map(|m| match m.as_str().unwrap() {
-            "." => "src".to_string(),
-            m => format!("{m}/src"),
-        })
-        .collect();
-    assert!(dirs.len() > 1, "the workspace lists its crates");
-    dirs
-}
-
 /// What breaks the rule in the workspace at `root`, one line each.
 fn violations(root: &Path) -> Vec<String> {
-    let mut files = Vec::new();
-    for dir in source_dirs() {
-        if root.join(&dir).is_dir() {
-            rs_files(&root.join(dir), &mut files);
-        }
-    }
+    let manifest_root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files: Vec<PathBuf> = member_sources(manifest_root)
+        .iter()
+        .flat_map(|dir| rs_files(&root.join(dir)))
+        .collect();
     let mut per_file = Vec::new();
     let mut test_files = BTreeSet::new();
     for path in &files {
