@@ -451,6 +451,32 @@ mod tests {
 
     use super::*;
 
+    /// A reply that is not the method's type is a bad frame naming the
+    /// method, never a panic or a default.
+    #[test]
+    fn a_reply_that_does_not_read_names_its_method() {
+        let missing = serde_json::json!({"pid": 1, "agent": "a", "role": "tool"});
+        let err = decode_reply::<crate::protocol::replies::Started>("child.spawn", missing)
+            .expect_err("no child id");
+        match err {
+            ClientError::BadFrame(why) => {
+                assert!(why.starts_with("unreadable child.spawn result"), "{why}");
+                assert!(why.contains("child"), "{why}");
+            }
+            other => panic!("not a bad frame: {other:?}"),
+        }
+        let wrong_type = serde_json::json!({"pong": "yes"});
+        assert!(matches!(
+            decode_reply::<crate::protocol::replies::Pong>("ping", wrong_type),
+            Err(ClientError::BadFrame(_))
+        ));
+        let ok = decode_reply::<crate::protocol::replies::Pong>(
+            "ping",
+            serde_json::json!({"pong": true}),
+        );
+        assert!(ok.expect("a pong").pong);
+    }
+
     /// The server's side of a handshake on `peer`: read the client's hello
     /// line, answer with ours.
     fn answer_hello(peer: &mut UnixStream) {
