@@ -204,6 +204,44 @@ fn cgroups_named(ids: &[String]) -> Vec<std::path::PathBuf> {
     left
 }
 
+/// What a left cgroup holds, for a post-mortem: each group below it and
+/// the processes it lists (pid, then `/proc/<pid>/stat`'s name, state and
+/// parent), or that it lists none.
+fn cgroup_contents(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        let shown: Vec<String> = procs
+            .split_whitespace()
+            .map(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                let fields: Vec<&str> = stat.split_whitespace().take(4).collect();
+                format!(
+                    "{p} {}",
+                    fields.get(1..4).map(|f| f.join(" ")).unwrap_or_default()
+                )
+            })
+            .collect();
+        let rel = d.strip_prefix(dir).unwrap_or(&d).display().to_string();
+        lines.push(format!(
+            "{}: {}",
+            if rel.is_empty() { "." } else { &rel },
+            if shown.is_empty() {
+                "no process".to_string()
+            } else {
+                shown.join(", ")
+            }
+        ));
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+        }
+    }
+    lines
+}
+
 /// Live children with one of `roles`, from `ps`: pid and agent name.
 fn children_of(home: &Path, roles: &[&str]) -> Vec<(i32, String)> {
     let o = run(home, &["ps", "--json"]);
@@ -760,6 +798,9 @@ fn main() -> ExitCode {
     );
     for c in &cgroups {
         println!("  cgroup left: {}", c.display());
+        for line in cgroup_contents(c) {
+            println!("    {line}");
+        }
     }
     for (l, trace) in &t.lost {
         println!("  {l}");

@@ -101,6 +101,27 @@ fn remember_rule_chinese_and_english() {
     }
 }
 
+/// A fact the memory in view already holds is not written again: the
+/// model says it knows it, and calls no tool.
+#[test]
+fn remember_rule_does_not_repeat_a_known_fact() {
+    let mut req = request(vec![Message::user("remember: I prefer tabs.")]);
+    req.system = "You are a test agent.\n<human>\n- I like tea\n- I prefer tabs\n</human>\n".into();
+    let (resp, _) = run(&MockModel::new(), &req);
+    assert_eq!(resp.stop, StopKind::EndTurn, "{resp:?}");
+    assert_eq!(text_of(&resp), "I already remember that: I prefer tabs.");
+    // In Chinese too; a fact that only begins like a known one is new.
+    req.messages = vec![Message::user("记住：I prefer tabs")];
+    assert_eq!(
+        text_of(&run(&MockModel::new(), &req).0),
+        "我已经记得：I prefer tabs。"
+    );
+    req.messages = vec![Message::user("remember: I prefer tabs and spaces")];
+    let (resp, _) = run(&MockModel::new(), &req);
+    let (_, args) = tool_call(&resp);
+    assert_eq!(args["insert_text"], "- I prefer tabs and spaces");
+}
+
 #[test]
 fn persona_rule() {
     let (resp, _) = say("设定：说话简洁");

@@ -358,18 +358,9 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
     if !require_layers() {
         return;
     }
-    let v = status_json(&[]);
-    let roots: Vec<std::path::PathBuf> = v["cgroup_info"]["roots"]
-        .as_array()
-        .map(|r| {
-            r.iter()
-                .filter_map(|p| p.as_str())
-                .map(Into::into)
-                .collect()
-        })
-        .unwrap_or_default();
+    let roots = cgroup_roots();
     if roots.is_empty() {
-        common::skip_or_fail(&format!("no cgroup hierarchy here: {}", v["cgroup"]));
+        common::skip_or_fail("no cgroup hierarchy here");
         return;
     }
     let h = home_with_two_agents();
@@ -392,6 +383,125 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
             root.join(&h.a).display()
         );
     }
+}
+
+/// A child stopped (`SIGSTOP`) when its supervisor stops ignores the
+/// request to finish and is killed after the grace: its groups still go
+/// with the supervisor, not only those of children that ended in time.
+/// (A fault soak left an agent's groups behind when a stopped child was
+/// killed at the stop and the sweep ran before its processes were gone.)
+#[test]
+fn a_stopped_childs_cgroups_go_when_the_supervisor_stops() {
+    if !require_layers() {
+        return;
+    }
+    let roots = cgroup_roots();
+    if roots.is_empty() {
+        common::skip_or_fail("no cgroup hierarchy here");
+        return;
+    }
+    let h = home_with_two_agents();
+    let o = common::run(h.dir.path(), &["supervisor", "start"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut run = Command::new(bin())
+        .args(["sandbox", "run", "-a", "alice", "--", "sleep", "60"])
+        .env("MINI_LETTA_HOME", h.dir.path())
+        .env_remove("MINI_LETTA_SANDBOX_DISABLE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every process of the child's groups, once its sleep has started.
+    let procs = || -> Vec<i32> {
+        let mut pids = Vec::new();
+        for root in &roots {
+            for f in files_named(&root.join(&h.a), "cgroup.procs") {
+                let text = std::fs::read_to_string(&f).unwrap_or_default();
+                pids.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    let running = common::wait_until(10, || {
+        procs().iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        })
+    });
+    assert!(
+        running,
+        "the child's sleep never ran in its groups under {roots:?}"
+    );
+    let stopped: Vec<(i32, String)> = procs()
+        .into_iter()
+        .filter_map(|p| Some((p, std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?)))
+        .collect();
+    for (pid, _) in &stopped {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGSTOP,
+        );
+    }
+    let o = common::run(h.dir.path(), &["supervisor", "stop", "--timeout", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = run.kill();
+    let _ = run.wait();
+    // Reaped, by their own launcher: none is left a zombie for the host's
+    // init, whose reaping may come late (and its pids group with it).
+    for (pid, stat) in &stopped {
+        let start = |s: &str| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(19).map(str::to_string))
+        };
+        let now = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            now.is_empty() || start(&now) != start(stat),
+            "process {pid} of the child outlived its supervisor's stop: {now}"
+        );
+    }
+    for root in &roots {
+        assert!(
+            !root.join(&h.a).exists(),
+            "{} left behind after the stop: {:?}",
+            root.join(&h.a).display(),
+            files_named(&root.join(&h.a), "cgroup.procs")
+        );
+    }
+}
+
+/// The cgroup roots `sandbox status` reports (none where there are none).
+fn cgroup_roots() -> Vec<std::path::PathBuf> {
+    let v = status_json(&[]);
+    v["cgroup_info"]["roots"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|p| p.as_str())
+                .map(Into::into)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The files called `name` anywhere under `dir`.
+fn files_named(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else if e.file_name() == name {
+                found.push(e.path());
+            }
+        }
+    }
+    found
 }
 
 /// A tenant's CPU bandwidth is held to its profile's `cpu_percent` (one

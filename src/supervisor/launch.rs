@@ -350,7 +350,7 @@ async fn register_child(
         spawned
     };
     if let Err(o) = super::audit_records::record(state, spawned).await {
-        let _ = super::children::kill_child_tree(launched.pid);
+        let _ = super::child_signals::kill_child_tree(launched.pid);
         return Err(o);
     }
     Ok(id)
@@ -576,9 +576,9 @@ pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
         return error(ErrorCode::InvalidParams, format!("{sig} is not a signal"));
     };
     let result = if sig == nix::sys::signal::Signal::SIGKILL {
-        super::children::kill_child_tree(info.pid)
+        super::child_signals::kill_child_tree(info.pid)
     } else {
-        super::children::signal_child_tree(info.pid, info.wrapper_depth, sig)
+        super::child_signals::signal_child_tree(info.pid, info.wrapper_depth, sig)
     };
     match result {
         Ok(()) => Outcome::reply(&replies::Signalled { signalled: child }),

@@ -277,26 +277,13 @@ async fn shutdown(state: &Arc<State>) {
             }
         }
         for c in &live {
-            let _ = super::children::signal_child_tree(
+            let _ = super::child_signals::signal_child_tree(
                 c.pid,
                 c.wrapper_depth,
                 nix::sys::signal::Signal::SIGTERM,
             );
         }
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        loop {
-            // Registered before the check, so an exit between the two is
-            // not missed.
-            let ended = state.child_ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            if !state.any_live() {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                break;
-            }
-        }
+        wait_for_children(state, STOP_GRACE).await;
         let left = state.table.lock().map(|t| t.live()).unwrap_or_default();
         for c in &left {
             tracing::warn!(
@@ -304,8 +291,11 @@ async fn shutdown(state: &Arc<State>) {
                 pid = c.pid,
                 "child did not finish in time; killing it"
             );
-            let _ = super::children::kill_child_tree(c.pid);
+            let _ = super::child_signals::kill_child_tree(c.pid);
         }
+        // Reaped before the sweep below, so their cgroups go with the
+        // supervisor instead of being left to the next one.
+        wait_for_children(state, KILL_GRACE).await;
     }
     // In-flight requests (commits) complete before we exit.
     state.requests.close();
@@ -333,6 +323,28 @@ async fn shutdown(state: &Arc<State>) {
         tracing::warn!("the audit log did not take the last records in time");
     }
     super::heads::at_stop(&state.home).await;
+}
+
+/// How long a stopping supervisor waits for the children it killed to be
+/// reaped.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Wait until no child is live, or `limit` has passed.
+async fn wait_for_children(state: &Arc<State>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        // Registered before the check, so an exit between the two is not
+        // missed.
+        let ended = state.child_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if !state.any_live() {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, ended).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Whether a peer with `peer_uid` may use a supervisor running as `our_uid`.

@@ -10,6 +10,7 @@
 pub mod accounting;
 pub mod audit_records;
 pub mod autosync;
+pub mod child_signals;
 pub mod children;
 pub mod cluster;
 pub mod connection;

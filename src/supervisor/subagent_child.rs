@@ -97,7 +97,7 @@ pub async fn start_child(
 pub fn stop_child(state: &State, id: u64) {
     let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
     if let Some(info) = info {
-        let _ = super::children::kill_child_tree(info.pid);
+        let _ = super::child_signals::kill_child_tree(info.pid);
     }
 }
 

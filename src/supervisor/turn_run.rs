@@ -372,7 +372,7 @@ fn resume_stopped_holder(state: &State, agent: &str, conversation: &str) {
     let Some(info) = info.filter(|i| i.is_live()) else {
         return;
     };
-    let resumed = super::children::resume_stopped(info.pid);
+    let resumed = super::child_signals::resume_stopped(info.pid);
     if resumed > 0 {
         tracing::warn!(
             child = id,
@@ -408,7 +408,7 @@ fn stop_turn_child(state: &State, id: u64) -> bool {
     match info {
         Some(info) if info.is_live() => {
             tracing::info!(child = id, pid = info.pid, "cancelling a turn");
-            super::children::kill_child_tree(info.pid).is_ok()
+            super::child_signals::kill_child_tree(info.pid).is_ok()
         }
         _ => false,
     }

@@ -97,7 +97,7 @@ pub(super) fn hand_over(
     } = warm;
     let ends = ChildEnds { ours: channel };
     if serve_child(state, id, record, params, sub, ends).is_err() {
-        let _ = super::children::kill_child_tree(pid);
+        let _ = super::child_signals::kill_child_tree(pid);
     }
     Ok(replies::Started {
         child: id,

@@ -74,7 +74,7 @@ pub struct Warm {
 pub fn discard(w: Warm, why: &str) {
     tracing::debug!(child = w.id, pid = w.pid, "killing a warm child: {why}");
     drop(w.channel);
-    let _ = super::children::kill_child_tree(w.pid);
+    let _ = super::child_signals::kill_child_tree(w.pid);
 }
 
 enum Slot {

@@ -130,6 +130,14 @@ pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
             }
             Rule::Remember => {
                 let x = clean_capture(group(1));
+                // What memory already says is not written twice (a demo
+                // run again would otherwise grow the same line each time).
+                if known_facts(system, messages).contains(&x) {
+                    return vec![Part::text(Lang::of(&text).say(
+                        format!("我已经记得：{x}。"),
+                        format!("I already remember that: {x}."),
+                    ))];
+                }
                 (
                     "memory",
                     json!({"command": "insert", "file_path": "human.md",
@@ -195,21 +203,7 @@ static ASK_ABOUT_ME: LazyLock<Regex> = LazyLock::new(|| {
 /// The `- ` lines of the newest `<human>` block the model can see (the
 /// system prompt's, or a later `<memory_update>`'s), as an answer.
 fn what_i_know(system: &str, messages: &[Message], lang: Lang) -> String {
-    let texts = std::iter::once(system.to_string()).chain(messages.iter().flat_map(|m| {
-        m.parts.iter().filter_map(|p| match p {
-            Part::Text { text } => Some(text.clone()),
-            _ => None,
-        })
-    }));
-    let block = texts
-        .filter_map(|t| between(&t, "<human>", "</human>").map(str::to_string))
-        .next_back();
-    let facts: Vec<String> = block
-        .iter()
-        .flat_map(|b| b.lines())
-        .filter_map(|l| l.trim().strip_prefix("- ").map(|f| f.trim().to_string()))
-        .filter(|f| !f.is_empty())
-        .collect();
+    let facts = known_facts(system, messages);
     if facts.is_empty() {
         lang.say(
             "我还不知道关于你的事。".into(),
@@ -221,6 +215,26 @@ fn what_i_know(system: &str, messages: &[Message], lang: Lang) -> String {
             format!("I remember: {}.", facts.join("; ")),
         )
     }
+}
+
+/// The facts (`- ` lines) of the latest `<human>` block in view: the
+/// system prompt's, or a newer one a message carries.
+fn known_facts(system: &str, messages: &[Message]) -> Vec<String> {
+    let texts = std::iter::once(system.to_string()).chain(messages.iter().flat_map(|m| {
+        m.parts.iter().filter_map(|p| match p {
+            Part::Text { text } => Some(text.clone()),
+            _ => None,
+        })
+    }));
+    let block = texts
+        .filter_map(|t| between(&t, "<human>", "</human>").map(str::to_string))
+        .next_back();
+    block
+        .iter()
+        .flat_map(|b| b.lines())
+        .filter_map(|l| l.trim().strip_prefix("- ").map(|f| f.trim().to_string()))
+        .filter(|f| !f.is_empty())
+        .collect()
 }
 
 /// An integration turn (the explicit merge mode): merge the reflection's
