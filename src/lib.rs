@@ -7,7 +7,7 @@
 
 pub use mini_letta_agent_program::agent;
 pub use mini_letta_audit as audit;
-pub use mini_letta_core::{agentfs, console, fsutil, names, paths, protocol, retry};
+pub use mini_letta_core::{agentfs, clock, console, fsutil, names, paths, protocol, retry};
 pub use mini_letta_data::{memfs, recall, reflection, store};
 pub use mini_letta_model as model;
 pub use mini_letta_sandbox as sandbox;

@@ -443,7 +443,7 @@ fn synthesized_record(id: &str) -> AgentRecord {
         tags: Vec::new(),
         model: crate::store::record::DEFAULT_MODEL.to_string(),
         model_settings: serde_json::Map::new(),
-        created_at: crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc()),
+        created_at: crate::clock::js_iso(crate::clock::now()),
         sandbox_uid: None,
         quota: None,
         compaction_settings: None,

@@ -9,7 +9,6 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use super::{Cli, output};
 use crate::memfs::commit::{CommitOptions, CommitOutcome};
@@ -809,7 +808,7 @@ fn compile(cli: &Cli, args: &CompileArgs) -> anyhow::Result<ExitCode> {
         (None, None, None) => CORE_MEMORY_VARIABLE.to_string(),
     };
     let now = match &args.now {
-        Some(s) => OffsetDateTime::parse(s, &Rfc3339)
+        Some(s) => crate::clock::parse_rfc3339(s)
             .with_context(|| format!("--now {s:?} is not an RFC 3339 time"))?,
         None => OffsetDateTime::now_utc(),
     };

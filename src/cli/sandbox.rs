@@ -16,6 +16,13 @@ use crate::supervisor::Session;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 
+/// How long a child's output may still arrive after its exit: a
+/// descendant holding the pipe or pty would keep it open for ever.
+const RELAY_DRAIN: crate::retry::Policy = crate::retry::Policy::polling(
+    std::time::Duration::from_millis(5),
+    std::time::Duration::from_secs(1),
+);
+
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Run a command as a child of the given role, through the supervisor
@@ -215,10 +222,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     if let Some((out, raw_mode)) = relay {
         // The output ends when the pty closes; a descendant still holding
         // it would keep it open, so wait only briefly after the exit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while !out.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        RELAY_DRAIN.wait_for(|| out.is_finished());
         drop(raw_mode);
     }
     let exit = exit?;
@@ -306,10 +310,7 @@ fn run_captured(
     let exit = session.client.wait_exit(child, &mut exits)?;
     let marks = child_timings(&mut session.client, child);
     session.close();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while !(out.0.is_finished() && err.0.is_finished()) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    RELAY_DRAIN.wait_for(|| out.0.is_finished() && err.0.is_finished());
     let text = |(_, buf): &(std::thread::JoinHandle<()>, Arc<Mutex<Vec<u8>>>)| {
         buf.lock()
             .map(|b| String::from_utf8_lossy(&b).into_owned())

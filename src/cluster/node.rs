@@ -111,7 +111,7 @@ impl Node {
         let node = Arc::new(Self {
             scan,
             refused: Mutex::new(None),
-            registered_at: crate::memfs::compiler::iso_timestamp(time::OffsetDateTime::now_utc()),
+            registered_at: crate::clock::js_iso(crate::clock::now()),
             cfg,
             recorder,
             client,

@@ -113,41 +113,52 @@ async fn read_all(client: &mut Client) -> Result<Vec<etcd_client::KeyValue>, etc
         *last += 1;
     }
     let mut from = PREFIX.as_bytes().to_vec();
-    let (mut limit, mut revision, mut failures) = (PAGE_KEYS, 0, 0);
+    let limit = std::cell::Cell::new(PAGE_KEYS);
+    let mut revision = 0;
     let mut out = Vec::new();
     loop {
-        let mut options = GetOptions::new().with_range(end.clone()).with_limit(limit);
-        if revision > 0 {
-            options = options.with_revision(revision);
+        // Each failure halves the page asked for next.
+        let page = PAGE_RETRY
+            .run_async(
+                |_| {
+                    limit.set((limit.get() / 2).max(1));
+                    true
+                },
+                || {
+                    let mut options = GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(limit.get());
+                    if revision > 0 {
+                        options = options.with_revision(revision);
+                    }
+                    let mut client = client.clone();
+                    let from = from.clone();
+                    async move { client.get(from, Some(options)).await }
+                },
+            )
+            .await?;
+        if revision == 0 {
+            revision = page.header().map(|h| h.revision()).unwrap_or(0);
         }
-        match client.get(from.clone(), Some(options)).await {
-            Ok(page) => {
-                failures = 0;
-                if revision == 0 {
-                    revision = page.header().map(|h| h.revision()).unwrap_or(0);
-                }
-                let kvs = page.kvs();
-                let Some(last) = kvs.last() else { break };
-                from = last.key().to_vec();
-                from.push(0);
-                out.extend(kvs.iter().cloned());
-                if !page.more() {
-                    break;
-                }
-                limit = (limit * 2).min(PAGE_KEYS);
-            }
-            Err(e) => {
-                failures += 1;
-                if failures >= PAGE_TRIES {
-                    return Err(e);
-                }
-                limit = (limit / 2).max(1);
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
+        let kvs = page.kvs();
+        let Some(last) = kvs.last() else { break };
+        from = last.key().to_vec();
+        from.push(0);
+        out.extend(kvs.iter().cloned());
+        if !page.more() {
+            break;
         }
+        limit.set((limit.get() * 2).min(PAGE_KEYS));
     }
     Ok(out)
 }
+
+/// The pace of a page's tries: 50 ms apart.
+const PAGE_RETRY: crate::retry::Policy = crate::retry::Policy::backoff(
+    PAGE_TRIES,
+    std::time::Duration::from_millis(50),
+    std::time::Duration::from_millis(50),
+);
 
 /// Read the status with `client`.
 pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, ClusterError> {

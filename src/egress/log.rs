@@ -10,7 +10,6 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use super::EgressError;
 use crate::paths::Home;
@@ -58,9 +57,7 @@ pub struct NetRecord {
 
 /// The current time as a record stores it.
 pub fn now() -> String {
-    OffsetDateTime::now_utc()
-        .format(&Rfc3339)
-        .unwrap_or_default()
+    crate::clock::now_rfc3339()
 }
 
 /// Hands records to the writer thread.
@@ -149,8 +146,8 @@ pub fn read(
             let Ok(r) = serde_json::from_slice::<NetRecord>(line) else {
                 continue;
             };
-            let keep = since
-                .is_none_or(|s| OffsetDateTime::parse(&r.time, &Rfc3339).is_ok_and(|t| t >= s));
+            let keep =
+                since.is_none_or(|s| crate::clock::parse_rfc3339(&r.time).is_some_and(|t| t >= s));
             if keep {
                 out.push(r);
             }
@@ -214,7 +211,7 @@ mod tests {
             read(&home, "agent-a", None).unwrap(),
             [a.clone(), b.clone()]
         );
-        let feb = OffsetDateTime::parse("2026-01-15T00:00:00Z", &Rfc3339).unwrap();
+        let feb = crate::clock::parse_rfc3339("2026-01-15T00:00:00Z").unwrap();
         assert_eq!(
             read(&home, "agent-a", Some(feb)).unwrap(),
             std::slice::from_ref(&b)

@@ -642,10 +642,7 @@ fn summary(repo: &Repository, oid: Oid) -> Result<CommitSummary, PalaceError> {
         author: c.author().name().unwrap_or("?").to_string(),
         date: time::OffsetDateTime::from_unix_timestamp(c.time().seconds())
             .ok()
-            .and_then(|t| {
-                t.format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
+            .map(crate::clock::rfc3339)
             .unwrap_or_default(),
         is_reflection: subject.starts_with("merge(reflection)")
             || subject.starts_with("merge(memory-worker)"),
@@ -697,7 +694,6 @@ fn last_activity(paths: &AgentPaths) -> Option<String> {
         .max();
     let newest = commit_time.into_iter().chain(log_time).max()?;
     time::OffsetDateTime::from_unix_timestamp(newest)
-        .ok()?
-        .format(&time::format_description::well_known::Rfc3339)
         .ok()
+        .map(crate::clock::rfc3339)
 }

@@ -3,14 +3,17 @@
 //! reused, so every signal goes through a pidfd checked to descend from
 //! the child.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::retry::Policy;
 
 use crate::sandbox::proc_tree::{process_levels, process_tree};
 use crate::sandbox::sys;
 
 /// How long a kill waits for a child's launcher to reap what it launched
-/// before the launcher is killed too.
-const LAUNCHER_REAP_WAIT: Duration = Duration::from_millis(100);
+/// before the launcher is killed too (100 ms, looking every millisecond).
+const LAUNCHER_REAPS: Policy =
+    Policy::polling(Duration::from_millis(1), Duration::from_millis(100));
 
 /// SIGKILL a child: every process of its tree, which a program that left
 /// the group with `setsid` is still part of, and its launcher's process
@@ -33,10 +36,7 @@ pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
         if process_state(pid) == Some('T') {
             let _ = signal_descendant(pid, pid, Signal::SIGCONT);
         }
-        let until = Instant::now() + LAUNCHER_REAP_WAIT;
-        while process_tree(pid).len() > 1 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        LAUNCHER_REAPS.wait_for(|| process_tree(pid).len() == 1);
     }
     let leader = nix::unistd::Pid::from_raw(pid as i32);
     // A launcher that ended once its init was gone may be reaped already:

@@ -33,7 +33,9 @@ pub mod state;
 pub mod subagent_child;
 pub mod sync_repair;
 pub mod tasks;
+mod turn_child;
 pub mod turn_run;
+mod turn_slot;
 pub mod turns;
 pub mod untrusted;
 pub mod warm;
@@ -47,6 +49,7 @@ use std::time::{Duration, Instant};
 use crate::paths::Home;
 use crate::protocol::Call;
 use crate::protocol::client::{Client, ClientError};
+use crate::retry::Policy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
@@ -184,38 +187,53 @@ pub fn start_daemon(home: &Home, timeout: Duration) -> Result<Started, Superviso
     }
     let mut child = cmd.spawn().map_err(SupervisorError::Spawn)?;
     let child_pid = child.id();
-    let deadline = Instant::now() + timeout;
-    loop {
+    // Until its socket answers, or it ends without (a start that failed,
+    // or lost a race with another start, which then answers).
+    let mut answered = None;
+    let mut ended = None;
+    let settled = Policy::polling(START_POLL, timeout).wait_for(|| {
         if let Ok(c) = connect(home) {
+            answered = Some(c.server_pid);
+        } else if let Ok(Some(status)) = child.try_wait() {
+            answered = connect(home).ok().map(|c| c.server_pid);
+            ended = Some(status);
+        }
+        answered.is_some() || ended.is_some()
+    });
+    match (answered, ended) {
+        (Some(pid), None) => {
             // Reap the intermediate handle in the background; the daemon
             // keeps running on its own.
             std::thread::spawn(move || child.wait());
-            return Ok(if c.server_pid == child_pid {
-                Started::New(c.server_pid)
+            Ok(if pid == child_pid {
+                Started::New(pid)
             } else {
-                Started::AlreadyRunning(c.server_pid)
-            });
+                Started::AlreadyRunning(pid)
+            })
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            // Lost a race with another start? Then that one answers.
-            if let Ok(c) = connect(home) {
-                return Ok(Started::AlreadyRunning(c.server_pid));
-            }
-            return Err(SupervisorError::StartFailed {
-                status: status.to_string(),
-                log: log_path.display().to_string(),
-                cause: last_error(&log_path),
-            });
-        }
-        if Instant::now() > deadline {
-            return Err(SupervisorError::StartTimeout(
+        (Some(pid), Some(_)) => Ok(Started::AlreadyRunning(pid)),
+        (None, Some(status)) => Err(SupervisorError::StartFailed {
+            status: status.to_string(),
+            log: log_path.display().to_string(),
+            cause: last_error(&log_path),
+        }),
+        (None, None) => {
+            debug_assert!(!settled);
+            Err(SupervisorError::StartTimeout(
                 timeout,
                 log_path.display().to_string(),
-            ));
+            ))
         }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// How often a command waiting for a supervisor that another command is
+/// starting or finishing looks again.
+const SHARED_START_POLL: Duration = Duration::from_millis(15);
+
+/// How often a starting or stopping command looks at the supervisor's
+/// socket or pid file.
+const START_POLL: Duration = Duration::from_millis(10);
 
 /// The last error a supervisor that failed to start wrote to its log
 /// (its own words, from the end of the file; control characters dropped).
@@ -272,22 +290,14 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, Superviso
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
             && pidfile::PidFile::holder(&pid_file) == Some(pid)
     };
-    let gone = |deadline: Instant| {
-        while Instant::now() < deadline {
-            if !alive() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
-    };
-    if gone(Instant::now() + timeout) {
+    let gone = |limit: Duration| Policy::polling(START_POLL, limit).wait_for(|| !alive());
+    if gone(timeout) {
         remove_stale_files(home);
         return Ok(Some(Stopped::Clean(pid)));
     }
     let target = nix::unistd::Pid::from_raw(pid as i32);
     let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGTERM);
-    if gone(Instant::now() + Duration::from_secs(2)) {
+    if gone(Duration::from_secs(2)) {
         remove_stale_files(home);
         return Ok(Some(Stopped::Terminated(pid)));
     }
@@ -297,7 +307,7 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, Superviso
         "supervisor ignored the stop request and SIGTERM; killing it"
     );
     let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
-    if gone(Instant::now() + Duration::from_secs(5)) {
+    if gone(Duration::from_secs(5)) {
         remove_stale_files(home);
         return Ok(Some(Stopped::Killed(pid)));
     }
@@ -342,15 +352,15 @@ impl Session {
     pub fn open(home: &Home) -> Result<Self, SupervisorError> {
         let began = Instant::now();
         let mut told = false;
-        loop {
+        let mut once = || {
             if let Ok(client) = connect(home) {
-                return Ok(Self {
+                return Ok(Some(Self {
                     client,
                     embedded: None,
-                });
+                }));
             }
             if let Some(session) = Self::try_embedded(home)? {
-                return Ok(session);
+                return Ok(Some(session));
             }
             // Another process holds the pid file: it is starting, or
             // finishing its last turns. Its socket answers soon, or it goes.
@@ -362,14 +372,19 @@ impl Session {
                     home.root().display()
                 ));
             }
-            if began.elapsed() > SHARED_START_WAIT {
-                return Err(SupervisorError::StartTimeout(
-                    SHARED_START_WAIT,
-                    home.supervisor_log().display().to_string(),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(15));
-        }
+            Ok::<_, SupervisorError>(None)
+        };
+        let mut opened = Ok(None);
+        Policy::polling(SHARED_START_POLL, SHARED_START_WAIT).wait_for(|| {
+            opened = once();
+            !matches!(opened, Ok(None))
+        });
+        opened?.ok_or_else(|| {
+            SupervisorError::StartTimeout(
+                SHARED_START_WAIT,
+                home.supervisor_log().display().to_string(),
+            )
+        })
     }
 
     /// Start an embedded supervisor, or `None` when another process holds
@@ -521,14 +536,7 @@ impl Stopper {
     pub fn stop_and_wait(&self, timeout: Duration) -> bool {
         self.state.request_stop();
         let pid_file = self.state.home.supervisor_pid_file();
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if !pid_file.exists() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        Policy::polling(START_POLL, timeout).wait_for(|| !pid_file.exists())
     }
 }
 

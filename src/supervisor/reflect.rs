@@ -25,7 +25,7 @@ use crate::protocol::replies::{
     LaunchResult, ReflectLaunch, ReflectStatus, RunningSlot, SubagentResult, TranscriptRef,
 };
 use crate::protocol::{ErrorCode, Outcome, ReflectParams};
-use crate::reflection::finalize::finish_reflection;
+use crate::reflection::finalize::complete_reflection;
 use crate::reflection::launch_result::Refusal;
 use crate::reflection::launch_result::{failed, refused};
 use crate::reflection::outcome::TaskPart;
@@ -137,7 +137,7 @@ pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launc
     // Tracked: an embedded supervisor drains only after it is finalized.
     state.requests.spawn(async move {
         let end = wait_exit(&st, events, child).await;
-        let result = finalize_reflection(&st, prepared, child, end).await;
+        let result = reflection_exited(&st, prepared, child, end).await;
         let _ = tx.send(result);
     });
     Ok(Launched { info, done: rx })
@@ -166,7 +166,7 @@ fn launched(agent: &str, child: u64, trigger: &str, prepared: &Prepared) -> Refl
 
 /// The reflection child has exited: finalize its worktree under the
 /// agent's memory lease, advance the cursors on success, record the result.
-async fn finalize_reflection(
+async fn reflection_exited(
     state: &Arc<State>,
     p: Prepared,
     child: u64,
@@ -194,7 +194,7 @@ async fn finalize_reflection(
     let should_merge = completed && lease.is_ok();
     let agent = p.agent.clone();
     let result = off_thread(move || {
-        Ok(finish_reflection(
+        Ok(complete_reflection(
             p,
             child,
             should_merge,

@@ -7,7 +7,7 @@
 //! the backup ref that keeps them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::leases::LEASE_WAIT;
 use super::state::State;
@@ -129,22 +129,26 @@ async fn repair(
 /// Whether the repair `signature` was finalized within [`REPAIR_WAIT`]
 /// (not while the supervisor stops).
 async fn wait_done(state: &Arc<State>, record: &AgentRecord, signature: &str) -> bool {
-    let deadline = Instant::now() + REPAIR_WAIT;
-    while Instant::now() < deadline && !state.is_stopping() {
+    let once = || {
         let (home, id, sig) = (state.home.clone(), record.id.clone(), signature.to_string());
-        let done = tokio::task::spawn_blocking(move || {
-            let paths = home.agent(&id).ok()?;
-            let attempts = crate::reflection::repair::attempts(&paths).ok()?;
-            Some(attempts.get(&sig)?.state == "done")
-        })
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-        if done {
-            return true;
+        async move {
+            if state.is_stopping() {
+                return Ok(false);
+            }
+            let done = tokio::task::spawn_blocking(move || {
+                let paths = home.agent(&id).ok()?;
+                let attempts = crate::reflection::repair::attempts(&paths).ok()?;
+                Some(attempts.get(&sig)?.state == "done")
+            })
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+            if done { Ok(true) } else { Err(()) }
         }
-        tokio::time::sleep(POLL).await;
-    }
-    false
+    };
+    crate::retry::Policy::polling(POLL, REPAIR_WAIT)
+        .run_async(|_| true, once)
+        .await
+        .unwrap_or(false)
 }

@@ -11,6 +11,7 @@ use super::launch::SubagentLaunch;
 use super::leases::LEASE_WAIT;
 use super::state::{State, blocking, error};
 use super::subagent_child::{off_thread, start_child, subagent_spawn, wait_exit, with_host};
+use crate::clock::now;
 use crate::memfs::worktree as wt;
 use crate::protocol::events::ChildEnd;
 use crate::protocol::replies::WorkerStarted;
@@ -20,7 +21,7 @@ use crate::reflection::launch_result::failed;
 use crate::reflection::outcome::{Attempt, Next, TaskPart};
 use crate::reflection::queue::{self, QueuedWorker};
 use crate::reflection::rerun::{log_excerpt, retry_delay};
-use crate::reflection::{now, prepare, repair, rerun};
+use crate::reflection::{prepare, repair, rerun};
 
 /// Longest instruction a memory worker is given.
 pub(crate) const MAX_WORKER_INSTRUCTION_BYTES: usize = 16 * 1024;

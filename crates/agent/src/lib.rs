@@ -4,7 +4,7 @@
 //! the protocol and the model providers not at all: this crate cannot
 //! depend on `mini-letta-model`, nor on the supervisor above it.
 
-use mini_letta_core::{console, paths, protocol, retry};
+use mini_letta_core::{clock, console, paths, protocol, retry};
 use mini_letta_data::{memfs, recall, store};
 use mini_letta_sandbox as sandbox;
 

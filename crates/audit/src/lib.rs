@@ -19,7 +19,7 @@ pub mod verify;
 
 use std::path::PathBuf;
 
-use mini_letta_core::paths;
+use mini_letta_core::{clock, paths};
 
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};

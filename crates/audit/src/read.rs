@@ -170,13 +170,11 @@ pub fn usage(home: &Home, filter: &Filter) -> Result<BTreeMap<String, Usage>, Au
 /// `--since`: an RFC 3339 time, a date (`2025-01-31`, midnight UTC), or an
 /// age (`30m`, `12h`, `7d`); as a record time.
 pub fn parse_since(s: &str) -> Result<String, String> {
-    use time::format_description::well_known::Rfc3339;
     let s = s.trim();
-    if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+    if let Some(t) = crate::clock::parse_rfc3339(s) {
         return Ok(record::format_time(t));
     }
-    let date_fmt = time::macros::format_description!("[year]-[month]-[day]");
-    if let Ok(d) = time::Date::parse(s, &date_fmt) {
+    if let Some(d) = crate::clock::parse_day(s) {
         return Ok(record::format_time(d.midnight().assume_utc()));
     }
     let unit = s.chars().last().unwrap_or(' ');

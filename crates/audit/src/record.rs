@@ -81,18 +81,9 @@ pub fn now() -> String {
     format_time(time::OffsetDateTime::now_utc())
 }
 
+/// A time as records carry it (see [`now`]).
 pub fn format_time(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.microsecond()
-    )
+    crate::clock::fixed_micros(t)
 }
 
 /// The line for `entry` as record `seq` after `prev` (no newline).

@@ -1,6 +1,7 @@
 //! The ground every other part of mini-letta stands on: where things are
 //! on disk ([`paths`]), which characters a name may hold and the ids things
-//! are made with ([`names`]), the one retry policy ([`retry`]),
+//! are made with ([`names`]), the one retry policy ([`retry`]), time as text
+//! ([`clock`]),
 //! descriptor-based access to the directories a child can write
 //! ([`agentfs`]), atomic writes and bounded locks ([`fsutil`]), the wire
 //! every process speaks ([`protocol`]) and a program's standard streams
@@ -8,6 +9,7 @@
 //! agent's data.
 
 pub mod agentfs;
+pub mod clock;
 pub mod console;
 pub mod fsutil;
 pub mod names;

@@ -73,6 +73,15 @@ impl Policy {
         }
     }
 
+    /// The same policy, with no retry once `limit` has passed since the
+    /// first try.
+    pub const fn within(self, limit: Duration) -> Self {
+        Self {
+            within: Some(limit),
+            ..self
+        }
+    }
+
     /// The same policy for a caller that already made `n` failed tries of
     /// its own: the run starts with the pause the next retry is due and
     /// makes only the tries that remain.
@@ -130,6 +139,24 @@ impl Policy {
         }
     }
 
+    /// Wait, as the policy paces it, until `ready` says so; whether it
+    /// did before the policy was spent (a bounded wait for another
+    /// process: a socket to appear, a group to empty, a child to end).
+    pub fn wait_for(&self, mut ready: impl FnMut() -> bool) -> bool {
+        self.run(|_| true, || if ready() { Ok(()) } else { Err(()) })
+            .is_ok()
+    }
+
+    /// [`Policy::wait_for`] in a task.
+    pub async fn wait_for_async(&self, mut ready: impl FnMut() -> bool) -> bool {
+        self.run_async(
+            |_| true,
+            || std::future::ready(if ready() { Ok(()) } else { Err(()) }),
+        )
+        .await
+        .is_ok()
+    }
+
     /// [`Policy::run`] in a task: the pauses do not hold a thread.
     pub async fn run_async<T, E, F>(
         &self,
@@ -155,6 +182,23 @@ impl Policy {
             }
         }
     }
+}
+
+/// Wait for `child` to exit, looking as `policy` paces it; `None` when it
+/// still ran once the policy was spent (its fate is the caller's).
+pub fn wait_child(
+    child: &mut std::process::Child,
+    policy: &Policy,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let mut seen = None;
+    policy.wait_for(|| match child.try_wait() {
+        Ok(None) => false,
+        other => {
+            seen = Some(other);
+            true
+        }
+    });
+    seen.transpose().map(Option::flatten)
 }
 
 fn verdict(retryable: bool) -> Verdict {
@@ -231,6 +275,42 @@ mod tests {
                 Err(*calls)
             }
         }
+    }
+
+    #[test]
+    fn a_wait_ends_when_ready_or_when_the_policy_is_spent() {
+        let mut asked = 0;
+        assert!(Policy::immediate(5).wait_for(|| {
+            asked += 1;
+            asked == 3
+        }));
+        assert_eq!(asked, 3);
+        let began = Instant::now();
+        assert!(!Policy::polling(MS, 20 * MS).wait_for(|| false));
+        assert!(began.elapsed() >= 20 * MS);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        assert!(!rt.block_on(Policy::immediate(3).wait_for_async(|| false)));
+        assert!(rt.block_on(Policy::immediate(1).wait_for_async(|| true)));
+    }
+
+    #[test]
+    fn a_child_is_waited_for_within_the_bound() {
+        let mut quick = std::process::Command::new("true").spawn().unwrap();
+        let pace = Policy::backoff(u32::MAX, MS, 20 * MS).within(Duration::from_secs(10));
+        assert!(wait_child(&mut quick, &pace).unwrap().unwrap().success());
+        let mut slow = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let began = Instant::now();
+        let pace = Policy::backoff(u32::MAX, MS, 20 * MS).within(50 * MS);
+        assert_eq!(wait_child(&mut slow, &pace).unwrap(), None);
+        assert!(began.elapsed() < Duration::from_secs(2));
+        slow.kill().unwrap();
+        slow.wait().unwrap();
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! crate the map still rules (`memfs` never names the store outside its
 //! tests; `tests/layout.rs`).
 
-use mini_letta_core::{agentfs, fsutil, names, paths, protocol, retry};
+use mini_letta_core::{agentfs, clock, fsutil, names, paths, protocol, retry};
 use mini_letta_sandbox as sandbox;
 
 pub mod memfs;

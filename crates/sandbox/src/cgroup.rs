@@ -22,6 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::profile::Limits;
 use super::report::CgroupInfo;
@@ -277,22 +278,15 @@ fn sweep_role(role_dir: &Path, me: &Owner) -> usize {
 /// (A fault soak left a pids group behind that a retry a few ms later
 /// removes.)
 fn remove_emptied(leaf: &Path) -> bool {
-    const TRIES: u32 = 25;
-    for _ in 0..TRIES {
-        match std::fs::remove_dir(leaf) {
-            Ok(()) => return true,
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                let empty = std::fs::read_to_string(leaf.join("cgroup.procs"))
-                    .is_ok_and(|p| p.trim().is_empty());
-                if !empty {
-                    return false;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(_) => return false,
-        }
-    }
-    false
+    const EMPTIED: crate::retry::Policy =
+        crate::retry::Policy::backoff(25, Duration::from_millis(20), Duration::from_millis(20));
+    let busy_but_empty = |e: &std::io::Error| {
+        e.raw_os_error() == Some(libc::EBUSY)
+            && std::fs::read_to_string(leaf.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+    };
+    EMPTIED
+        .run(busy_but_empty, || std::fs::remove_dir(leaf))
+        .is_ok()
 }
 
 /// The directories in `dir` (a cgroup's child groups).

@@ -165,14 +165,12 @@ pub fn process_of_uid(uid: u32) -> Option<u32> {
 /// Wait up to `limit` for every process of `uid` to end (a killed child's
 /// processes take a moment to go); the one still running, if any.
 pub fn wait_uid_idle(uid: u32, limit: std::time::Duration) -> Option<u32> {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let running = process_of_uid(uid);
-        if running.is_none() || std::time::Instant::now() >= deadline {
-            return running;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut running = None;
+    crate::retry::Policy::polling(std::time::Duration::from_millis(20), limit).wait_for(|| {
+        running = process_of_uid(uid);
+        running.is_none()
+    });
+    running
 }
 
 /// Directories inside the agent directory that belong to the agent's uid.

@@ -192,8 +192,16 @@ fn stand_by(child: Pid, reap_all: bool, alive: OwnedFd) -> ! {
     for fd in 0..=3 {
         let _ = sys::close(fd);
     }
-    let code = wait_for(child, reap_all);
+    let status = wait_for(child, reap_all);
     drop(alive);
+    // The monitor dies as its init did when that was SIGKILL: a kill from
+    // outside — the supervisor's, which takes the tree from the bottom up
+    // so the monitor reaps its init — reads as one. (Init itself cannot:
+    // a namespace's init ignores its own signals.)
+    if !reap_all && matches!(status, WaitStatus::Signaled(_, Signal::SIGKILL, _)) {
+        let _ = nix::sys::signal::kill(nix::unistd::getpid(), Signal::SIGKILL);
+    }
+    let code = code_of(status);
     // A forked copy: leave without running its destructors.
     sys::exit_now(code)
 }
@@ -499,14 +507,14 @@ fn code_of(status: WaitStatus) -> i32 {
 }
 
 /// Wait until `child` exits (with `reap_all`, reaping any other child of
-/// ours meanwhile) and return its exit code.
-fn wait_for(child: Pid, reap_all: bool) -> i32 {
+/// ours meanwhile) and return how it ended.
+fn wait_for(child: Pid, reap_all: bool) -> WaitStatus {
     let target = if reap_all { Pid::from_raw(-1) } else { child };
     loop {
         match nix::sys::wait::waitpid(target, None) {
-            Ok(status) if status.pid() == Some(child) => return code_of(status),
+            Ok(status) if status.pid() == Some(child) => return status,
             Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return 1,
+            Err(_) => return WaitStatus::Exited(child, 1),
         }
     }
 }

@@ -11,8 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use super::context::fit::Fit;
 use super::context::{ContextError, FRAME_OVERFLOW, MAX_OVERFLOW_RETRIES, TurnContext};
@@ -46,9 +44,7 @@ pub enum RuntimeError {
 }
 
 fn now() -> String {
-    OffsetDateTime::now_utc()
-        .format(&Rfc3339)
-        .unwrap_or_default()
+    crate::clock::now_rfc3339()
 }
 
 /// Reminder text wrapped as the harness does.

@@ -212,29 +212,12 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     raw(text.as_bytes())
 }
 
-/// A time for display: RFC 3339 in UTC, whole seconds
-/// (`2026-12-02T07:30:00Z`). The one format every table and line shows.
-pub fn display_time(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
-
-/// A stored RFC 3339 time (any offset, any fraction) shown as
-/// [`display_time`]; text that is not one is shown as it is.
+/// A stored RFC 3339 time (any offset, any fraction) shown as every
+/// table and line shows one ([`crate::clock::whole_seconds`]); text that is
+/// not one is shown as it is.
 pub fn display_stored_time(stored: &str) -> String {
-    use time::format_description::well_known::Rfc3339;
-    match time::OffsetDateTime::parse(stored, &Rfc3339) {
-        Ok(t) => display_time(t),
-        Err(_) => stored.to_string(),
-    }
+    crate::clock::parse_rfc3339(stored)
+        .map_or_else(|| stored.to_string(), crate::clock::whole_seconds)
 }
 
 /// A table for people: a header row, then rows, columns padded to their

@@ -82,6 +82,18 @@ pub enum ChildEnd {
     Killed { signal: i32 },
 }
 
+impl ChildEnd {
+    /// Whether a signal ended it: its own death by one, or one its
+    /// launcher relays as a shell does, exiting 128 + the signal
+    /// (bubblewrap does; the namespace monitor dies by SIGKILL itself).
+    pub fn by_signal(&self) -> bool {
+        match *self {
+            ChildEnd::Killed { .. } => true,
+            ChildEnd::Exited { code } => (129..=128 + 64).contains(&code),
+        }
+    }
+}
+
 impl ChildExit {
     /// The exit code, when it exited.
     pub fn code(&self) -> Option<i32> {

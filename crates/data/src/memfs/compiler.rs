@@ -113,7 +113,7 @@ pub fn assemble(projection: Projection, opts: &CompileOptions<'_>) -> CompiledPr
         .join("\n\n");
     CompiledPrompt {
         content: inject_core_memory(opts.system, &core_memory),
-        compiled_at: iso_timestamp(opts.now),
+        compiled_at: crate::clock::js_iso(opts.now),
         raw_system_hash: sha256_hex(opts.system.as_bytes()),
         memfs_revision: projection.revision,
         memory_format: projection.format,
@@ -513,7 +513,7 @@ fn metadata_block(opts: &CompileOptions<'_>) -> String {
         format!("- CONVERSATION_ID: {}", opts.conversation_id),
         format!(
             "- System prompt last recompiled: {}",
-            metadata_timestamp(opts.now)
+            crate::clock::prompt_metadata(opts.now)
         ),
         format!(
             "- {} previous messages between you and the user are stored in recall memory",
@@ -522,50 +522,6 @@ fn metadata_block(opts: &CompileOptions<'_>) -> String {
         "</memory_metadata>".to_string(),
     ]
     .join("\n")
-}
-
-/// `YYYY-MM-DD hh:mm:ss AM|PM UTC+0000` in UTC, 12-hour clock, year unpadded.
-pub fn metadata_timestamp(now: OffsetDateTime) -> String {
-    let t = now.to_offset(time::UtcOffset::UTC);
-    let hour = t.hour();
-    let hour12 = if hour.is_multiple_of(12) {
-        12
-    } else {
-        hour % 12
-    };
-    let meridiem = if hour < 12 { "AM" } else { "PM" };
-    format!(
-        "{}-{:02}-{:02} {:02}:{:02}:{:02} {} UTC+0000",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        hour12,
-        t.minute(),
-        t.second(),
-        meridiem
-    )
-}
-
-/// JavaScript's `Date.prototype.toISOString()`.
-pub fn iso_timestamp(now: OffsetDateTime) -> String {
-    let t = now.to_offset(time::UtcOffset::UTC);
-    let year = t.year();
-    let year = if (0..=9999).contains(&year) {
-        format!("{year:04}")
-    } else if year < 0 {
-        format!("-{:06}", -year)
-    } else {
-        format!("+{year:06}")
-    };
-    format!(
-        "{year}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
 }
 
 /// Put coreMemory into the raw prompt: replace every `{CORE_MEMORY}`, or
@@ -594,27 +550,27 @@ mod tests {
     #[test]
     fn metadata_clock() {
         assert_eq!(
-            metadata_timestamp(datetime!(2026-05-04 00:00:00 UTC)),
+            crate::clock::prompt_metadata(datetime!(2026-05-04 00:00:00 UTC)),
             "2026-05-04 12:00:00 AM UTC+0000"
         );
         assert_eq!(
-            metadata_timestamp(datetime!(2024-02-29 12:00:00 UTC)),
+            crate::clock::prompt_metadata(datetime!(2024-02-29 12:00:00 UTC)),
             "2024-02-29 12:00:00 PM UTC+0000"
         );
         assert_eq!(
-            metadata_timestamp(datetime!(1999-12-31 23:59:59.999 UTC)),
+            crate::clock::prompt_metadata(datetime!(1999-12-31 23:59:59.999 UTC)),
             "1999-12-31 11:59:59 PM UTC+0000"
         );
         assert_eq!(
-            metadata_timestamp(datetime!(0999-01-01 13:05:09 UTC)),
+            crate::clock::prompt_metadata(datetime!(0999-01-01 13:05:09 UTC)),
             "999-01-01 01:05:09 PM UTC+0000"
         );
         assert_eq!(
-            iso_timestamp(datetime!(2026-05-04 00:00:00 UTC)),
+            crate::clock::js_iso(datetime!(2026-05-04 00:00:00 UTC)),
             "2026-05-04T00:00:00.000Z"
         );
         assert_eq!(
-            iso_timestamp(datetime!(1999-12-31 23:59:59.999 UTC)),
+            crate::clock::js_iso(datetime!(1999-12-31 23:59:59.999 UTC)),
             "1999-12-31T23:59:59.999Z"
         );
     }

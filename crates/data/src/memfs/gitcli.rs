@@ -21,7 +21,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bound on each git command (network operations included).
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -299,24 +299,20 @@ pub fn run(git_dir: Option<&Path>, args: &[&str]) -> Result<GitRun, GitCliError>
         .spawn()
         .map_err(|e| fail(e.to_string()))?;
     let (out, err) = drain(&mut child);
-    let deadline = Instant::now() + GIT_TIMEOUT;
-    // Most local git steps take a few milliseconds: poll often at first,
+    // Most local git steps take a few milliseconds: look often at first,
     // then back off, so the wait does not dwarf the work.
-    let mut nap = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(20));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(fail(format!("timed out after {GIT_TIMEOUT:?}")));
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
+    let pace = crate::retry::Policy::backoff(
+        u32::MAX,
+        Duration::from_millis(1),
+        Duration::from_millis(20),
+    )
+    .within(GIT_TIMEOUT);
+    let Some(status) =
+        crate::retry::wait_child(&mut child, &pace).map_err(|e| fail(e.to_string()))?
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(fail(format!("timed out after {GIT_TIMEOUT:?}")));
     };
     Ok(GitRun {
         ok: status.success(),

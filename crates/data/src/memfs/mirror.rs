@@ -116,9 +116,7 @@ fn push_once(git_dir: &Path) {
         .and_then(|r| r.refname_to_id("refs/heads/main").ok())
         .map(|id| id.to_string()[..7].to_string())
         .unwrap_or_else(|| "-------".into());
-    let now = time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
+    let now = crate::clock::now_rfc3339();
     let _ = writeln!(log, "--- {now} {short} on main ---");
     let (Ok(out), Ok(err)) = (log.try_clone(), log.try_clone()) else {
         return;

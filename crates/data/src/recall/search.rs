@@ -46,13 +46,10 @@ impl Filters {
     /// A date (`2026-01-31`) or RFC 3339 time as Unix seconds: a date is
     /// its first second, or its last when `end` (so `--until` includes it).
     pub fn parse_date(s: &str, end: bool) -> Result<i64, RecallError> {
-        if let Ok(t) =
-            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        {
+        if let Some(t) = crate::clock::parse_rfc3339(s) {
             return Ok(t.unix_timestamp());
         }
-        let fmt = time::macros::format_description!("[year]-[month]-[day]");
-        let d = time::Date::parse(s, &fmt).map_err(|_| {
+        let d = crate::clock::parse_day(s).ok_or_else(|| {
             RecallError::Invalid(format!(
                 "{s:?} is not a date (YYYY-MM-DD) or an RFC 3339 time"
             ))

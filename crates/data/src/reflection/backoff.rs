@@ -36,7 +36,7 @@ pub struct Backoff {
 impl Backoff {
     /// `retryAt` as a time (`None` when the file's text is not one).
     pub fn retry_time(&self) -> Option<OffsetDateTime> {
-        super::parse_time(&self.retry_at)
+        crate::clock::parse_rfc3339(&self.retry_at)
     }
 }
 
@@ -71,7 +71,7 @@ pub fn record_failure(agent: &AgentPaths, now: OffsetDateTime) -> Result<Backoff
     let delay = next_delay(previous);
     let backoff = Backoff {
         delay_ms: u64::try_from(delay.whole_milliseconds()).unwrap_or(0),
-        retry_at: super::format_time(now + delay),
+        retry_at: crate::clock::rfc3339(now + delay),
     };
     let bytes = super::to_pretty_json(&backoff, agent.reflection_backoff_json())?;
     let dir = super::open_reflections_dir(agent, true)?.ok_or_else(|| ReflectionError::Io {

@@ -9,7 +9,8 @@ use super::launch_result::CompletionStatus;
 use super::outcome::{self, Next, TaskPart};
 use super::prepare::Prepared;
 use super::queue::{self, QueuedWorker};
-use super::{backoff, lock, now, payload};
+use super::{backoff, lock, payload};
+use crate::clock::now;
 use crate::memfs::worktree::{self as wt, FinalizeOptions, FinalizeStatus, MemoryWorktree};
 use crate::paths::AgentPaths;
 use crate::protocol::events::ChildEnd;
@@ -38,7 +39,7 @@ pub fn integration_failure(why: &str) -> String {
 /// Finalize reflection `p`'s worktree (merged only when `should_merge`),
 /// advance the cursors or back off, and word the result; the lock and the
 /// payload are released before it is returned.
-pub fn finish_reflection(
+pub fn complete_reflection(
     p: Prepared,
     child: u64,
     should_merge: bool,
@@ -69,7 +70,7 @@ pub fn finish_reflection(
     };
     let finalized = store::commit_signature(&p.agent)
         .map_err(wt::git("make a commit signature"))
-        .and_then(|sig| wt::finalize_reflection(&p.agent, &p.worktree, &opts, &sig));
+        .and_then(|sig| wt::finalize_reflection_worktree(&p.agent, &p.worktree, &opts, &sig));
     let mut value = match finalized {
         Ok(f) => {
             let now = now();
@@ -120,7 +121,7 @@ pub fn finish_reflection(
         o.insert("child".into(), json!(child));
         o.insert("exit".into(), serde_json::to_value(end).unwrap_or_default());
         o.insert("report".into(), json!(report));
-        o.insert("finishedAt".into(), json!(super::format_time(now())));
+        o.insert("finishedAt".into(), json!(crate::clock::rfc3339(now())));
     }
     let merge = outcome::merge_part(&value);
     outcome::annotate(&mut value, &merge, &task);
@@ -133,7 +134,7 @@ pub fn finish_reflection(
 
 /// When a run ended, as the records say it.
 pub fn finished_at() -> String {
-    super::format_time(now())
+    crate::clock::rfc3339(now())
 }
 
 /// A launched worker, as its finalization needs it.

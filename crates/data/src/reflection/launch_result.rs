@@ -39,7 +39,7 @@ pub fn refused(reason: Refusal) -> LaunchResult {
 
 /// An automatic launch skipped until `retry_at`.
 pub fn backoff(retry_at: OffsetDateTime) -> LaunchResult {
-    let at = super::format_time(retry_at);
+    let at = crate::clock::rfc3339(retry_at);
     LaunchResult {
         message: format!(
             "Automatic reflection is paused after a failed merge until {at}; a manual reflection can run now."

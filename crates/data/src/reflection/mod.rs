@@ -55,8 +55,6 @@ pub mod trigger;
 use std::path::PathBuf;
 
 use serde::de::DeserializeOwned;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::agentfs::{Dir, FsError};
 use crate::paths::{AgentPaths, PathsError, REFLECTIONS_DIR_NAME};
@@ -102,21 +100,6 @@ pub enum ReflectionError {
         conversation: String,
         message_id: String,
     },
-}
-
-/// The time now (a launch's, a run's end).
-pub fn now() -> OffsetDateTime {
-    OffsetDateTime::now_utc()
-}
-
-/// Now, as the RFC 3339 text stored in the files here.
-pub fn format_time(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_default()
-}
-
-/// An RFC 3339 time read from a file (`None` when it is not one).
-pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &Rfc3339).ok()
 }
 
 /// The agent directory (the supervisor's: opened by path).

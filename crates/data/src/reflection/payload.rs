@@ -343,7 +343,10 @@ pub fn slice_conversation(
 
 /// Sort key of a slice: its last activity (RFC 3339 when it parses).
 fn activity(slice: &Slice) -> Option<OffsetDateTime> {
-    slice.last_updated_at.as_deref().and_then(super::parse_time)
+    slice
+        .last_updated_at
+        .as_deref()
+        .and_then(crate::clock::parse_rfc3339)
 }
 
 /// Select the conversations with unreflected content, write their slices
@@ -444,7 +447,7 @@ pub fn select_and_write(
         kind: MANIFEST_TYPE.to_string(),
         agent_id: agent_id.to_string(),
         launch_id: launch_id.clone(),
-        created_at: super::format_time(now),
+        created_at: crate::clock::rfc3339(now),
         user_instruction: options
             .user_instruction
             .as_deref()

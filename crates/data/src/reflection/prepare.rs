@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::launch_result::{LaunchResult, Refusal, failed, refused};
 use super::outcome::Attempt;
-use super::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, backoff, lock, now, payload, prompt, settings};
+use super::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, backoff, lock, payload, prompt, settings};
+use crate::clock::now;
 
 use crate::memfs::worktree::{self as wt, Label, MemoryWorktree};
 use crate::paths::{AgentPaths, Home};
@@ -182,7 +183,7 @@ fn save_prompt_cache(home: &Home, record: &AgentRecord, worktree: &MemoryWorktre
                 .map_err(|e| e.to_string())?;
             let json = json!({
                 "content": system,
-                "compiledAt": super::format_time(now()),
+                "compiledAt": crate::clock::rfc3339(now()),
                 "memfsRevision": worktree.base.to_string(),
                 "branch": worktree.branch,
             });

@@ -256,7 +256,7 @@ fn push_item(
         id: format!("{:016x}", rand::random::<u64>()),
         instruction: instruction.to_string(),
         isolation: isolation.map(str::to_string),
-        queued_at: super::format_time(now),
+        queued_at: crate::clock::rfc3339(now),
         repair,
         attempts: 0,
         conversation: None,

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::launch_result::failed;
 use super::queue::{self, QueuedWorker, RepairOf};
-use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError, now, prompt};
+use super::{MAX_SMALL_JSON_BYTES, PUBLIC_FILE_MODE, ReflectionError, prompt};
+use crate::clock::now;
 use crate::memfs::worktree as wt;
 use crate::paths::{AgentPaths, Home, REPAIR_ATTEMPTS_FILE_NAME};
 
@@ -86,7 +87,7 @@ pub fn claim(
         Attempt {
             branch: branch.to_string(),
             state: "launching".into(),
-            at: super::format_time(now),
+            at: crate::clock::rfc3339(now),
         },
     );
     write(agent, &map)?;

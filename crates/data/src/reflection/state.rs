@@ -169,7 +169,7 @@ pub fn mark_started(
     now: OffsetDateTime,
 ) -> Result<ReflectionState, ReflectionError> {
     update(agent, id, |s, _| {
-        s.last_started_at = Some(super::format_time(now));
+        s.last_started_at = Some(crate::clock::rfc3339(now));
         Ok(())
     })
     .map(|(s, ())| s)
@@ -195,7 +195,7 @@ pub fn mark_succeeded(
         if old.is_none_or(|old| new > old) {
             s.reflected_through_message_id = Some(end_message_id.to_string());
         }
-        s.last_succeeded_at = Some(super::format_time(now));
+        s.last_succeeded_at = Some(crate::clock::rfc3339(now));
         Ok(())
     })
     .map(|(s, ())| s)
@@ -329,7 +329,7 @@ mod tests {
         say(&mut conv, Role::User, "hi");
         let now = OffsetDateTime::now_utc();
         let s = mark_started(&agent, "c1", now).expect("start");
-        assert_eq!(s.last_started_at, Some(crate::reflection::format_time(now)));
+        assert_eq!(s.last_started_at, Some(crate::clock::rfc3339(now)));
         let s = note_compaction_seen(&agent, "c1", "2026-01-01T00:00:00Z").expect("seen");
         assert_eq!(
             s.compaction_seen_at.as_deref(),

@@ -206,9 +206,7 @@ impl StoredMessage {
             usage: None,
             stop: None,
             model: None,
-            ts: time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default(),
+            ts: crate::clock::now_rfc3339(),
         }
     }
 

@@ -18,12 +18,10 @@ use std::path::PathBuf;
 
 use git2::Signature;
 use rand::RngCore;
-use time::OffsetDateTime;
 
 pub use self::record::MAX_NAME_CHARS;
 use self::record::{AgentRecord, DEFAULT_MODEL, DEFAULT_SYSTEM_PROMPT, ModelSource};
 use crate::fsutil::atomic_write;
-use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::hook::{self, HookError};
 use crate::memfs::repo::{self, RepoError};
 use crate::memfs::template::{INITIAL_COMMIT_MESSAGE, initial_files};
@@ -200,7 +198,7 @@ pub fn create_choosing(
         tags: Vec::new(),
         model: model.map_or(DEFAULT_MODEL, |(m, _)| m).to_string(),
         model_settings,
-        created_at: iso_timestamp(OffsetDateTime::now_utc()),
+        created_at: crate::clock::js_iso(crate::clock::now()),
         sandbox_uid: None,
         quota,
         compaction_settings: None,

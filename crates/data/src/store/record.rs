@@ -166,9 +166,8 @@ impl AgentRecord {
         }
         check_field("model", &self.model, MAX_MODEL_CHARS)?;
         check_field("created_at", &self.created_at, MAX_TIME_CHARS)?;
-        use time::format_description::well_known::Rfc3339;
-        time::OffsetDateTime::parse(&self.created_at, &Rfc3339)
-            .map_err(|_| "created_at is not an RFC 3339 time".to_string())?;
+        crate::clock::parse_rfc3339(&self.created_at)
+            .ok_or_else(|| "created_at is not an RFC 3339 time".to_string())?;
         check_system(&self.system)
     }
 }

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 
@@ -256,27 +256,27 @@ impl std::fmt::Display for ChildEnd {
 
 /// Wait for `pid` up to `timeout`; past it the child is killed and reaped.
 pub fn wait_child(pid: libc::pid_t, timeout: Duration) -> ChildEnd {
-    let deadline = Instant::now() + timeout;
-    loop {
+    let mut end = None;
+    crate::retry::Policy::polling(Duration::from_millis(2), timeout).wait_for(|| {
         let mut status = 0;
         // SAFETY: plain waitpid on our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::__WALL) };
         if r == pid {
-            return decode_status(status);
+            end = Some(decode_status(status));
+        } else if r < 0 && Errno::last() != Errno::EINTR {
+            end = Some(ChildEnd::Code(-1));
         }
-        if r < 0 && Errno::last() != Errno::EINTR {
-            return ChildEnd::Code(-1);
+        end.is_some()
+    });
+    end.unwrap_or_else(|| {
+        let mut status = 0;
+        // SAFETY: signalling and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, libc::__WALL);
         }
-        if Instant::now() >= deadline {
-            // SAFETY: signalling and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, libc::__WALL);
-            }
-            return ChildEnd::TimedOut;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        ChildEnd::TimedOut
+    })
 }
 
 fn decode_status(status: i32) -> ChildEnd {

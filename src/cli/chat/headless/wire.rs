@@ -72,9 +72,7 @@ impl Wire {
 
 /// The time as Letta's messages carry it.
 pub(crate) fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    crate::clock::now_rfc3339()
 }
 
 /// What the `system`/`init` line says of a session.

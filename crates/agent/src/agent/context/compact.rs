@@ -16,7 +16,6 @@
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use super::estimate::{is_summary, message_tokens, messages_tokens, text_tokens};
 use super::plan::{self, Plan, PlanError};
@@ -334,11 +333,10 @@ fn apply(
         messages_count_before: messages.len() as u64,
         messages_count_after: 1 + (messages.len() - d.cut) as u64,
     };
-    let time = now
-        .replace_nanosecond(now.millisecond() as u32 * 1_000_000)
-        .unwrap_or(now)
-        .format(&Rfc3339)
-        .unwrap_or_default();
+    let time = crate::clock::rfc3339(
+        now.replace_nanosecond(now.millisecond() as u32 * 1_000_000)
+            .unwrap_or(now),
+    );
     let text =
         transcript::package_summary(&d.summary, &stats, d.mode == Mode::SlidingWindow, &time);
     let id = conv.next_id();
@@ -354,7 +352,7 @@ fn apply(
     conv.append_and_set_context(summary_message, &ids)?;
     let evicted = &messages[..d.cut];
     let event = CompactionEvent {
-        at: now.format(&Rfc3339).unwrap_or_default(),
+        at: crate::clock::rfc3339(now),
         trigger: stats.trigger.clone(),
         mode: d.mode.as_str().to_string(),
         summary_message_id: id,

@@ -17,8 +17,6 @@
 //! kept has a smaller `n`); ids of another form fall back to their times.
 
 use serde::Serialize;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::protocol::messages::{Message, Part, Role, ToolSpec, Usage};
 use crate::store::conversation::StoredMessage;
@@ -155,10 +153,10 @@ pub fn newer(a: &StoredMessage, b: &StoredMessage) -> bool {
         return x > y;
     }
     match (
-        OffsetDateTime::parse(&a.ts, &Rfc3339),
-        OffsetDateTime::parse(&b.ts, &Rfc3339),
+        crate::clock::parse_rfc3339(&a.ts),
+        crate::clock::parse_rfc3339(&b.ts),
     ) {
-        (Ok(x), Ok(y)) => x > y,
+        (Some(x), Some(y)) => x > y,
         _ => false,
     }
 }

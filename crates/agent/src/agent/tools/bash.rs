@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -94,21 +94,18 @@ fn bash(ctx: &ToolContext, command: &str, timeout_ms: Option<u64>) -> ToolOutput
         })
     })
     .collect();
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() > timeout => {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return ToolOutput::err(format!("Bash: {e}")),
+    let pace = crate::retry::Policy::polling(Duration::from_millis(5), timeout);
+    let status = match crate::retry::wait_child(&mut child, &pace) {
+        Ok(Some(s)) => Some(s),
+        Ok(None) => {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = child.wait();
+            None
         }
+        Err(e) => return ToolOutput::err(format!("Bash: {e}")),
     };
     let mut out = String::new();
     for r in readers {

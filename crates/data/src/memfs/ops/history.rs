@@ -10,7 +10,6 @@ use time::OffsetDateTime;
 
 use super::OpError;
 use crate::memfs::commit::CommitError;
-use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::revision::resolve_tree;
 
 fn git(what: &'static str) -> impl FnOnce(git2::Error) -> OpError {
@@ -83,7 +82,7 @@ pub fn log(
             parents: commit.parent_ids().map(|p| p.to_string()).collect(),
             author: String::from_utf8_lossy(author.name_bytes()).into_owned(),
             email: String::from_utf8_lossy(author.email_bytes()).into_owned(),
-            time: iso_timestamp(time),
+            time: crate::clock::js_iso(time),
             summary: String::from_utf8_lossy(commit.summary_bytes().unwrap_or_default())
                 .into_owned(),
             message: String::from_utf8_lossy(commit.message_bytes()).into_owned(),

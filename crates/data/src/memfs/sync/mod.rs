@@ -345,10 +345,7 @@ fn existing_backup(repo: &Repository, at: Oid) -> Option<String> {
 }
 
 fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
-    let format = time::macros::format_description!("[year][month][day][hour][minute][second]");
-    let stamp = time::OffsetDateTime::now_utc()
-        .format(&format)
-        .unwrap_or_else(|_| "unknown".to_string());
+    let stamp = crate::clock::compact(crate::clock::now());
     for n in 0..100 {
         let name = if n == 0 {
             format!("{BACKUP_REF_PREFIX}{stamp}")

@@ -357,7 +357,7 @@ fn parent_dirty_paths(repo: &Repository) -> Option<Vec<String>> {
 /// | 8 | merged | clean | `merged` |
 ///
 /// Everything runs under the repository lock.
-pub fn finalize_reflection(
+pub fn finalize_reflection_worktree(
     agent: &AgentPaths,
     wt: &MemoryWorktree,
     opts: &FinalizeOptions,

@@ -4,7 +4,7 @@
 //! A run gets its own checkout (`memory-worktrees/<label>-<id>/`) on its own
 //! branch (`mini-letta/<label>/<id>`) started at `main`'s `HEAD`; the child
 //! commits there, and the supervisor later folds the branch back into
-//! `main` with a real merge commit ([`finalize_reflection`],
+//! `main` with a real merge commit ([`finalize_reflection_worktree`],
 //! [`integrate_worker`]) or throws it away ([`discard`],
 //! [`cleanup_orphans`]).
 //!
@@ -45,8 +45,8 @@ use crate::paths::{AgentPaths, MemoryGitDir};
 pub use create::create;
 pub use finalize::{
     DIRTY_UNCOMMITTED, FAILED, INVALID, MERGE_CONFLICT, NO_COMMITS, NOT_MERGED_BY_AGENT,
-    PARENT_DIRTY, REFRESH_FAILED, cleanup_orphans, discard, finalize_reflection, integrate_worker,
-    merge_for_integration,
+    PARENT_DIRTY, REFRESH_FAILED, cleanup_orphans, discard, finalize_reflection_worktree,
+    integrate_worker, merge_for_integration,
 };
 pub use kept::{KeptChange, drop_kept_branch, keep_as_worker_branch, kept_change};
 
@@ -249,7 +249,7 @@ pub struct ConflictSides {
     pub theirs: Option<String>,
 }
 
-/// Inputs of [`finalize_reflection`] (spec §4.2).
+/// Inputs of [`finalize_reflection_worktree`] (spec §4.2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FinalizeOptions {
     /// The reflection child succeeded.

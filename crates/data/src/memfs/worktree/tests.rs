@@ -232,7 +232,7 @@ fn merged_reflection_is_a_real_merge_into_the_checkout() {
     );
     drop(main);
 
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     assert_eq!(
         done.summary,
@@ -279,7 +279,7 @@ fn merge_removes_deleted_files_from_the_checkout() {
     let (_, wrepo) = open(&agent, &wt.name).unwrap();
     std::fs::remove_dir_all(wt.dir.join("topics")).unwrap();
     commit(&wrepo, &["topics"], "drop topics");
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     assert!(!agent.memory_dir().join("topics").exists());
     assert!(main_dirty(&agent).is_empty(), "{:?}", main_dirty(&agent));
@@ -291,7 +291,7 @@ fn dirty_worktree_is_discarded() {
     let wt = committed_reflection(&agent);
     write(&wt.dir, "scratch.md", "uncommitted");
     let before = head(&agent);
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::DirtyUncommitted);
     assert_eq!(done.summary, DIRTY_UNCOMMITTED);
     assert_eq!(head(&agent), before);
@@ -304,7 +304,7 @@ fn failed_child_is_discarded() {
     let (_t, agent) = agent();
     let wt = committed_reflection(&agent);
     let before = head(&agent);
-    let done = finalize_reflection(&agent, &wt, &opts(false), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(false), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Failed);
     assert_eq!(done.summary, FAILED);
     assert_eq!(done.commit_count, 1);
@@ -317,7 +317,7 @@ fn failed_child_is_discarded() {
         failure_summary: Some("custom".into()),
         ..opts(false)
     };
-    let done = finalize_reflection(&agent, &wt, &o, &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &o, &sig(&agent)).unwrap();
     assert_eq!(
         (done.status, done.summary.as_str()),
         (FinalizeStatus::Failed, "custom")
@@ -328,7 +328,7 @@ fn failed_child_is_discarded() {
 fn no_commits_is_no_changes() {
     let (_t, agent) = agent();
     let wt = create(&agent, Label::Reflection).unwrap();
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::NoChanges);
     assert_eq!(done.summary, NO_COMMITS);
     assert_eq!(done.commit_count, 0);
@@ -342,7 +342,7 @@ fn dirty_parent_is_not_merged_into() {
     let wt = committed_reflection(&agent);
     write(&agent.memory_dir(), "human.md", "edited by hand");
     let before = head(&agent);
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::ParentDirty);
     assert_eq!(done.summary, PARENT_DIRTY);
     assert_eq!(head(&agent), before);
@@ -370,7 +370,7 @@ fn conflicting_reflection_changes_nothing() {
         &[("persona.md", &md("Persona", "from main"))],
         "m",
     );
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::MergeConflict);
     assert_eq!(done.summary, MERGE_CONFLICT);
     assert_eq!(head(&agent), before);
@@ -393,7 +393,7 @@ fn require_already_merged_checks_ancestry() {
     // Not merged: failed, whatever the agent said.
     let wt = committed_reflection(&agent);
     let before = head(&agent);
-    let done = finalize_reflection(&agent, &wt, &o, &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &o, &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Failed);
     assert_eq!(done.summary, NOT_MERGED_BY_AGENT);
     assert_eq!(head(&agent), before);
@@ -419,7 +419,7 @@ fn require_already_merged_checks_ancestry() {
     );
     assert!(ok, "{out}");
     let merged = head(&agent);
-    let done = finalize_reflection(&agent, &wt, &o, &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &o, &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     assert_eq!(
         done.summary,
@@ -439,7 +439,7 @@ fn missing_worktree_as_no_op() {
     };
     let wt = create(&agent, Label::Reflection).unwrap();
     std::fs::remove_dir_all(&wt.dir).unwrap();
-    let done = finalize_reflection(&agent, &wt, &o, &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &o, &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::NoChanges);
     assert_eq!(done.summary, NO_COMMITS);
     assert!(!branch_exists(&agent, &wt));
@@ -450,7 +450,7 @@ fn missing_worktree_as_no_op() {
     let (_, wrepo) = open(&agent, &wt.name).unwrap();
     let tip = wrepo.head().unwrap().target().unwrap();
     std::fs::remove_dir_all(&wt.dir).unwrap();
-    let err = finalize_reflection(&agent, &wt, &o, &sig(&agent)).unwrap_err();
+    let err = finalize_reflection_worktree(&agent, &wt, &o, &sig(&agent)).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -485,7 +485,7 @@ fn invalid_merged_tree_is_refused() {
     std::fs::remove_dir_all(agent.memory_dir().join("topics")).unwrap();
     let before = commit(&main, &["topics"], "drop topics");
     // Together: topics/b.md without topics/MEMORY.md.
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Invalid, "{done:?}");
     let error = done.error.clone().unwrap();
     assert!(error.contains("topics/MEMORY.md"), "{error}");
@@ -524,7 +524,7 @@ fn hostile_dot_git_file_does_not_redirect() {
     assert!(decoy.find_commit(id).is_err());
     // Finalizing still works on the real branch (the planted `.git` is an
     // untracked-looking entry it skips, like every `.git`).
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
 }
 
@@ -548,7 +548,7 @@ fn removal_does_not_follow_symlinks() {
     let wt = create(&agent, Label::Reflection).unwrap();
     std::fs::remove_dir_all(&wt.dir).unwrap();
     std::os::unix::fs::symlink(outside.path(), &wt.dir).unwrap();
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::DirtyUncommitted);
     assert!(std::fs::symlink_metadata(&wt.dir).is_err());
     assert!(outside.path().join("keep.txt").is_file());
@@ -789,7 +789,7 @@ fn refresh_from_origin_fast_forwards_or_rebases_before_merging() {
         "local",
     );
     let wt = committed_reflection(&agent);
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     let merge = main.head().unwrap().peel_to_commit().unwrap();
     let first = merge.parent(0).unwrap();
@@ -808,7 +808,7 @@ fn refresh_from_origin_fast_forward_and_failure() {
     let (t, agent) = agent();
     let remote = origin_with_commit(&agent, t.path(), "persona.md", &md("Persona", "origin"));
     let wt = committed_reflection(&agent);
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     let main = repo::open_agent(&agent).unwrap();
     let merge = main.head().unwrap().peel_to_commit().unwrap();
@@ -831,7 +831,7 @@ fn refresh_from_origin_fast_forward_and_failure() {
         "local",
     );
     let wt = committed_reflection(&agent2);
-    let done = finalize_reflection(&agent2, &wt, &opts(true), &sig(&agent2)).unwrap();
+    let done = finalize_reflection_worktree(&agent2, &wt, &opts(true), &sig(&agent2)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Failed);
     assert_eq!(done.summary, super::finalize::REFRESH_FAILED);
     assert!(done.error.is_some());
@@ -850,7 +850,7 @@ fn merged_symlinks_and_new_directories_reach_the_checkout() {
     write(&wt.dir, "projects/x.md", &md("X", "x"));
     std::os::unix::fs::symlink("../persona.md", wt.dir.join("projects/alias.txt")).unwrap();
     commit(&wrepo, &["projects"], "projects");
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     let link = agent.memory_dir().join("projects/alias.txt");
     assert_eq!(
@@ -1003,7 +1003,7 @@ fn append_only_sides_of_a_reflection_merge_line_wise() {
         "m",
     );
     drop(main);
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Merged, "{done:?}");
     assert!(done.conflicts.is_empty());
     assert_eq!(done.changed_paths, vec!["human.md"]);
@@ -1114,7 +1114,7 @@ fn one_true_conflict_keeps_the_whole_merge_out() {
         ],
         "m",
     );
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::MergeConflict, "{done:?}");
     // Only the file a repair must look at is named.
     let named: Vec<&str> = done.conflicts.iter().map(|c| c.path.as_str()).collect();
@@ -1147,7 +1147,7 @@ fn a_line_wise_merge_is_validated() {
         &[("human.md", &format!("{base}{}", line('m')))],
         "m",
     );
-    let done = finalize_reflection(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
+    let done = finalize_reflection_worktree(&agent, &wt, &opts(true), &sig(&agent)).unwrap();
     assert_eq!(done.status, FinalizeStatus::Invalid, "{done:?}");
     assert!(
         done.error.as_deref().unwrap_or("").contains("human.md"),

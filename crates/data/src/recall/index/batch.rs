@@ -151,9 +151,7 @@ pub fn searchable_text(msg: &StoredMessage) -> String {
 
 /// Unix seconds of an RFC 3339 time; 0 when unparsable.
 pub fn parse_ts(ts: &str) -> i64 {
-    time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339)
-        .map(|t| t.unix_timestamp())
-        .unwrap_or(0)
+    crate::clock::parse_rfc3339(ts).map_or(0, |t| t.unix_timestamp())
 }
 
 pub(super) struct Doc {

@@ -13,7 +13,6 @@ use super::{
     io_err,
 };
 use crate::agentfs::{Dir, FsError, Kind};
-use crate::memfs::compiler::iso_timestamp;
 use crate::memfs::lock::RepoLock;
 use crate::paths::{
     CONVERSATIONS_DIR_NAME, Home, LAYOUT_POLICY_FILE_NAME, MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME,
@@ -80,7 +79,7 @@ pub fn export(home: &Home, selector: &str, out: &Path) -> Result<Exported, Archi
         version: FORMAT_VERSION,
         agent_id: record.id.clone(),
         name: record.name.clone(),
-        exported_at: iso_timestamp(OffsetDateTime::now_utc()),
+        exported_at: crate::clock::js_iso(crate::clock::now()),
         mini_letta: env!("CARGO_PKG_VERSION").into(),
     };
     let now = OffsetDateTime::now_utc().unix_timestamp();
