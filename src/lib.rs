@@ -12,13 +12,10 @@ pub use mini_letta_data::{memfs, recall, reflection, store};
 pub use mini_letta_model as model;
 pub use mini_letta_sandbox as sandbox;
 pub use mini_letta_sandbox::child;
+pub use mini_letta_supervisor::{cluster, egress, remote, supervisor};
 
 pub mod cli;
-pub mod cluster;
 pub mod doctor;
-pub mod egress;
 pub mod palace;
-pub mod remote;
 pub mod reports;
-pub mod supervisor;
 pub mod verify;

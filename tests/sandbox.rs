@@ -355,14 +355,9 @@ fn strict_refuses_without_landlock_and_degraded_accepts() {
 /// A child's per-agent cgroups do not outlive its supervisor.
 #[test]
 fn agent_cgroups_are_removed_when_the_supervisor_stops() {
-    if !require_layers() {
+    let Some(roots) = layers_and_cgroups() else {
         return;
-    }
-    let roots = cgroup_roots();
-    if roots.is_empty() {
-        common::skip_or_fail("no cgroup hierarchy here");
-        return;
-    }
+    };
     let h = home_with_two_agents();
     // While it runs, the child's agent has its groups (the child itself
     // sees only its own cgroup namespace).
@@ -392,14 +387,9 @@ fn agent_cgroups_are_removed_when_the_supervisor_stops() {
 /// killed at the stop and the sweep ran before its processes were gone.)
 #[test]
 fn a_stopped_childs_cgroups_go_when_the_supervisor_stops() {
-    if !require_layers() {
+    let Some(roots) = layers_and_cgroups() else {
         return;
-    }
-    let roots = cgroup_roots();
-    if roots.is_empty() {
-        common::skip_or_fail("no cgroup hierarchy here");
-        return;
-    }
+    };
     let h = home_with_two_agents();
     let o = common::run(h.dir.path(), &["supervisor", "start"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -472,6 +462,20 @@ fn a_stopped_childs_cgroups_go_when_the_supervisor_stops() {
             files_named(&root.join(&h.a), "cgroup.procs")
         );
     }
+}
+
+/// The cgroup roots, where every layer is there and there are some; else
+/// `None`, said (or failed, where the sandbox is required).
+fn layers_and_cgroups() -> Option<Vec<std::path::PathBuf>> {
+    if !require_layers() {
+        return None;
+    }
+    let roots = cgroup_roots();
+    if roots.is_empty() {
+        common::skip_or_fail("no cgroup hierarchy here");
+        return None;
+    }
+    Some(roots)
 }
 
 /// The cgroup roots `sandbox status` reports (none where there are none).

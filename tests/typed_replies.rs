@@ -178,7 +178,7 @@ fn violations(root: &Path) -> Vec<String> {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        if rel.starts_with("src/supervisor/") {
+        if rel.contains("src/supervisor/") {
             for line in found.json_macros {
                 out.push(format!(
                     "{rel}:{line}: json! in the supervisor (answer with a type of protocol::replies)"

@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::Cli;
 use super::agent_make::{CreateArgs, make, model_handle};
-use super::output::{self, field as f};
+use super::globals::Globals;
+use crate::console::output::{self, field as f};
 use crate::paths::Home;
 use crate::store::record::ModelSource;
 use crate::store::{self, archive};
@@ -285,7 +285,7 @@ fn create(home: &Home, asked: &CreateArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(cli: &Cli, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &AgentCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     match cmd {
         AgentCommand::Create {
@@ -437,7 +437,7 @@ fn export(home: &Home, agent: &str, out: Option<&Path>, json: bool) -> anyhow::R
     };
     let done = archive::export(home, agent, &out)?;
     for s in &done.skipped {
-        super::style::eprint_warning(&format!("skipped {s}"));
+        crate::console::style::eprint_warning(&format!("skipped {s}"));
     }
     if json {
         output::json(&done)?;
@@ -499,7 +499,7 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
                 "context".into(),
                 match &context {
                     Ok(r) => serde_json::to_value(r)?,
-                    Err(e) => json!({ "error": super::one_line(e) }),
+                    Err(e) => json!({ "error": crate::console::one_line(e) }),
                 },
             );
         }
@@ -544,7 +544,7 @@ fn show(home: &crate::paths::Home, selector: Option<&str>, json: bool) -> anyhow
             }
             Err(e) => println!(
                 "context:    unavailable ({})",
-                output::text(&super::one_line(e))
+                output::text(&crate::console::one_line(e))
             ),
         }
         println!("system prompt ({} bytes):", record.system.len());

@@ -7,9 +7,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::Cli;
-use super::output::{self, Table, field as f};
+use super::globals::Globals;
 use crate::audit::{self, budget, read, verify};
+use crate::console::output::{self, Table, field as f};
 use crate::paths::Home;
 use crate::store;
 
@@ -95,7 +95,7 @@ pub struct UsageArgs {
     json: bool,
 }
 
-pub fn run(cli: &Cli, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &AuditCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     match cmd {
         AuditCommand::Verify {
@@ -311,7 +311,7 @@ fn details(line: &[u8]) -> String {
         .join(" ")
 }
 
-pub fn usage(cli: &Cli, args: &UsageArgs) -> anyhow::Result<ExitCode> {
+pub fn usage(cli: &Globals, args: &UsageArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let filter = filter(&home, args.agent.as_deref(), None, args.since.as_deref())?;
     let mut by_agent = read::usage(&home, &filter)?;

@@ -8,10 +8,10 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::Cli;
-use super::output;
+use super::globals::Globals;
 use crate::cluster::ClusterConfig;
 use crate::cluster::status::{Status, read_blocking};
+use crate::console::output;
 use crate::store;
 
 #[derive(Debug, Subcommand)]
@@ -46,7 +46,7 @@ pub enum ClusterCommand {
     },
 }
 
-pub fn run(cli: &Cli, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &ClusterCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let cfg = ClusterConfig::load(&home)?.with_context(|| {
         format!(

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::Cli;
+use super::globals::Globals;
 use crate::store::{self, conversation};
 
 /// What `complete` lists.
@@ -45,7 +45,7 @@ pub struct ConversationsArgs {
 /// whatever goes wrong (no home, no such agent) it lists nothing and
 /// exits 0, for an error printed under a half-typed command line only
 /// garbles it.
-pub fn run(cli: &Cli, cmd: &CompleteCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &CompleteCommand) -> anyhow::Result<ExitCode> {
     let words = match cmd {
         CompleteCommand::Agents { prefix } => agent_names(cli)
             .into_iter()
@@ -63,7 +63,7 @@ pub fn run(cli: &Cli, cmd: &CompleteCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn agent_names(cli: &Cli) -> Vec<String> {
+fn agent_names(cli: &Globals) -> Vec<String> {
     let Ok(home) = cli.home() else {
         return Vec::new();
     };
@@ -72,7 +72,7 @@ fn agent_names(cli: &Cli) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn conversation_ids(cli: &Cli, agent: Option<&str>) -> Vec<String> {
+fn conversation_ids(cli: &Globals, agent: Option<&str>) -> Vec<String> {
     let Ok(home) = cli.home() else {
         return Vec::new();
     };
@@ -105,11 +105,11 @@ const AGENT_ARGUMENT: &[&str] = &[
     "network-log",
 ];
 
-/// `mini-letta completions SHELL`: clap's script with the hook.
-pub fn script(shell: clap_complete::Shell) -> Vec<u8> {
-    use clap::CommandFactory;
+/// `mini-letta completions SHELL`: clap's script for the program `cmd`
+/// (named `bin_name`) with the hook.
+pub fn script(shell: clap_complete::Shell, cmd: &mut clap::Command, bin_name: &str) -> Vec<u8> {
     let mut text = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), Cli::command_name(), &mut text);
+    clap_complete::generate(shell, cmd, bin_name, &mut text);
     let text = String::from_utf8_lossy(&text).into_owned();
     let with_hook = match shell {
         // clap_complete names the states of a hyphenated program two ways

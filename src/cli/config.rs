@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde::Serialize;
 
-use super::Cli;
-use super::output::{self, Table, field as f};
+use super::globals::Globals;
+use crate::console::output::{self, Table, field as f};
 use crate::paths::Home;
 
 #[derive(Subcommand, Debug)]
@@ -53,8 +53,8 @@ struct Setting {
     source: String,
 }
 
-pub fn run(cli: &Cli, cmd: &ConfigCommand) -> anyhow::Result<ExitCode> {
-    let home = Home::resolve(cli.globals.home.as_deref())?;
+pub fn run(cli: &Globals, cmd: &ConfigCommand) -> anyhow::Result<ExitCode> {
+    let home = Home::resolve(cli.home_flag())?;
     match cmd {
         ConfigCommand::Path => {
             println!("{}", f(&home.config_file().display().to_string()));
@@ -221,8 +221,8 @@ fn rules() -> Vec<Rule> {
     ]
 }
 
-fn settings(cli: &Cli, home: &Home, file: &toml::Table) -> Vec<Setting> {
-    let home_source = if cli.globals.home.is_some() {
+fn settings(cli: &Globals, home: &Home, file: &toml::Table) -> Vec<Setting> {
+    let home_source = if cli.home_flag().is_some() {
         "flag (--home)".to_string()
     } else if env_value("MINI_LETTA_HOME").is_some() {
         "environment (MINI_LETTA_HOME)".to_string()
@@ -261,7 +261,7 @@ fn settings(cli: &Cli, home: &Home, file: &toml::Table) -> Vec<Setting> {
     out
 }
 
-fn show(cli: &Cli, home: &Home, json: bool) -> anyhow::Result<ExitCode> {
+fn show(cli: &Globals, home: &Home, json: bool) -> anyhow::Result<ExitCode> {
     let path = home.config_file();
     let file = read_table(&path)?;
     let rows = settings(cli, home, &file);
@@ -350,7 +350,7 @@ fn check(home: &Home, json: bool) -> anyhow::Result<ExitCode> {
         );
     } else {
         for p in &problems {
-            super::style::eprint_error(p);
+            crate::console::style::eprint_error(p);
         }
     }
     Ok(if problems.is_empty() {

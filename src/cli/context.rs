@@ -7,11 +7,12 @@ use anyhow::bail;
 use clap::Args;
 use serde_json::json;
 
-use super::chat::{TurnRunner, precheck};
+use super::chat::turn::{TurnRunner, precheck};
+use super::globals::Globals;
 use super::prompt::{DEFAULT_CONVERSATION, require_conversation};
-use super::{Cli, output};
 use crate::agent::context::compact::Mode;
 use crate::agent::context::window::env_windows;
+use crate::console::output;
 use crate::protocol::turn::{TurnEvent, TurnInput};
 use crate::reports::{ContextReport, context_report};
 use crate::store;
@@ -141,7 +142,7 @@ pub(crate) fn last_compaction_text(r: &ContextReport) -> String {
 }
 
 /// `mini-letta context`.
-pub fn context(cli: &Cli, args: &ContextArgs) -> anyhow::Result<ExitCode> {
+pub fn context(cli: &Globals, args: &ContextArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (record, paths) = store::find(&home, args.agent.as_deref())?;
     require_conversation(&paths, &record, &args.conversation)?;
@@ -212,7 +213,7 @@ fn compaction_mode(record: &store::record::AgentRecord, asked: Option<&str>) -> 
     }
 }
 
-pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
+pub fn compact(cli: &Globals, args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (record, paths) = store::find(&home, args.agent.as_deref())?;
     require_conversation(&paths, &record, &args.conversation)?;
@@ -276,7 +277,7 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> anyhow::Result<ExitCode> {
             "context_after": figures(after),
         }))?;
     } else if stop_reason == "error" {
-        super::style::eprint_error(&format!(
+        crate::console::style::eprint_error(&format!(
             "cannot compact conversation {} of {}: {}",
             args.conversation,
             record.name,

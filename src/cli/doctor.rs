@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::Cli;
-use super::output::{field, text};
+use super::globals::Globals;
+use crate::console::output::{field, text};
 use crate::doctor::{self, Context, Diagnosis};
 use crate::store;
 
@@ -39,7 +39,7 @@ pub struct DoctorArgs {
     json: bool,
 }
 
-pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let ctx = Context {
         remote_root: crate::remote::root_from_env(),
@@ -78,9 +78,9 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let healthy = unreadable == 0 && diagnoses.iter().all(|d| d.healthy);
     if args.json {
         if args.agent.is_some() && diagnoses.len() == 1 {
-            super::output::json(&diagnoses[0])?;
+            crate::console::output::json(&diagnoses[0])?;
         } else {
-            super::output::json(&json!({ "healthy": healthy, "agents": diagnoses }))?;
+            crate::console::output::json(&json!({ "healthy": healthy, "agents": diagnoses }))?;
         }
     } else {
         for d in &diagnoses {

@@ -43,7 +43,7 @@ pub fn install() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-            super::style::eprint_warning(
+            crate::console::style::eprint_warning(
                 "cannot handle SIGINT/SIGTERM; Ctrl-C ends the command at once",
             );
             return;
@@ -56,7 +56,7 @@ pub fn install() {
                 }
             });
         if let Err(e) = spawned {
-            super::style::eprint_warning(&format!("cannot start the signal thread: {e}"));
+            crate::console::style::eprint_warning(&format!("cannot start the signal thread: {e}"));
         }
     });
 }
@@ -103,7 +103,7 @@ fn cancel(turn: &TurnRef) {
     if let Err(e) = result {
         eprintln!(
             "mini-letta: cannot cancel the turn: {}",
-            super::output::text(&e.to_string())
+            crate::console::output::text(&e.to_string())
         );
     }
 }

@@ -9,7 +9,9 @@ mod cluster;
 mod completion;
 mod config;
 mod context;
+mod conversations;
 mod doctor;
+mod globals;
 mod interrupt;
 mod memory;
 mod network;
@@ -28,8 +30,9 @@ use std::process::ExitCode;
 
 use clap::{Args, FromArgMatches, Parser, Subcommand};
 
-pub(crate) use crate::console::{init_logging, one_line, output, style};
+use crate::console::{init_logging, one_line, output, style};
 use crate::paths::Home;
+use globals::Globals;
 
 /// Stateful AI agents whose memory is a git repository of Markdown files.
 #[derive(Debug, Parser)]
@@ -80,19 +83,6 @@ pub struct Cli {
     command: Command,
 }
 
-/// Options every command takes.
-#[derive(Debug, Args)]
-struct Globals {
-    /// Home directory holding agents, config and runtime files
-    /// [default: $MINI_LETTA_HOME, else ~/.mini-letta].
-    #[arg(long, global = true, value_name = "DIR")]
-    home: Option<PathBuf>,
-
-    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG also works.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    verbose: u8,
-}
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create, list, inspect, rename, export and import agents.
@@ -100,20 +90,20 @@ enum Command {
     Agent(agent::AgentCommand),
     /// Read and compile an agent's memory repository.
     #[command(subcommand)]
-    Memory(memory::MemoryCommand),
+    Memory(memory::args::MemoryCommand),
     /// Print an agent's compiled system prompt.
     ///
     /// Exact bytes in a pipe; on a terminal, control characters are shown
     /// visibly (`^[`, `\u{7}`).
     Prompt(prompt::PromptArgs),
     /// Talk to an agent: one turn with -p, else an interactive session.
-    Chat(chat::ChatArgs),
+    Chat(chat::args::ChatArgs),
     /// Follow a conversation's messages as they are stored (from another terminal).
-    Attach(chat::AttachArgs),
+    Attach(chat::attach::AttachArgs),
     /// List an agent's conversations.
-    Conversations(chat::ConversationsArgs),
+    Conversations(conversations::ConversationsArgs),
     /// Compile a conversation's system prompt from memory now and cache it.
-    Recompile(chat::RecompileArgs),
+    Recompile(conversations::RecompileArgs),
     /// Show a conversation's context window: tokens used, the compaction
     /// threshold, messages in context and stored, the last compaction.
     Context(context::ContextArgs),
@@ -212,26 +202,6 @@ agent names (-a) and conversation ids (--conversation).")]
     },
 }
 
-impl Cli {
-    /// How many `-v` were given.
-    fn verbosity(&self) -> u8 {
-        self.globals.verbose
-    }
-
-    fn home(&self) -> anyhow::Result<Home> {
-        let home = Home::resolve(self.globals.home.as_deref())?;
-        // At default verbosity a command's stderr holds its own messages
-        // only: any log record goes where the supervisor's go.
-        crate::console::logging::divert_quiet_records_lazily(&home.supervisor_log());
-        // Quota volumes do not survive a reboot: mount what is missing
-        // before anything reads an agent (root only; one stat otherwise).
-        if let Err(e) = crate::sandbox::volume::ensure_mounted(&home) {
-            style::eprint_warning(&format!("cannot mount the agents' quota volumes: {e}"));
-        }
-        Ok(home)
-    }
-}
-
 /// Parse the arguments, run the command, and turn errors into exit codes.
 ///
 /// A reader that went away (`mini-letta memory log | head`) ends the
@@ -268,11 +238,11 @@ fn run_main() -> ExitCode {
     if !matches!(
         cli.command,
         Command::Completions { .. } | Command::Man { .. } | Command::Complete(_)
-    ) && let Ok(home) = Home::resolve(cli.globals.home.as_deref())
+    ) && let Ok(home) = Home::resolve(cli.globals.home_flag())
     {
         crate::sandbox::identity::enter_subids(home.root());
     }
-    init_logging(cli.globals.verbose);
+    init_logging(cli.globals.verbosity());
     let result = run(&cli);
     interrupt::hold_if_ending();
     match result {
@@ -305,11 +275,11 @@ fn parse_hot(args: &[std::ffi::OsString]) -> Option<Cli> {
         .map(|(_, a)| a.to_str().unwrap_or(""));
     let tree = match (words.next()?, words.next()) {
         ("memory", Some("compile")) => clap::Command::new("memory").subcommand(
-            memory::CompileArgs::augment_args(clap::Command::new("compile")),
+            memory::args::CompileArgs::augment_args(clap::Command::new("compile")),
         ),
         ("prompt", _) => prompt::PromptArgs::augment_args(clap::Command::new("prompt")),
         // A scripted one-shot turn: the command whose time issue 38 counts.
-        ("chat", _) => chat::ChatArgs::augment_args(clap::Command::new("chat")),
+        ("chat", _) => chat::args::ChatArgs::augment_args(clap::Command::new("chat")),
         _ => return None,
     };
     let root = Globals::augment_args(clap::Command::new(Cli::command_name())).subcommand(tree);
@@ -325,33 +295,36 @@ impl Cli {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let globals = &cli.globals;
     match &cli.command {
-        Command::Agent(cmd) => agent::run(cli, cmd),
-        Command::Memory(cmd) => memory::run(cli, cmd),
-        Command::Prompt(args) => prompt::run(cli, args),
-        Command::Supervisor(cmd) => supervisor::run(cli, cmd),
-        Command::Chat(args) => chat::chat(cli, args),
-        Command::Attach(args) => chat::attach(cli, args),
-        Command::Conversations(args) => chat::conversations(cli, args),
-        Command::Recompile(args) => chat::recompile(cli, args),
-        Command::Context(args) => context::context(cli, args),
-        Command::Compact(args) => context::compact(cli, args),
-        Command::Recall(cmd) => recall::run(cli, cmd),
-        Command::Reflect(args) => reflect::run(cli, args),
-        Command::Sync(args) => sync::run(cli, args),
-        Command::Cluster(cmd) => cluster::run(cli, cmd),
-        Command::Doctor(args) => doctor::run(cli, args),
-        Command::Palace(cmd) => palace::run(cli, cmd),
-        Command::Ps { all, json } => supervisor::ps(cli, *all, *json),
-        Command::Sandbox(cmd) => sandbox::run(cli, cmd),
-        Command::Audit(cmd) => audit::run(cli, cmd),
-        Command::Usage(args) => audit::usage(cli, args),
-        Command::Config(cmd) => config::run(cli, cmd),
+        Command::Agent(cmd) => agent::run(globals, cmd),
+        Command::Memory(cmd) => memory::run(globals, cmd),
+        Command::Prompt(args) => prompt::run(globals, args),
+        Command::Supervisor(cmd) => supervisor::run(globals, cmd),
+        Command::Chat(args) => chat::chat(globals, args),
+        Command::Attach(args) => chat::attach::attach(globals, args),
+        Command::Conversations(args) => conversations::conversations(globals, args),
+        Command::Recompile(args) => conversations::recompile(globals, args),
+        Command::Context(args) => context::context(globals, args),
+        Command::Compact(args) => context::compact(globals, args),
+        Command::Recall(cmd) => recall::run(globals, cmd),
+        Command::Reflect(args) => reflect::run(globals, args),
+        Command::Sync(args) => sync::run(globals, args),
+        Command::Cluster(cmd) => cluster::run(globals, cmd),
+        Command::Doctor(args) => doctor::run(globals, args),
+        Command::Palace(cmd) => palace::run(globals, cmd),
+        Command::Ps { all, json } => supervisor::ps(globals, *all, *json),
+        Command::Sandbox(cmd) => sandbox::run(globals, cmd),
+        Command::Audit(cmd) => audit::run(globals, cmd),
+        Command::Usage(args) => audit::usage(globals, args),
+        Command::Config(cmd) => config::run(globals, cmd),
         Command::Completions { shell } => {
-            output::raw(&completion::script(*shell))?;
+            use clap::CommandFactory;
+            let script = completion::script(*shell, &mut Cli::command(), Cli::command_name());
+            output::raw(&script)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Complete(cmd) => completion::run(cli, cmd),
+        Command::Complete(cmd) => completion::run(globals, cmd),
         Command::Man { out } => man(out.as_deref()),
     }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::output::{self, Table, field as f};
+use crate::console::output::{self, Table, field as f};
 use crate::egress::allow::AllowList;
 use crate::paths::Home;
 use crate::store;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::Cli;
+use super::globals::Globals;
 use crate::palace::data::Site;
 use crate::store;
 
@@ -76,7 +76,7 @@ fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-pub fn run(cli: &Cli, cmd: &PalaceCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &PalaceCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let only = |agent: &Option<String>| -> anyhow::Result<Option<String>> {
         Ok(match agent {
@@ -129,7 +129,7 @@ readable by anyone who can reach this address, without a login"
             let site = Site::new(home.clone(), only(agent)?, false);
             let out = crate::palace::export::export(&site, dir)?;
             if *json {
-                super::output::json(&out)?;
+                crate::console::output::json(&out)?;
             } else {
                 println!(
                     "wrote {} page(s) for {} agent(s) to {}; open {}/index.html",

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 use time::OffsetDateTime;
 
-use super::{Cli, output, style};
+use super::globals::Globals;
+use crate::console::{output, style};
 use crate::memfs::compiler::{CompileOptions, compile_repo};
 use crate::paths::AgentPaths;
 use crate::store;
@@ -43,7 +44,7 @@ pub const DEFAULT_CONVERSATION: &str = "default";
 
 /// Refuse a conversation that does not exist (`default` always may), so a
 /// mistyped id creates nothing.
-pub(super) fn require_conversation(
+pub(crate) fn require_conversation(
     agent: &AgentPaths,
     record: &AgentRecord,
     id: &str,
@@ -66,7 +67,7 @@ pub(super) fn require_conversation(
     )
 }
 
-pub fn run(cli: &Cli, args: &PromptArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, args: &PromptArgs) -> anyhow::Result<ExitCode> {
     let (record, paths) = store::find(&cli.home()?, args.agent.as_deref())?;
     let conversation = args.conversation.as_str();
     require_conversation(&paths, &record, conversation)?;

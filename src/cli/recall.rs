@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::{Cli, output};
+use super::globals::Globals;
+use crate::console::output;
 use crate::protocol::messages::Role;
 use crate::recall::{Filters, Index};
 use crate::store;
@@ -71,7 +72,7 @@ pub struct SearchArgs {
     query: Vec<String>,
 }
 
-pub fn run(cli: &Cli, cmd: &RecallCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &RecallCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         RecallCommand::Search(args) => search(cli, args),
         RecallCommand::Reindex { agent } => {
@@ -91,7 +92,7 @@ pub fn run(cli: &Cli, cmd: &RecallCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn search(cli: &Cli, args: &SearchArgs) -> anyhow::Result<ExitCode> {
+fn search(cli: &Globals, args: &SearchArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (_, paths) = store::find(&home, args.agent.as_deref())?;
     let mut filters = Filters {

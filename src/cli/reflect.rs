@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::{Cli, output};
+use super::globals::Globals;
+use crate::console::output;
 use crate::protocol::replies::{ReflectLaunch, ReflectStatus, SubagentResult, TaskStatus};
 use crate::protocol::{Call, ReflectParams};
 use crate::supervisor::Session;
@@ -108,7 +109,7 @@ Examples:
     },
 }
 
-pub fn run(cli: &Cli, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     if let Some(ReflectCommand::Settings {
         agent,

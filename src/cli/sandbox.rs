@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::{Cli, terminal};
+use super::globals::Globals;
+use super::terminal;
+use crate::paths::Home;
 use crate::protocol::client::Client;
 use crate::protocol::events::ChildExit;
 use crate::protocol::timings;
@@ -109,7 +111,7 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
-pub fn run(cli: &Cli, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SandboxCommand::Run(args) => run_child(cli, args),
         SandboxCommand::Status { json } => status(*json),
@@ -121,7 +123,7 @@ pub fn run(cli: &Cli, cmd: &SandboxCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
+fn run_child(cli: &Globals, args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.timings {
         timings::enable_from_start("cli.main");
     }
@@ -137,53 +139,12 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let spawn = |passed: &[RawFd; 3]| -> anyhow::Result<Spawned> {
-        let mut session = Session::open(&home)?;
-        timings::mark("cli.connected");
-        // A signal ends the command, but not before its embedded
-        // supervisor (and with it the child) is stopped and its files gone.
-        super::interrupt::install();
-        super::interrupt::set_stopper(session.stopper());
-        let client = &mut session.client;
-        client.call_as::<crate::protocol::replies::Subscribed>(Call::Subscribe {})?;
-        let id = client.send_request_with_fds(
-            Call::Spawn(SpawnParams {
-                agent: record.id.clone(),
-                role: args.role.clone(),
-                argv: args.command.clone(),
-                stdio: StdioMode::Passed,
-                workspace: workspace.clone(),
-                isolation: Some(args.isolation.clone()),
-                model: None,
-            }),
-            passed,
-        )?;
-        // child.exit may arrive before the spawn response: remember them all.
-        let mut exits = Vec::new();
-        let spawned: crate::protocol::replies::Started =
-            client.wait_reply_keeping_exits(id, "child.spawn", &mut exits)?;
-        timings::mark("cli.spawned");
-        let child = spawned.child;
-        Ok(Spawned {
-            session,
-            child,
-            exits,
-        })
+        spawn_child(&home, &record.id, args, workspace.as_deref(), passed)
     };
     if args.json {
         return run_captured(&spawn);
     }
-    // The operator's terminal is never handed to the child: when any of our
-    // stdio is one, the child gets a fresh pty and we relay it.
-    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let std_fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
-    let tty = std_fds
-        .iter()
-        .copied()
-        .find(|fd| terminal::is_terminal(*fd));
-    let pty = match tty {
-        Some(like) => Some(terminal::open_pty(like).context("cannot open a pty for the child")?),
-        None => None,
-    };
+    let pty = pty_for_terminal()?;
     let passed: [RawFd; 3] = match &pty {
         Some(p) => [p.slave.as_raw_fd(); 3],
         None => [0, 1, 2],
@@ -195,27 +156,7 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     } = spawn(&passed)?;
     let client = &mut session.client;
     let relay = match pty {
-        Some(p) => {
-            drop(p.slave);
-            let stdin_tty = terminal::is_terminal(std::io::stdin().as_fd());
-            // Raw mode on our side: keys go to the child's pty as typed,
-            // and the pty (not our terminal) echoes and edits.
-            let raw_mode = if stdin_tty {
-                Some(terminal::RawMode::enter(std::io::stdin().as_fd())?)
-            } else {
-                None
-            };
-            let master = std::sync::Arc::new(p.master);
-            let m = master.clone();
-            // Detached: a read of our stdin cannot be interrupted.
-            std::thread::spawn(move || terminal::relay_input(&m, stdin_tty));
-            let m = master.clone();
-            let raw = args.raw;
-            let out = std::thread::spawn(move || {
-                terminal::relay_output(&m, raw, &mut std::io::stdout());
-            });
-            Some((out, raw_mode))
-        }
+        Some(p) => Some(relay_pty(p, args.raw)?),
         None => None,
     };
     let exit = client.wait_exit(child, &mut exits);
@@ -232,6 +173,93 @@ fn run_child(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         eprint!("{}", timings::table(&marks));
     }
     Ok(exit_status(&exit))
+}
+
+/// Start `args.command` as a child of agent `agent` (an id) through a
+/// session of the home's supervisor, on the descriptors `passed` (its
+/// stdin, stdout and stderr).
+fn spawn_child(
+    home: &Home,
+    agent: &str,
+    args: &RunArgs,
+    workspace: Option<&str>,
+    passed: &[RawFd; 3],
+) -> anyhow::Result<Spawned> {
+    let mut session = Session::open(home)?;
+    timings::mark("cli.connected");
+    // A signal ends the command, but not before its embedded
+    // supervisor (and with it the child) is stopped and its files gone.
+    super::interrupt::install();
+    super::interrupt::set_stopper(session.stopper());
+    let client = &mut session.client;
+    client.call_as::<crate::protocol::replies::Subscribed>(Call::Subscribe {})?;
+    let id = client.send_request_with_fds(
+        Call::Spawn(SpawnParams {
+            agent: agent.to_string(),
+            role: args.role.clone(),
+            argv: args.command.clone(),
+            stdio: StdioMode::Passed,
+            workspace: workspace.map(str::to_string),
+            isolation: Some(args.isolation.clone()),
+            model: None,
+        }),
+        passed,
+    )?;
+    // child.exit may arrive before the spawn response: remember them all.
+    let mut exits = Vec::new();
+    let spawned: crate::protocol::replies::Started =
+        client.wait_reply_keeping_exits(id, "child.spawn", &mut exits)?;
+    timings::mark("cli.spawned");
+    let child = spawned.child;
+    Ok(Spawned {
+        session,
+        child,
+        exits,
+    })
+}
+
+/// The operator's terminal is never handed to the child: when any of our
+/// stdio is one, the child gets a fresh pty (made like it) and we relay it.
+fn pty_for_terminal() -> anyhow::Result<Option<terminal::Pty>> {
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let std_fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let tty = std_fds
+        .iter()
+        .copied()
+        .find(|fd| terminal::is_terminal(*fd));
+    let pty = match tty {
+        Some(like) => Some(terminal::open_pty(like).context("cannot open a pty for the child")?),
+        None => None,
+    };
+    Ok(pty)
+}
+
+/// Relay the child's pty (its slave end now the child's alone): our stdin
+/// to it on a detached thread, its output to our stdout (cleaned unless
+/// `raw`) on the returned one; our terminal in raw mode meanwhile, when
+/// stdin is one (restored when the returned mode drops).
+fn relay_pty(
+    p: terminal::Pty,
+    raw: bool,
+) -> anyhow::Result<(std::thread::JoinHandle<()>, Option<terminal::RawMode>)> {
+    drop(p.slave);
+    let stdin_tty = terminal::is_terminal(std::io::stdin().as_fd());
+    // Raw mode on our side: keys go to the child's pty as typed,
+    // and the pty (not our terminal) echoes and edits.
+    let raw_mode = if stdin_tty {
+        Some(terminal::RawMode::enter(std::io::stdin().as_fd())?)
+    } else {
+        None
+    };
+    let master = std::sync::Arc::new(p.master);
+    let m = master.clone();
+    // Detached: a read of our stdin cannot be interrupted.
+    std::thread::spawn(move || terminal::relay_input(&m, stdin_tty));
+    let m = master.clone();
+    let out = std::thread::spawn(move || {
+        terminal::relay_output(&m, raw, &mut std::io::stdout());
+    });
+    Ok((out, raw_mode))
 }
 
 /// With `--timings`: the child's launch marks from the supervisor (its own
@@ -325,18 +353,18 @@ fn run_captured(
     if let Some(marks) = marks {
         doc["timings"] = timings::document(&marks);
     }
-    super::output::json(&doc)?;
+    crate::console::output::json(&doc)?;
     Ok(exit_status(&exit))
 }
 
 fn status(json: bool) -> anyhow::Result<ExitCode> {
     let report = SandboxReport::probe();
     if json {
-        super::output::json(&report)?;
+        crate::console::output::json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
     println!("level: {:?} ({})", report.level, report.backend);
-    let mut table = super::output::Table::new(&["LAYER", "AVAILABLE", "DETAIL"]);
+    let mut table = crate::console::output::Table::new(&["LAYER", "AVAILABLE", "DETAIL"]);
     for (name, l) in [
         ("namespaces", &report.namespaces),
         ("landlock", &report.landlock),
@@ -372,12 +400,14 @@ fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
         let verdict = match &r.verdict {
             Verdict::Blocked { .. } => "blocked".to_string(),
             Verdict::Escaped { .. } => "ESCAPED".to_string(),
-            Verdict::Skipped { reason } => format!("skipped: {}", super::output::text(reason)),
+            Verdict::Skipped { reason } => {
+                format!("skipped: {}", crate::console::output::text(reason))
+            }
         };
         let detail = match &r.verdict {
             // Evidence quotes what a probe child saw or printed.
             Verdict::Blocked { evidence } | Verdict::Escaped { evidence } => {
-                format!(" ({})", super::output::text(evidence))
+                format!(" ({})", crate::console::output::text(evidence))
             }
             Verdict::Skipped { .. } => String::new(),
         };
@@ -387,7 +417,7 @@ fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
     })?;
     if json {
-        super::output::json(&serde_json::json!({
+        crate::console::output::json(&serde_json::json!({
             "ok": report.ok(),
             "report": report,
         }))?;
@@ -397,7 +427,7 @@ fn verify(role: &str, isolation: &str, json: bool) -> anyhow::Result<ExitCode> {
             report.blocked, report.escaped, report.skipped
         );
         for f in &report.failures {
-            super::style::eprint_error(&format!("sandbox verify failed: {f}"));
+            crate::console::style::eprint_error(&format!("sandbox verify failed: {f}"));
         }
     }
     Ok(if report.ok() {

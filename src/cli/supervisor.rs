@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{Cli, output};
+use super::globals::Globals;
+use crate::console::output;
 use crate::protocol::client::ClientError;
 use crate::protocol::{Call, replies};
 use crate::supervisor::{self, Started, Stopped};
@@ -55,7 +56,7 @@ pub enum SupervisorCommand {
     },
 }
 
-pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     if let SupervisorCommand::Start { .. } = cmd {
         // A typo in config.toml is reported now, not at the first turn.
@@ -153,7 +154,7 @@ pub fn run(cli: &Cli, cmd: &SupervisorCommand) -> anyhow::Result<ExitCode> {
 
 /// `mini-letta ps`: the running supervisor's live children (all it still
 /// knows of with `all`).
-pub fn ps(cli: &Cli, all: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub fn ps(cli: &Globals, all: bool, json: bool) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let (children, running) = match supervisor::connect(&home) {
         Ok(mut c) => (c.call_as::<replies::Children>(Call::Ps {})?.children, true),

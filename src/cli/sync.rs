@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use super::{Cli, output};
+use super::globals::Globals;
+use crate::console::output;
 use crate::paths::{AgentPaths, Home};
 use crate::protocol::{Call, replies};
 use crate::store::record::AgentRecord;
@@ -85,7 +86,7 @@ pub fn find_or_clone(
     }
 }
 
-pub fn run(cli: &Cli, args: &SyncArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cli: &Globals, args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let home = cli.home()?;
     let root = std::env::var(crate::memfs::sync::REMOTE_ROOT_ENV).ok();
     let v: replies::MemorySynced = Session::call_once(

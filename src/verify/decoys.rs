@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{VerifyError, setup};
+use super::error::{VerifyError, setup};
 use crate::paths::{AgentPaths, Home};
 use crate::sandbox::{profile, sys};
 

@@ -20,16 +20,19 @@
 
 mod attack;
 mod decoys;
+mod error;
 pub mod report;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+pub use error::VerifyError;
+use error::setup;
 pub use report::{AttackResult, MIN_ATTEMPTED, VerifyReport};
 
 use crate::paths::{AgentPaths, Home};
-use crate::protocol::client::{Client, ClientError};
+use crate::protocol::client::Client;
 use crate::protocol::{Call, SpawnParams, StdioMode};
 use crate::sandbox::probes::{self, ProbeContext};
 use crate::sandbox::report::{Isolation, SandboxReport};
@@ -39,20 +42,6 @@ use crate::supervisor::Session;
 
 /// The decoy key placed in the supervisor's environment.
 pub const DECOY_ENV: &str = "OPENAI_API_KEY";
-
-#[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
-    #[error("verify setup: {0}")]
-    Setup(String),
-    #[error(transparent)]
-    Supervisor(#[from] crate::supervisor::SupervisorError),
-    #[error(transparent)]
-    Client(#[from] ClientError),
-}
-
-fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> VerifyError + '_ {
-    move |e| VerifyError::Setup(format!("{what}: {e}"))
-}
 
 /// Run the catalogue. `on_result` sees each result as it arrives.
 pub fn run(

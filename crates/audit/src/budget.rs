@@ -8,7 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use serde::{Deserialize, Serialize};
 
-use super::AuditError;
+use super::error::AuditError;
 use super::read::{View, for_each};
 use crate::paths::Home;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 
-use super::AuditError;
+use super::error::AuditError;
 use super::record::{self, Entry, GENESIS};
 use crate::paths::Home;
 

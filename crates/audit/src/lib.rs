@@ -10,7 +10,9 @@
 //! opens anything in it.
 
 pub mod budget;
+mod error;
 pub mod file;
+pub mod kind;
 pub mod publish;
 pub mod read;
 pub mod record;
@@ -24,54 +26,9 @@ use mini_letta_core::{clock, paths};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
+pub use error::AuditError;
 pub use file::{Appended, TornNote, Writer};
 pub use record::Entry;
-
-/// Record kinds this program writes.
-pub mod kind {
-    pub const SPAWN: &str = "spawn";
-    pub const EXIT: &str = "exit";
-    pub const TOOL: &str = "tool";
-    pub const COMMIT: &str = "commit";
-    pub const MERGE: &str = "merge";
-    pub const SYNC: &str = "sync";
-    pub const MODEL: &str = "model";
-    pub const DENIED: &str = "denied";
-    pub const BUDGET: &str = "budget";
-    pub const CONFIG: &str = "config";
-    pub const START: &str = "start";
-    pub const TORN: &str = "torn";
-    /// An agent's owner changed (several hosts, `docs/cluster.md`).
-    pub const OWNER: &str = "owner";
-    /// A connection through the egress proxy ended, with its bytes.
-    pub const EGRESS: &str = "egress";
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    #[error("audit log {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("audit log {}: {detail}", path.display())]
-    Corrupt { path: PathBuf, detail: String },
-    /// `config.toml`'s `[audit]` table.
-    #[error("{}: {detail}", path.display())]
-    Config { path: PathBuf, detail: String },
-    #[error("the audit log's writer has stopped")]
-    Closed,
-    #[error(
-        "the audit log's disk is down to its reserve ({free} bytes free, {reserve} kept for \
-         records of what has already happened): refused before the disk fills; free space \
-         under {}", dir.display()
-    )]
-    DiskReserve {
-        dir: PathBuf,
-        free: u64,
-        reserve: u64,
-    },
-}
 
 /// Records waiting for the writer thread; past this, appenders wait.
 const QUEUE: usize = 1024;

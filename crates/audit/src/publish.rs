@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::AuditError;
+use super::error::AuditError;
 use super::verify::SavedHead;
 use crate::paths::Home;
 

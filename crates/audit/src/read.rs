@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 
 use serde::{Deserialize, Serialize};
 
-use super::AuditError;
+use super::error::AuditError;
 use super::file::chain_files;
 use super::record;
 use crate::paths::Home;

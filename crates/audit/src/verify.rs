@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::AuditError;
+use super::error::AuditError;
 use super::file::chain_files;
 use super::record::{self, GENESIS};
 use crate::paths::Home;

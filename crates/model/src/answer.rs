@@ -6,8 +6,9 @@ use std::io::Read;
 
 use serde_json::Value;
 
+use super::provider::{ModelError, ModelEvent};
 use super::sse::feed_events;
-use super::{ModelError, ModelEvent, ModelResponse, Part, StopKind, Usage};
+use crate::protocol::messages::{ModelResponse, Part, StopKind, Usage};
 
 /// Where a reader's deltas go as they arrive.
 pub(crate) type OnEvent<'a> = &'a mut dyn FnMut(ModelEvent);

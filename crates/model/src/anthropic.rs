@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use super::answer::{Answer, Assembler, OnEvent, Reply, parse_arguments, read_answer};
 use super::http::{HttpModel, Wire, WireFormat, reported_error};
-use super::{ModelError, ModelEvent, ModelRequest, Part, Role, StopKind};
+use super::provider::{ModelError, ModelEvent};
+use crate::protocol::messages::{ModelRequest, Part, Role, StopKind};
 
 /// The API version sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

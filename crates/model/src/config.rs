@@ -39,7 +39,7 @@ use serde::Deserialize;
 
 use crate::paths::Home;
 
-use super::ModelError;
+use super::provider::ModelError;
 
 /// Default OpenAI endpoint.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";

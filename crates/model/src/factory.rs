@@ -6,8 +6,8 @@ use super::anthropic::AnthropicModel;
 use super::config::{EndpointConfig, ProviderConfig, SCRIPTED_MODEL_ENV, is_loopback_url};
 use super::mock::MockModel;
 use super::openai::OpenAiModel;
+use super::provider::{Model, ModelError};
 use super::scripted::ScriptedModel;
-use super::{Model, ModelError};
 
 /// The handle forms [`parse_handle`] accepts, for error messages.
 pub const VALID_FORMS: &str = "valid forms: `mock`, `mock/scripted` (the script named by \

@@ -16,7 +16,8 @@ use serde_json::Value;
 
 use super::answer::{Assembler, read_answer};
 use super::config::{EndpointConfig, is_loopback_url};
-use super::{Model, ModelError, ModelEvent, ModelRequest, ModelResponse};
+use super::provider::{Model, ModelError, ModelEvent};
+use crate::protocol::messages::{ModelRequest, ModelResponse};
 
 /// What a provider's module supplies: its wire format. Everything between
 /// (the agent, the POST, timeouts, the mapping of failures) is shared.

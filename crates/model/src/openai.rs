@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use super::answer::{Answer, Assembler, OnEvent, Reply, parse_arguments, read_answer};
 use super::http::{HttpModel, Wire, WireFormat, reported_error};
-use super::{Message, ModelError, ModelEvent, ModelRequest, Part, Role, StopKind};
+use super::provider::{ModelError, ModelEvent};
+use crate::protocol::messages::{Message, ModelRequest, Part, Role, StopKind};
 
 /// An OpenAI-compatible chat model (`OpenAiModel::new(model, endpoint)`,
 /// `model` being the provider's own name: `gpt-4o-mini`, `llama3.2`).

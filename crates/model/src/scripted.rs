@@ -34,7 +34,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::mock::{finish, next_call_id, request_chars, tokens};
-use super::{Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, StopKind, Usage};
+use super::provider::{Model, ModelError, ModelEvent};
+use crate::protocol::messages::{ModelRequest, ModelResponse, Part, StopKind, Usage};
 
 /// One entry of a script.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

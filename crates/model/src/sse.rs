@@ -4,6 +4,8 @@
 
 use std::io::{BufRead, BufReader, Read};
 
+use super::provider::ModelError;
+
 /// Longest line accepted: a server cannot make the supervisor buffer
 /// without bound.
 const MAX_LINE: u64 = 16 * 1024 * 1024;
@@ -21,8 +23,8 @@ pub(crate) struct SseEvent {
 /// complete or the stream ends (the providers' stream readers).
 pub(crate) fn feed_events(
     body: impl Read,
-    mut feed: impl FnMut(&str) -> Result<bool, super::ModelError>,
-) -> Result<(), super::ModelError> {
+    mut feed: impl FnMut(&str) -> Result<bool, ModelError>,
+) -> Result<(), ModelError> {
     let mut sse = SseReader::new(body);
     while let Some(ev) = sse.next_event().map_err(|e| stream_read_error(&e))? {
         if feed(&ev.data)? {
@@ -95,8 +97,8 @@ impl<R: Read> SseReader<R> {
 }
 
 /// A read error in the middle of a stream: the connection broke.
-fn stream_read_error(e: &std::io::Error) -> super::ModelError {
-    super::ModelError::Transient {
+fn stream_read_error(e: &std::io::Error) -> ModelError {
+    ModelError::Transient {
         status: None,
         message: format!("reading the response stream failed: {e}"),
         retry_after_ms: None,

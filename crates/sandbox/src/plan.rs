@@ -133,18 +133,57 @@ pub struct PlanInput<'a> {
 pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     let r = input.report;
     if input.isolation == Isolation::Off {
-        return Ok(LaunchPlan {
-            level: Level::None,
-            isolation: Isolation::Off,
-            program: input.exe.to_path_buf(),
-            wrapper_args: Vec::new(),
-            stage: None,
-            uid: None,
-            rlimits: None,
-            cgroup_procs: Vec::new(),
-            tmpdir: PathBuf::from("/tmp"),
-        });
+        return Ok(unconfined(input));
     }
+    refuse_short_level(input)?;
+    let res = input.resolved;
+    let mut stage = stage_policy(input)?;
+    let uid = if r.uid_switch.available {
+        input.uid
+    } else {
+        None
+    };
+    let cgroup_procs = cgroup_procs(r, input.agent_id, &res.role);
+    let (rlimits, stage_nproc) = launch_limits(input, uid);
+    stage.nproc = stage_nproc;
+    let (program, wrapper_args, tmpdir) = launcher(input, &mut stage);
+    stage.egress = (res.network == Network::Proxy && egress_possible(r)).then_some(
+        super::egress_stage::StageEgress {
+            port: super::egress_stage::PORT,
+        },
+    );
+    Ok(LaunchPlan {
+        level: r.level,
+        isolation: input.isolation,
+        program,
+        wrapper_args,
+        stage: Some(stage),
+        uid,
+        rlimits: Some(rlimits),
+        cgroup_procs,
+        tmpdir,
+    })
+}
+
+/// Isolation `off`: the program runs as it is, with no layer at all.
+fn unconfined(input: &PlanInput<'_>) -> LaunchPlan {
+    LaunchPlan {
+        level: Level::None,
+        isolation: Isolation::Off,
+        program: input.exe.to_path_buf(),
+        wrapper_args: Vec::new(),
+        stage: None,
+        uid: None,
+        rlimits: None,
+        cgroup_procs: Vec::new(),
+        tmpdir: PathBuf::from("/tmp"),
+    }
+}
+
+/// The refusal when the host's level is not enough for the isolation
+/// asked for, naming what is missing.
+fn refuse_short_level(input: &PlanInput<'_>) -> Result<(), PlanError> {
+    let r = input.report;
     if !input.isolation.accepts(r.level) {
         return Err(PlanError::Refused {
             isolation: input.isolation,
@@ -156,6 +195,15 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
             },
         });
     }
+    Ok(())
+}
+
+/// What stage 2 applies to itself: the paths the role may reach, the
+/// layers the host has and the role's seccomp allow-list (refused when the
+/// role has none). The namespace view, the egress exception and the
+/// stage's own process limit are decided later.
+fn stage_policy(input: &PlanInput<'_>) -> Result<StagePolicy, PlanError> {
+    let r = input.report;
     let res = input.resolved;
     let exe_dir = input.exe.to_path_buf();
     let mut read_exec: Vec<PathBuf> = SYSTEM_READ_EXEC.iter().map(PathBuf::from).collect();
@@ -169,10 +217,9 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
     read_only.extend(res.read_only.iter().cloned());
     let mut writable: Vec<PathBuf> = DEV_WRITABLE.iter().map(PathBuf::from).collect();
     writable.extend(res.writable.iter().cloned());
-    let namespaces = r.namespaces.available;
     let seccomp_role = super::seccomp::Role::parse(&res.role)
         .ok_or_else(|| PlanError::UnknownRole(res.role.clone()))?;
-    let mut stage = StagePolicy {
+    Ok(StagePolicy {
         landlock: r.landlock.available,
         scopes: r.landlock.available && r.landlock_abi >= super::report::LANDLOCK_SCOPES_ABI,
         read_exec,
@@ -189,13 +236,16 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         namespaces: None,
         egress: None,
         nproc: None,
-    };
-    let uid = if r.uid_switch.available {
-        input.uid
-    } else {
-        None
-    };
-    let cgroup_procs = cgroup_procs(r, input.agent_id, &res.role);
+    })
+}
+
+/// The resource limits set before exec, and the process limit the stage
+/// sets inside the child's own user namespace instead (a child sharing the
+/// user's uid there), if any.
+fn launch_limits(input: &PlanInput<'_>, uid: Option<u32>) -> (Rlimits, Option<u64>) {
+    let r = input.report;
+    let res = input.resolved;
+    let namespaces = r.namespaces.available;
     // The kernel never limits the processes of host uid 0.
     let shares_user = uid.is_none() && !nix::unistd::geteuid().is_root();
     let own_userns = namespaces && r.ns_backend.is_some();
@@ -212,8 +262,19 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
         },
         nproc_at_launch: uid.is_some() || (shares_user && !own_userns),
     };
-    stage.nproc = (shares_user && own_userns).then_some(res.limits.pids);
-    let (program, wrapper_args, tmpdir) = match (namespaces, r.ns_backend, &r.bwrap) {
+    (
+        rlimits,
+        (shares_user && own_userns).then_some(res.limits.pids),
+    )
+}
+
+/// The program to exec, its wrapper arguments and the child's `TMPDIR`,
+/// by the namespace backend; the native backend's view and the private
+/// IPC namespace both backends make are noted in `stage`.
+fn launcher(input: &PlanInput<'_>, stage: &mut StagePolicy) -> (PathBuf, Vec<OsString>, PathBuf) {
+    let r = input.report;
+    let res = input.resolved;
+    match (r.namespaces.available, r.ns_backend, &r.bwrap) {
         // TMPDIR is the agent's own `tmp/` in every view: the `/tmp` of a
         // namespaced child is a root-owned tmpfs it cannot write.
         (true, Some(NsBackend::Native), _) => {
@@ -241,23 +302,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<LaunchPlan, PlanError> {
             Vec::new(),
             input.tmp_dir.to_path_buf(),
         ),
-    };
-    stage.egress = (res.network == Network::Proxy && egress_possible(r)).then_some(
-        super::egress_stage::StageEgress {
-            port: super::egress_stage::PORT,
-        },
-    );
-    Ok(LaunchPlan {
-        level: r.level,
-        isolation: input.isolation,
-        program,
-        wrapper_args,
-        stage: Some(stage),
-        uid,
-        rlimits: Some(rlimits),
-        cgroup_procs,
-        tmpdir,
-    })
+    }
 }
 
 /// Whether this host's children can have the egress proxy: each gets a

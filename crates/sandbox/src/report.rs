@@ -124,12 +124,7 @@ pub struct SandboxReport {
 impl SandboxReport {
     /// Probe this host.
     pub fn probe() -> Self {
-        let disabled: Vec<String> = std::env::var(DISABLE_ENV)
-            .unwrap_or_default()
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
+        let disabled = disabled_layers();
         let off = |name: &str| disabled.iter().any(|d| d == name);
 
         let landlock_abi = landlock_abi();
@@ -149,48 +144,14 @@ impl SandboxReport {
             }
         };
         let is_root = nix::unistd::geteuid().is_root();
-        let uid_switch = match super::subids::status() {
-            _ if off("uid") => Layer::no(format!("disabled by {DISABLE_ENV}")),
-            super::subids::Status::HostRoot => probe_uid_switch(),
-            super::subids::Status::Mapped { uids, .. } => match probe_uid_switch() {
-                l if l.available => Layer::yes(format!(
-                    "each agent runs as its own uid from this user's subordinate range \
-                     {}..{} (mapped with newuidmap)",
-                    uids.start,
-                    uids.start + uids.count
-                )),
-                l => l,
-            },
-            super::subids::Status::Shared(why) => Layer::no(format!(
-                "children keep this user's uid ({why}); agents are kept apart by their own \
-                 namespaces and landlock rules, by refusing memory files with a second link \
-                 or another owner, and by a process limit per sandbox"
-            )),
-        };
+        let uid_switch = uid_switch_layer(off("uid"));
         let bwrap = find_bwrap();
         let (namespaces, ns_backend) = if off("namespaces") {
             (Layer::no(format!("disabled by {DISABLE_ENV}")), None)
         } else {
             probe_namespaces(bwrap.as_deref(), is_root)
         };
-        let cgroup_info = if off("cgroup") {
-            CgroupInfo {
-                version: "none".into(),
-                roots: Vec::new(),
-            }
-        } else {
-            probe_cgroup()
-        };
-        let cgroup = if off("cgroup") {
-            Layer::no(format!("disabled by {DISABLE_ENV}"))
-        } else if cgroup_info.roots.is_empty() {
-            Layer::no("no writable pids/memory cgroup hierarchy")
-        } else {
-            Layer::yes(format!(
-                "cgroup {} at {:?}",
-                cgroup_info.version, cgroup_info.roots
-            ))
-        };
+        let (cgroup_info, cgroup) = cgroup_layer(off("cgroup"));
         let no_new_privs = Layer::yes("prctl(PR_SET_NO_NEW_PRIVS) before exec");
 
         let level = compute_level(
@@ -199,44 +160,10 @@ impl SandboxReport {
             landlock_abi,
             seccomp.available,
         );
-        let mut missing = Vec::new();
-        for (name, l) in [
-            ("namespaces", &namespaces),
-            ("landlock", &landlock),
-            ("seccomp", &seccomp),
-            ("cgroup", &cgroup),
-            ("uid", &uid_switch),
-        ] {
-            if !l.available {
-                missing.push(format!("{name}: {}", l.detail));
-            }
-        }
-        if landlock.available && landlock_abi < LANDLOCK_SCOPES_ABI {
-            missing.push(format!(
-                "landlock scopes: ABI {landlock_abi} < {LANDLOCK_SCOPES_ABI} (signals and abstract sockets unscoped)"
-            ));
-        }
-        let backend = [
-            (
-                namespaces.available,
-                match ns_backend {
-                    Some(NsBackend::Bwrap) => "bwrap",
-                    _ => "namespaces",
-                },
-            ),
-            (landlock.available, "landlock"),
-            (seccomp.available, "seccomp"),
-            (cgroup.available, "cgroup"),
-            (uid_switch.available, "uid"),
-        ]
-        .iter()
-        .filter(|(a, _)| *a)
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join("+");
-        Self {
+        let mut report = Self {
             level,
-            backend,
+            // Both summed up below, from the layers.
+            backend: String::new(),
             bwrap,
             ns_backend,
             namespaces,
@@ -248,9 +175,116 @@ impl SandboxReport {
             uid_switch,
             no_new_privs,
             disabled,
-            missing,
-        }
+            missing: Vec::new(),
+        };
+        report.missing = report.missing_layers();
+        report.backend = report.backend_name();
+        report
     }
+
+    /// One line per layer this host lacks, and for landlock without the
+    /// signal and abstract-socket scopes.
+    fn missing_layers(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        for (name, l) in [
+            ("namespaces", &self.namespaces),
+            ("landlock", &self.landlock),
+            ("seccomp", &self.seccomp),
+            ("cgroup", &self.cgroup),
+            ("uid", &self.uid_switch),
+        ] {
+            if !l.available {
+                missing.push(format!("{name}: {}", l.detail));
+            }
+        }
+        let landlock_abi = self.landlock_abi;
+        if self.landlock.available && landlock_abi < LANDLOCK_SCOPES_ABI {
+            missing.push(format!(
+                "landlock scopes: ABI {landlock_abi} < {LANDLOCK_SCOPES_ABI} (signals and abstract sockets unscoped)"
+            ));
+        }
+        missing
+    }
+
+    /// The layers this host has, joined with `+` (`bwrap+landlock+…`).
+    fn backend_name(&self) -> String {
+        [
+            (
+                self.namespaces.available,
+                match self.ns_backend {
+                    Some(NsBackend::Bwrap) => "bwrap",
+                    _ => "namespaces",
+                },
+            ),
+            (self.landlock.available, "landlock"),
+            (self.seccomp.available, "seccomp"),
+            (self.cgroup.available, "cgroup"),
+            (self.uid_switch.available, "uid"),
+        ]
+        .iter()
+        .filter(|(a, _)| *a)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join("+")
+    }
+}
+
+/// The layers the operator switched off: `DISABLE_ENV`'s comma-separated
+/// names.
+fn disabled_layers() -> Vec<String> {
+    std::env::var(DISABLE_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The per-agent uid layer: how children get a uid of their own (host
+/// root, or this user's subordinate range), or why they keep this user's.
+/// The subordinate ids are looked at even when the layer is `off`.
+fn uid_switch_layer(off: bool) -> Layer {
+    match super::subids::status() {
+        _ if off => Layer::no(format!("disabled by {DISABLE_ENV}")),
+        super::subids::Status::HostRoot => probe_uid_switch(),
+        super::subids::Status::Mapped { uids, .. } => match probe_uid_switch() {
+            l if l.available => Layer::yes(format!(
+                "each agent runs as its own uid from this user's subordinate range \
+                 {}..{} (mapped with newuidmap)",
+                uids.start,
+                uids.start + uids.count
+            )),
+            l => l,
+        },
+        super::subids::Status::Shared(why) => Layer::no(format!(
+            "children keep this user's uid ({why}); agents are kept apart by their own \
+             namespaces and landlock rules, by refusing memory files with a second link \
+             or another owner, and by a process limit per sandbox"
+        )),
+    }
+}
+
+/// The cgroup facts (none when `off`) and the layer they make.
+fn cgroup_layer(off: bool) -> (CgroupInfo, Layer) {
+    let cgroup_info = if off {
+        CgroupInfo {
+            version: "none".into(),
+            roots: Vec::new(),
+        }
+    } else {
+        probe_cgroup()
+    };
+    let cgroup = if off {
+        Layer::no(format!("disabled by {DISABLE_ENV}"))
+    } else if cgroup_info.roots.is_empty() {
+        Layer::no("no writable pids/memory cgroup hierarchy")
+    } else {
+        Layer::yes(format!(
+            "cgroup {} at {:?}",
+            cgroup_info.version, cgroup_info.roots
+        ))
+    };
+    (cgroup_info, cgroup)
 }
 
 /// Whether root here can really become an agent uid: a user namespace

@@ -300,7 +300,7 @@ impl<T: Write, N: Write> Printer<T, N> {
             Piece::Note(line) => self.note_line(line),
             Piece::Error(message) => self.note_line(&format!(
                 "· {} {message}",
-                crate::cli::style::error("error:")
+                crate::console::style::error("error:")
             )),
         }
     }

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::MAX_FRAME_BYTES;
 use super::events::Event;
+use super::frame_size::MAX_FRAME_BYTES;
 
 /// Who is speaking, as said in `hello`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

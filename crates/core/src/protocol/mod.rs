@@ -19,6 +19,8 @@
 //! * [`turn`] — the agent child's own stream: its turn input and the turn
 //!   events it reports.
 //! * [`client`] — the blocking client (CLI, children, tests).
+//! * `frame_size.rs` — how large a frame may be ([`MAX_FRAME_BYTES`]) and
+//!   [`encoded_len`].
 //!
 //! The CLI, the supervisor and the agent child all speak through this
 //! module; the agent child knows nothing else of the supervisor or of the
@@ -26,6 +28,7 @@
 
 pub mod client;
 pub mod events;
+mod frame_size;
 pub mod frames;
 pub mod handover;
 pub mod messages;
@@ -35,6 +38,7 @@ pub mod timings;
 pub mod turn;
 
 pub use events::Event;
+pub use frame_size::{FRAME_PAYLOAD_BUDGET, MAX_FRAME_BYTES, encoded_len};
 
 pub use frames::{
     Call, ClientFrame, Committed, ErrorBody, ErrorCode, FrameError, Line, LineSplitter, LogLevel,
@@ -44,35 +48,6 @@ pub use frames::{
 
 /// Version carried in every `hello`.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Largest accepted frame, newline excluded. Larger lines are skipped whole
-/// and answered with a `frame_too_large` error.
-pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
-
-/// What one request's payload may take of a frame: the rest is the
-/// envelope (`{"type":"request","id":…,"method":…,"params":{…}}`) with room
-/// to spare.
-pub const FRAME_PAYLOAD_BUDGET: usize = MAX_FRAME_BYTES - 64 * 1024;
-
-/// The bytes `value` takes encoded as JSON, counted without building it.
-pub fn encoded_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Plain data cannot fail to encode; an error counts as too large.
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
-}
 
 /// The variable naming a child's channel descriptor (the wire's entry point
 /// in a child; the agent keeps it from the programs it runs).

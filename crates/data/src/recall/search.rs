@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::RecallError;
 use super::bm25::{idf, term_score};
+use super::error::RecallError;
 use super::index::{DocMeta, Index, Postings, may_be_consecutive, searchable_text};
 use super::query::{Query, phrase_count};
 use super::tokenize::{normalize, tokens_normalized};

@@ -360,6 +360,53 @@ pub fn select_and_write(
     now: OffsetDateTime,
 ) -> Result<Option<Manifest>, ReflectionError> {
     let budget = options.budget_chars.max(1);
+    let (slices, policy) = candidate_slices(agent, options, budget)?;
+    let launch_id = match &options.launch_id {
+        Some(id) => id.clone(),
+        None => crate::names::stamped_id(now),
+    };
+    // Checks the id before anything is made.
+    agent.reflection_payload_dir(&launch_id)?;
+    let admitted = admit_within_budget(agent, &launch_id, slices, budget)?;
+    if admitted.is_empty() {
+        return Ok(None);
+    }
+
+    let dir = open_launch_dir(agent, &launch_id, true)?.ok_or_else(|| ReflectionError::Io {
+        path: agent.reflection_payloads_dir().join(&launch_id),
+        source: std::io::ErrorKind::NotFound.into(),
+    })?;
+    let transcripts = write_slices(agent, &dir, &launch_id, &admitted)?;
+    let manifest = Manifest {
+        schema_version: 1,
+        kind: MANIFEST_TYPE.to_string(),
+        agent_id: agent_id.to_string(),
+        launch_id: launch_id.clone(),
+        created_at: crate::clock::rfc3339(now),
+        user_instruction: options
+            .user_instruction
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
+        selection_policy: policy,
+        transcripts,
+    };
+    let bytes = super::to_pretty_json(&manifest, agent.reflection_manifest_json(&launch_id)?)?;
+    dir.replace_file(REFLECTION_MANIFEST_FILE_NAME, &bytes, PUBLIC_FILE_MODE)?;
+    stamp_started(agent, &manifest, now);
+    Ok(Some(manifest))
+}
+
+/// The slices a launch may take, most recently active first (the `limit`
+/// most recent unless conversations were named), and the policy that
+/// chose them. A conversation asked for by name that cannot be read fails
+/// the launch; otherwise an unreadable one is skipped with a warning.
+fn candidate_slices(
+    agent: &AgentPaths,
+    options: &SelectOptions,
+    budget: usize,
+) -> Result<(Vec<Slice>, SelectionPolicy), ReflectionError> {
     let (ids, policy) = match &options.conversations {
         Some(ids) => (
             ids.clone(),
@@ -395,18 +442,21 @@ pub fn select_and_write(
     if options.conversations.is_none() {
         slices.truncate(options.limit.max(1));
     }
+    Ok((slices, policy))
+}
 
-    let launch_id = match &options.launch_id {
-        Some(id) => id.clone(),
-        None => crate::names::stamped_id(now),
-    };
-    // Checks the id before anything is made.
-    agent.reflection_payload_dir(&launch_id)?;
-
+/// `slices` with their files' bytes, as many as the launch's budget
+/// holds: the first always, a later one only if it still fits.
+fn admit_within_budget(
+    agent: &AgentPaths,
+    launch_id: &str,
+    slices: Vec<Slice>,
+    budget: usize,
+) -> Result<Vec<(Slice, Vec<u8>)>, ReflectionError> {
     let mut admitted: Vec<(Slice, Vec<u8>)> = Vec::new();
     let mut used = 0usize;
     for slice in slices {
-        let path = agent.reflection_payload_file(&launch_id, &slice.conversation_id)?;
+        let path = agent.reflection_payload_file(launch_id, &slice.conversation_id)?;
         let bytes = super::to_pretty_json(&slice.records, path)?;
         let chars = String::from_utf8_lossy(&bytes).chars().count();
         if !admitted.is_empty() && used + chars > budget {
@@ -415,19 +465,22 @@ pub fn select_and_write(
         used += chars;
         admitted.push((slice, bytes));
     }
-    if admitted.is_empty() {
-        return Ok(None);
-    }
+    Ok(admitted)
+}
 
-    let dir = open_launch_dir(agent, &launch_id, true)?.ok_or_else(|| ReflectionError::Io {
-        path: agent.reflection_payloads_dir().join(&launch_id),
-        source: std::io::ErrorKind::NotFound.into(),
-    })?;
+/// Write each admitted slice's file in the launch directory `dir`; the
+/// manifest's entries for them.
+fn write_slices(
+    agent: &AgentPaths,
+    dir: &Dir,
+    launch_id: &str,
+    admitted: &[(Slice, Vec<u8>)],
+) -> Result<Vec<TranscriptSlice>, ReflectionError> {
     let mut transcripts = Vec::new();
-    for (slice, bytes) in &admitted {
+    for (slice, bytes) in admitted {
         let name = reflection_payload_file_name(&slice.conversation_id)?;
         dir.replace_file(&name, bytes, PUBLIC_FILE_MODE)?;
-        let path = agent.reflection_payload_file(&launch_id, &slice.conversation_id)?;
+        let path = agent.reflection_payload_file(launch_id, &slice.conversation_id)?;
         transcripts.push(TranscriptSlice {
             conversation_id: slice.conversation_id.clone(),
             mode: SliceMode::Unreflected,
@@ -442,23 +495,12 @@ pub fn select_and_write(
             last_updated_at: slice.last_updated_at.clone(),
         });
     }
-    let manifest = Manifest {
-        schema_version: 1,
-        kind: MANIFEST_TYPE.to_string(),
-        agent_id: agent_id.to_string(),
-        launch_id: launch_id.clone(),
-        created_at: crate::clock::rfc3339(now),
-        user_instruction: options
-            .user_instruction
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string),
-        selection_policy: policy,
-        transcripts,
-    };
-    let bytes = super::to_pretty_json(&manifest, agent.reflection_manifest_json(&launch_id)?)?;
-    dir.replace_file(REFLECTION_MANIFEST_FILE_NAME, &bytes, PUBLIC_FILE_MODE)?;
+    Ok(transcripts)
+}
+
+/// Stamp `lastStartedAt` in each conversation of `manifest`; a stamp that
+/// fails is only warned about (the payload is written already).
+fn stamp_started(agent: &AgentPaths, manifest: &Manifest, now: OffsetDateTime) {
     for slice in &manifest.transcripts {
         if let Err(e) = state::mark_started(agent, &slice.conversation_id, now) {
             tracing::warn!(
@@ -467,7 +509,6 @@ pub fn select_and_write(
             );
         }
     }
-    Ok(Some(manifest))
 }
 
 /// `reflections/payloads/<launch-id>/`, made (0755) when `create`.

@@ -99,7 +99,8 @@ mod subagent;
 mod summary;
 mod turn;
 
-use super::{Model, ModelError, ModelEvent, ModelRequest, ModelResponse, Part, Purpose};
+use crate::protocol::messages::{ModelRequest, ModelResponse, Part, Purpose};
+use crate::provider::{Model, ModelError, ModelEvent};
 
 pub use read::last_user_text;
 pub(crate) use response::finish;

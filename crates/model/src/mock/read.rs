@@ -1,8 +1,7 @@
 //! What the mock's rules read of a request: the user's own words, the
 //! text of a message, a sub-agent's task, a tagged block.
 
-use crate::protocol::messages::strip_reminders;
-use crate::{Message, Part, Role};
+use crate::protocol::messages::{Message, Part, Role, strip_reminders};
 
 /// The user's own words: the last text part, not only reminders, of the
 /// last user message that has one, trimmed.
@@ -26,7 +25,7 @@ pub fn last_user_text(messages: &[Message]) -> String {
 
 /// A user message carrying nothing but `<system-reminder>` blocks (the
 /// runtime may send one after tool results).
-pub(super) fn is_reminder_only(m: &Message) -> bool {
+pub(crate) fn is_reminder_only(m: &Message) -> bool {
     m.role == Role::User
         && m.parts.iter().all(|p| match p {
             Part::Text { text } => strip_reminders(text).trim().is_empty(),
@@ -34,7 +33,7 @@ pub(super) fn is_reminder_only(m: &Message) -> bool {
         })
 }
 
-pub(super) fn clean_capture(s: &str) -> String {
+pub(crate) fn clean_capture(s: &str) -> String {
     s.trim()
         .trim_end_matches(['。', '.', '!', '！'])
         .trim()
@@ -42,7 +41,7 @@ pub(super) fn clean_capture(s: &str) -> String {
 }
 
 /// The text of a message as the summary and reflection rules read it.
-pub(super) fn message_text(m: &Message) -> String {
+pub(crate) fn message_text(m: &Message) -> String {
     let pieces: Vec<String> = m
         .parts
         .iter()
@@ -58,7 +57,7 @@ pub(super) fn message_text(m: &Message) -> String {
     pieces.join("\n")
 }
 
-pub(super) fn role_name(r: Role) -> &'static str {
+pub(crate) fn role_name(r: Role) -> &'static str {
     match r {
         Role::User => "user",
         Role::Assistant => "assistant",
@@ -67,7 +66,7 @@ pub(super) fn role_name(r: Role) -> &'static str {
 }
 
 /// The task a sub-agent was given: its user messages' text.
-pub(super) fn task_text(messages: &[Message]) -> String {
+pub(crate) fn task_text(messages: &[Message]) -> String {
     messages
         .iter()
         .filter(|m| m.role == Role::User)
@@ -77,7 +76,7 @@ pub(super) fn task_text(messages: &[Message]) -> String {
 }
 
 /// The text between the first `open` and the next `close`.
-pub(super) fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+pub(crate) fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
     let start = text.find(open)? + open.len();
     let end = text[start..].find(close)? + start;
     Some(&text[start..end])
@@ -85,7 +84,7 @@ pub(super) fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a 
 
 /// The language the mock answers in: the one it was spoken to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Lang {
+pub(crate) enum Lang {
     Chinese,
     English,
 }
@@ -93,7 +92,7 @@ pub(super) enum Lang {
 impl Lang {
     /// Chinese when `text` holds a Han, Kana or Hangul character (the
     /// book's labs speak Chinese), else English.
-    pub(super) fn of(text: &str) -> Self {
+    pub(crate) fn of(text: &str) -> Self {
         let cjk = |c: char| {
             matches!(c as u32, 0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF
                 | 0xF900..=0xFAFF | 0xAC00..=0xD7AF | 0xFF01..=0xFF60 | 0x3000..=0x303F)
@@ -106,7 +105,7 @@ impl Lang {
     }
 
     /// `zh` or `en`, as spoken.
-    pub(super) fn say(self, zh: String, en: String) -> String {
+    pub(crate) fn say(self, zh: String, en: String) -> String {
         match self {
             Lang::Chinese => zh,
             Lang::English => en,

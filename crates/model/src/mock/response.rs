@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
-use crate::{ModelEvent, ModelRequest, ModelResponse, Part, StopKind, Usage};
+use crate::protocol::messages::{ModelRequest, ModelResponse, Part, StopKind, Usage};
+use crate::provider::ModelEvent;
 
 /// Characters of a request as the mock counts them: the system prompt, the
 /// JSON of the tool specs, every text and tool-result text, and each tool

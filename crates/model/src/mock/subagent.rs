@@ -10,12 +10,11 @@ use serde_json::{Value, json};
 use super::read::{Lang, between, clean_capture, is_reminder_only, message_text, task_text};
 use super::response::next_call_id;
 use super::turn::{Rule, first_pattern, follow_up, rules_for};
-use crate::protocol::messages::strip_reminders;
-use crate::{Message, Part};
+use crate::protocol::messages::{Message, Part, strip_reminders};
 
 const REFLECTION_MARKER: &str = "Additional user-provided reflection instruction";
 
-pub(super) fn reflect(messages: &[Message]) -> String {
+pub(crate) fn reflect(messages: &[Message]) -> String {
     let texts: Vec<String> = messages.iter().map(message_text).collect();
     let all = texts.join("\n");
     let lines: Vec<&str> = all.lines().collect();
@@ -63,7 +62,7 @@ pub(super) fn reflect(messages: &[Message]) -> String {
 
 /// A reflection (or memory worker) offered the `memory` tool: the first
 /// request edits memory, the follow-up reports. See the module doc.
-pub(super) fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
+pub(crate) fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
     let last = messages.iter().rev().find(|m| !is_reminder_only(m));
     if let Some(last) = last
         && last
@@ -94,7 +93,7 @@ pub(super) fn reflect_with_tools(messages: &[Message]) -> Vec<Part> {
 
 /// A recall sub-agent: search for the `<recall_request>`, then answer
 /// with the hits (at most five lines).
-pub(super) fn recall_with_tools(messages: &[Message]) -> Vec<Part> {
+pub(crate) fn recall_with_tools(messages: &[Message]) -> Vec<Part> {
     let last = messages.iter().rev().find(|m| !is_reminder_only(m));
     if let Some(last) = last {
         let results: Vec<&str> = last

@@ -2,8 +2,7 @@
 //! or one line per message when the request is not a transcript.
 
 use super::read::{message_text, role_name};
-use crate::protocol::messages::strip_reminders;
-use crate::{Message, Role};
+use crate::protocol::messages::{Message, Role, strip_reminders};
 
 /// Most facts a mock summary keeps (the oldest first).
 pub const SUMMARY_MAX_FACTS: usize = 8;
@@ -27,7 +26,7 @@ fn transcript_entries(text: &str) -> Vec<(&'static str, String)> {
     entries
 }
 
-pub(super) fn summarize(messages: &[Message]) -> String {
+pub(crate) fn summarize(messages: &[Message]) -> String {
     let transcript: String = messages
         .iter()
         .filter(|m| m.role == Role::User)

@@ -9,10 +9,10 @@ use serde_json::json;
 
 use super::read::{Lang, between, clean_capture, is_reminder_only, last_user_text};
 use super::response::next_call_id;
-use crate::{Message, Part};
+use crate::protocol::messages::{Message, Part};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Rule {
+pub(crate) enum Rule {
     Run,
     Forget,
     Remember,
@@ -61,7 +61,7 @@ static COMPILED: [OnceLock<Option<Regex>>; RULE_PATTERNS.len()] =
     [const { OnceLock::new() }; RULE_PATTERNS.len()];
 
 /// The first pattern of `rule` (in priority order), when `text` may match it.
-pub(super) fn first_pattern(rule: Rule, text: &str) -> Option<&'static Regex> {
+pub(crate) fn first_pattern(rule: Rule, text: &str) -> Option<&'static Regex> {
     let at = RULE_PATTERNS.iter().position(|(r, _, _)| *r == rule)?;
     let (_, pattern, word) = RULE_PATTERNS.get(at)?;
     if !text.to_lowercase().contains(word) {
@@ -76,7 +76,7 @@ pub(super) fn first_pattern(rule: Rule, text: &str) -> Option<&'static Regex> {
 /// The rules that may match `text`, in priority order, compiled. Patterns
 /// are constants (a unit test checks that all compile), so a failure drops
 /// the rule, never panics.
-pub(super) fn rules_for(text: &str) -> Vec<(Rule, &'static Regex)> {
+pub(crate) fn rules_for(text: &str) -> Vec<(Rule, &'static Regex)> {
     let lower = text.to_lowercase();
     RULE_PATTERNS
         .iter()
@@ -90,7 +90,7 @@ pub(super) fn rules_for(text: &str) -> Vec<(Rule, &'static Regex)> {
         .collect()
 }
 
-pub(super) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
+pub(crate) fn answer_turn(system: &str, messages: &[Message]) -> Vec<Part> {
     let last = messages.iter().rev().find(|m| !is_reminder_only(m));
     if let Some(last) = last
         && last
@@ -274,7 +274,7 @@ fn committed_revision(text: &str) -> Option<&str> {
 }
 
 /// The reply to a message of tool results, in `lang`.
-pub(super) fn follow_up(results: &Message, lang: Lang) -> String {
+pub(crate) fn follow_up(results: &Message, lang: Lang) -> String {
     let results: Vec<(&str, &str, bool)> = results
         .parts
         .iter()
@@ -327,7 +327,7 @@ pub(super) fn follow_up(results: &Message, lang: Lang) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Role;
+    use crate::protocol::messages::Role;
     #[test]
     fn every_rule_pattern_compiles_and_has_its_word() {
         let all: String = RULE_PATTERNS

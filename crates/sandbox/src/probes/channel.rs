@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{contains, io_name, join};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 use crate::paths::MEMORY_DIR_NAME;
 use crate::protocol::client::{Client, ClientError};
 use crate::protocol::{Call, ErrorCode, SpawnParams, StdioMode};

@@ -13,8 +13,9 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{io_name, join, route_to};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

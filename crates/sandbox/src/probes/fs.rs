@@ -5,8 +5,9 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use super::context::ProbeContext;
 use super::util::{below, io_name, join, private_tmpfs, read_for_marker, unique};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// Row 1: `open` + `read` B's secret file. Escaped if it is readable (the
 /// evidence says whether the marker was in it); blocked with the errno.

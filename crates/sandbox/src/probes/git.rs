@@ -7,8 +7,9 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use super::context::ProbeContext;
 use super::util::{io_name, join, private_tmpfs, unique};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// Create `path` (must not exist); remove it again on success.
 fn create_then_remove(path: &Path) -> Result<(), String> {

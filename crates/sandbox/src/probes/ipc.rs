@@ -6,8 +6,9 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::path::PathBuf;
 
+use super::context::ProbeContext;
 use super::util::{io_name, last_errno};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// Row 22: `connect` to the supervisor's control socket (the CLI endpoint,
 /// which carries full authority; per-agent sockets do not exist — children

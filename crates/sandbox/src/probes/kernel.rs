@@ -8,8 +8,9 @@
 
 use std::path::Path;
 
+use super::context::ProbeContext;
 use super::util::{close, io_name, join, last_errno};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// Open every existing path in `paths` for writing; returns (opened, refused).
 fn open_each_for_write(paths: &[&str]) -> (Vec<String>, Vec<String>) {

@@ -12,8 +12,9 @@
 use std::ffi::CString;
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{contains, cpath, in_child, mount_at, raw_errno, slot_result, unique};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// In the child: try to enter a private mount namespace. Slot 0 = unshare,
 /// slot 1 = make-private. Returns `None` when unshare worked but the copy
@@ -54,6 +55,21 @@ fn ns_note(slots: &[i64]) -> String {
     }
 }
 
+/// What the row-29 child works on, prepared before the fork (the child
+/// may not allocate).
+struct UnmaskTarget<'a> {
+    /// The scratch mount point.
+    mnt: CString,
+    /// The agents directory (the mask).
+    agents: CString,
+    /// B's secret file, read once the mask is off.
+    secret: CString,
+    marker: &'a [u8],
+    /// Whether the agents directory is itself a tmpfs mount (only then is
+    /// it unmounted outside a private namespace).
+    agents_is_mask: bool,
+}
+
 /// Row 29: `mount tmpfs` on a scratch directory, then `umount2(agents,
 /// MNT_DETACH)` and read B's secret. Escaped if the mount works (it is
 /// unmounted at once) or the mask comes off.
@@ -75,47 +91,15 @@ pub fn mount_unmask(ctx: &ProbeContext) -> Verdict {
         let _ = std::fs::remove_dir(&mnt);
         return Verdict::skipped("a path contains a NUL byte");
     };
-    let marker = ctx.secret_marker.as_bytes();
-    let tmpfs = c"tmpfs";
-    let opts = c"size=64k";
+    let target = UnmaskTarget {
+        mnt: c_mnt,
+        agents: c_agents,
+        secret: c_secret,
+        marker: ctx.secret_marker.as_bytes(),
+        agents_is_mask,
+    };
     let result = in_child(Duration::from_secs(5), |slots| {
-        let Some(private) = enter_private_ns(slots) else {
-            return;
-        };
-        // SAFETY: raw system calls in a throwaway child, on prepared strings.
-        unsafe {
-            let r = libc::mount(
-                tmpfs.as_ptr(),
-                c_mnt.as_ptr(),
-                tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                opts.as_ptr().cast(),
-            );
-            slots[2] = if r == 0 { 0 } else { raw_errno() };
-            if r == 0 {
-                slots[3] = if libc::umount2(c_mnt.as_ptr(), libc::MNT_DETACH) == 0 {
-                    0
-                } else {
-                    raw_errno()
-                };
-            }
-            if private || agents_is_mask {
-                let r = libc::umount2(c_agents.as_ptr(), libc::MNT_DETACH);
-                slots[4] = if r == 0 { 0 } else { raw_errno() };
-                if r == 0 {
-                    let fd = libc::open(c_secret.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        slots[5] = raw_errno();
-                    } else {
-                        let mut buf = [0u8; 4096];
-                        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-                        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
-                        slots[5] = if contains(&buf[..n], marker) { 0 } else { -1 };
-                        libc::close(fd);
-                    }
-                }
-            }
-        }
+        attempt_unmask(slots, &target);
     });
     let _ = std::fs::remove_dir(&mnt);
     let (slots, end) = match result {
@@ -167,6 +151,56 @@ pub fn mount_unmask(ctx: &ProbeContext) -> Verdict {
         Verdict::escaped(evidence)
     } else {
         Verdict::blocked(evidence)
+    }
+}
+
+/// In the row-29 child: enter a private mount namespace if it can, mount
+/// a tmpfs on the scratch point and take it off again (slots 2, 3), then,
+/// in a private copy or when the agents directory is the mask, unmount it
+/// and read B's secret (slots 4, 5).
+fn attempt_unmask(slots: &mut [i64; super::util::SLOTS], target: &UnmaskTarget<'_>) {
+    let tmpfs = c"tmpfs";
+    let opts = c"size=64k";
+    let Some(private) = enter_private_ns(slots) else {
+        return;
+    };
+    // SAFETY: raw system calls in a throwaway child, on prepared strings.
+    unsafe {
+        let r = libc::mount(
+            tmpfs.as_ptr(),
+            target.mnt.as_ptr(),
+            tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr().cast(),
+        );
+        slots[2] = if r == 0 { 0 } else { raw_errno() };
+        if r == 0 {
+            slots[3] = if libc::umount2(target.mnt.as_ptr(), libc::MNT_DETACH) == 0 {
+                0
+            } else {
+                raw_errno()
+            };
+        }
+        if private || target.agents_is_mask {
+            let r = libc::umount2(target.agents.as_ptr(), libc::MNT_DETACH);
+            slots[4] = if r == 0 { 0 } else { raw_errno() };
+            if r == 0 {
+                let fd = libc::open(target.secret.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    slots[5] = raw_errno();
+                } else {
+                    let mut buf = [0u8; 4096];
+                    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+                    let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+                    slots[5] = if contains(&buf[..n], target.marker) {
+                        0
+                    } else {
+                        -1
+                    };
+                    libc::close(fd);
+                }
+            }
+        }
     }
 }
 

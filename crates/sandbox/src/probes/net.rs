@@ -6,8 +6,9 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{close, io_name, join, last_errno, route_to};
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// The TEST-NET-1 address egress probes aim at.
 const TEST_NET: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

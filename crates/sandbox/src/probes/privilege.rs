@@ -5,11 +5,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{
     close, cpath, errno_name, in_child, io_name, join, last_errno, raw_errno, self_status,
     slot_result, unique,
 };
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// Row 31: `unshare(CLONE_NEWUSER)` and `clone(CLONE_NEWUSER)`, each in a
 /// throwaway process. Escaped if either creates a user namespace.

@@ -10,11 +10,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{
     close, contains, errno_name, in_child, io_name, join, last_errno, pid_view, reached_host_pid,
     read_limited, same_session, slot_result,
 };
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 use crate::protocol::CHANNEL_FD_ENV;
 
 fn proc_dir(pid: u32) -> PathBuf {

@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{
     ChildEnd, in_child, io_name, last_errno, pid_view, raw_errno, read_limited, slot_result,
     unique, wait_child,
 };
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 const MIB: u64 = 1 << 20;
 

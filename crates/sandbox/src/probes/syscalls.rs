@@ -16,10 +16,11 @@
 
 use std::time::Duration;
 
+use super::context::ProbeContext;
 use super::util::{
     close, cpath, errno_name, in_child, join, raw_errno, self_status, slot_result, unique,
 };
-use super::{ProbeContext, Verdict};
+use super::verdict::Verdict;
 
 /// One attempt: its label and what the call returned (`Ok(value)`) or
 /// its errno (`Err`).

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use super::verdict::Verdict;
+
 /// `EACCES`-style name of an errno value.
 pub fn errno_name(code: i32) -> String {
     let e = Errno::from_raw(code);
@@ -72,8 +74,7 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 /// Read `path` looking for the secret marker: readable ⇒ escaped (saying
 /// whether the marker was there), refused ⇒ blocked with the errno.
-pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> crate::probes::Verdict {
-    use crate::probes::Verdict;
+pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> Verdict {
     match read_limited(path, 1 << 20) {
         Ok(bytes) if contains(&bytes, marker.as_bytes()) => Verdict::escaped(format!(
             "{what}: read {} bytes from {}, the secret marker is in them",

@@ -15,8 +15,10 @@ use std::sync::mpsc;
 use serde_json::{Value, json};
 
 use super::messages::{self, PageRequest};
+use super::target::Target;
 use super::wire::{Init, TurnLines, Wire};
-use super::{ChatArgs, Target};
+use crate::cli::chat::args::{ChatArgs, input_for};
+use crate::cli::chat::turn::runner_for;
 use crate::cli::interrupt;
 use crate::paths::{AgentPaths, Home};
 use crate::store::conversation::lines::{Line, LinePos, LogLines};
@@ -62,7 +64,7 @@ pub(crate) fn serve(
             .name("stdin".into())
             .spawn(move || read_input(&shared, &tx))?
     };
-    let mut runner = crate::cli::chat::runner_for(home, args, &t.record.id, &t.conversation)?;
+    let mut runner = runner_for(home, args, &t.record.id, &t.conversation)?;
     let mut first = true;
     for text in rx {
         let mut lines = TurnLines::new(wire.clone(), args.headless.include_partial_messages);
@@ -79,13 +81,7 @@ pub(crate) fn serve(
                 }),
             )
         } else {
-            let input = crate::cli::chat::input_for(
-                args,
-                &t.conversation,
-                &text,
-                args.recompile && first,
-                first,
-            )?;
+            let input = input_for(args, &t.conversation, &text, args.recompile && first, first)?;
             let done = runner.run(&input, &mut |e| {
                 if shared.latched.swap(false, Ordering::SeqCst) {
                     interrupt::cancel_current_turn();
@@ -98,7 +94,7 @@ pub(crate) fn serve(
                     lines.result(&t.record.id, &t.conversation, Some(&d))
                 }
                 Err(e) => {
-                    wire.error(&crate::cli::one_line(&e), "error");
+                    wire.error(&crate::console::one_line(&e), "error");
                     lines.result(&t.record.id, &t.conversation, None)
                 }
             }

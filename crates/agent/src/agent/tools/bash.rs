@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, string, truncate};
+use super::kit::{Args, Tool, ToolContext, ToolOutput, string, truncate};
 use crate::protocol::messages::ToolSpec;
 
 /// Bash output is clamped to this many characters.

@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, allowed_path, string};
+use super::kit::{Args, Tool, ToolContext, ToolOutput, string};
+use super::roots::allowed_path;
 use crate::protocol::messages::ToolSpec;
 
 pub(super) const TOOL: Tool = Tool {

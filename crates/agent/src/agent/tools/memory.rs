@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, string};
+use super::kit::{Args, Tool, ToolContext, ToolOutput, string};
 use crate::memfs::commit::CommitOutcome;
 use crate::memfs::ops::{OpError, Writer};
 use crate::memfs::repo;

@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, readable_path, string, truncate};
+use super::kit::{Args, Tool, ToolContext, ToolOutput, string, truncate};
+use super::roots::readable_path;
 use crate::protocol::messages::ToolSpec;
 
 pub(super) const TOOL: Tool = Tool {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Args, Tool, ToolContext, ToolOutput, string};
+use super::kit::{Args, Tool, ToolContext, ToolOutput, string};
 use crate::protocol::messages::{Role, ToolSpec};
 use crate::recall::{Filters, Hit};
 

@@ -1,6 +1,7 @@
 //! What the supervisor answers: one type per method's result. The
-//! supervisor builds these and nothing else ([`Outcome::reply`]); the CLI,
-//! Palace and the children read them ([`super::client::Client::call_as`]).
+//! supervisor builds these and nothing else
+//! ([`Outcome::reply`](super::Outcome::reply)); the CLI, Palace and the
+//! children read them ([`super::client::Client::call_as`]).
 //!
 //! Readers are lenient where a newer supervisor may say more: unknown
 //! fields are ignored, or kept whole in a `rest` map where a reply is also
@@ -9,46 +10,23 @@
 //! types existed, so the bytes do not depend on field order here.
 
 mod reflect;
+mod reply;
 
 use std::path::PathBuf;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::ChildEnd;
-use super::frames::{ErrorBody, ErrorCode, Outcome};
 use super::timings::Mark;
+
+pub use reply::{Reply, decode};
 
 pub use reflect::{
     Attempt, BackoffView, LaunchResult, LockView, MergePart, ReflectLaunch, ReflectStatus, Refusal,
     RunningSlot, SettingsView, StateView, SubagentResult, TaskPart, TaskStatus, TranscriptRef,
     WorkerRow,
 };
-
-/// A type the supervisor answers with.
-pub trait Reply: Serialize {}
-
-impl Outcome {
-    /// The result `reply`, as it goes on the wire.
-    pub fn reply<R: Reply>(reply: &R) -> Outcome {
-        match serde_json::to_value(reply) {
-            Ok(v) => Outcome::Result(v),
-            // Plain data does not fail to encode; said, not hidden.
-            Err(e) => Outcome::Error(ErrorBody {
-                code: ErrorCode::Internal,
-                message: format!("cannot encode the reply: {e}"),
-                data: None,
-            }),
-        }
-    }
-}
-
-/// Read a reply from its JSON (what [`super::client::Client::call_as`]
-/// and a test use).
-pub fn decode<R: DeserializeOwned>(v: Value) -> Result<R, serde_json::Error> {
-    serde_json::from_value(v)
-}
 
 /// `ping`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

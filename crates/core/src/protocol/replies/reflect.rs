@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::Reply;
+use super::reply::Reply;
 use crate::protocol::events::ChildEnd;
 
 /// Why a reflection was not launched.

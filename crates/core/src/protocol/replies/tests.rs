@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::protocol::frames::Outcome;
 
 #[test]
 fn a_reply_goes_on_the_wire_as_the_untyped_one_did() {

@@ -8,7 +8,7 @@ use git2::{Commit, Delta, DiffFormat, DiffOptions, Oid, Repository, Sort};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::OpError;
+use super::error::OpError;
 use crate::memfs::commit::CommitError;
 use crate::memfs::revision::resolve_tree;
 

@@ -3,10 +3,9 @@
 
 use git2::{Oid, Repository};
 
-use super::{
-    REMOTE_TRACKING_REF, SyncError, accept_from_remote, git, main_tip, move_main, snapshot,
-    write_backup,
-};
+use super::error::{SyncError, git};
+use super::judge::{accept_from_remote, snapshot};
+use super::refs::{REMOTE_TRACKING_REF, main_tip, move_main, write_backup};
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo::open_agent;
 use crate::memfs::status::worktree_status;

@@ -4,15 +4,18 @@
 
 use git2::{Oid, Repository};
 
-use super::{
-    LOCAL_MAIN, REMOTE_TRACKING_REF, Run, SyncError, SyncOutcome, SyncStatus, accept_from_remote,
-    count_between, git, main_tip, move_main, write_backup,
+use super::error::{SyncError, git};
+use super::judge::accept_from_remote;
+use super::refs::{
+    LOCAL_MAIN, REMOTE_TRACKING_REF, count_between, main_tip, move_main, write_backup,
 };
+use super::run::{Pushing, Run};
 use crate::memfs::fence::{self, FENCE_REF, FENCE_TRACKING_REF};
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo::open_agent;
 use crate::memfs::transport::{self, Pushed, Update};
 use crate::paths::AgentPaths;
+use crate::protocol::replies::{SyncOutcome, SyncStatus};
 
 /// A backup ref of local `main` when it has commits `remote` (the remote
 /// `main` as last seen) lacks: commits a host that lost an agent made were
@@ -62,15 +65,6 @@ pub fn ownership_lost(agent: &AgentPaths, why: &str) -> Result<SyncOutcome, Sync
     out.local = main_tip(&repo).ok().map(|o| o.to_string());
     out.remote = seen.map(|o| o.to_string());
     Ok(out)
-}
-
-/// How a push of [`Run::push_with_fence`] ended.
-pub(super) enum Pushing {
-    Done,
-    /// etcd no longer confirms this host's ownership (why).
-    Lost(String),
-    Rejected(String),
-    Failed(String),
 }
 
 impl Run<'_> {

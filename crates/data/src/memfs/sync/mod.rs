@@ -22,100 +22,39 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{Oid, Repository, Signature, Sort};
+use git2::{Repository, Signature};
 
-use crate::memfs::commit::CommitOptions;
-use crate::memfs::fence::{self, FENCE_REF, FENCE_TRACKING_REF, Fence};
-use crate::memfs::gitcli::{self, GitCliError};
-use crate::memfs::lock::{LockError, RepoLock};
-use crate::memfs::remote_repo::{self, RemoteRefused};
+use crate::memfs::fence::Fence;
+use crate::memfs::gitcli;
+use crate::memfs::lock::RepoLock;
+use crate::memfs::remote_repo;
 pub use crate::memfs::remote_root::{RemoteRoot, RootRefused};
-use crate::memfs::repo::{MAIN_BRANCH, RepoError, open_agent};
-use crate::memfs::status::{StatusError, worktree_status};
-use crate::memfs::transport::{self, TransportError, Update, Wanted};
-use crate::memfs::validate::{
-    TreeSnapshot, ValidateError, constraints_update_approved_from_env, validate,
-};
-use crate::memfs::worktree::WorktreeError;
-use crate::memfs::worktree::advance::{self, advance_main, write_temp_target};
+use crate::memfs::repo::{MAIN_BRANCH, open_agent};
+use crate::memfs::status::worktree_status;
+use crate::memfs::worktree::advance::{self, write_temp_target};
 use crate::paths::{AgentPaths, PathsError, REMOTE_REPO_SUFFIX, remote_agent_repo};
 
 mod aside;
+mod error;
 mod fenced;
+mod judge;
+mod rebase;
+mod refs;
+mod run;
 
 pub use aside::{Aside, SetAside, not_carried_over, set_aside_for_repair};
-use fenced::Pushing;
+pub use error::SyncError;
+use error::git;
 pub use fenced::ownership_lost;
+pub use judge::accept_from_remote;
+use refs::main_tip;
+pub use refs::{BACKUP_REF_PREFIX, REMOTE_TRACKING_REF};
+use run::Run;
 
 /// Environment variable naming the remote root.
 pub const REMOTE_ROOT_ENV: &str = "MINI_LETTA_REMOTE_ROOT";
 
-/// Where the fetched remote `main` is kept in `memory.git`.
-pub const REMOTE_TRACKING_REF: &str = "refs/remotes/origin/main";
-
-/// Prefix of the refs saved before local history is rewritten.
-pub const BACKUP_REF_PREFIX: &str = "refs/mini-letta/backup/";
-
-const LOCAL_MAIN: &str = "refs/heads/main";
-
 pub use crate::protocol::replies::{SyncOutcome, SyncStatus};
-
-/// Failures that stop a sync before it can report a status.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
-    Paths(#[from] PathsError),
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Repo(#[from] RepoError),
-    #[error(transparent)]
-    Status(#[from] StatusError),
-    #[error("{}", .0.render().trim_end())]
-    Validate(#[from] ValidateError),
-    #[error(transparent)]
-    Worktree(#[from] WorktreeError),
-    #[error("cannot {what}: {source}")]
-    Git {
-        what: &'static str,
-        source: git2::Error,
-    },
-    #[error(transparent)]
-    Command(#[from] GitCliError),
-    /// A directory remote's repository that may not be touched.
-    #[error(transparent)]
-    Refused(#[from] RemoteRefused),
-    /// What the remote offers was refused before it was fetched.
-    #[error("{0}")]
-    Fetch(String),
-    /// A remote root of no allowed form.
-    #[error(transparent)]
-    RootRefused(#[from] RootRefused),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl From<TransportError> for SyncError {
-    fn from(e: TransportError) -> Self {
-        match e {
-            TransportError::Repo(e) => SyncError::Repo(e),
-            TransportError::Git { what, source } => SyncError::Git { what, source },
-            TransportError::Command(e) => SyncError::Command(e),
-            e @ TransportError::TooLarge { .. } => SyncError::Fetch(e.to_string()),
-            TransportError::Claim(crate::memfs::push_claim::ClaimError::Io { path, source }) => {
-                SyncError::Io { path, source }
-            }
-            TransportError::Claim(e) => SyncError::Fetch(e.to_string()),
-        }
-    }
-}
-
-fn git(what: &'static str) -> impl FnOnce(git2::Error) -> SyncError {
-    move |source| SyncError::Git { what, source }
-}
 
 /// The remote repository of agent `agent_id` under `remote_root`, unchecked
 /// (for display and tests); a root [`RemoteRoot::parse`] refuses is joined
@@ -234,136 +173,6 @@ pub fn remote_agents(remote_root: &str) -> Vec<String> {
     ids
 }
 
-/// Fetch the remote `main` into [`REMOTE_TRACKING_REF`] and, when
-/// `fenced`, its fence into [`FENCE_TRACKING_REF`]: `(main, fence)`, each
-/// `None` when the remote has none yet.
-fn fetch(
-    repo: &Repository,
-    git_dir: &Path,
-    url: &str,
-    fenced: bool,
-) -> Result<(Option<Oid>, Option<Oid>), SyncError> {
-    let main = Wanted {
-        remote: LOCAL_MAIN,
-        tracking: REMOTE_TRACKING_REF,
-    };
-    let fence = Wanted {
-        remote: FENCE_REF,
-        tracking: FENCE_TRACKING_REF,
-    };
-    let wanted: &[Wanted<'_>] = if fenced { &[main, fence] } else { &[main] };
-    let tips = transport::fetch(repo, git_dir, url, wanted)?;
-    Ok((
-        tips.first().copied().flatten(),
-        tips.get(1).copied().flatten(),
-    ))
-}
-
-fn main_tip(repo: &Repository) -> Result<Oid, SyncError> {
-    repo.refname_to_id(LOCAL_MAIN)
-        .map_err(git("read the local main"))
-}
-
-/// Commits reachable from `tip` but not from `base`.
-fn count_between(repo: &Repository, tip: Oid, base: Option<Oid>) -> Result<usize, SyncError> {
-    let mut walk = repo.revwalk().map_err(git("walk history"))?;
-    walk.push(tip).map_err(git("walk history"))?;
-    if let Some(b) = base {
-        walk.hide(b).map_err(git("walk history"))?;
-    }
-    Ok(walk.count())
-}
-
-fn snapshot(repo: &Repository, id: Oid) -> Result<TreeSnapshot, SyncError> {
-    Ok(crate::memfs::worktree::merge::snapshot_of(repo, id)?)
-}
-
-/// Validate the tree of `candidate` (what would be pushed) against the
-/// remote tree it lands on. Config changes were approved when each side
-/// committed them, so the approval rule is not re-asked here; everything
-/// else (frontmatter, structure, budgets, the tree's shape) is judged on
-/// the combined tree.
-fn check(
-    repo: &Repository,
-    candidate: Oid,
-    remote: Option<Oid>,
-) -> Result<Option<String>, SyncError> {
-    judge(repo, candidate, remote, true)
-}
-
-/// Validate `target`, a tree from the remote that `main` would move to,
-/// against local `main` (`local`; `None` for a clone, which has nothing
-/// of its own) as a local commit would be judged: a change to
-/// `.memfs.config.json` needs the approval of the process that syncs.
-/// The violations, or `None` when `main` may move there.
-pub fn accept_from_remote(
-    repo: &Repository,
-    target: Oid,
-    local: Option<Oid>,
-) -> Result<Option<String>, SyncError> {
-    let approved = local.is_none() || constraints_update_approved_from_env();
-    judge(repo, target, local, approved)
-}
-
-/// The validator's violations of `candidate`'s tree against `accepted`'s,
-/// one indented line each, or `None` when it passes.
-fn judge(
-    repo: &Repository,
-    candidate: Oid,
-    accepted: Option<Oid>,
-    approved: bool,
-) -> Result<Option<String>, SyncError> {
-    let new = snapshot(repo, candidate)?;
-    let accepted = match accepted {
-        Some(r) => Some(snapshot(repo, r)?),
-        None => None,
-    };
-    let opts = CommitOptions::for_repo(repo, approved);
-    let report = validate(repo, &new, accepted.as_ref(), &opts.validate)?;
-    // The violations alone: the commit-hook wording ("staged changes")
-    // would be wrong for committed history.
-    Ok((!report.is_ok()).then(|| {
-        report
-            .messages()
-            .iter()
-            .map(|m| format!("  {m}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }))
-}
-
-/// Write `refs/mini-letta/backup/<UTC YYYYMMDDHHMMSS>` (suffixed `-<n>` if
-/// taken this second) at `at`.
-/// A backup ref already at `at`, if any.
-fn existing_backup(repo: &Repository, at: Oid) -> Option<String> {
-    let refs = repo
-        .references_glob(&format!("{BACKUP_REF_PREFIX}*"))
-        .ok()?;
-    refs.flatten()
-        .find(|r| r.target() == Some(at))
-        .and_then(|r| r.name().ok().map(str::to_string))
-}
-
-fn write_backup(repo: &Repository, at: Oid) -> Result<String, SyncError> {
-    let stamp = crate::clock::compact(crate::clock::now());
-    for n in 0..100 {
-        let name = if n == 0 {
-            format!("{BACKUP_REF_PREFIX}{stamp}")
-        } else {
-            format!("{BACKUP_REF_PREFIX}{stamp}-{n}")
-        };
-        match repo.reference(&name, at, false, "mini-letta sync: backup before rebase") {
-            Ok(_) => return Ok(name),
-            Err(e) if e.code() == git2::ErrorCode::Exists => continue,
-            Err(e) => return Err(git("write the backup ref")(e)),
-        }
-    }
-    Err(SyncError::Git {
-        what: "write the backup ref",
-        source: git2::Error::from_str("too many backups this second"),
-    })
-}
-
 /// Remove lock files a sync killed mid-way left: `refs/mini-letta/backup/
 /// *.lock` (only a sync writes there, always under the repository lock this
 /// one now holds, so any such file is a dead one's), and those of a fetch
@@ -406,76 +215,6 @@ fn lock_files(dir: &Path, deep: bool) -> Vec<PathBuf> {
         }
     }
     found
-}
-
-enum Rebased {
-    Tip(Oid),
-    Conflict(Vec<String>),
-}
-
-/// Replay local's non-merge commits since the merge base onto `onto`, in
-/// memory (objects only; no ref moves). Merge commits are dropped, as
-/// `git rebase` does: their changes arrive through the replayed commits.
-fn rebase(
-    repo: &Repository,
-    committer: &Signature<'_>,
-    local: Oid,
-    onto: Oid,
-) -> Result<Rebased, SyncError> {
-    let mut walk = repo.revwalk().map_err(git("walk history"))?;
-    walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)
-        .map_err(git("walk history"))?;
-    walk.push(local).map_err(git("walk history"))?;
-    walk.hide(onto).map_err(git("walk history"))?;
-    let mut base = repo
-        .find_commit(onto)
-        .map_err(git("read the remote main"))?;
-    for id in walk {
-        let commit = repo
-            .find_commit(id.map_err(git("walk history"))?)
-            .map_err(git("read a local commit"))?;
-        if commit.parent_count() != 1 {
-            continue;
-        }
-        let mut index = repo
-            .cherrypick_commit(&commit, &base, 0, None)
-            .map_err(git("replay a local commit"))?;
-        if index.has_conflicts() {
-            let paths = crate::memfs::worktree::merge::conflict_paths(&index)
-                .map_err(git("list conflicts"))?;
-            return Ok(Rebased::Conflict(paths));
-        }
-        let tree_id = index
-            .write_tree_to(repo)
-            .map_err(git("write a replayed tree"))?;
-        // Already on the remote (same change made there): drop it.
-        if tree_id == base.tree_id() {
-            continue;
-        }
-        let tree = repo.find_tree(tree_id).map_err(git("read a tree"))?;
-        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-        let new = repo
-            .commit(None, &commit.author(), committer, &message, &tree, &[&base])
-            .map_err(git("write a replayed commit"))?;
-        base = repo
-            .find_commit(new)
-            .map_err(git("read a replayed commit"))?;
-    }
-    Ok(Rebased::Tip(base.id()))
-}
-
-/// Move local `main` from `old` to `new` together with `memory/` and its
-/// index ([`advance_main`]): on failure neither moved, and the next sync
-/// tries again.
-fn move_main(
-    repo: &Repository,
-    agent: &AgentPaths,
-    old: Oid,
-    new: Oid,
-    why: &str,
-) -> Result<(), SyncError> {
-    advance_main(repo, &agent.memory_dir(), old, new, why)?;
-    Ok(())
 }
 
 /// Remove the temporary files of writes a kill cut short (a child's memory
@@ -650,266 +389,17 @@ fn dirty_outcome(repo: &Repository, agent: &AgentPaths) -> Result<Option<SyncOut
     Ok(Some(out))
 }
 
-/// One sync's state across its attempts (a rejected push is retried once
-/// after a new fetch).
-struct Run<'a> {
-    repo: &'a Repository,
-    agent: &'a AgentPaths,
-    committer: &'a Signature<'a>,
-    git_dir: &'a Path,
-    url: &'a str,
-    backup_ref: Option<String>,
-    /// In a cluster: the fence every push carries.
-    fence: Option<&'a dyn Fence>,
-}
-
-/// What the local `main` becomes before the push.
-enum Plan {
-    /// Push this (local `main`, or a rebase of it onto the remote).
-    Push { tip: Oid, rebased: bool },
-    /// Nothing to push: the sync ends with this outcome.
-    End(SyncOutcome),
-}
-
-impl Run<'_> {
-    fn finish(&self, status: SyncStatus, message: String, remote: Option<Oid>) -> SyncOutcome {
-        let mut out = SyncOutcome::new(status, message);
-        out.local = main_tip(self.repo).ok().map(|o| o.to_string());
-        out.remote = remote.map(|o| o.to_string());
-        out.backup_ref = self.backup_ref.clone();
-        out
-    }
-
-    /// Fetch, reconcile, validate, push. `Err(rejection)` asks for another
-    /// attempt; on the `last` one a rejection is a `push_failed` outcome.
-    fn attempt(&mut self, last: bool) -> Result<Result<SyncOutcome, String>, SyncError> {
-        let (remote, remote_fence) =
-            match fetch(self.repo, self.git_dir, self.url, self.fence.is_some()) {
-                Ok(tips) => tips,
-                // Refused before anything was stored: like a tree the
-                // validator refuses, `main` stays and the sync says why.
-                Err(SyncError::Fetch(why)) => {
-                    return Ok(Ok(self.finish(
-                        SyncStatus::Invalid,
-                        format!("the remote's memory is refused; local main is unchanged:\n{why}"),
-                        None,
-                    )));
-                }
-                Err(e) => return Err(e),
-            };
-        if let Some(f) = self.fence {
-            if let Err(why) = fence::may_push_over(self.repo, remote_fence, f) {
-                return self.lost(&why, remote).map(Ok);
-            }
-            if let Err(rolled_back) = fence::check_not_rolled_back(self.repo, remote, remote_fence)
-            {
-                return self.rolled_back(&rolled_back, remote).map(Ok);
-            }
-            if f.takeover() {
-                return self.take_over(remote, remote_fence, last);
-            }
-        }
-        let local = main_tip(self.repo)?;
-        let (to_push, rebased) = match self.plan(local, remote)? {
-            Plan::End(out) => return Ok(Ok(out)),
-            Plan::Push { tip, rebased } => (tip, rebased),
-        };
-        if !rebased && let Some(message) = check(self.repo, to_push, remote)? {
-            return Ok(Ok(self.finish(
-                SyncStatus::Invalid,
-                format!("the memory to push fails validation:\n{message}"),
-                remote,
-            )));
-        }
-        if to_push != local {
-            move_main(
-                self.repo,
-                self.agent,
-                local,
-                to_push,
-                "mini-letta sync: rebase",
-            )?;
-        }
-        let n = count_between(self.repo, to_push, remote)?;
-        let main = Update {
-            name: LOCAL_MAIN,
-            old: remote,
-            new: to_push,
-        };
-        match self.push_with_fence(main, remote_fence)? {
-            Pushing::Done => {
-                let what = if rebased {
-                    "rebased and pushed"
-                } else {
-                    "pushed"
-                };
-                let mut out = self.finish(
-                    SyncStatus::Pushed,
-                    format!("{what} {n} memory commit(s) to {}", self.url),
-                    Some(to_push),
-                );
-                out.pushed_commits = n;
-                Ok(Ok(out))
-            }
-            Pushing::Lost(why) => self.lost(&why, remote).map(Ok),
-            Pushing::Rejected(message) if !last => Ok(Err(message)),
-            Pushing::Rejected(message) | Pushing::Failed(message) => Ok(Ok(self.finish(
-                SyncStatus::PushFailed,
-                format!("push to {} failed: {message}", self.url),
-                remote,
-            ))),
-        }
-    }
-
-    /// The remote's `main` lost what its fence records (issue 43 §4):
-    /// nothing is pushed or taken from it, local `main` stays, and the
-    /// recorded history (fetched with the fence) is kept under a backup
-    /// ref for the operator to restore.
-    fn rolled_back(
-        &mut self,
-        why: &fence::RolledBack,
-        remote: Option<Oid>,
-    ) -> Result<SyncOutcome, SyncError> {
-        // Every turn meets it again until an operator acts: one ref.
-        let backup = match existing_backup(self.repo, why.recorded) {
-            Some(b) => b,
-            None => write_backup(self.repo, why.recorded)?,
-        };
-        tracing::warn!("{why}");
-        let mut out = self.finish(
-            SyncStatus::Invalid,
-            format!(
-                "{why}; nothing was pushed or taken from it, and the recorded history is kept \
-                 under {backup} — restore it with `git --git-dir {} push {} {backup}:refs/heads/main` \
-                 (with --force if the remote's main was rewritten rather than rolled back)",
-                self.git_dir.display(),
-                self.url,
-            ),
-            remote,
-        );
-        out.backup_ref = Some(backup);
-        Ok(out)
-    }
-
-    fn descends(&self, a: Oid, b: Oid) -> Result<bool, SyncError> {
-        self.repo
-            .graph_descendant_of(a, b)
-            .map_err(git("compare histories"))
-    }
-
-    /// Local `main` against the fetched `remote`: nothing to do, push as
-    /// is, fast-forward (validated), or rebase (validated both ways).
-    fn plan(&mut self, local: Oid, remote: Option<Oid>) -> Result<Plan, SyncError> {
-        let repo = self.repo;
-        let Some(r) = remote else {
-            return Ok(Plan::Push {
-                tip: local,
-                rebased: false,
-            });
-        };
-        if r == local {
-            let out = self.finish(
-                SyncStatus::Clean,
-                "memory is up to date with the remote".into(),
-                remote,
-            );
-            return Ok(Plan::End(out));
-        }
-        if self.descends(local, r)? {
-            return Ok(Plan::Push {
-                tip: local,
-                rebased: false,
-            });
-        }
-        if self.descends(r, local)? {
-            return self.fast_forward(local, r).map(Plan::End);
-        }
-        if repo.merge_base(local, r).is_err() {
-            return Ok(Plan::End(self.finish(
-                SyncStatus::Conflict,
-                format!(
-                    "local memory and the remote {} have unrelated histories",
-                    self.url
-                ),
-                remote,
-            )));
-        }
-        self.rebase_onto(local, r)
-    }
-
-    /// Move `main` to the remote's `r`, a descendant of `local`, once its
-    /// tree is accepted.
-    fn fast_forward(&self, local: Oid, r: Oid) -> Result<SyncOutcome, SyncError> {
-        if let Some(why) = accept_from_remote(self.repo, r, Some(local))? {
-            return Ok(self.finish(
-                SyncStatus::Invalid,
-                format!("the remote's memory is refused; local main is unchanged:\n{why}"),
-                Some(r),
-            ));
-        }
-        let n = count_between(self.repo, r, Some(local))?;
-        move_main(
-            self.repo,
-            self.agent,
-            local,
-            r,
-            "mini-letta sync: fast-forward",
-        )?;
-        Ok(self.finish(
-            SyncStatus::Clean,
-            format!("fast-forwarded {n} commit(s) from the remote; nothing to push"),
-            Some(r),
-        ))
-    }
-
-    /// Replay local commits onto the remote's `r` (after a backup ref);
-    /// the result must be accepted as a move from `local` and pass as what
-    /// is pushed onto `r`.
-    fn rebase_onto(&mut self, local: Oid, r: Oid) -> Result<Plan, SyncError> {
-        // Before anything is rewritten, keep the local history.
-        self.backup_ref = Some(write_backup(self.repo, local)?);
-        let tip = match rebase(self.repo, self.committer, local, r)? {
-            Rebased::Tip(t) => t,
-            Rebased::Conflict(paths) => {
-                return Ok(Plan::End(self.finish(
-                    SyncStatus::Conflict,
-                    format!(
-                        "local commits conflict with the remote in: {}; local main is unchanged",
-                        paths.join(", ")
-                    ),
-                    Some(r),
-                )));
-            }
-        };
-        // What would be pushed first (a combined tree over a budget is no
-        // one side's fault), then what `main` would move to.
-        let refusal = match check(self.repo, tip, Some(r))? {
-            Some(why) => Some(format!(
-                "the rebased memory fails validation; local main is unchanged:\n{why}"
-            )),
-            None => accept_from_remote(self.repo, tip, Some(local))?.map(|why| {
-                format!(
-                    "the remote's memory is refused (judged as rebased onto it); local main is \
-unchanged:\n{why}"
-                )
-            }),
-        };
-        if let Some(message) = refusal {
-            return Ok(Plan::End(self.finish(
-                SyncStatus::Invalid,
-                message,
-                Some(r),
-            )));
-        }
-        Ok(Plan::Push { tip, rebased: true })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use super::judge::check;
+    use super::refs::LOCAL_MAIN;
+    use super::run::fetch;
     use super::*;
+    use crate::memfs::commit::CommitOptions;
+    use crate::memfs::transport::{self, Update};
+    use git2::Oid;
 
     /// The committer a caller passes: the agent's.
     fn sig(agent: &AgentPaths) -> Signature<'static> {

@@ -6,10 +6,11 @@
 use git2::Repository;
 
 use super::config::ConstraintsConfig;
+use super::error::{Stage, ValidateError, read_blob};
 use super::glob::Glob;
+use super::options::Policy;
 use super::report::{Rule, Violation};
 use super::snapshot::{Entry, TreeSnapshot};
-use super::{Policy, Stage, ValidateError, read_blob};
 
 pub(crate) struct TreeOptions<'a> {
     pub config: &'a ConstraintsConfig,

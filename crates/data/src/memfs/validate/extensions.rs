@@ -5,10 +5,11 @@
 
 use git2::Repository;
 
+use super::error::{Stage, ValidateError, read_blob};
 use super::glob::Glob;
+use super::options::ValidateOptions;
 use super::report::{Rule, Violation};
 use super::snapshot::TreeSnapshot;
-use super::{Stage, ValidateError, ValidateOptions, read_blob};
 use super::{config::CONFIG_PATH, secrets};
 
 pub(crate) fn validate_extensions(

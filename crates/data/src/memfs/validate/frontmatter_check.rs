@@ -53,62 +53,13 @@ pub fn validate_memory_file_frontmatter(
         return vec![format!("{path}: file is read_only and cannot be modified")];
     }
 
-    let allowed: &[&str] = if v2 {
-        &["name", "description"]
-    } else {
-        &["description", "read_only", "limit"]
-    };
-    let mut errors = Vec::new();
-    let mut seen: Vec<String> = Vec::new();
+    let mut fields = Fields::new(path, v2, previous);
     for line in &lines[1..closing] {
-        if line.is_empty() {
-            continue;
-        }
-        // Legacy descriptions may continue on indented YAML lines; v2 has
-        // two scalar fields, so an indented line is just an unknown key.
-        if !v2 && (line.starts_with(' ') || line.starts_with('\t')) {
-            continue;
-        }
-        let (raw_key, raw_value) = match line.find(':') {
-            Some(i) => (&line[..i], &line[i + 1..]),
-            None => (*line, *line),
-        };
-        let key = if v2 {
-            trim_spaces(raw_key).to_string()
-        } else {
-            raw_key.replace(' ', "")
-        };
-        let value = trim_spaces(raw_value);
-        if !allowed.contains(&key.as_str()) {
-            errors.push(format!(
-                "{path}: unknown frontmatter key '{key}' (allowed: {})",
-                allowed.join(" ")
-            ));
-            continue;
-        }
-        if v2 && seen.contains(&key) {
-            errors.push(format!("{path}: duplicate frontmatter key '{key}'"));
-        }
-        if !seen.contains(&key) {
-            seen.push(key.clone());
-        }
-        if key == "read_only" {
-            match previous {
-                None => errors.push(format!(
-                    "{path}: 'read_only' is a protected field and cannot be set by the agent"
-                )),
-                Some(p) if value != legacy_value(p, &key) => errors.push(format!(
-                    "{path}: 'read_only' is a protected field and cannot be changed by the agent"
-                )),
-                Some(_) => {}
-            }
-        }
-        if (v2 || key == "description")
-            && (value.is_empty() || (v2 && (value == "\"\"" || value == "''")))
-        {
-            errors.push(format!("{path}: '{key}' must not be empty"));
-        }
+        fields.check_line(line);
     }
+    let Fields {
+        mut errors, seen, ..
+    } = fields;
     let required: &[&str] = if v2 {
         &["name", "description"]
     } else {
@@ -128,6 +79,99 @@ pub fn validate_memory_file_frontmatter(
         ));
     }
     errors
+}
+
+/// The per-line checks of one file's frontmatter block, in line order:
+/// the errors found so far and the keys seen (for duplicates and the
+/// required fields).
+struct Fields<'a> {
+    path: &'a str,
+    v2: bool,
+    /// The accepted content (empty counts as none), for the legacy
+    /// `read_only` protection.
+    previous: Option<&'a str>,
+    allowed: &'static [&'static str],
+    errors: Vec<String>,
+    seen: Vec<String>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(path: &'a str, v2: bool, previous: Option<&'a str>) -> Self {
+        let allowed: &'static [&'static str] = if v2 {
+            &["name", "description"]
+        } else {
+            &["description", "read_only", "limit"]
+        };
+        Fields {
+            path,
+            v2,
+            previous,
+            allowed,
+            errors: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Check one line between the opening and closing `---`.
+    fn check_line(&mut self, line: &str) {
+        let (path, v2) = (self.path, self.v2);
+        if line.is_empty() {
+            return;
+        }
+        // Legacy descriptions may continue on indented YAML lines; v2 has
+        // two scalar fields, so an indented line is just an unknown key.
+        if !v2 && (line.starts_with(' ') || line.starts_with('\t')) {
+            return;
+        }
+        let (raw_key, raw_value) = match line.find(':') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, line),
+        };
+        let key = if v2 {
+            trim_spaces(raw_key).to_string()
+        } else {
+            raw_key.replace(' ', "")
+        };
+        let value = trim_spaces(raw_value);
+        if !self.allowed.contains(&key.as_str()) {
+            self.errors.push(format!(
+                "{path}: unknown frontmatter key '{key}' (allowed: {})",
+                self.allowed.join(" ")
+            ));
+            return;
+        }
+        if v2 && self.seen.contains(&key) {
+            self.errors
+                .push(format!("{path}: duplicate frontmatter key '{key}'"));
+        }
+        if !self.seen.contains(&key) {
+            self.seen.push(key.clone());
+        }
+        if key == "read_only" {
+            self.check_read_only(value);
+        }
+        if (v2 || key == "description")
+            && (value.is_empty() || (v2 && (value == "\"\"" || value == "''")))
+        {
+            self.errors
+                .push(format!("{path}: '{key}' must not be empty"));
+        }
+    }
+
+    /// A legacy `read_only` line: the agent may neither set the field nor
+    /// change the accepted value.
+    fn check_read_only(&mut self, value: &str) {
+        let path = self.path;
+        match self.previous {
+            None => self.errors.push(format!(
+                "{path}: 'read_only' is a protected field and cannot be set by the agent"
+            )),
+            Some(p) if value != legacy_value(p, "read_only") => self.errors.push(format!(
+                "{path}: 'read_only' is a protected field and cannot be changed by the agent"
+            )),
+            Some(_) => {}
+        }
+    }
 }
 
 /// The hook's scalar lookup: every `key:` line inside the frontmatter,

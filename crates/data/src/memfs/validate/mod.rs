@@ -66,15 +66,15 @@
 
 mod config;
 mod constraints;
+mod error;
 mod extensions;
 mod frontmatter_check;
 mod glob;
+mod options;
 mod report;
 mod secrets;
 mod snapshot;
 mod tree_safety;
-
-use std::str::FromStr;
 
 use git2::{Oid, Repository};
 
@@ -84,8 +84,13 @@ pub use config::{
     FileCharacterLimit, Formatting, parse_config,
 };
 pub use constraints::count_code_points;
+pub use error::ValidateError;
 pub use frontmatter_check::{FrontmatterFormat, validate_memory_file_frontmatter};
 pub use glob::{Glob, PatternError, check_pattern};
+pub use options::{
+    CONSTRAINTS_UPDATE_ENV, MAX_FILE_BYTES, Policy, ROOT_INDEX, ValidateOptions,
+    constraints_update_approved_from_env,
+};
 pub use report::{Block, Report, Rule, Violation};
 pub use secrets::{Finding, SecretKind, scan as scan_secrets};
 pub use snapshot::{Entry, TreeSnapshot, display_path};
@@ -96,192 +101,7 @@ use config::ConstraintsConfig as Config;
 use constraints::{
     TreeOptions, first_missing_index, is_legacy_memory_path, validate_tree_constraints,
 };
-
-/// Environment variable a human sets to `1` to approve a config change.
-pub const CONSTRAINTS_UPDATE_ENV: &str = "MINI_LETTA_CONSTRAINTS_UPDATE";
-/// Default [B] hard per-file byte limit (1 MiB).
-pub const MAX_FILE_BYTES: u64 = 1_048_576;
-/// The root index / v2 marker.
-pub const ROOT_INDEX: &str = "MEMORY.md";
-
-/// Layout policy of the repository (sticky; stored beside the hooks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Policy {
-    /// MemFS v2 when a root `MEMORY.md` is staged or committed.
-    RootMarker,
-    /// Legacy `system/` + `reference/` only.
-    LegacyOnly,
-    /// Attached shared memory: v2 frontmatter rules without a root marker.
-    SharedMemory,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::RootMarker => "root-marker",
-            Policy::LegacyOnly => "legacy-only",
-            Policy::SharedMemory => "shared-memory",
-        }
-    }
-
-    /// Policy-file contents → policy; unreadable or unknown means legacy,
-    /// as in the hook.
-    pub fn from_policy_file(contents: Option<&str>) -> Policy {
-        contents
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(Policy::LegacyOnly)
-    }
-
-    /// The policy an audit uses for a revision: root-marker iff it has a
-    /// root `MEMORY.md`.
-    pub fn for_audit(tree: &TreeSnapshot) -> Policy {
-        if tree.contains(ROOT_INDEX) {
-            Policy::RootMarker
-        } else {
-            Policy::LegacyOnly
-        }
-    }
-}
-
-impl FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "root-marker" => Ok(Policy::RootMarker),
-            "legacy-only" => Ok(Policy::LegacyOnly),
-            "shared-memory" => Ok(Policy::SharedMemory),
-            other => Err(format!("unknown memory layout policy '{other}'")),
-        }
-    }
-}
-
-/// Inputs besides the trees.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidateOptions {
-    pub policy: Policy,
-    /// A human approved changing `.memfs.config.json` for this commit.
-    pub constraints_update_approved: bool,
-    /// [B] hard per-file byte limit; `None` disables it.
-    pub max_file_bytes: Option<u64>,
-    /// [B] secret scan on/off.
-    pub secret_scan: bool,
-    /// [B] the tree-shape rules of `tree_safety` on/off.
-    pub tree_safety: bool,
-}
-
-impl ValidateOptions {
-    /// mini-letta defaults: no approval, 1 MiB limit, secret scan on.
-    pub fn new(policy: Policy) -> Self {
-        ValidateOptions {
-            policy,
-            constraints_update_approved: false,
-            max_file_bytes: Some(MAX_FILE_BYTES),
-            secret_scan: true,
-            tree_safety: true,
-        }
-    }
-
-    /// letta-code behaviour only: the [B] rules switched off.
-    pub fn letta_parity(policy: Policy) -> Self {
-        ValidateOptions {
-            max_file_bytes: None,
-            secret_scan: false,
-            tree_safety: false,
-            ..Self::new(policy)
-        }
-    }
-
-    pub fn with_approval(mut self, approved: bool) -> Self {
-        self.constraints_update_approved = approved;
-        self
-    }
-}
-
-impl Default for ValidateOptions {
-    fn default() -> Self {
-        Self::new(Policy::RootMarker)
-    }
-}
-
-/// `MINI_LETTA_CONSTRAINTS_UPDATE` is exactly `1`. For callers; the
-/// validator itself never reads the environment.
-pub fn constraints_update_approved_from_env() -> bool {
-    std::env::var_os(CONSTRAINTS_UPDATE_ENV).is_some_and(|v| v == "1")
-}
-
-/// Failures to judge at all (as opposed to violations).
-#[derive(Debug, thiserror::Error)]
-pub enum ValidateError {
-    /// A blob of the per-file stage could not be read.
-    #[error("Memory validation could not read Git contents. No files were committed.")]
-    ReadContents {
-        path: String,
-        #[source]
-        source: git2::Error,
-    },
-    /// A blob of the constraints stage could not be read.
-    #[error("{path}: cannot read Git object: {source}")]
-    ConstraintsRead {
-        path: String,
-        #[source]
-        source: git2::Error,
-    },
-    /// `readOnlyFiles` is configured but there is no accepted tree.
-    #[error("readOnlyFiles requires the accepted memory tree")]
-    MissingAcceptedTree,
-    /// Listing a tree or revision failed.
-    #[error("cannot list the memory tree: {0}")]
-    Snapshot(#[source] git2::Error),
-    /// The revision to audit could not be resolved.
-    #[error(transparent)]
-    Revision(#[from] crate::memfs::revision::RevisionError),
-    /// The index has conflict-stage entries.
-    #[error("{path}: the index has unmerged entries")]
-    Unmerged { path: String },
-}
-
-impl ValidateError {
-    /// The text the hook prints for this failure (newline-terminated).
-    pub fn render(&self) -> String {
-        match self {
-            ValidateError::ReadContents { .. }
-            | ValidateError::Snapshot(_)
-            | ValidateError::Unmerged { .. } => {
-                "Memory validation could not read Git contents. No files were committed.\n"
-                    .to_string()
-            }
-            ValidateError::Revision(e) => format!("{e}\n"),
-            other => format!("Memory constraints failed:\n  {other}\n"),
-        }
-    }
-}
-
-/// Which stage a blob read belongs to (decides the error's wording).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stage {
-    MemoryFiles,
-    Constraints,
-}
-
-pub(crate) fn read_blob(
-    repo: &Repository,
-    path: &str,
-    oid: Oid,
-    stage: Stage,
-) -> Result<Vec<u8>, ValidateError> {
-    repo.find_blob(oid)
-        .map(|b| b.content().to_vec())
-        .map_err(|source| match stage {
-            Stage::MemoryFiles => ValidateError::ReadContents {
-                path: path.to_string(),
-                source,
-            },
-            Stage::Constraints => ValidateError::ConstraintsRead {
-                path: path.to_string(),
-                source,
-            },
-        })
-}
+use error::{Stage, read_blob};
 
 /// Validate a candidate tree (normally the staged index) for a commit whose
 /// parent tree is `accepted` (`None` before the first commit).

@@ -1,6 +1,6 @@
 //! Violations and the exact stderr blocks the hook prints (spec §2.3, §2.5).
 
-use super::Policy;
+use super::options::Policy;
 
 /// Which rule produced a violation (for callers that branch on it; the
 /// message text is the contract shown to the agent).

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use git2::{Index, Oid, Repository, Tree};
 
-use super::ValidateError;
+use super::error::ValidateError;
 
 /// File-type bits of a git mode.
 const TYPE_MASK: u32 = 0o170000;

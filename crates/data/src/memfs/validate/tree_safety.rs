@@ -21,9 +21,9 @@ use std::path::{Component, Path};
 
 use git2::Repository;
 
+use super::error::{Stage, ValidateError, read_blob};
 use super::report::{Rule, Violation};
 use super::snapshot::TreeSnapshot;
-use super::{Stage, ValidateError, read_blob};
 
 /// Longest symlink target a tree may hold (Linux's `PATH_MAX`).
 const MAX_LINK_TARGET: usize = 4096;

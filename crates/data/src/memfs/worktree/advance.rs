@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
 
+use super::error::{WorktreeError, git};
 use super::merge::{diff_paths, snapshot_of as snapshot, update_checkout};
-use super::{WorktreeError, git};
 use crate::agentfs::temp_name::is_temp_name;
 use crate::memfs::status::{checkout_blobs, worktree_status};
 use crate::memfs::validate::TreeSnapshot;

@@ -2,7 +2,8 @@
 
 use git2::{Repository, WorktreeAddOptions};
 
-use super::{Label, MemoryWorktree, WorktreeError, admin_dir, git, io};
+use super::error::{WorktreeError, git, io};
+use super::naming::{Label, MemoryWorktree, admin_dir};
 use crate::agentfs::Dir;
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;

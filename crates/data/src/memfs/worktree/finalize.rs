@@ -3,126 +3,17 @@
 
 use git2::{Oid, Repository, Signature};
 
-use super::merge::{diff_paths, overlaps, resolve_appends, snapshot_of};
-use super::{
-    ConflictSides, FinalizeOptions, FinalizeStatus, Finalized, Label, MemoryWorktree,
-    WorktreeError, admin_dir, branch_tip, git, io, list, main_head,
-};
-use crate::memfs::commit::CommitOptions;
+use super::error::{WorktreeError, git, io};
+use super::heads::{branch_tip, main_head};
+use super::merge::{diff_paths, snapshot_of};
+use super::merge_commit::{MergeOutcome, merge_into_main};
+use super::naming::{Label, MemoryWorktree, admin_dir};
+use super::open::list;
+use super::outcome::{FinalizeOptions, FinalizeStatus, Finalized};
 use crate::memfs::lock::RepoLock;
 use crate::memfs::repo;
 use crate::memfs::status::worktree_status;
-use crate::memfs::validate::{TreeSnapshot, validate};
 use crate::paths::{AgentPaths, MemoryGitDir};
-
-/// What [`merge_into_main`] did.
-#[derive(Debug)]
-pub(super) enum MergeOutcome {
-    /// A merge commit was made on `main`; the paths it changed there.
-    Merged { commit: Oid, changed: Vec<String> },
-    /// Git content conflicts, or (with a dirty guard) merged paths
-    /// overlapping dirty checkout paths (`checkout_only`: the merge itself
-    /// was clean); nothing changed.
-    Conflict {
-        paths: Vec<String>,
-        checkout_only: bool,
-        /// The conflicted files' three versions (empty for
-        /// `checkout_only`).
-        sides: Vec<ConflictSides>,
-    },
-    /// The merged tree failed validation; nothing changed.
-    Invalid { message: String },
-}
-
-/// Merge `tip` into `main` with a real merge commit (parents: `main`'s
-/// `HEAD`, `tip`; never a fast-forward) whose message is `message`, made
-/// as `sig` (the caller's: memfs knows no agent).
-///
-/// The merged tree is computed in memory; on a conflict, or when a path it
-/// changes overlaps one of `dirty` (paths dirty in the main checkout), or
-/// when the validator refuses the tree, nothing is written anywhere. After
-/// the commit the main checkout and its index are updated for exactly the
-/// paths the merge changed.
-pub(super) fn merge_into_main(
-    repo: &Repository,
-    agent: &AgentPaths,
-    tip: Oid,
-    message: &str,
-    dirty: &[String],
-    sig: &Signature<'_>,
-) -> Result<MergeOutcome, WorktreeError> {
-    let head = repo
-        .head()
-        .and_then(|h| h.peel_to_commit())
-        .map_err(git("read the memory HEAD"))?;
-    let theirs = repo.find_commit(tip).map_err(git("read the branch tip"))?;
-    let mut index = repo
-        .merge_commits(&head, &theirs, None)
-        .map_err(git("merge the branch"))?;
-    if index.has_conflicts() {
-        let genuine = resolve_appends(repo, &mut index)?;
-        if index.has_conflicts() {
-            return Ok(MergeOutcome::Conflict {
-                paths: genuine.iter().map(|c| c.path.clone()).collect(),
-                checkout_only: false,
-                sides: genuine,
-            });
-        }
-    }
-    let tree_id = index
-        .write_tree_to(repo)
-        .map_err(git("write the merged tree"))?;
-    let tree = repo
-        .find_tree(tree_id)
-        .map_err(git("read the merged tree"))?;
-    let old_tree = head.tree().map_err(git("read the HEAD tree"))?;
-    let old = TreeSnapshot::from_tree(repo, &old_tree)?;
-    let new = TreeSnapshot::from_tree(repo, &tree)?;
-    let changed = diff_paths(&old, &new);
-
-    let overlapping: Vec<String> = changed
-        .iter()
-        .filter(|c| dirty.iter().any(|d| overlaps(c, d)))
-        .cloned()
-        .collect();
-    if !overlapping.is_empty() {
-        return Ok(MergeOutcome::Conflict {
-            paths: overlapping,
-            checkout_only: true,
-            sides: Vec::new(),
-        });
-    }
-
-    // The same validator, options and approval rule as `commit_paths`: the
-    // merged tree is judged against `main` before any commit exists.
-    let opts = CommitOptions::for_repo(repo, false);
-    let report = validate(repo, &new, Some(&old), &opts.validate)?;
-    if !report.is_ok() {
-        return Ok(MergeOutcome::Invalid {
-            message: report.render_block().trim_end().to_string(),
-        });
-    }
-
-    let message = if message.ends_with('\n') {
-        message.to_string()
-    } else {
-        format!("{message}\n")
-    };
-    // The commit object first, then the checkout, then `main`: a checkout
-    // that cannot follow (a full or read-only disk) leaves `main` unmoved.
-    let commit = repo
-        .commit(None, sig, sig, &message, &tree, &[&head, &theirs])
-        .map_err(git("write the merge commit"))?;
-    let first_line = message.lines().next().unwrap_or("merge");
-    super::advance::advance_main(
-        repo,
-        &agent.memory_dir(),
-        head.id(),
-        commit,
-        &format!("commit (merge): {first_line}"),
-    )?;
-    Ok(MergeOutcome::Merged { commit, changed })
-}
 
 pub const NO_COMMITS: &str = "Reflection made no memory commits.";
 pub const DIRTY_UNCOMMITTED: &str = "Reflection memory worktree had uncommitted changes; it was cleaned up so the transcript can be retried.";
@@ -313,7 +204,7 @@ fn dir_exists(wt: &MemoryWorktree) -> bool {
 /// cannot be walked (a symlink at its root, a FIFO, too large) counts as
 /// dirty, which only ever discards.
 fn worktree_dirty(agent: &AgentPaths, wt: &MemoryWorktree) -> bool {
-    match super::open(agent, &wt.name) {
+    match super::open::open(agent, &wt.name) {
         Ok((_, wrepo)) => match worktree_status(&wrepo) {
             Ok(s) => !s.dirty.is_empty(),
             Err(e) => {
@@ -376,11 +267,16 @@ pub fn finalize_reflection_worktree(
         }
         _ => Vec::new(),
     };
-    let out = Outcome {
-        wt,
-        commit_count,
-        changed_paths,
+    let reflection = Reflection {
+        repo: &repo,
+        agent,
+        out: Outcome {
+            wt,
+            commit_count,
+            changed_paths,
+        },
     };
+    let out = &reflection.out;
 
     // Row 0.
     if !dir_exists(wt) && opts.known_no_changes {
@@ -421,20 +317,9 @@ pub fn finalize_reflection_worktree(
         force_cleanup(&repo, agent, wt)?;
         return Ok(out.done(FinalizeStatus::ParentDirty, PARENT_DIRTY));
     }
+    // Rows 6 / 6'.
     if opts.require_already_merged {
-        // Rows 6 / 6': ancestry alone decides, never the agent's report.
-        if is_ancestor(&repo, tip, main_head(&repo)?)? {
-            let kept = clean_cleanup(&repo, agent, wt)?;
-            let mut f = out.done(FinalizeStatus::Merged, integrated_by_agent(commit_count));
-            f.branch_kept = kept;
-            return Ok(f);
-        }
-        force_cleanup(&repo, agent, wt)?;
-        let summary = opts
-            .failure_summary
-            .as_deref()
-            .unwrap_or(NOT_MERGED_BY_AGENT);
-        return Ok(out.done(FinalizeStatus::Failed, summary));
+        return reflection.already_merged(tip, opts);
     }
     // Row 5.
     if let Err(e) = refresh_from_origin(&repo, agent, sig) {
@@ -444,27 +329,70 @@ pub fn finalize_reflection_worktree(
         return Ok(f);
     }
     // Rows 7 / 8.
-    let message = format!("merge(reflection): {}", opts.summary);
-    match merge_into_main(&repo, agent, tip, &message, &[], sig)? {
-        MergeOutcome::Merged { commit, changed } => {
-            let kept = clean_cleanup(&repo, agent, wt)?;
-            let mut f = out.done(FinalizeStatus::Merged, merged(commit_count));
-            f.merge_commit = Some(commit.to_string());
-            f.changed_paths = changed;
+    reflection.merge(tip, opts, sig)
+}
+
+/// One reflection worktree being finalized under the repository lock:
+/// what the later rows of the ladder clean up and report with.
+struct Reflection<'a> {
+    repo: &'a Repository,
+    agent: &'a AgentPaths,
+    out: Outcome<'a>,
+}
+
+impl Reflection<'_> {
+    /// Rows 6 / 6': ancestry alone decides, never the agent's report.
+    fn already_merged(&self, tip: Oid, opts: &FinalizeOptions) -> Result<Finalized, WorktreeError> {
+        let (repo, agent, out) = (self.repo, self.agent, &self.out);
+        if is_ancestor(repo, tip, main_head(repo)?)? {
+            let kept = clean_cleanup(repo, agent, out.wt)?;
+            let mut f = out.done(
+                FinalizeStatus::Merged,
+                integrated_by_agent(out.commit_count),
+            );
             f.branch_kept = kept;
-            Ok(f)
+            return Ok(f);
         }
-        MergeOutcome::Conflict { sides, .. } => {
-            force_cleanup(&repo, agent, wt)?;
-            let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
-            f.conflicts = sides;
-            Ok(f)
-        }
-        MergeOutcome::Invalid { message } => {
-            force_cleanup(&repo, agent, wt)?;
-            let mut f = out.done(FinalizeStatus::Invalid, INVALID);
-            f.error = Some(message);
-            Ok(f)
+        force_cleanup(repo, agent, out.wt)?;
+        let summary = opts
+            .failure_summary
+            .as_deref()
+            .unwrap_or(NOT_MERGED_BY_AGENT);
+        Ok(out.done(FinalizeStatus::Failed, summary))
+    }
+
+    /// Rows 7 / 8: merge `tip` into `main`; on a conflict or a refused
+    /// merged tree the worktree and branch go and `main` is unchanged.
+    fn merge(
+        &self,
+        tip: Oid,
+        opts: &FinalizeOptions,
+        sig: &Signature<'_>,
+    ) -> Result<Finalized, WorktreeError> {
+        let (repo, agent, out) = (self.repo, self.agent, &self.out);
+        let wt = out.wt;
+        let message = format!("merge(reflection): {}", opts.summary);
+        match merge_into_main(repo, agent, tip, &message, &[], sig)? {
+            MergeOutcome::Merged { commit, changed } => {
+                let kept = clean_cleanup(repo, agent, wt)?;
+                let mut f = out.done(FinalizeStatus::Merged, merged(out.commit_count));
+                f.merge_commit = Some(commit.to_string());
+                f.changed_paths = changed;
+                f.branch_kept = kept;
+                Ok(f)
+            }
+            MergeOutcome::Conflict { sides, .. } => {
+                force_cleanup(repo, agent, wt)?;
+                let mut f = out.done(FinalizeStatus::MergeConflict, MERGE_CONFLICT);
+                f.conflicts = sides;
+                Ok(f)
+            }
+            MergeOutcome::Invalid { message } => {
+                force_cleanup(repo, agent, wt)?;
+                let mut f = out.done(FinalizeStatus::Invalid, INVALID);
+                f.error = Some(message);
+                Ok(f)
+            }
         }
     }
 }
@@ -627,12 +555,6 @@ pub fn integrate_worker(
         "merge(memory-worker): {commit_count} commit(s) from {}",
         wt.branch
     );
-    let kept_summary = || {
-        format!(
-            "Memory changes conflict with the checkout; {commit_count} commit(s) kept on {}",
-            wt.branch
-        )
-    };
     // From here on the commits exist only on the branch: an error keeps it
     // and is reported as `failed`, not lost in an `Err`.
     let attempt = parent_dirty_paths(&repo)
@@ -641,6 +563,19 @@ pub fn integrate_worker(
             source: git2::Error::from_str("status unavailable"),
         })
         .and_then(|dirty| merge_into_main(&repo, agent, tip, &message, &dirty, sig));
+    worker_outcome(&repo, &out, tip, attempt)
+}
+
+/// What a worker's merge attempt (`attempt`, of branch tip `tip`) comes
+/// to: the branch is deleted once merged and kept otherwise, an error
+/// included, so its commits are never lost.
+fn worker_outcome(
+    repo: &Repository,
+    out: &Outcome<'_>,
+    tip: Oid,
+    attempt: Result<MergeOutcome, WorktreeError>,
+) -> Result<Finalized, WorktreeError> {
+    let (wt, commit_count) = (out.wt, out.commit_count);
     let outcome = match attempt {
         Ok(o) => o,
         Err(e) => {
@@ -658,7 +593,7 @@ pub fn integrate_worker(
     };
     match outcome {
         MergeOutcome::Merged { commit, changed } => {
-            delete_branch(&repo, wt)?;
+            delete_branch(repo, wt)?;
             let mut f = out.done(
                 FinalizeStatus::Merged,
                 format!("Merged {commit_count} memory-worker commit(s) into parent memory main."),
@@ -672,7 +607,11 @@ pub fn integrate_worker(
             checkout_only,
             sides,
         } => {
-            let mut f = out.done(FinalizeStatus::MergeConflict, kept_summary());
+            let summary = format!(
+                "Memory changes conflict with the checkout; {commit_count} commit(s) kept on {}",
+                wt.branch
+            );
+            let mut f = out.done(FinalizeStatus::MergeConflict, summary);
             f.branch_kept = true;
             f.changed_paths = paths;
             f.conflicts = sides;

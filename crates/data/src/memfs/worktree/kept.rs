@@ -4,7 +4,9 @@
 
 use git2::{DiffFormat, Oid};
 
-use super::{Label, WorktreeError, branch_tip, git, main_head, parse_name};
+use super::error::{WorktreeError, git};
+use super::heads::{branch_tip, main_head};
+use super::naming::{BRANCH_PREFIX, Label, parse_name};
 use crate::memfs::repo;
 use crate::paths::AgentPaths;
 
@@ -28,7 +30,7 @@ const MAX_PATCH: usize = 20_000;
 /// The ref of a kept worker branch `branch` (only `mini-letta/memory-worker/<id>`).
 fn worker_ref(branch: &str) -> Result<String, WorktreeError> {
     let id = branch
-        .strip_prefix(&format!("{}memory-worker/", super::BRANCH_PREFIX))
+        .strip_prefix(&format!("{}memory-worker/", BRANCH_PREFIX))
         .ok_or_else(|| WorktreeError::BadName(branch.into()))?;
     match parse_name(&format!("memory-worker-{id}")) {
         Some((Label::MemoryWorker, _)) => Ok(format!("refs/heads/{branch}")),
@@ -116,7 +118,7 @@ pub fn keep_as_worker_branch(repo: &git2::Repository, at: Oid) -> Result<String,
     for _ in 0..16 {
         let branch = format!(
             "{}{}/{}",
-            super::BRANCH_PREFIX,
+            BRANCH_PREFIX,
             Label::MemoryWorker.as_str(),
             crate::names::stamped_id(time::OffsetDateTime::now_utc())
         );

@@ -1,5 +1,5 @@
 //! What a merge into `main` is made of, below the merge itself
-//! (`finalize::merge_into_main`) and the move of `main` (`advance`): how
+//! (`merge_commit::merge_into_main`) and the move of `main` (`advance`): how
 //! two trees' conflicts are resolved (both sides only appended lines), which
 //! paths differ, and the main checkout and its index brought to a tree.
 //! Callers hold the [`RepoLock`].
@@ -12,7 +12,8 @@ use std::path::Path;
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository};
 
-use super::{ConflictSides, WorktreeError, git};
+use super::error::{WorktreeError, git};
+use super::outcome::ConflictSides;
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::memfs::commit::replace_index_entries;
 use crate::memfs::validate::TreeSnapshot;

@@ -8,11 +8,12 @@ use git2::{Oid, Repository, Signature};
 use super::finalize::{
     DIRTY_UNCOMMITTED, FAILED, MERGE_CONFLICT, NO_COMMITS, NOT_MERGED_BY_AGENT, PARENT_DIRTY,
 };
+use super::naming::admin_dir;
 use super::*;
 use crate::memfs::commit::{CommitOptions, commit_paths};
 use crate::memfs::repo;
 use crate::memfs::status::worktree_status;
-use crate::paths::{AgentPaths, Home};
+use crate::paths::{AgentPaths, Home, MemoryGitDir};
 
 /// The committer a caller passes: the agent's.
 fn sig(agent: &AgentPaths) -> Signature<'static> {

@@ -5,7 +5,7 @@
 use std::cell::OnceCell;
 
 use super::codec::{bytes, put_bytes, put_varint, role_code, role_of, unzigzag, varint, zigzag};
-use super::{DocMeta, Index};
+use super::state::{DocMeta, Index};
 use crate::paths::is_valid_agent_id;
 use crate::protocol::messages::Role;
 use crate::recall::tokenize::{normalize, tokens_normalized};

@@ -3,8 +3,9 @@
 
 use super::batch::Batch;
 use super::records::read_at_full;
-use super::{Index, MAX_CONVERSATIONS, RecallError, fs, io};
+use super::state::{Index, MAX_CONVERSATIONS};
 use crate::paths::{MESSAGES_FILE_NAME, is_valid_agent_id};
+use crate::recall::error::{RecallError, fs, io};
 
 /// Largest conversation log indexed.
 pub const MAX_LOG_BYTES: u64 = crate::store::conversation::MAX_LOG_BYTES;

@@ -55,7 +55,8 @@
 
 //!
 //! The parts: `postings.rs` (a term's postings and their encoding),
-//! `codec.rs` (varints and the other byte forms), `records.rs` (the logs'
+//! `codec.rs` (varints and the other byte forms), `state.rs` (the
+//! [`Index`] and what it holds), `records.rs` (the logs'
 //! checksummed records), `batch.rs` (a docs batch: messages tokenised,
 //! encoded, applied), `snapshot.rs` (the compacted file), `persist.rs`
 //! (loading, appending, compacting) and `catch_up.rs` (indexing what the
@@ -68,19 +69,18 @@ mod persist;
 mod postings;
 mod records;
 mod snapshot;
+mod state;
 
-use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use super::RecallError;
+use super::error::{RecallError, fs, io};
 use crate::agentfs::Dir;
 use crate::paths::{
     AgentPaths, CONVERSATIONS_DIR_NAME, MESSAGES_FILE_NAME, RECALL_DIR_NAME, RECALL_DOCS_FILE_NAME,
     RECALL_LOCK_FILE_NAME, RECALL_TERMS_FILE_NAME,
 };
-use crate::protocol::messages::Role;
 use crate::store::conversation::StoredMessage;
 
 pub use batch::{parse_ts, searchable_text};
@@ -89,14 +89,11 @@ pub use postings::Postings;
 pub(crate) use postings::may_be_consecutive;
 pub use records::MAX_INDEX_BYTES;
 pub use snapshot::SNAPSHOT_FILE_NAME;
-use snapshot::Snapshot;
-
-/// Most conversations an agent's index follows.
-const MAX_CONVERSATIONS: usize = 100_000;
+use state::{ConvState, Files, PERM, Snapshot};
+pub use state::{DocMeta, Index};
 
 /// How long opening waits for another holder of the index.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-const PERM: u32 = 0o644;
 
 /// How an index on disk stands against the logs ([`Index::lag`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,73 +103,6 @@ pub struct Lag {
     /// Conversations whose log is shorter than the index says it covered
     /// (truncated or replaced): their entries no longer match the log.
     pub stale: Vec<String>,
-}
-
-/// What the index keeps of one message.
-#[derive(Debug, Clone, Copy)]
-pub struct DocMeta {
-    pub conv: u32,
-    pub offset: u64,
-    pub len: u32,
-    /// Unix seconds of `ts` (0 when unparsable).
-    pub ts: i64,
-    pub role: Role,
-    /// Tokens in the message (its BM25 length).
-    pub dl: u32,
-}
-
-#[derive(Debug)]
-struct ConvState {
-    id: String,
-    covered: u64,
-}
-
-/// The files of an index open for writing.
-struct Files {
-    dir: Dir,
-    _lock: nix::fcntl::Flock<File>,
-    terms: File,
-    docs: File,
-}
-
-/// An open, caught-up index (locked, unless read-only).
-pub struct Index {
-    convs_dir: Option<Dir>,
-    /// `None` when read-only.
-    files: Option<Files>,
-    /// The recall directory of a read-only index, when there is one.
-    ro_dir: Option<Dir>,
-    snap: Snapshot,
-    /// Terms past the snapshot's, and snapshot terms already looked up
-    /// while indexing (a hash probe is cheaper than a binary search).
-    term_ids: HashMap<String, u32>,
-    /// Per term id; a snapshot term's are decoded when first used.
-    postings: Vec<OnceCell<Box<Postings>>>,
-    /// Entries appended to snapshot terms not decoded yet, merged in when
-    /// they are (an append then costs no decoding of common terms).
-    pending: HashMap<u32, Postings>,
-    pub(crate) docs: Vec<DocMeta>,
-    /// Each doc's `dl` again, packed: ranking a common term reads one per
-    /// posting, and a quarter of the bytes keeps that pass in cache.
-    pub(crate) dls: Vec<u32>,
-    convs: Vec<ConvState>,
-    conv_ids: HashMap<String, u32>,
-    /// Whether appends reach the disk (a failed write stops them; the
-    /// next open indexes what is missing again).
-    persist: bool,
-    /// Open message logs, by conversation number (results re-read lines).
-    logs: std::cell::RefCell<HashMap<u32, File>>,
-}
-
-fn fs(e: crate::agentfs::FsError) -> RecallError {
-    RecallError::Fs(e)
-}
-
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> RecallError + '_ {
-    move |source| RecallError::Io {
-        what: what.to_string(),
-        source,
-    }
 }
 
 /// The conversations directory of `agent` (made when missing).
@@ -438,7 +368,7 @@ fn lock(file: File) -> std::io::Result<nix::fcntl::Flock<File>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::messages::Part;
+    use crate::protocol::messages::{Part, Role};
     use crate::recall::tokenize::{normalize, tokens_normalized};
     use crate::recall::{Filters, Query};
     use crate::store::conversation::Conversation;

@@ -8,8 +8,9 @@ use super::batch::{Batch, decode_batch, encode_batch};
 use super::codec::{bytes, put_bytes, put_varint, varint};
 use super::records::{BASE_TAG, append_record, base_gen, read_all, records};
 use super::snapshot::SNAPSHOT_FILE_NAME;
-use super::{Index, PERM, RecallError, fs, io};
+use super::state::{Index, PERM};
 use crate::paths::{RECALL_DOCS_FILE_NAME, RECALL_TERMS_FILE_NAME};
+use crate::recall::error::{RecallError, fs, io};
 
 /// The logs are compacted into a snapshot once they hold this many bytes
 /// and a quarter of the snapshot's size (so compaction stays amortised).

@@ -6,26 +6,12 @@ use std::cell::OnceCell;
 
 use super::codec::{bytes, put_bytes, put_varint, role_code, role_of, unzigzag, varint, zigzag};
 use super::postings::{Postings, decode_postings, encode_postings};
-use super::{DocMeta, Index, MAX_CONVERSATIONS};
+use super::state::{DocMeta, Index, MAX_CONVERSATIONS, Snapshot};
 use crate::paths::is_valid_agent_id;
 
 /// The compacted index.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot-v2.bin";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"MLRECAL2";
-
-/// A loaded snapshot: its bytes and where its tables are.
-#[derive(Default)]
-pub(super) struct Snapshot {
-    generation: u64,
-    pub(super) bytes: Vec<u8>,
-    pub(super) n_terms: u32,
-    /// `n_terms + 1` u32 offsets into `term_blob`.
-    term_offs: usize,
-    term_blob: usize,
-    /// `n_terms + 1` u64 offsets into `post_blob`.
-    post_offs: usize,
-    post_blob: usize,
-}
 
 impl Snapshot {
     fn u32_at(&self, at: usize) -> Option<u32> {

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::{ArchiveError, MANIFEST_NAME, MAX_DEPTH, RECORD_NAME, bad_repo};
+use super::error::{ArchiveError, bad_repo};
+use super::format::{MANIFEST_NAME, MAX_DEPTH, RECORD_NAME};
 use crate::paths::{
     CONVERSATIONS_DIR_NAME, LAYOUT_POLICY_FILE_NAME, MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME,
 };

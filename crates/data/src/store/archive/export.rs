@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::{
-    ArchiveError, FORMAT, FORMAT_VERSION, Limits, MANIFEST_NAME, MAX_DEPTH, Manifest, RECORD_NAME,
-    io_err,
+use super::error::{ArchiveError, io_err};
+use super::format::{
+    FORMAT, FORMAT_VERSION, Limits, MANIFEST_NAME, MAX_DEPTH, Manifest, RECORD_NAME,
 };
 use crate::agentfs::{Dir, FsError, Kind};
 use crate::memfs::lock::RepoLock;

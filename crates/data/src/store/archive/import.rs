@@ -10,9 +10,10 @@ use std::path::Path;
 use nix::fcntl::OFlag;
 
 use super::entries::{Place, check_head, filter_packed_refs};
+use super::error::{ArchiveError, bad_repo, io_err};
+use super::format::Limits;
 use super::reader::{MAX_HEAD_BYTES, check_archive, read_small, walk};
 use super::repository::finish_repository;
-use super::{ArchiveError, Limits, bad_repo, io_err};
 use crate::memfs::repo;
 use crate::paths::{AgentPaths, Home, IMPORT_STAGING_PREFIX};
 use crate::store::record::AgentRecord;

@@ -8,9 +8,8 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use super::entries::{Place, check_head, classify};
-use super::{
-    ArchiveError, FORMAT, FORMAT_VERSION, Limits, MANIFEST_NAME, Manifest, RECORD_NAME, io_err,
-};
+use super::error::{ArchiveError, io_err};
+use super::format::{FORMAT, FORMAT_VERSION, Limits, MANIFEST_NAME, Manifest, RECORD_NAME};
 use crate::memfs::validate::Policy;
 use crate::paths::{LAYOUT_POLICY_FILE_NAME, MEMORY_DIR_NAME, MEMORY_GIT_DIR_NAME};
 use crate::store::record::AgentRecord;

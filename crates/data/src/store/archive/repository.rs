@@ -2,7 +2,7 @@
 //! is the archive's own, `HEAD`'s tree passes the validator; then its
 //! layout policy, hook and index are written fresh.
 
-use super::{ArchiveError, bad_repo};
+use super::error::{ArchiveError, bad_repo};
 use crate::memfs::validate::{self, Policy, ValidateOptions};
 use crate::memfs::{hook, repo};
 use crate::paths::AgentPaths;

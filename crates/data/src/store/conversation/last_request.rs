@@ -13,7 +13,7 @@
 
 use serde_json::{Value, json};
 
-use super::ConversationError;
+use super::error::ConversationError;
 use crate::agentfs::Dir;
 use crate::paths::{AgentPaths, LAST_REQUEST_FILE_NAME};
 use crate::protocol::messages::ModelRequest;

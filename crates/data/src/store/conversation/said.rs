@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::StoredMessage;
+use super::message::StoredMessage;
 use crate::protocol::messages::Part;
 
 /// What introduces a summary inside its packaged alert (letta-code's words).

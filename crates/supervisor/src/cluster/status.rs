@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use serde::Serialize;
 
-use super::{ClusterConfig, ClusterError, PREFIX};
+use super::config::ClusterConfig;
+use super::error::ClusterError;
+use super::keys::{PREFIX, agent_from_etcd, host_from_etcd};
 
 /// One host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,7 +40,7 @@ pub struct AgentRow {
     /// is listed but counted for no host).
     pub valid: bool,
     /// The owner's host id, or a brief visible form of a value that is
-    /// none ([`super::host_from_etcd`]).
+    /// none ([`host_from_etcd`]).
     pub owner: String,
     /// Whether `owner` is a host id.
     pub owner_valid: bool,
@@ -181,16 +183,16 @@ pub async fn read(cfg: &ClusterConfig, mut client: Client) -> Result<Status, Clu
             continue;
         };
         if let Some(host) = rest.strip_prefix(b"members/") {
-            let (id, valid) = either(super::host_from_etcd(host));
+            let (id, valid) = either(host_from_etcd(host));
             members.entry(id.clone()).or_insert_with(|| row(id, valid));
         } else if let Some(host) = rest.strip_prefix(b"hosts/") {
-            alive.push((either(super::host_from_etcd(host)), liveness(kv.value())));
+            alive.push((either(host_from_etcd(host)), liveness(kv.value())));
         } else if let Some(agent) = rest
             .strip_prefix(b"agents/")
             .and_then(|r| r.strip_suffix(b"/owner"))
         {
-            let (owner, owner_valid) = either(super::host_from_etcd(kv.value()));
-            let (id, valid) = either(super::agent_from_etcd(agent));
+            let (owner, owner_valid) = either(host_from_etcd(kv.value()));
+            let (id, valid) = either(agent_from_etcd(agent));
             agents.push(AgentRow {
                 id,
                 valid,

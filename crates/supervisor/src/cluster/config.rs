@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::paths::Home;
 
-use super::ClusterError;
+use super::error::ClusterError;
 
 pub const ETCD_ENV: &str = "MINI_LETTA_ETCD";
 pub const HOST_ID_ENV: &str = "MINI_LETTA_HOST_ID";

@@ -1,36 +1,5 @@
-//! Several hosts, one owner per agent (issue 35): membership and ownership
-//! in etcd, for supervisors that share a git remote.
-//!
-//! Each clustered supervisor registers its host under a lease it keeps
-//! alive ([`node::Node`]); before it changes an agent's memory or
-//! conversations it owns the agent — the key `/mini-letta/agents/<id>/owner`
-//! created under that lease in a transaction that creates it only if it
-//! is absent. Ownership is kept while the lease lives and given back by a
-//! clean stop or `agent release`. A host whose lease expired (paused,
-//! partitioned) writes nothing others see: every push is fenced, by an
-//! etcd transaction right before it and by the remote's own fence ref
-//! ([`crate::memfs::fence`]), which a new owner claims before anything else.
-//!
-//! Keys (values are plain text or JSON; none is trusted beyond parsing):
-//!
-//! | key | value | lease |
-//! |---|---|---|
-//! | `/mini-letta/members/<host>` | `{"host", "registered_at"}` | none: the host was seen |
-//! | `/mini-letta/hosts/<host>` | `{"host", "pid", "registered_at"}` | the host's: alive |
-//! | `/mini-letta/agents/<id>/owner` | the owner's host id | the owner's |
-//! | `/mini-letta/epoch-base` | decimal, added to take revisions for fence epochs | none |
-
-pub mod config;
-pub mod events;
-pub mod handle;
-pub mod node;
-pub mod recover;
-pub mod status;
-
-pub use config::ClusterConfig;
-pub use events::{Change, OwnerChange, Recorder};
-pub use handle::Handle;
-pub use node::{Node, Owned};
+//! The keys this program writes in etcd, and how values read back from
+//! it are taken: checked, and shown only briefly and visibly.
 
 /// Every key this program writes starts here.
 pub const PREFIX: &str = "/mini-letta/";
@@ -65,46 +34,18 @@ pub fn member_key(host: &str) -> String {
     format!("{PREFIX}members/{host}")
 }
 
-/// Why a clustered operation could not go ahead.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ClusterError {
-    #[error("invalid cluster configuration: {0}")]
-    Config(String),
-    /// This host's id is registered under another lease (another live
-    /// supervisor, this host's previous one until its lease expires, or a
-    /// key written by hand): says which.
-    #[error("{0}")]
-    HostIdInUse(String),
-    /// etcd could not be asked (down, no quorum, too slow): fail closed.
-    #[error("etcd ({endpoints}) {what}: {message}")]
-    Etcd {
-        endpoints: String,
-        what: String,
-        message: String,
-    },
-    /// Another host owns the agent.
-    #[error("agent {agent} is owned by host {owner}")]
-    NotOwner { agent: String, owner: String },
-    /// This host does not own the agent (any more).
-    #[error("this host ({host}) does not own agent {agent}")]
-    NotOwned { host: String, agent: String },
-    /// An ownership taken that the audit log did not keep (given back).
-    #[error("the audit log did not record the ownership change: {0}")]
-    Unrecorded(String),
-}
-
 /// The most characters of an untrusted value a message or a row quotes.
 const SHOWN_CHARS: usize = 40;
 
 /// A host id as etcd holds it (an owner key's value, a host key's name):
 /// `Ok` when it is one a host could be configured with
-/// ([`config::check_host_id`]); otherwise `Err` with a brief visible form
+/// ([`super::config::check_host_id`]); otherwise `Err` with a brief visible form
 /// of it. etcd's data is not trusted: none of it reaches a terminal, a
 /// page or a message raw or at length, and a value that is no host id is
 /// never reported as one.
 pub fn host_from_etcd(bytes: &[u8]) -> Result<String, String> {
     match std::str::from_utf8(bytes) {
-        Ok(s) if config::check_host_id(s).is_ok() => Ok(s.to_string()),
+        Ok(s) if super::config::check_host_id(s).is_ok() => Ok(s.to_string()),
         _ => Err(format!("(invalid host id {})", untrusted(bytes))),
     }
 }

@@ -136,7 +136,7 @@ mod tests {
     /// The table in `docs/protocol.md` §6 says the same as this one.
     #[test]
     fn the_documented_table_matches() {
-        let doc = include_str!("../../docs/protocol.md");
+        let doc = include_str!("../../../../docs/protocol.md");
         let mut seen = 0;
         for line in doc.lines() {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();

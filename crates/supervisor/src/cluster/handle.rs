@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{ClusterConfig, Node};
+use super::config::ClusterConfig;
+use super::node::Node;
 
 /// The supervisor's cluster: its configuration and, once started, its node.
 #[derive(Default)]

@@ -2,14 +2,16 @@
 //! revisions start again from 1, so every take's epoch is below the epochs
 //! the remote's fences carry and no host can take any agent over. Fencing
 //! stays intact only if epochs keep growing: this raises the cluster's
-//! epoch base ([`super::EPOCH_BASE_KEY`]) past the largest fence epoch, in
+//! epoch base ([`EPOCH_BASE_KEY`]) past the largest fence epoch, in
 //! one compare-and-swap, so every later take stamps a larger one. It never
 //! lowers the base, and it changes nothing else: ownership is still taken
 //! the usual way, and a host whose owner key etcd lost confirms nothing.
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
-use super::{ClusterConfig, ClusterError, EPOCH_BASE_KEY, parse_epoch};
+use super::config::ClusterConfig;
+use super::error::ClusterError;
+use super::keys::{EPOCH_BASE_KEY, parse_epoch, untrusted};
 
 /// What a recovery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -43,7 +45,7 @@ pub async fn raise_base(
             Some(kv) => parse_epoch(kv.value()).ok_or_else(|| {
                 ClusterError::Config(format!(
                     "the epoch base in etcd ({EPOCH_BASE_KEY}) is no epoch: {}",
-                    super::untrusted(kv.value())
+                    untrusted(kv.value())
                 ))
             })?,
         };

@@ -18,8 +18,12 @@ use etcd_client::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::config::ClusterConfig;
+use super::error::ClusterError;
 use super::events::{Change, OwnerChange, Recorder};
-use super::{ClusterConfig, ClusterError, host_key, member_key, owner_key};
+
+mod owners;
+use super::keys::{EPOCH_BASE_KEY, host_from_etcd, host_key, member_key, parse_epoch, untrusted};
 
 /// The lease this host holds, and until when it is surely alive.
 #[derive(Debug, Clone, Copy)]
@@ -352,7 +356,7 @@ impl Node {
             .unwrap_or_default();
         let since = v["registered_at"]
             .as_str()
-            .map(|t| format!("since {}", super::untrusted(t.as_bytes())))
+            .map(|t| format!("since {}", untrusted(t.as_bytes())))
             .unwrap_or_default();
         format!(
             "host id {host} is in use by another live supervisor ({pid}{since}) — two hosts \
@@ -368,7 +372,7 @@ impl Node {
     /// ever stamps an epoch a fence already has.
     async fn ensure_base(&self) -> Result<(), ClusterError> {
         let got = self
-            .bounded(|mut c| async move { c.get(super::EPOCH_BASE_KEY, None).await })
+            .bounded(|mut c| async move { c.get(EPOCH_BASE_KEY, None).await })
             .await
             .map_err(|e| self.fail("did not answer the epoch base", e))?;
         if !got.kvs().is_empty() {
@@ -382,11 +386,11 @@ impl Node {
         let base = largest.saturating_add(1);
         let txn = Txn::new()
             .when([Compare::create_revision(
-                super::EPOCH_BASE_KEY,
+                EPOCH_BASE_KEY,
                 CompareOp::Equal,
                 0,
             )])
-            .and_then([TxnOp::put(super::EPOCH_BASE_KEY, base.to_string(), None)]);
+            .and_then([TxnOp::put(EPOCH_BASE_KEY, base.to_string(), None)]);
         let done = self.transact(txn, "did not set the epoch base").await?;
         if done.succeeded() {
             tracing::warn!(
@@ -538,187 +542,6 @@ impl Node {
         }
     }
 
-    /// Own `agent`: confirm this host's ownership, or take it when nobody
-    /// owns it (the key created under this host's lease only if absent).
-    /// Another owner is [`ClusterError::NotOwner`]; etcd not answering,
-    /// within a few tries, is [`ClusterError::Etcd`].
-    pub async fn own(&self, agent: &str) -> Result<Owned, ClusterError> {
-        // A leader election takes about one election timeout.
-        const ELECTION: crate::retry::Policy = crate::retry::Policy::backoff(
-            3,
-            Duration::from_millis(300),
-            Duration::from_millis(300),
-        );
-        ELECTION
-            .run_async(
-                |e| matches!(e, ClusterError::Etcd { .. }) && !self.stop.is_cancelled(),
-                || self.own_once(agent),
-            )
-            .await
-    }
-
-    async fn own_once(&self, agent: &str) -> Result<Owned, ClusterError> {
-        let lease = self.live_lease()?;
-        let key = owner_key(agent);
-        // The epoch base is read in the same transaction: the fence epoch
-        // of a take is the base then plus the take's revision.
-        let base = super::EPOCH_BASE_KEY;
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                // No take without an epoch base (see `ensure_base`).
-                Compare::create_revision(base, CompareOp::Greater, 0),
-            ])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    self.cfg.host_id.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-                TxnOp::get(base, None),
-            ])
-            .or_else([TxnOp::get(key.clone(), None), TxnOp::get(base, None)]);
-        let done = self
-            .transact(txn, "did not answer who owns the agent")
-            .await?;
-        let responses = done.op_responses();
-        if !done.succeeded() && kv_of(&responses, super::EPOCH_BASE_KEY).is_none() {
-            // etcd lost its data since this host registered: set the base
-            // again, then the caller's retry takes.
-            self.ensure_base().await?;
-            return Err(self.fail("had no epoch base", "it was set again; retrying"));
-        }
-        let base = epoch_base_in(&responses);
-        if done.succeeded() {
-            let epoch = done.header().map(|h| h.revision()).unwrap_or_default();
-            return self.taken(agent, epoch, base).await;
-        }
-        let Some(kv) = kv_of(&responses, &key) else {
-            // Deleted between the compare and the read: ask again.
-            return Err(self.fail("changed the owner key while it was read", "retrying"));
-        };
-        if kv.lease() == lease && kv.value() == self.cfg.host_id.as_bytes() {
-            let epoch = kv.create_revision();
-            // The fence epoch it was taken with (the base may have grown
-            // since; the record of the take keeps the one it claimed with).
-            let mut owned = lock(&self.owned);
-            let fence = owned
-                .get(agent)
-                .filter(|(e, _)| *e == epoch)
-                .map_or(epoch.saturating_add(base), |(_, f)| *f);
-            owned.insert(agent.to_string(), (epoch, fence));
-            return Ok(Owned::Already(epoch));
-        }
-        self.forget(agent, Change::Lost, self.lost_at()).await;
-        Err(ClusterError::NotOwner {
-            agent: agent.to_string(),
-            owner: owner_shown(&kv),
-        })
-    }
-
-    /// This host just took `agent` in `epoch`: recorded before anything
-    /// acts on it — a take the audit log did not keep is given back.
-    async fn taken(&self, agent: &str, epoch: i64, base: i64) -> Result<Owned, ClusterError> {
-        let fence = epoch.saturating_add(base);
-        lock(&self.owned).insert(agent.to_string(), (epoch, fence));
-        match self.note(agent, Change::Taken, fence, Instant::now()).await {
-            Ok(()) => Ok(Owned::Taken(epoch)),
-            Err(e) => {
-                if let Err(r) = self.release(agent).await {
-                    tracing::warn!(agent, "cannot give back an unrecorded take: {r}");
-                }
-                Err(ClusterError::Unrecorded(e))
-            }
-        }
-    }
-
-    /// The epoch this host owns `agent` in, by its own record (no etcd
-    /// request; a fenced push confirms with [`Self::confirm`]).
-    pub fn epoch(&self, agent: &str) -> Option<i64> {
-        self.live_lease().ok()?;
-        lock(&self.owned).get(agent).map(|(e, _)| *e)
-    }
-
-    /// The fence epoch this host owns `agent` in (what its fence commits
-    /// are stamped with): the epoch plus the cluster's epoch base at the
-    /// take ([`super::EPOCH_BASE_KEY`]).
-    pub fn fence_epoch(&self, agent: &str) -> Option<i64> {
-        self.live_lease().ok()?;
-        lock(&self.owned).get(agent).map(|(_, f)| *f)
-    }
-
-    /// Whether etcd still says this host owns `agent` in `epoch`: the owner
-    /// key has that create revision, this host's value and its lease.
-    pub async fn confirm(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
-        let lease = self.live_lease()?;
-        let key = owner_key(agent);
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(key.clone(), CompareOp::Equal, epoch),
-                Compare::lease(key.clone(), CompareOp::Equal, lease),
-                Compare::value(key.clone(), CompareOp::Equal, self.cfg.host_id.clone()),
-            ])
-            .or_else([TxnOp::get(key, None)]);
-        let done = self
-            .transact(txn, "did not confirm this host's ownership")
-            .await?;
-        if done.succeeded() {
-            return Ok(());
-        }
-        self.forget(agent, Change::Lost, self.lost_at()).await;
-        Err(self.not_ours(agent, &done.op_responses()))
-    }
-
-    /// [`Self::confirm`] from a blocking thread (a sync runs on one).
-    pub fn confirm_blocking(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
-        self.runtime.block_on(self.confirm(agent, epoch))
-    }
-
-    /// Give `agent` back: its owner key is deleted if it is still this
-    /// host's. Another owner is named.
-    pub async fn release(&self, agent: &str) -> Result<(), ClusterError> {
-        let lease = self.live_lease()?;
-        let sent = Instant::now();
-        let key = owner_key(agent);
-        let txn = Txn::new()
-            .when([
-                Compare::lease(key.clone(), CompareOp::Equal, lease),
-                Compare::value(key.clone(), CompareOp::Equal, self.cfg.host_id.clone()),
-            ])
-            .and_then([TxnOp::delete(key.clone(), None)])
-            .or_else([TxnOp::get(key, None)]);
-        let done = self.transact(txn, "did not release the agent").await?;
-        if done.succeeded() {
-            self.forget(agent, Change::Released, sent).await;
-            return Ok(());
-        }
-        self.forget(agent, Change::Lost, self.lost_at()).await;
-        Err(self.not_ours(agent, &done.op_responses()))
-    }
-
-    /// Why a transaction on this host's owner key failed: another host owns
-    /// the agent (named from the key read back), or nobody does.
-    fn not_ours(&self, agent: &str, read_back: &[TxnOpResponse]) -> ClusterError {
-        match first_kv(read_back) {
-            Some(kv) => ClusterError::NotOwner {
-                agent: agent.to_string(),
-                owner: owner_shown(&kv),
-            },
-            None => ClusterError::NotOwned {
-                host: self.cfg.host_id.clone(),
-                agent: agent.to_string(),
-            },
-        }
-    }
-
-    /// Drop `agent` from this host's record, noting why and when.
-    async fn forget(&self, agent: &str, change: Change, at: Instant) {
-        let epoch = lock(&self.owned).remove(agent).map(|(_, f)| f);
-        if let Some(epoch) = epoch {
-            let _ = self.note(agent, change, epoch, at).await;
-        }
-    }
-
     /// Stop keeping the lease and give it back (a clean stop): etcd
     /// deletes the host key and every owner key under it at once.
     pub async fn shutdown(&self) {
@@ -774,9 +597,9 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 }
 
 /// An owner key's value as a message may show it: the host id, or a brief
-/// visible form of a value that is none ([`super::host_from_etcd`]).
+/// visible form of a value that is none ([`host_from_etcd`]).
 fn owner_shown(kv: &etcd_client::KeyValue) -> String {
-    super::host_from_etcd(kv.value()).unwrap_or_else(|shown| shown)
+    host_from_etcd(kv.value()).unwrap_or_else(|shown| shown)
 }
 
 /// Drain the owned agents, with the fence epoch each was taken in (what
@@ -800,14 +623,14 @@ fn kv_of(responses: &[TxnOpResponse], key: &str) -> Option<etcd_client::KeyValue
 /// The epoch base among a transaction's answers (0 when absent; a value
 /// that is no plausible epoch is taken as 0 and said: etcd is not trusted).
 fn epoch_base_in(responses: &[TxnOpResponse]) -> i64 {
-    let Some(kv) = kv_of(responses, super::EPOCH_BASE_KEY) else {
+    let Some(kv) = kv_of(responses, EPOCH_BASE_KEY) else {
         return 0;
     };
-    match super::parse_epoch(kv.value()) {
+    match parse_epoch(kv.value()) {
         Some(b) => b,
         None => {
             tracing::warn!(
-                value = %super::untrusted(kv.value()),
+                value = %untrusted(kv.value()),
                 "the epoch base in etcd is no epoch; taken as 0"
             );
             0

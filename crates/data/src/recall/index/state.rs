@@ -1,0 +1,86 @@
+//! An open index's state in memory: the [`Index`] itself, what it keeps of
+//! each message and conversation, and where the loaded snapshot's tables
+//! are. Its methods live in the files beside this one.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::fs::File;
+
+use super::postings::Postings;
+use crate::agentfs::Dir;
+use crate::protocol::messages::Role;
+
+/// Most conversations an agent's index follows.
+pub(super) const MAX_CONVERSATIONS: usize = 100_000;
+/// Permission bits of the index's files.
+pub(super) const PERM: u32 = 0o644;
+
+/// What the index keeps of one message.
+#[derive(Debug, Clone, Copy)]
+pub struct DocMeta {
+    pub conv: u32,
+    pub offset: u64,
+    pub len: u32,
+    /// Unix seconds of `ts` (0 when unparsable).
+    pub ts: i64,
+    pub role: Role,
+    /// Tokens in the message (its BM25 length).
+    pub dl: u32,
+}
+
+#[derive(Debug)]
+pub(super) struct ConvState {
+    pub(super) id: String,
+    pub(super) covered: u64,
+}
+
+/// The files of an index open for writing.
+pub(super) struct Files {
+    pub(super) dir: Dir,
+    pub(super) _lock: nix::fcntl::Flock<File>,
+    pub(super) terms: File,
+    pub(super) docs: File,
+}
+
+/// An open, caught-up index (locked, unless read-only).
+pub struct Index {
+    pub(super) convs_dir: Option<Dir>,
+    /// `None` when read-only.
+    pub(super) files: Option<Files>,
+    /// The recall directory of a read-only index, when there is one.
+    pub(super) ro_dir: Option<Dir>,
+    pub(super) snap: Snapshot,
+    /// Terms past the snapshot's, and snapshot terms already looked up
+    /// while indexing (a hash probe is cheaper than a binary search).
+    pub(super) term_ids: HashMap<String, u32>,
+    /// Per term id; a snapshot term's are decoded when first used.
+    pub(super) postings: Vec<OnceCell<Box<Postings>>>,
+    /// Entries appended to snapshot terms not decoded yet, merged in when
+    /// they are (an append then costs no decoding of common terms).
+    pub(super) pending: HashMap<u32, Postings>,
+    pub(crate) docs: Vec<DocMeta>,
+    /// Each doc's `dl` again, packed: ranking a common term reads one per
+    /// posting, and a quarter of the bytes keeps that pass in cache.
+    pub(crate) dls: Vec<u32>,
+    pub(super) convs: Vec<ConvState>,
+    pub(super) conv_ids: HashMap<String, u32>,
+    /// Whether appends reach the disk (a failed write stops them; the
+    /// next open indexes what is missing again).
+    pub(super) persist: bool,
+    /// Open message logs, by conversation number (results re-read lines).
+    pub(super) logs: std::cell::RefCell<HashMap<u32, File>>,
+}
+
+/// A loaded snapshot: its bytes and where its tables are.
+#[derive(Default)]
+pub(super) struct Snapshot {
+    pub(super) generation: u64,
+    pub(super) bytes: Vec<u8>,
+    pub(super) n_terms: u32,
+    /// `n_terms + 1` u32 offsets into `term_blob`.
+    pub(super) term_offs: usize,
+    pub(super) term_blob: usize,
+    /// `n_terms + 1` u64 offsets into `post_blob`.
+    pub(super) post_offs: usize,
+    pub(super) post_blob: usize,
+}
