@@ -77,7 +77,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AuditError + '_ {
 }
 
 /// Make the audit directory (root's, 0700) if it is missing.
-pub fn ensure_dir(home: &Home) -> Result<PathBuf, AuditError> {
+pub(crate) fn ensure_dir(home: &Home) -> Result<PathBuf, AuditError> {
     let dir = home.audit_dir();
     match std::fs::DirBuilder::new()
         .recursive(true)
@@ -335,7 +335,7 @@ pub fn rotated(home: &Home) -> Result<Vec<(u64, PathBuf)>, AuditError> {
 }
 
 /// Every file of the chain, oldest first (the current log last).
-pub fn chain_files(home: &Home) -> Result<Vec<PathBuf>, AuditError> {
+pub(crate) fn chain_files(home: &Home) -> Result<Vec<PathBuf>, AuditError> {
     let mut files: Vec<PathBuf> = rotated(home)?.into_iter().map(|(_, p)| p).collect();
     let current = home.audit_log();
     if current.exists() {
@@ -393,7 +393,7 @@ pub type LastLine = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// The last complete line of a file and, when the file does not end in a
 /// newline, what follows it (a torn line).
-pub fn last_line(file: &mut File, path: &Path, size: u64) -> Result<LastLine, AuditError> {
+pub(crate) fn last_line(file: &mut File, path: &Path, size: u64) -> Result<LastLine, AuditError> {
     if size == 0 {
         return Ok((None, None));
     }

@@ -44,7 +44,7 @@ impl Entry {
 }
 
 /// The sha256 of a line (without its newline).
-pub fn line_hash(line: &[u8]) -> [u8; 32] {
+pub(crate) fn line_hash(line: &[u8]) -> [u8; 32] {
     Sha256::digest(line).into()
 }
 
@@ -59,7 +59,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Lowercase hex of a 32-byte hash, back to bytes.
-pub fn parse_hex32(s: &[u8]) -> Option<[u8; 32]> {
+pub(crate) fn parse_hex32(s: &[u8]) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;
     }
@@ -82,12 +82,12 @@ pub fn now() -> String {
 }
 
 /// A time as records carry it (see [`now`]).
-pub fn format_time(t: time::OffsetDateTime) -> String {
+pub(crate) fn format_time(t: time::OffsetDateTime) -> String {
     crate::clock::fixed_micros(t)
 }
 
 /// The line for `entry` as record `seq` after `prev` (no newline).
-pub fn format_line(seq: u64, prev: &[u8; 32], time: &str, entry: &Entry) -> Vec<u8> {
+pub(crate) fn format_line(seq: u64, prev: &[u8; 32], time: &str, entry: &Entry) -> Vec<u8> {
     let json = |v: &Value| serde_json::to_string(v).unwrap_or_else(|_| "null".into());
     let opt = |v: &Option<String>| match v {
         Some(s) => json(&Value::String(clip(s))),

@@ -73,7 +73,7 @@ pub fn prompt_metadata(t: OffsetDateTime) -> String {
 
 /// RFC 3339 in whole seconds (`2026-12-02T07:30:00Z`): the one format
 /// every table and line shows a person.
-pub fn whole_seconds(t: OffsetDateTime) -> String {
+pub(crate) fn whole_seconds(t: OffsetDateTime) -> String {
     t.to_offset(UtcOffset::UTC)
         .format(format_description!(
             "[year]-[month]-[day]T[hour]:[minute]:[second]Z"

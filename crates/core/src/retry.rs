@@ -147,16 +147,6 @@ impl Policy {
             .is_ok()
     }
 
-    /// [`Policy::wait_for`] in a task.
-    pub async fn wait_for_async(&self, mut ready: impl FnMut() -> bool) -> bool {
-        self.run_async(
-            |_| true,
-            || std::future::ready(if ready() { Ok(()) } else { Err(()) }),
-        )
-        .await
-        .is_ok()
-    }
-
     /// [`Policy::run`] in a task: the pauses do not hold a thread.
     pub async fn run_async<T, E, F>(
         &self,
@@ -288,12 +278,6 @@ mod tests {
         let began = Instant::now();
         assert!(!Policy::polling(MS, 20 * MS).wait_for(|| false));
         assert!(began.elapsed() >= 20 * MS);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        assert!(!rt.block_on(Policy::immediate(3).wait_for_async(|| false)));
-        assert!(rt.block_on(Policy::immediate(1).wait_for_async(|| true)));
     }
 
     #[test]

@@ -53,7 +53,7 @@ impl Answer {
     }
 
     /// A tool call made whole: announced to `on_event` and kept.
-    pub fn add_tool_call(
+    pub(crate) fn add_tool_call(
         &mut self,
         id: String,
         name: String,

@@ -352,7 +352,7 @@ impl ProviderConfig {
 
     /// [`Self::context_window_for`] and where it came from, as an operator
     /// reads it.
-    pub fn window_origin(&self, handle: &str) -> Option<(u64, &'static str)> {
+    pub(crate) fn window_origin(&self, handle: &str) -> Option<(u64, &'static str)> {
         let handle = handle.trim();
         let is_mock = handle == "mock" || handle.starts_with("mock/");
         let configured = self
@@ -426,7 +426,7 @@ pub fn default_model(cfg: &ProviderConfig) -> String {
 
 /// Whether `base_url` points at this machine (a local Ollama or llama.cpp
 /// server needs no key).
-pub fn is_loopback_url(base_url: &str) -> bool {
+pub(crate) fn is_loopback_url(base_url: &str) -> bool {
     let rest = base_url
         .strip_prefix("http://")
         .or_else(|| base_url.strip_prefix("https://"))

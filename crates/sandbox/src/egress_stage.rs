@@ -34,7 +34,7 @@ pub struct StageEgress {
 /// Tell the supervisor the namespace is ready and wait for its answer:
 /// `Ok(true)` when the endpoint listens, `Ok(false)` when the supervisor
 /// declined. Descriptor 4 is closed either way.
-pub fn await_endpoint() -> Result<bool, String> {
+pub(crate) fn await_endpoint() -> Result<bool, String> {
     // SAFETY: descriptor 4 is the handshake the supervisor installed for a
     // child whose policy has egress; nothing else in this single-threaded
     // stage owns it, and it is closed (dropped) here.

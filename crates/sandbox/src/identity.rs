@@ -14,7 +14,7 @@ use crate::paths::{AGENT_OWNED_DIR_NAMES, AgentPaths, Home, OWNERSHIP_MARKER_NAM
 pub use super::subids::{UID_BASE, UID_COUNT};
 
 /// The uid the layer probes run as: the last agent uid.
-pub fn probe_uid() -> u32 {
+pub(crate) fn probe_uid() -> u32 {
     UID_BASE + super::subids::agent_uid_count() - 1
 }
 

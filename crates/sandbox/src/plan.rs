@@ -334,7 +334,7 @@ fn cgroup_procs(r: &SandboxReport, agent: &str, role: &str) -> Vec<PathBuf> {
 /// whole mini-letta home masked, then this binary and exactly the paths the
 /// role's profile lists (read-only or writable) brought back. Both
 /// namespace backends build exactly this.
-pub fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep> {
+pub(crate) fn view_steps(input: &PlanInput<'_>, writable: &[PathBuf]) -> Vec<MountStep> {
     let mut steps: Vec<MountStep> = ["/tmp", "/var/tmp", "/run", "/home", "/root"]
         .iter()
         .map(|d| MountStep::Tmpfs {

@@ -40,7 +40,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 
 /// How many tasks (threads included, as `RLIMIT_NPROC` counts them) run
 /// with real uid `uid` on this host now.
-pub fn tasks_of_uid(uid: u32) -> u64 {
+pub(crate) fn tasks_of_uid(uid: u32) -> u64 {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return 0;
     };

@@ -347,7 +347,7 @@ fn seccomp_layer() -> Layer {
     ))
 }
 
-pub fn compute_level(namespaces: bool, landlock: bool, abi: i32, seccomp: bool) -> Level {
+pub(crate) fn compute_level(namespaces: bool, landlock: bool, abi: i32, seccomp: bool) -> Level {
     match (namespaces, landlock, seccomp) {
         (true, true, true) if abi >= LANDLOCK_SCOPES_ABI => Level::L0,
         (_, true, true) if abi >= LANDLOCK_SCOPES_ABI => Level::L2,
@@ -463,7 +463,7 @@ fn can_make_groups(root: &Path) -> bool {
 /// `/proc/self/cgroup`) whose `cgroup.procs` and `cgroup.subtree_control`
 /// belong to `me`. Never a group someone else owns: a root-owned
 /// directory is root's, even where it happens to be writable.
-pub fn delegated_root(base: &Path, self_cgroup: &str, me: u32) -> Option<PathBuf> {
+pub(crate) fn delegated_root(base: &Path, self_cgroup: &str, me: u32) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let own = self_cgroup
         .lines()

@@ -476,7 +476,7 @@ pub const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | Errno::ENOSYS as u32;
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// `AUDIT_ARCH_*` of the architecture we are built for.
-pub fn audit_arch() -> Result<u32, SeccompError> {
+pub(crate) fn audit_arch() -> Result<u32, SeccompError> {
     // EM_X86_64 / EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE. The
     // argument offsets above assume little-endian.
     if cfg!(target_endian = "big") {
@@ -693,7 +693,7 @@ pub fn evaluate(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> Opt
 }
 
 /// [`evaluate`], also counting the instructions executed.
-pub fn run_counting(
+pub(crate) fn run_counting(
     prog: &[sock_filter],
     arch: u32,
     nr: u32,

@@ -86,23 +86,15 @@ pub fn status() -> &'static Status {
 }
 
 /// Whether this process is root of the host (not of a namespace of ours).
-pub fn host_root() -> bool {
+pub(crate) fn host_root() -> bool {
     matches!(status(), Status::HostRoot)
 }
 
 /// How many agent uids exist here (the probe's included).
-pub fn agent_uid_count() -> u32 {
+pub(crate) fn agent_uid_count() -> u32 {
     match status() {
         Status::Mapped { uids, gids, .. } => uids.count.min(gids.count),
         _ => UID_COUNT,
-    }
-}
-
-/// The host uid an agent uid of this process is (itself outside a namespace).
-pub fn host_uid(agent_uid: u32) -> u32 {
-    match status() {
-        Status::Mapped { uids, .. } if agent_uid >= UID_BASE => uids.start + (agent_uid - UID_BASE),
-        _ => agent_uid,
     }
 }
 
@@ -138,7 +130,7 @@ fn user_state_dir() -> Result<PathBuf, String> {
 
 /// The range `/etc/subuid`-style `text` grants user `name` (uid `uid`):
 /// its first line naming the user by name or number.
-pub fn range_in(text: &str, name: &str, uid: u32) -> Option<Range> {
+pub(crate) fn range_in(text: &str, name: &str, uid: u32) -> Option<Range> {
     text.lines().find_map(|line| {
         let mut f = line.trim().splitn(3, ':');
         let who = f.next()?;
@@ -384,7 +376,7 @@ fn become_mapped(maps: &Maps, doomed: impl FnOnce()) -> Result<(), String> {
 }
 
 /// The agent uid registry of this user, when it has a namespace of them.
-pub fn user_registry_path() -> Option<&'static Path> {
+pub(crate) fn user_registry_path() -> Option<&'static Path> {
     match status() {
         Status::Mapped { registry, .. } => Some(registry),
         _ => None,

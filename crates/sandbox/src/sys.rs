@@ -46,7 +46,7 @@ struct MountAttr {
 
 /// Set the `MOUNT_ATTR_*` bits of `attr_set` on the mount at `path` and on
 /// every mount below it (`mount_setattr(AT_RECURSIVE)`, Linux 5.12).
-pub fn mount_setattr_recursive(path: &CStr, attr_set: u64) -> io::Result<()> {
+pub(crate) fn mount_setattr_recursive(path: &CStr, attr_set: u64) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
         attr_clr: 0,
@@ -133,7 +133,7 @@ pub fn clear_bounding_set() -> Result<(), BoundingSetError> {
 }
 
 /// Empty the ambient capability set (`PR_CAP_AMBIENT_CLEAR_ALL`).
-pub fn clear_ambient_capabilities() -> io::Result<()> {
+pub(crate) fn clear_ambient_capabilities() -> io::Result<()> {
     // SAFETY: PR_CAP_AMBIENT takes integers only.
     let r = unsafe {
         libc::prctl(
@@ -149,7 +149,7 @@ pub fn clear_ambient_capabilities() -> io::Result<()> {
 
 /// Empty the effective, permitted and inheritable capability sets
 /// (`capset`, version 3: both 32-bit halves).
-pub fn clear_capability_sets() -> io::Result<()> {
+pub(crate) fn clear_capability_sets() -> io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -266,7 +266,7 @@ pub fn exit_now(code: i32) -> ! {
 
 /// The landlock ABI version of the running kernel
 /// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
-pub fn landlock_abi_version() -> io::Result<i32> {
+pub(crate) fn landlock_abi_version() -> io::Result<i32> {
     const LANDLOCK_CREATE_RULESET_VERSION: c_uint = 1;
     // SAFETY: the documented version query: no ruleset, size 0.
     let v = check(unsafe {

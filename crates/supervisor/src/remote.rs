@@ -531,7 +531,7 @@ pub fn publish(agent: &AgentPaths, record: &AgentRecord, url: &str) -> Result<bo
 /// [`sync::sync`] of an agent's memory, then its record published when the
 /// memory reached the remote. A record that cannot be published is noted
 /// in the message; the memory's status stands.
-pub fn sync_agent(
+pub(crate) fn sync_agent(
     agent: &AgentPaths,
     record: &AgentRecord,
     root: Option<&str>,
@@ -540,7 +540,7 @@ pub fn sync_agent(
 }
 
 /// [`sync_agent`], fenced in a cluster ([`sync::sync_fenced`]).
-pub fn sync_agent_fenced(
+pub(crate) fn sync_agent_fenced(
     agent: &AgentPaths,
     record: &AgentRecord,
     root: Option<&str>,

@@ -48,7 +48,7 @@ fn now() -> String {
 }
 
 /// Reminder text wrapped as the harness does.
-pub fn wrap_reminder(text: &str) -> String {
+pub(crate) fn wrap_reminder(text: &str) -> String {
     format!("<system-reminder>\n{}\n</system-reminder>", text.trim_end())
 }
 
@@ -684,7 +684,7 @@ fn gave_up(spent: Spent<ModelFailure>) -> ModelFailure {
 
 /// Events go out as NDJSON on stdout (the agent child's protocol with the
 /// CLI that started it).
-pub fn emit_json_line(event: &TurnEvent) {
+pub(crate) fn emit_json_line(event: &TurnEvent) {
     use std::io::Write;
     let line = json!(event).to_string();
     let mut out = std::io::stdout().lock();

@@ -27,7 +27,7 @@ pub struct Skill {
 
 /// The skills under `<memory_dir>/skills/`, in discovery order (names
 /// sorted), read from the working tree; symbolic links are not followed.
-pub fn discover(memory_dir: &Path) -> Vec<Skill> {
+pub(crate) fn discover(memory_dir: &Path) -> Vec<Skill> {
     let root = memory_dir.join("skills");
     let mut found = Vec::new();
     walk(&root, &root, 0, &mut found);
@@ -192,7 +192,7 @@ fn render(children: &mut [(String, Node)], prefix: &str, lines: &mut Vec<String>
 
 /// The `<available_skills>` block, or `""` when there are none. Repeated
 /// names keep their first entry; a description shows its first line.
-pub fn available_skills_block(skills: &[Skill]) -> String {
+pub(crate) fn available_skills_block(skills: &[Skill]) -> String {
     let mut seen = std::collections::HashSet::new();
     let mut groups: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for s in skills {
@@ -237,7 +237,7 @@ pub fn available_skills_block(skills: &[Skill]) -> String {
 
 /// `system` with the block appended (`\n\n` after the prompt right-trimmed);
 /// unchanged when there are no skills.
-pub fn append_block(system: &str, skills: &[Skill]) -> String {
+pub(crate) fn append_block(system: &str, skills: &[Skill]) -> String {
     let block = available_skills_block(skills);
     if block.is_empty() {
         return system.to_string();

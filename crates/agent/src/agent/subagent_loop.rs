@@ -74,7 +74,7 @@ fn read_roots(agent: &AgentPaths, task: &SubagentTask) -> Vec<PathBuf> {
 
 /// The step loop: one model request per step; tool calls run and their
 /// results go back; a response without tool calls ends the run.
-pub fn run_task(
+pub(crate) fn run_task(
     agent: &AgentPaths,
     task: &SubagentTask,
     channel: Arc<Mutex<Client>>,

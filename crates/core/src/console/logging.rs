@@ -29,7 +29,7 @@ static QUIET: AtomicBool = AtomicBool::new(false);
 static SINK: RwLock<Option<Arc<File>>> = RwLock::new(None);
 
 /// Say that this process's user asked for no log records on stderr.
-pub fn set_quiet(quiet: bool) {
+pub(crate) fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
 }
 

@@ -45,7 +45,7 @@ pub fn warning(text: &str) -> String {
 
 /// The CLI's error line: `mini-letta: error: MESSAGE` (the label coloured,
 /// the message shown safely).
-pub fn error_line(message: &str) -> String {
+pub(crate) fn error_line(message: &str) -> String {
     format!(
         "mini-letta: {} {}",
         error("error:"),

@@ -334,11 +334,6 @@ impl ConversationPaths {
         self.dir.join(SYSTEM_PROMPT_FILE_NAME)
     }
 
-    /// The last model request sent for this conversation (for operators).
-    pub fn last_request_json(&self) -> PathBuf {
-        self.dir.join(LAST_REQUEST_FILE_NAME)
-    }
-
     pub fn pending_reminders_json(&self) -> PathBuf {
         self.dir.join(PENDING_REMINDERS_FILE_NAME)
     }

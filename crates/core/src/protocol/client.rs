@@ -414,12 +414,6 @@ impl Client {
         let id = self.send_request(call)?;
         self.wait_response_with(id, |_| {})
     }
-
-    /// Write raw bytes (tests of malformed frames).
-    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
-        self.stream.write_all(bytes)?;
-        Ok(())
-    }
 }
 
 /// A reply of `method` read as `R`; one that does not read is a bad frame

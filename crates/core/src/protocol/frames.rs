@@ -586,7 +586,7 @@ pub enum Line {
 const ID_SEARCH_BYTES: usize = 128;
 
 /// The request id at the head of an (oversized) frame line, if it names one.
-pub fn id_in_head(head: &[u8]) -> Option<u64> {
+pub(crate) fn id_in_head(head: &[u8]) -> Option<u64> {
     let head = &head[..head.len().min(ID_SEARCH_BYTES)];
     let key = b"\"id\":";
     let at = head.windows(key.len()).position(|w| w == key)? + key.len();

@@ -196,7 +196,7 @@ pub fn marks_in_hello(line: &[u8]) -> Vec<Mark> {
 
 /// Whether a mark's name is one this program would write: short, of
 /// lower-case letters, digits, `.`, `_` and `-`.
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 40
         && name

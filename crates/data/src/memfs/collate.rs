@@ -81,7 +81,7 @@ fn ascii_compare(a: &str, b: &str) -> Option<Ordering> {
 }
 
 /// Stable sort by a string key with [`locale_compare`].
-pub fn sort_by_locale<T>(items: &mut [T], key: impl Fn(&T) -> &str) {
+pub(crate) fn sort_by_locale<T>(items: &mut [T], key: impl Fn(&T) -> &str) {
     items.sort_by(|a, b| locale_compare(key(a), key(b)));
 }
 

@@ -176,7 +176,7 @@ pub struct CommitOutcome {
 /// descriptors ([`crate::agentfs`]): each component is looked at with
 /// `fstatat` in the directory descriptor of its parent, never by a path
 /// string that could be re-resolved through a symlink swapped in.
-pub fn check_path(work_tree: &Path, path: &str) -> Result<String, CommitError> {
+pub(crate) fn check_path(work_tree: &Path, path: &str) -> Result<String, CommitError> {
     let root = Dir::open(work_tree)?;
     locate(&root, path).map(|(path, _)| path)
 }
@@ -267,7 +267,7 @@ fn changed(path: &str, e: FsError) -> CommitError {
 /// Every path in `paths` compared case-insensitively (the validator's
 /// [`CaseIndex`]) against `existing`; the first collision with a different
 /// spelling is an error.
-pub fn check_case_collision<'a>(
+pub(crate) fn check_case_collision<'a>(
     existing: impl IntoIterator<Item = &'a str>,
     paths: &[String],
 ) -> Result<(), CommitError> {

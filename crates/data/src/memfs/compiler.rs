@@ -101,7 +101,7 @@ pub fn compile_repo(
 }
 
 /// Combine a projection with the metadata block and the raw system prompt.
-pub fn assemble(projection: Projection, opts: &CompileOptions<'_>) -> CompiledPrompt {
+pub(crate) fn assemble(projection: Projection, opts: &CompileOptions<'_>) -> CompiledPrompt {
     let metadata = match projection.format {
         MemoryFormat::V2 => String::new(),
         MemoryFormat::V1 => metadata_block(opts),
@@ -142,7 +142,7 @@ fn read_file(head: &Head<'_>, entry: &Entry) -> Result<MemoryFile, RepoError> {
 }
 
 /// Render the committed memory of `repo`.
-pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
+pub(crate) fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
     let Some(head) = read_head(repo)? else {
         return Ok(Projection {
             content: String::new(),
@@ -154,7 +154,7 @@ pub fn render_projection(repo: &Repository) -> Result<Projection, RepoError> {
 }
 
 /// Compile the tree of commit `id` instead of HEAD's.
-pub fn compile_commit(
+pub(crate) fn compile_commit(
     repo: &Repository,
     id: git2::Oid,
     opts: &CompileOptions<'_>,
@@ -215,7 +215,9 @@ pub struct ProjectionBlock {
 /// The projection's blocks, in order, when HEAD is a memfs-v2 tree
 /// (`None` for memfs-v1 or an empty repository): what a `<memory_update>`
 /// that shows only changed files is cut from.
-pub fn projection_blocks(repo: &Repository) -> Result<Option<Vec<ProjectionBlock>>, RepoError> {
+pub(crate) fn projection_blocks(
+    repo: &Repository,
+) -> Result<Option<Vec<ProjectionBlock>>, RepoError> {
     match read_head(repo)? {
         Some(head) if head.has_root_index() => v2_blocks(&head).map(Some),
         _ => Ok(None),
@@ -296,7 +298,7 @@ fn v2_blocks(head: &Head<'_>) -> Result<Vec<ProjectionBlock>, RepoError> {
 }
 
 /// Escape `& " ' < >` for an XML attribute value, `&` first.
-pub fn escape_xml_attribute(s: &str) -> String {
+pub(crate) fn escape_xml_attribute(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -526,7 +528,7 @@ fn metadata_block(opts: &CompileOptions<'_>) -> String {
 
 /// Put coreMemory into the raw prompt: replace every `{CORE_MEMORY}`, or
 /// append it after a blank line. The replacement is literal.
-pub fn inject_core_memory(system: &str, core_memory: &str) -> String {
+pub(crate) fn inject_core_memory(system: &str, core_memory: &str) -> String {
     if system.contains(CORE_MEMORY_VARIABLE) {
         system.replace(CORE_MEMORY_VARIABLE, core_memory)
     } else {

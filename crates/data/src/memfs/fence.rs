@@ -140,7 +140,7 @@ pub fn previous(repo: &Repository, id: Oid) -> Option<Oid> {
 /// what the remote's fence (fetched as `remote_fence`) recorded: `Err`
 /// names both when it does not (the remote was rolled back or rewritten
 /// behind the owners' backs), with the recorded `main` to keep.
-pub fn check_not_rolled_back(
+pub(crate) fn check_not_rolled_back(
     repo: &Repository,
     remote_main: Option<Oid>,
     remote_fence: Option<Oid>,
@@ -193,7 +193,7 @@ impl std::fmt::Display for RolledBack {
 /// Whether this host may push over the remote fence `remote` (fetched):
 /// on a takeover, a fence of an older epoch (or none); otherwise exactly
 /// this host's own stamp. `Err(why)` names who holds the remote.
-pub fn may_push_over(
+pub(crate) fn may_push_over(
     repo: &Repository,
     remote: Option<Oid>,
     fence: &dyn Fence,

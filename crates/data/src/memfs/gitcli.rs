@@ -59,7 +59,7 @@ impl GitRun {
 /// Whether a git process started by [`command`] for `git_dir` is running
 /// (found by its `--git-dir` argument in `/proc`): one left running by a
 /// killed supervisor still owns the locks it took.
-pub fn running_on(git_dir: &Path) -> bool {
+pub(crate) fn running_on(git_dir: &Path) -> bool {
     // libgit2 names a git directory with a trailing slash; we pass none.
     let trim = |b: &[u8]| -> Vec<u8> {
         let mut v = b.to_vec();

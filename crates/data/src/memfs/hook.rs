@@ -95,7 +95,7 @@ pub fn script(binary: &Path) -> Vec<u8> {
 }
 
 /// The binary path recorded in an installed hook of ours.
-pub fn installed_binary(git_dir: &Path) -> Option<PathBuf> {
+pub(crate) fn installed_binary(git_dir: &Path) -> Option<PathBuf> {
     let text = fs::read(MemoryGitDir::new(git_dir).pre_commit_hook()).ok()?;
     text.split(|&b| b == b'\n').find_map(|line| {
         line.strip_prefix(BINARY_MARKER.as_bytes())
@@ -179,7 +179,7 @@ pub fn common_git_dir(repo: &Repository) -> &Path {
 }
 
 /// Record the repository's layout policy (sticky for its lifetime).
-pub fn write_layout_policy(git_dir: &Path, policy: Policy) -> Result<(), HookError> {
+pub(crate) fn write_layout_policy(git_dir: &Path, policy: Policy) -> Result<(), HookError> {
     let path = MemoryGitDir::new(git_dir).layout_policy_file();
     crate::fsutil::atomic_write(&path, format!("{}\n", policy.as_str()).as_bytes())
         .map_err(|source| HookError::Write { path, source })

@@ -60,12 +60,12 @@ impl PathRole {
 }
 
 /// `MEMORY.md` or `…/MEMORY.md`.
-pub fn is_index_path(path: &str) -> bool {
+pub(crate) fn is_index_path(path: &str) -> bool {
     path == INDEX_FILE || path.ends_with("/MEMORY.md")
 }
 
 /// Core memory: v2 = a root `.md` file; v1 = a `.md` file under `system/`.
-pub fn is_core_path(path: &str, format: MemoryFormat) -> bool {
+pub(crate) fn is_core_path(path: &str, format: MemoryFormat) -> bool {
     path.ends_with(".md")
         && match format {
             MemoryFormat::V2 => !path.contains('/'),
@@ -74,14 +74,14 @@ pub fn is_core_path(path: &str, format: MemoryFormat) -> bool {
 }
 
 /// `skills` itself or anything below it.
-pub fn is_skill_path(path: &str) -> bool {
+pub(crate) fn is_skill_path(path: &str) -> bool {
     path == "skills" || path.starts_with("skills/")
 }
 
 /// Whether `path` is visible memory: v1 everything; v2 root files, and nested
 /// files only when every ancestor directory has its own `MEMORY.md`
 /// (`has_path` answers whether a path exists in the same tree).
-pub fn is_projected_path(
+pub(crate) fn is_projected_path(
     path: &str,
     format: MemoryFormat,
     has_path: impl Fn(&str) -> bool,
@@ -106,7 +106,7 @@ pub fn is_projected_path(
 }
 
 /// `<one segment>/MEMORY.md`, the indexes the v2 prompt lists.
-pub fn is_child_index_path(path: &str) -> bool {
+pub(crate) fn is_child_index_path(path: &str) -> bool {
     path.strip_suffix("/MEMORY.md")
         .is_some_and(|dir| !dir.is_empty() && !dir.contains('/'))
 }
@@ -139,7 +139,7 @@ pub fn role_of(path: &str, format: MemoryFormat, has_path: impl Fn(&str) -> bool
 }
 
 /// Label of a memory file: its path without one trailing `.md`.
-pub fn label_of(path: &str) -> &str {
+pub(crate) fn label_of(path: &str) -> &str {
     path.strip_suffix(".md").unwrap_or(path)
 }
 

@@ -24,7 +24,7 @@ pub struct BrokenLink {
 /// The relative link targets of Markdown text: `](target)`, without a
 /// `#fragment` or a `"title"`; URLs, anchors and absolute paths are not
 /// memory paths and are skipped.
-pub fn relative_targets(text: &str) -> Vec<String> {
+pub(crate) fn relative_targets(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(at) = rest.find("](") {

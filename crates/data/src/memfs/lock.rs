@@ -74,7 +74,10 @@ impl RepoLock {
     }
 
     /// [`Self::acquire`], waiting at most `timeout` in all (both layers).
-    pub fn acquire_timeout(git_dir: &Path, timeout: Duration) -> Result<RepoLock, LockError> {
+    pub(crate) fn acquire_timeout(
+        git_dir: &Path,
+        timeout: Duration,
+    ) -> Result<RepoLock, LockError> {
         let deadline = Instant::now() + timeout;
         let key = std::fs::canonicalize(git_dir).unwrap_or_else(|_| git_dir.to_path_buf());
         let path = MemoryGitDir::new(&key).write_lock_file();

@@ -28,7 +28,7 @@ pub const HOOK_MARKER: &str = "# mini-letta post-commit hook";
 
 /// The mirror URL configured in `git_dir/config` (that file only: a global
 /// or system setting does not make every agent mirror to one place).
-pub fn configured_url(git_dir: &Path) -> Option<String> {
+pub(crate) fn configured_url(git_dir: &Path) -> Option<String> {
     let cfg = git2::Config::open(&MemoryGitDir::new(git_dir).config_file()).ok()?;
     let url = cfg.get_string(URL_KEY).ok()?;
     let url = url.trim().trim_end_matches('/').to_string();
@@ -44,7 +44,7 @@ fn in_flight() -> &'static Mutex<HashMap<PathBuf, bool>> {
 
 /// A commit was made on `repo`'s `HEAD`: mirror it when that is `main` of
 /// the main checkout (a worktree's branch never mirrors).
-pub fn head_committed(repo: &git2::Repository) {
+pub(crate) fn head_committed(repo: &git2::Repository) {
     if repo.is_worktree() {
         return;
     }
@@ -173,7 +173,7 @@ fn push_once(git_dir: &Path) {
 
 /// The `post-commit` hook: the same mirror for a person's `git commit` in
 /// the checkout. Plain `sh` and git, so it needs no binary path.
-pub fn hook_script() -> String {
+pub(crate) fn hook_script() -> String {
     format!(
         "#!/bin/sh\n\
 {HOOK_MARKER}: mirror main to {URL_KEY} when it is set.\n\

@@ -99,7 +99,7 @@ impl RemoteRoot {
 
     /// Where agent `agent_id`'s repository is under this root, unchecked
     /// (a directory's still needs [`crate::memfs::remote_repo::check`]).
-    pub fn agent_location(&self, agent_id: &str) -> String {
+    pub(crate) fn agent_location(&self, agent_id: &str) -> String {
         match self {
             RemoteRoot::Dir(dir) => dir
                 .join(format!("{agent_id}{REMOTE_REPO_SUFFIX}"))

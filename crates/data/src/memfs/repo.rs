@@ -125,7 +125,7 @@ pub fn open_bare(git_dir: &Path) -> Result<Repository, RepoError> {
 /// The check runs after the open because libgit2 reads `info/grafts` and
 /// `shallow` while opening: a file present then is still present now
 /// (only root can write a memory repository's git directory).
-pub fn seal(repo: Repository) -> Result<Repository, RepoError> {
+pub(crate) fn seal(repo: Repository) -> Result<Repository, RepoError> {
     let git_dir = repo.path().to_path_buf();
     let common = repo.commondir().to_path_buf();
     refuse_planted(&git_dir)?;
@@ -139,7 +139,7 @@ pub fn seal(repo: Repository) -> Result<Repository, RepoError> {
 
 /// The first file of [`MemoryGitDir::foreign_history_files`] present (in
 /// any form: a directory or a symlink there is refused too) in `git_dir`.
-pub fn planted_file(git_dir: &Path) -> Option<(PathBuf, &'static str)> {
+pub(crate) fn planted_file(git_dir: &Path) -> Option<(PathBuf, &'static str)> {
     MemoryGitDir::new(git_dir)
         .foreign_history_files()
         .into_iter()
@@ -147,7 +147,7 @@ pub fn planted_file(git_dir: &Path) -> Option<(PathBuf, &'static str)> {
 }
 
 /// `Err(Planted)` when [`planted_file`] finds one in `git_dir`.
-pub fn refuse_planted(git_dir: &Path) -> Result<(), RepoError> {
+pub(crate) fn refuse_planted(git_dir: &Path) -> Result<(), RepoError> {
     match planted_file(git_dir) {
         Some((path, what)) => Err(RepoError::Planted { path, what }),
         None => Ok(()),
@@ -156,7 +156,7 @@ pub fn refuse_planted(git_dir: &Path) -> Result<(), RepoError> {
 
 /// An object database reading and writing `objects` (loose objects and
 /// packs) and nothing else: no alternates, no commit-graph.
-pub fn own_objects(objects: &Path) -> Result<Odb<'static>, RepoError> {
+pub(crate) fn own_objects(objects: &Path) -> Result<Odb<'static>, RepoError> {
     let odb = Odb::new().map_err(|e| RepoError::git(objects, e))?;
     add_own_backends(&odb, objects, false).map_err(|e| RepoError::git(objects, e))?;
     Ok(odb)
@@ -165,7 +165,11 @@ pub fn own_objects(objects: &Path) -> Result<Odb<'static>, RepoError> {
 /// Add the loose and pack backends of `objects` to `odb` (as alternates,
 /// which are never written to, when `alternate`), without reading
 /// `objects/info/alternates` — which `Odb::add_disk_alternate` would.
-pub fn add_own_backends(odb: &Odb<'_>, objects: &Path, alternate: bool) -> Result<(), git2::Error> {
+pub(crate) fn add_own_backends(
+    odb: &Odb<'_>,
+    objects: &Path,
+    alternate: bool,
+) -> Result<(), git2::Error> {
     use git2::Binding;
     use libgit2_sys as raw;
     use std::os::unix::ffi::OsStrExt;

@@ -18,7 +18,10 @@ pub enum RevisionError {
 }
 
 /// The object `rev` names and its tree.
-pub fn resolve_tree<'r>(repo: &'r Repository, rev: &str) -> Result<(Oid, Tree<'r>), RevisionError> {
+pub(crate) fn resolve_tree<'r>(
+    repo: &'r Repository,
+    rev: &str,
+) -> Result<(Oid, Tree<'r>), RevisionError> {
     let object = repo
         .revparse_single(rev)
         .map_err(|source| match source.code() {

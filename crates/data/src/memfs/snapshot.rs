@@ -64,7 +64,7 @@ pub fn read_head(repo: &Repository) -> Result<Option<Head<'_>>, RepoError> {
 
 /// The tree of commit `id`, read the same way as HEAD's (the last valid
 /// revision when HEAD's tree fails the validator).
-pub fn read_commit(repo: &Repository, id: Oid) -> Result<Head<'_>, RepoError> {
+pub(crate) fn read_commit(repo: &Repository, id: Oid) -> Result<Head<'_>, RepoError> {
     let location = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
     let commit = repo
         .find_commit(id)
@@ -138,7 +138,7 @@ impl<'r> Head<'r> {
     /// Blobs directly in the root tree, plus the `MEMORY.md` blob of every
     /// first-level directory that has one. This is all memfs-v2 compilation
     /// needs, and its cost does not grow with the number of nested files.
-    pub fn root_and_child_indexes(&self) -> Result<(Vec<Entry>, Vec<Entry>), RepoError> {
+    pub(crate) fn root_and_child_indexes(&self) -> Result<(Vec<Entry>, Vec<Entry>), RepoError> {
         let mut root = Vec::new();
         let mut indexes = Vec::new();
         for entry in self.tree.iter() {
@@ -202,7 +202,7 @@ impl<'r> Head<'r> {
 
     /// A blob as text; invalid UTF-8 becomes U+FFFD (as letta-code's `git
     /// show` decoding does).
-    pub fn read_text(&self, entry: &Entry) -> Result<String, RepoError> {
+    pub(crate) fn read_text(&self, entry: &Entry) -> Result<String, RepoError> {
         let bytes = self.read_bytes(entry)?;
         Ok(match String::from_utf8(bytes) {
             Ok(s) => s,

@@ -7,7 +7,7 @@
 
 /// True for the characters ECMAScript's `WhiteSpace` and `LineTerminator`
 /// productions name (what `String.prototype.trim` strips).
-pub fn is_js_whitespace(c: char) -> bool {
+pub(crate) fn is_js_whitespace(c: char) -> bool {
     matches!(
         c,
         '\u{0009}'..='\u{000D}'
@@ -25,17 +25,18 @@ pub fn is_js_whitespace(c: char) -> bool {
 }
 
 /// `s.trim()` as JavaScript does it.
-pub fn js_trim(s: &str) -> &str {
+pub(crate) fn js_trim(s: &str) -> &str {
     s.trim_matches(is_js_whitespace)
 }
 
 /// `s.trimEnd()` as JavaScript does it.
-pub fn js_trim_end(s: &str) -> &str {
+pub(crate) fn js_trim_end(s: &str) -> &str {
     s.trim_end_matches(is_js_whitespace)
 }
 
 /// `s.trimStart()` as JavaScript does it.
-pub fn js_trim_start(s: &str) -> &str {
+#[cfg(test)]
+pub(crate) fn js_trim_start(s: &str) -> &str {
     s.trim_start_matches(is_js_whitespace)
 }
 

@@ -116,7 +116,7 @@ fn git(what: &'static str) -> impl FnOnce(git2::Error) -> TransportError {
 
 /// Whether `root` is a git URL (`scheme://…` or scp-like `[user@]host:path`)
 /// rather than a local directory.
-pub fn is_url(root: &str) -> bool {
+pub(crate) fn is_url(root: &str) -> bool {
     if root.contains("://") {
         return true;
     }
@@ -187,7 +187,7 @@ pub fn push(
 /// the names removed. Only for a caller that knows no live writer may hold
 /// them — a new owner whose etcd lease outlived every earlier owner's.
 /// Nothing for a URL remote (its locks are its server's).
-pub fn clear_stale_locks(url: &str, names: &[&str]) -> Vec<String> {
+pub(crate) fn clear_stale_locks(url: &str, names: &[&str]) -> Vec<String> {
     if is_url(url) {
         return Vec::new();
     }

@@ -4,13 +4,13 @@ pub const K1: f64 = 1.2;
 pub const B: f64 = 0.75;
 
 /// The inverse document frequency of a term in `df` of `n` messages.
-pub fn idf(n: u64, df: u64) -> f64 {
+pub(crate) fn idf(n: u64, df: u64) -> f64 {
     let (n, df) = (n as f64, df as f64);
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
 /// One term's contribution to a message's score.
-pub fn term_score(idf: f64, tf: f64, dl: f64, avgdl: f64) -> f64 {
+pub(crate) fn term_score(idf: f64, tf: f64, dl: f64, avgdl: f64) -> f64 {
     let norm = if avgdl > 0.0 {
         1.0 - B + B * dl / avgdl
     } else {

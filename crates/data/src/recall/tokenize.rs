@@ -24,7 +24,7 @@ pub fn normalize(text: &str) -> String {
 }
 
 /// A Han, Kana or Hangul character: a token on its own.
-pub fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
         0x3040..=0x30FF      // Hiragana, Katakana
         | 0x31F0..=0x31FF    // Katakana extensions
@@ -41,13 +41,13 @@ pub fn is_cjk(c: char) -> bool {
 
 /// A character of a word token (letters and digits of any script but the
 /// CJK ones, and `_`).
-pub fn is_word(c: char) -> bool {
+pub(crate) fn is_word(c: char) -> bool {
     c == '_' || (c.is_alphanumeric() && !is_cjk(c))
 }
 
 /// The tokens of already normalised text, in order (repeats kept): words,
 /// then for CJK runs each character followed by the bigram it starts.
-pub fn tokens_normalized(text: &str, mut emit: impl FnMut(&str)) {
+pub(crate) fn tokens_normalized(text: &str, mut emit: impl FnMut(&str)) {
     let mut word_start: Option<usize> = None;
     let mut prev_cjk: Option<(usize, char)> = None;
     for (i, c) in text.char_indices() {

@@ -35,13 +35,13 @@ pub struct Backoff {
 
 impl Backoff {
     /// `retryAt` as a time (`None` when the file's text is not one).
-    pub fn retry_time(&self) -> Option<OffsetDateTime> {
+    pub(crate) fn retry_time(&self) -> Option<OffsetDateTime> {
         crate::clock::parse_rfc3339(&self.retry_at)
     }
 }
 
 /// The delay after one more failure, given the last one.
-pub fn next_delay(previous: Option<Duration>) -> Duration {
+pub(crate) fn next_delay(previous: Option<Duration>) -> Duration {
     match previous {
         Some(d) if d > Duration::ZERO => std::cmp::min(d.saturating_mul(2), MAX_DELAY),
         _ => INITIAL_DELAY,

@@ -128,7 +128,7 @@ impl CompletionStatus {
     /// From a finalize status name (`merged`, `no_changes`, `parent_dirty`,
     /// `merge_conflict`, `dirty_uncommitted`, `failed`); a failure in the
     /// integration phase carries its summary.
-    pub fn from_finalize(status: &str, integration_summary: Option<&str>) -> Option<Self> {
+    pub(crate) fn from_finalize(status: &str, integration_summary: Option<&str>) -> Option<Self> {
         Some(match status {
             "merged" => Self::Merged,
             "no_changes" => Self::NoChanges,
@@ -146,12 +146,14 @@ impl CompletionStatus {
     }
 
     /// Whether the transcript counts as reflected (cursors advance).
-    pub fn consumes_transcript(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn consumes_transcript(&self) -> bool {
         matches!(self, Self::Merged | Self::NoChanges)
     }
 
     /// Whether automatic launches back off afterwards.
-    pub fn backs_off(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn backs_off(&self) -> bool {
         matches!(self, Self::ParentDirty | Self::MergeConflict)
     }
 
@@ -162,7 +164,7 @@ impl CompletionStatus {
 }
 
 /// The user-facing line for a finished reflection (spec §5.6, exact).
-pub fn completion_line(status: &CompletionStatus) -> String {
+pub(crate) fn completion_line(status: &CompletionStatus) -> String {
     match status {
         CompletionStatus::Merged => "Dreamed and made some memories.".into(),
         CompletionStatus::NoChanges => "Dreamed; no memory changes were needed.".into(),
@@ -208,7 +210,7 @@ pub fn load_last_result(
 }
 
 /// Keep a finished memory worker's result (`reflections/last-worker.json`).
-pub fn save_last_worker_result(
+pub(crate) fn save_last_worker_result(
     agent: &crate::paths::AgentPaths,
     result: &SubagentResult,
 ) -> Result<(), super::ReflectionError> {
@@ -251,7 +253,8 @@ fn load_result(
 }
 
 /// `line` with the note that recompiling the system prompt failed.
-pub fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> String {
+#[cfg(test)]
+pub(crate) fn with_recompile_failure(line: &str, error: impl std::fmt::Display) -> String {
     format!("{line} System prompt recompilation failed: {error}")
 }
 

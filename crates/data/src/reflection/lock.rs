@@ -143,7 +143,7 @@ pub fn try_acquire(agent: &AgentPaths, owner_pid: u32) -> Result<Acquire, Reflec
 }
 
 /// [`try_acquire`], recording a label (e.g. the launch id) for status tools.
-pub fn try_acquire_labeled(
+pub(crate) fn try_acquire_labeled(
     agent: &AgentPaths,
     owner_pid: u32,
     label: Option<&str>,
@@ -237,7 +237,12 @@ pub fn release(agent: &AgentPaths, token: &str) -> Result<bool, ReflectionError>
 }
 
 /// Record the reflection child's pid in the lock (if `token` still owns it).
-pub fn set_child(agent: &AgentPaths, token: &str, child: u32) -> Result<bool, ReflectionError> {
+#[cfg(test)]
+pub(crate) fn set_child(
+    agent: &AgentPaths,
+    token: &str,
+    child: u32,
+) -> Result<bool, ReflectionError> {
     let dir = super::open_agent_dir(agent)?;
     let _guard = guard(agent)?;
     match read_lock(&dir)? {

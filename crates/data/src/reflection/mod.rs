@@ -205,7 +205,7 @@ pub(crate) mod testutil {
     }
 
     /// Append a message with a `kind`; returns its id.
-    pub fn say_kind(conv: &mut Conversation, role: Role, text: &str, kind: &str) -> String {
+    pub(crate) fn say_kind(conv: &mut Conversation, role: Role, text: &str, kind: &str) -> String {
         let id = conv.next_id();
         let mut m = StoredMessage::new(id.clone(), role, vec![Part::text(text)]);
         m.kind = Some(kind.into());
@@ -214,7 +214,7 @@ pub(crate) mod testutil {
     }
 
     /// Append a message with these parts; returns its id.
-    pub fn say_parts(conv: &mut Conversation, role: Role, parts: Vec<Part>) -> String {
+    pub(crate) fn say_parts(conv: &mut Conversation, role: Role, parts: Vec<Part>) -> String {
         let id = conv.next_id();
         conv.append(StoredMessage::new(id.clone(), role, parts))
             .expect("append");

@@ -23,7 +23,7 @@ pub const ATTEMPT_REPORT_CHARS: usize = 2_000;
 
 /// The merge part of a finalize result serialized as JSON
 /// (`wt::Finalized`).
-pub fn merge_part(v: &Value) -> MergePart {
+pub(crate) fn merge_part(v: &Value) -> MergePart {
     let strings = |k: &str| -> Vec<String> {
         v[k].as_array()
             .into_iter()
@@ -93,7 +93,7 @@ pub fn next(merge: &str, checkout_dirty: bool, task: TaskStatus) -> Next {
 /// Add the two parts to a result record (the finalize result and the
 /// child's fields), keeping its top-level `status` — the merge status —
 /// for readers of the older shape.
-pub fn annotate(record: &mut Value, merge: &MergePart, task: &TaskPart) {
+pub(crate) fn annotate(record: &mut Value, merge: &MergePart, task: &TaskPart) {
     if let Some(o) = record.as_object_mut() {
         o.insert("merge".into(), json!(merge));
         o.insert("task".into(), json!(task));

@@ -108,7 +108,7 @@ pub struct PayloadRecord {
 
 impl PayloadRecord {
     /// A kept user or assistant row (see the module doc).
-    pub fn is_canonical(&self) -> bool {
+    pub(crate) fn is_canonical(&self) -> bool {
         self.role == "user" || self.role == "assistant"
     }
 }
@@ -264,7 +264,7 @@ pub struct Slice {
 }
 
 impl Slice {
-    pub fn start_message_id(&self) -> &str {
+    pub(crate) fn start_message_id(&self) -> &str {
         self.records.first().map_or("", |r| r.message_id.as_str())
     }
 
@@ -275,7 +275,7 @@ impl Slice {
 
 /// The unreflected slice of `messages` after `cursor`, at most about
 /// `max_chars` (see the module doc); `None` when there is nothing new.
-pub fn slice_messages(
+pub(crate) fn slice_messages(
     conversation_id: &str,
     messages: &[StoredMessage],
     cursor: Option<&str>,
@@ -324,7 +324,7 @@ pub fn slice_messages(
 }
 
 /// Conversation `id`'s unreflected slice (its cursor from its state).
-pub fn slice_conversation(
+pub(crate) fn slice_conversation(
     agent: &AgentPaths,
     id: &str,
     max_chars: usize,
@@ -544,7 +544,11 @@ fn open_launch_dir(
 }
 
 /// The manifest of launch `launch_id`, read back (bounded, unfollowed).
-pub fn load_manifest(agent: &AgentPaths, launch_id: &str) -> Result<Manifest, ReflectionError> {
+#[cfg(test)]
+pub(crate) fn load_manifest(
+    agent: &AgentPaths,
+    launch_id: &str,
+) -> Result<Manifest, ReflectionError> {
     let dir = open_launch_dir(agent, launch_id, false)?.ok_or_else(|| ReflectionError::Io {
         path: agent.reflection_payload_dir(launch_id).unwrap_or_default(),
         source: std::io::ErrorKind::NotFound.into(),
@@ -559,7 +563,7 @@ pub fn load_manifest(agent: &AgentPaths, launch_id: &str) -> Result<Manifest, Re
 
 /// The records of each slice of `manifest`, read back from its launch
 /// directory by conversation id (not by the manifest's path text).
-pub fn read_slices(
+pub(crate) fn read_slices(
     agent: &AgentPaths,
     manifest: &Manifest,
 ) -> Result<Vec<(String, Vec<PayloadRecord>)>, ReflectionError> {
@@ -586,7 +590,7 @@ pub fn read_slices(
 /// `end_message_id` and `lastSucceededAt` is stamped. Every slice is tried;
 /// the first error is returned. (On failure the caller simply does not call
 /// this: the cursors stay where they were.)
-pub fn finalize_success(
+pub(crate) fn finalize_success(
     agent: &AgentPaths,
     manifest: &Manifest,
     now: OffsetDateTime,
@@ -610,7 +614,7 @@ pub fn finalize_success(
 }
 
 /// Remove launch `launch_id`'s payload directory (missing is fine).
-pub fn remove_payload(agent: &AgentPaths, launch_id: &str) -> Result<(), ReflectionError> {
+pub(crate) fn remove_payload(agent: &AgentPaths, launch_id: &str) -> Result<(), ReflectionError> {
     let Some(payloads) = open_launch_dir(agent, launch_id, false)? else {
         return Ok(());
     };
@@ -634,7 +638,7 @@ pub fn remove_payload(agent: &AgentPaths, launch_id: &str) -> Result<(), Reflect
 }
 
 /// Remove every launch's payload (after a crash, no reflection runs).
-pub fn remove_all(agent: &AgentPaths) -> Result<(), ReflectionError> {
+pub(crate) fn remove_all(agent: &AgentPaths) -> Result<(), ReflectionError> {
     let Some(top) = super::open_reflections_dir(agent, false)? else {
         return Ok(());
     };

@@ -63,7 +63,7 @@ pub fn system_prompt() -> String {
 /// revision the reflection's worktree starts from (book lab 5, answer 1).
 /// Read through the sealed open of the agent's repository, never through
 /// the worktree, whose `.git` the agent's uid can rewrite.
-pub fn system_prompt_with_memory(
+pub(crate) fn system_prompt_with_memory(
     agent: &AgentPaths,
     base: git2::Oid,
 ) -> Result<String, ReflectionError> {
@@ -227,7 +227,7 @@ fn walk(
 
 /// The `<parent_memory>` snapshot of the memory at `worktree`: a tree of
 /// its files and each core file's text, at most [`SNAPSHOT_MAX_CHARS`].
-pub fn parent_memory_snapshot(worktree: &Path) -> Result<String, ReflectionError> {
+pub(crate) fn parent_memory_snapshot(worktree: &Path) -> Result<String, ReflectionError> {
     let root = Dir::open(worktree)?;
     let mut lines = Vec::new();
     let mut files = Vec::new();
@@ -308,7 +308,10 @@ fn record_lines(r: &PayloadRecord) -> String {
 
 /// The transcripts inline, each in a `<transcript conversation_id=…>`
 /// block, at most `max_chars` in all (then a notice names the files).
-pub fn render_transcripts(slices: &[(String, Vec<PayloadRecord>)], max_chars: usize) -> String {
+pub(crate) fn render_transcripts(
+    slices: &[(String, Vec<PayloadRecord>)],
+    max_chars: usize,
+) -> String {
     let mut out = String::new();
     let mut used = 0usize;
     for (id, records) in slices {
@@ -338,7 +341,7 @@ pub fn render_transcripts(slices: &[(String, Vec<PayloadRecord>)], max_chars: us
 
 /// The prompt for a launch: `manifest` (written at `manifest_path`), its
 /// slices' records, and the reflection worktree the sub-agent edits.
-pub fn build_with(
+pub(crate) fn build_with(
     manifest: &Manifest,
     manifest_path: &Path,
     slices: &[(String, Vec<PayloadRecord>)],

@@ -228,7 +228,7 @@ fn update(
 }
 
 /// [`push`], for a repair worker of `repair`.
-pub fn push_repair(
+pub(crate) fn push_repair(
     agent: &AgentPaths,
     instruction: &str,
     isolation: Option<&str>,
@@ -297,7 +297,7 @@ fn count_failure(item: &mut QueuedWorker) {
 /// `counted`: the run counts against [`MAX_ATTEMPTS`] (a run stopped with
 /// its supervisor does not). Its new state (`failed` once the count
 /// reaches the limit); `None` when it is no longer kept.
-pub fn record_run(
+pub(crate) fn record_run(
     agent: &AgentPaths,
     id: &str,
     attempt: Attempt,
@@ -406,7 +406,7 @@ pub fn describe(
 }
 
 /// Id of the reminder left for a failed instruction (one per instruction).
-pub fn failed_reminder_id(item: &QueuedWorker) -> String {
+pub(crate) fn failed_reminder_id(item: &QueuedWorker) -> String {
     format!("memory-worker-failed-{}", item.id)
 }
 

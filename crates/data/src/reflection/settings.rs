@@ -185,7 +185,7 @@ impl ReflectionSettings {
 /// The agent's settings and any warnings about fields that were replaced
 /// by defaults. A settings file that cannot be read safely (a symlink,
 /// too large) is an error, not a silent default.
-pub fn load_with_warnings(
+pub(crate) fn load_with_warnings(
     agent: &AgentPaths,
 ) -> Result<(ReflectionSettings, Vec<String>), ReflectionError> {
     let Some(dir) = super::open_reflections_dir(agent, false)? else {

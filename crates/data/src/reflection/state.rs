@@ -61,12 +61,12 @@ pub struct ReflectionState {
 }
 
 /// Whether `m` is a step: a model response, not a harness row.
-pub fn is_step(m: &StoredMessage) -> bool {
+pub(crate) fn is_step(m: &StoredMessage) -> bool {
     m.role == Role::Assistant && m.kind.is_none()
 }
 
 /// The index of the message `cursor` names, if there is one.
-pub fn cursor_index(messages: &[StoredMessage], cursor: Option<&str>) -> Option<usize> {
+pub(crate) fn cursor_index(messages: &[StoredMessage], cursor: Option<&str>) -> Option<usize> {
     let cursor = cursor?;
     messages.iter().position(|m| m.id == cursor)
 }
@@ -158,12 +158,12 @@ fn update<T>(
 
 /// Recompute `stepsSinceLastReflection` from the log and save it (after
 /// each turn, before the trigger is evaluated).
-pub fn refresh(agent: &AgentPaths, id: &str) -> Result<ReflectionState, ReflectionError> {
+pub(crate) fn refresh(agent: &AgentPaths, id: &str) -> Result<ReflectionState, ReflectionError> {
     update(agent, id, |_, _| Ok(())).map(|(s, ())| s)
 }
 
 /// Stamp `lastStartedAt` (a reflection covering the conversation began).
-pub fn mark_started(
+pub(crate) fn mark_started(
     agent: &AgentPaths,
     id: &str,
     now: OffsetDateTime,
@@ -178,7 +178,7 @@ pub fn mark_started(
 /// A reflection covering the conversation through `end_message_id`
 /// succeeded: the cursor moves there unless it is already later in the
 /// log (a cursor never moves back), and `lastSucceededAt` is stamped.
-pub fn mark_succeeded(
+pub(crate) fn mark_succeeded(
     agent: &AgentPaths,
     id: &str,
     end_message_id: &str,
@@ -202,7 +202,7 @@ pub fn mark_succeeded(
 }
 
 /// Remember that the compaction stamped `at` has been considered.
-pub fn note_compaction_seen(
+pub(crate) fn note_compaction_seen(
     agent: &AgentPaths,
     id: &str,
     at: &str,

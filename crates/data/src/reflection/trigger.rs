@@ -30,7 +30,7 @@ pub enum TriggerReason {
 
 /// The decision for `settings` given the conversation's (refreshed)
 /// `state` and whether a compaction happened since the last check.
-pub fn should_launch(
+pub(crate) fn should_launch(
     settings: &ReflectionSettings,
     state: &ReflectionState,
     compaction_happened: bool,
@@ -59,7 +59,7 @@ struct EventAt {
 
 /// The `at` of conversation `id`'s latest compaction when `state` has not
 /// seen it yet. A missing or malformed event file is no compaction.
-pub fn pending_compaction(
+pub(crate) fn pending_compaction(
     agent: &AgentPaths,
     id: &str,
     state: &ReflectionState,

@@ -434,7 +434,10 @@ impl Conversation {
     }
 
     /// Replace the reminder queue.
-    pub fn set_pending_reminders(&self, items: &[Reminder]) -> Result<(), ConversationError> {
+    pub(crate) fn set_pending_reminders(
+        &self,
+        items: &[Reminder],
+    ) -> Result<(), ConversationError> {
         let json = to_json(
             self.paths.pending_reminders_json(),
             &RemindersFile {

@@ -39,7 +39,7 @@ struct IndexFile {
 const VERSION: u32 = 1;
 
 /// The index's entries if it matches the agent directories present.
-pub fn read_current(home: &Home) -> Option<Vec<Entry>> {
+pub(crate) fn read_current(home: &Home) -> Option<Vec<Entry>> {
     let file = read_file(home)?;
     let indexed: BTreeSet<String> = file.agents.iter().map(|e| e.id.clone()).collect();
     if indexed.len() != file.agents.len() || indexed != agent_dirs(home)? {
@@ -50,7 +50,7 @@ pub fn read_current(home: &Home) -> Option<Vec<Entry>> {
 
 /// Whatever the index says, current or not (for the names of agents whose
 /// records cannot be read); empty when there is no readable index.
-pub fn read_any(home: &Home) -> Vec<Entry> {
+pub(crate) fn read_any(home: &Home) -> Vec<Entry> {
     read_file(home).map(|f| f.agents).unwrap_or_default()
 }
 

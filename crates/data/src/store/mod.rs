@@ -88,7 +88,7 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ 
 }
 
 /// A random `agent-<uuid v4>` id.
-pub fn new_agent_id() -> String {
+pub(crate) fn new_agent_id() -> String {
     new_prefixed_id("agent")
 }
 
@@ -138,7 +138,7 @@ pub fn create(home: &Home, name: &str, system: Option<String>) -> Result<AgentRe
 
 /// [`create`], the agent's directory on a volume of its own when `quota`
 /// is given (see `sandbox::volume`).
-pub fn create_with_quota(
+pub(crate) fn create_with_quota(
     home: &Home,
     name: &str,
     system: Option<String>,
@@ -150,7 +150,7 @@ pub fn create_with_quota(
 /// [`create_with_quota`] with the model handle the record names (`mock`
 /// when `None`). The caller checks the handle's form
 /// (`model::factory::parse_handle`); the store knows no providers.
-pub fn create_with(
+pub(crate) fn create_with(
     home: &Home,
     name: &str,
     system: Option<String>,
@@ -162,7 +162,7 @@ pub fn create_with(
 
 /// [`create_with`], the record's `model_settings` given (e.g. its
 /// `context_window_limit`).
-pub fn create_with_settings(
+pub(crate) fn create_with_settings(
     home: &Home,
     name: &str,
     system: Option<String>,

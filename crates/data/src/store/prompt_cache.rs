@@ -145,7 +145,7 @@ fn to_cache(c: &CompiledPrompt) -> CachedPrompt {
 }
 
 /// The `<memory_update>` text for a new revision.
-pub fn memory_update_text(revision: Option<&str>, core_memory: &str) -> String {
+pub(crate) fn memory_update_text(revision: Option<&str>, core_memory: &str) -> String {
     [
         "<memory_update>".to_string(),
         format!(
@@ -295,29 +295,5 @@ pub fn resolve(
                 notice,
             })
         }
-    }
-}
-
-/// Forget the cached prompt so the next step recompiles (`recompile`,
-/// compaction, a changed system prompt).
-pub fn invalidate(agent: &AgentPaths, conversation: &str) -> Result<(), PromptError> {
-    let Ok(c) = agent.conversation(conversation) else {
-        return Ok(());
-    };
-    let path = c.system_prompt_json();
-    let io = |source| StoreError::Io {
-        path: path.clone(),
-        source,
-    };
-    // Reached by descriptor: the conversation directory is the agent's.
-    let dir = match super::conversation::open_dir(agent, conversation, false) {
-        Ok(Some(d)) => d,
-        Ok(None) => return Ok(()),
-        Err(e) => return Err(io(std::io::Error::other(e.to_string())).into()),
-    };
-    match dir.remove_file(crate::paths::SYSTEM_PROMPT_FILE_NAME) {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(io(std::io::Error::other(e.to_string())).into()),
     }
 }

@@ -71,7 +71,7 @@ fn ask(client: &mut Client, name: &str, call: Call) -> Answer {
 /// those were refused, `supervisor.stop`. Escaped if any is accepted;
 /// blocked if all are refused (the evidence names any refusal that was
 /// not `forbidden`); skipped without a channel.
-pub fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn privileged_rpc(ctx: &ProbeContext) -> Verdict {
     let mut client = match channel() {
         Ok(c) => c,
         Err(reason) => return Verdict::skipped(reason),
@@ -135,7 +135,7 @@ const SWITCHES: &[(&str, &str)] = &[
 /// and ask the supervisor on the channel for a child with `isolation: off`.
 /// Escaped if the tool reads the secret or the spawn is accepted; skipped
 /// if no tool can be run and there is no channel.
-pub fn env_switches(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn env_switches(ctx: &ProbeContext) -> Verdict {
     let mut got = Vec::new();
     let mut refused = Vec::new();
     let mut tried = false;
@@ -205,7 +205,7 @@ fn fake_token() -> String {
 /// commit it. Blocked if refused with `validation_failed` (the evidence says
 /// whether the secret scan named it); escaped if the commit is made;
 /// skipped without a channel. The file is restored or removed afterwards.
-pub fn secret_commit(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn secret_commit(ctx: &ProbeContext) -> Verdict {
     let mut client = match channel() {
         Ok(c) => c,
         Err(reason) => return Verdict::skipped(reason),
@@ -289,7 +289,7 @@ fn restore(path: &Path, original: Option<&[u8]>) {
 /// write files of the child's choosing) and a provider the operator did not
 /// give this child. Escaped if either call is answered by a model; skipped
 /// without a channel.
-pub fn model_choice(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn model_choice(ctx: &ProbeContext) -> Verdict {
     let mut client = match channel() {
         Ok(c) => c,
         Err(reason) => return Verdict::skipped(reason),
@@ -330,7 +330,7 @@ fn verdict_of(answers: impl IntoIterator<Item = Answer>) -> Verdict {
 /// Blocked if that frame is refused (the supervisor closed them); escaped
 /// if it is answered as if nothing had come with it; skipped without a
 /// channel.
-pub fn pass_descriptors(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn pass_descriptors(_ctx: &ProbeContext) -> Verdict {
     let mut client = match channel() {
         Ok(c) => c,
         Err(reason) => return Verdict::skipped(reason),

@@ -53,7 +53,7 @@ fn direct(port: u16) -> Result<Vec<String>, String> {
 
 /// Row 68: the namespace has no route, and the listed host's port is not
 /// reachable without the proxy. Escaped if a direct connection is made.
-pub fn no_route(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn no_route(ctx: &ProbeContext) -> Verdict {
     let routes = std::fs::read_to_string("/proc/net/route")
         .map(|t| t.lines().skip(1).filter(|l| !l.trim().is_empty()).count())
         .unwrap_or(0);
@@ -73,7 +73,7 @@ pub fn no_route(ctx: &ProbeContext) -> Verdict {
 /// Row 69: the listed host answers through the proxy, and only there.
 /// Escaped if it answers directly; skipped when the proxy is absent or
 /// does not serve it.
-pub fn listed_host(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn listed_host(ctx: &ProbeContext) -> Verdict {
     let Some(e) = &ctx.egress else {
         return Verdict::skipped("this child has no egress proxy (its role's network is none)");
     };
@@ -97,7 +97,7 @@ pub fn listed_host(ctx: &ProbeContext) -> Verdict {
 /// Row 70: hosts the list does not name, through the proxy: the same
 /// loopback by IP, another port by name, a tunnel. Escaped if any gets
 /// through.
-pub fn refused_host(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn refused_host(ctx: &ProbeContext) -> Verdict {
     let Some(e) = &ctx.egress else {
         return Verdict::skipped("this child has no egress proxy (its role's network is none)");
     };

@@ -11,13 +11,13 @@ use super::verdict::Verdict;
 
 /// Row 1: `open` + `read` B's secret file. Escaped if it is readable (the
 /// evidence says whether the marker was in it); blocked with the errno.
-pub fn read_other_agent(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn read_other_agent(ctx: &ProbeContext) -> Verdict {
     read_for_marker(&ctx.other_secret_file, &ctx.secret_marker, "B's file")
 }
 
 /// Row 2: `readdir` of the agents directory. Escaped if any entry other than
 /// the own agent directory is listed; blocked if refused or only A is seen.
-pub fn enumerate_agents(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn enumerate_agents(ctx: &ProbeContext) -> Verdict {
     let own = ctx.own_agent_dir.file_name();
     match std::fs::read_dir(&ctx.agents_dir) {
         Err(e) => Verdict::blocked(format!(
@@ -71,7 +71,7 @@ fn try_create_in(dir: &Path) -> Result<PathBuf, String> {
 /// agents directory, B's directory, the home directory, `/etc`, `/usr`.
 /// Escaped if any creation succeeds (the file is deleted at once), except in
 /// a tmpfs mask private to the sandbox, which never reaches the host.
-pub fn write_outside(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn write_outside(ctx: &ProbeContext) -> Verdict {
     let mut dirs: Vec<PathBuf> = vec![ctx.agents_dir.clone(), ctx.other_agent_dir.clone()];
     if let Some(home) = ctx.agents_dir.parent() {
         dirs.push(home.to_path_buf());
@@ -100,7 +100,7 @@ pub fn write_outside(ctx: &ProbeContext) -> Verdict {
 /// Row 4: make a new symlink in the scratch dir pointing at B's secret and
 /// read through it. Escaped if the read works; blocked with the errno of
 /// the symlink or of the read.
-pub fn symlink_to_other(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn symlink_to_other(ctx: &ProbeContext) -> Verdict {
     let link = ctx.scratch_dir.join(unique("symlink"));
     if let Err(e) = std::os::unix::fs::symlink(&ctx.other_secret_file, &link) {
         return Verdict::blocked(format!("symlink {}: {}", link.display(), io_name(&e)));
@@ -120,7 +120,7 @@ pub fn planted_symlink(ctx: &ProbeContext) -> Verdict {
 }
 
 /// Row 6: `link(B/secret, A/x)`. Escaped if the link is made (it is removed).
-pub fn hardlink_other_in(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn hardlink_other_in(ctx: &ProbeContext) -> Verdict {
     let dst = ctx.scratch_dir.join(unique("hardlink"));
     match std::fs::hard_link(&ctx.other_secret_file, &dst) {
         Ok(()) => {
@@ -141,7 +141,7 @@ pub fn hardlink_other_in(ctx: &ProbeContext) -> Verdict {
 
 /// Row 7: hard link system files (`/etc/passwd`, `/etc/shadow`,
 /// `/usr/bin/id`) into A. Escaped if any link is made (removed at once).
-pub fn hardlink_system_file(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn hardlink_system_file(ctx: &ProbeContext) -> Verdict {
     let mut made = Vec::new();
     let mut refused = Vec::new();
     for src in ["/etc/passwd", "/etc/shadow", "/usr/bin/id"] {
@@ -173,7 +173,7 @@ pub fn planted_hardlink(ctx: &ProbeContext) -> Verdict {
 
 /// Row 9: `rename(A/f, agents/f)` and `rename(B/secret, A/x)`. Escaped if
 /// either works; the moved file is moved back (or removed) at once.
-pub fn rename_across(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn rename_across(ctx: &ProbeContext) -> Verdict {
     let mut moved = Vec::new();
     let mut refused = Vec::new();
 
@@ -239,7 +239,7 @@ pub fn rename_across(ctx: &ProbeContext) -> Verdict {
 }
 
 /// Row 10: open B's secret through `/proc/self/root`. Escaped if readable.
-pub fn proc_self_root(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn proc_self_root(ctx: &ProbeContext) -> Verdict {
     let path = below(Path::new("/proc/self/root"), &ctx.other_secret_file);
     read_for_marker(&path, &ctx.secret_marker, "/proc/self/root walk")
 }

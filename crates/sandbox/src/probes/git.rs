@@ -39,7 +39,7 @@ fn open_append(path: &Path) -> Result<(), String> {
 /// Row 42: create `hooks/post-merge` in the own `memory.git` (a uniquely
 /// named hook if one exists; `hooks/` itself if it is missing). Escaped if
 /// anything is created there (removed at once).
-pub fn hook_write(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn hook_write(ctx: &ProbeContext) -> Verdict {
     let hooks = ctx.own_memory_git_dir.join("hooks");
     if !hooks.is_dir() {
         return match std::fs::create_dir(&hooks) {
@@ -65,7 +65,7 @@ pub fn hook_write(ctx: &ProbeContext) -> Verdict {
 /// Row 43: open the own `memory.git/config` for writing and create a file
 /// beside it (how git rewrites config: a lock file renamed over it).
 /// Escaped if either works (nothing written; the new file is removed).
-pub fn config_write(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn config_write(ctx: &ProbeContext) -> Verdict {
     let config = ctx.own_memory_git_dir.join("config");
     let mut got = Vec::new();
     let mut refused = Vec::new();
@@ -101,7 +101,7 @@ pub fn config_write(ctx: &ProbeContext) -> Verdict {
 /// are opened for appending; a new dotfile is created and removed.
 /// Escaped if any of this works; a home that is a tmpfs mask private to
 /// the sandbox is not attacked (nothing there is read outside).
-pub fn rc_poisoning(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn rc_poisoning(ctx: &ProbeContext) -> Verdict {
     let mut homes: Vec<PathBuf> = Vec::new();
     let mut notes = Vec::new();
     match std::env::var_os("HOME").map(PathBuf::from) {
@@ -153,7 +153,7 @@ pub fn rc_poisoning(ctx: &ProbeContext) -> Verdict {
 /// worktree; the agent's main checkout is read-only to it (the supervisor
 /// merges). Create a file in the checkout and open an existing one for
 /// writing: escaped if either works (nothing written, the file removed).
-pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
     let Some(checkout) = &ctx.read_only_checkout else {
         return Verdict::skipped("this role may write the agent's checkout (not a sub-agent)");
     };
@@ -194,7 +194,7 @@ pub fn main_checkout_write(ctx: &ProbeContext) -> Verdict {
 /// ref, an object. Escaped if anything is created or opened for writing
 /// (removed at once, nothing written). A missing directory on the way is
 /// attacked instead (created and removed).
-pub fn object_store_plant(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn object_store_plant(ctx: &ProbeContext) -> Verdict {
     let git = &ctx.own_memory_git_dir;
     let targets = [
         ("objects/info", "alternates".to_string()),

@@ -70,7 +70,7 @@ fn greet(stream: UnixStream, key: Option<String>) -> Result<serde_json::Value, S
 
 /// Row 24: `connect` to an abstract Unix socket created outside the
 /// sandbox. Escaped if the connection is made.
-pub fn abstract_socket(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn abstract_socket(ctx: &ProbeContext) -> Verdict {
     let name = &ctx.host_abstract_socket;
     if name.is_empty() {
         return Verdict::skipped("no host abstract socket in the context");
@@ -97,7 +97,7 @@ fn sysv_key(s: &str) -> Option<libc::key_t> {
 /// segment by key (`shmget(key, 0, 0)`) or a POSIX segment by name (open
 /// `/dev/shm/<name>`). Escaped if visible (a shared IPC namespace or
 /// `/dev/shm`: a documented residual of the no-namespace fallback).
-pub fn shared_ipc(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn shared_ipc(ctx: &ProbeContext) -> Verdict {
     let Some(name) = ctx.host_shm_name.as_deref().filter(|n| !n.is_empty()) else {
         return Verdict::skipped("no host IPC object in the context (host_shm_name is null)");
     };

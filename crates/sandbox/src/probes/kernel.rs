@@ -33,7 +33,7 @@ fn open_each_for_write(paths: &[&str]) -> (Vec<String>, Vec<String>) {
 /// Escaped if any opens. Conservative: a capability a handler checks only
 /// at `write` time (e.g. `core_pattern`) is not exercised, so uid 0 of a
 /// user namespace mapped to host root counts as escaped here.
-pub fn tunables(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn tunables(_ctx: &ProbeContext) -> Verdict {
     let (got, refused) = open_each_for_write(&[
         "/proc/sys/kernel/hostname",
         "/proc/sys/vm/swappiness",
@@ -51,7 +51,7 @@ pub fn tunables(_ctx: &ProbeContext) -> Verdict {
 /// Row 36: open the root `cgroup.procs` of the v2 tree and of the v1 `pids`
 /// and `memory` hierarchies for writing (the step before writing the own
 /// pid into it; nothing is written, so nothing moves). Escaped if any opens.
-pub fn cgroup_escape(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn cgroup_escape(_ctx: &ProbeContext) -> Verdict {
     let (got, refused) = open_each_for_write(&[
         "/sys/fs/cgroup/cgroup.procs",
         "/sys/fs/cgroup/unified/cgroup.procs",
@@ -66,7 +66,7 @@ pub fn cgroup_escape(_ctx: &ProbeContext) -> Verdict {
 }
 
 /// Row 46: `io_uring_setup(1, …)`. Escaped if a ring is created (closed).
-pub fn io_uring(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn io_uring(_ctx: &ProbeContext) -> Verdict {
     // struct io_uring_params is 120 bytes; all-zero asks for defaults.
     let mut params = [0u8; 120];
     // SAFETY: the kernel writes at most sizeof(io_uring_params) into it.
@@ -85,7 +85,7 @@ pub fn io_uring(_ctx: &ProbeContext) -> Verdict {
 /// Row 47: `keyctl(KEYCTL_GET_KEYRING_ID, user keyring)`, `bpf(BPF_MAP_CREATE)`
 /// of a one-entry array, `perf_event_open` of a software clock on itself.
 /// Escaped if any call succeeds (descriptors closed at once).
-pub fn keyring_bpf_perf(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn keyring_bpf_perf(_ctx: &ProbeContext) -> Verdict {
     let mut got = Vec::new();
     let mut refused = Vec::new();
 

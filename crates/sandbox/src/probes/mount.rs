@@ -73,7 +73,7 @@ struct UnmaskTarget<'a> {
 /// Row 29: `mount tmpfs` on a scratch directory, then `umount2(agents,
 /// MNT_DETACH)` and read B's secret. Escaped if the mount works (it is
 /// unmounted at once) or the mask comes off.
-pub fn mount_unmask(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn mount_unmask(ctx: &ProbeContext) -> Verdict {
     let mnt = ctx.scratch_dir.join(unique("mnt"));
     if let Err(e) = std::fs::create_dir(&mnt) {
         return Verdict::skipped(format!(
@@ -236,7 +236,7 @@ fn root_flags() -> Option<(libc::c_ulong, bool)> {
 /// Row 30: `mount(NULL, "/", NULL, MS_REMOUNT|MS_BIND, NULL)` without
 /// `MS_RDONLY`, keeping every other current flag. Escaped if permitted
 /// (in the current namespace a read-only `/` is made read-only again).
-pub fn remount_root(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn remount_root(_ctx: &ProbeContext) -> Verdict {
     let Some((flags, was_ro)) = root_flags() else {
         return Verdict::skipped("statvfs(\"/\") failed");
     };

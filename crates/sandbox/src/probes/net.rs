@@ -15,7 +15,7 @@ const TEST_NET: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
 /// Row 25: TCP `connect` to the host's listener on 127.0.0.1. Escaped if
 /// the connection is made.
-pub fn tcp_localhost(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn tcp_localhost(ctx: &ProbeContext) -> Verdict {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, ctx.host_tcp_port));
     match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
         Ok(_) => Verdict::escaped(format!("connected to {addr}")),
@@ -38,7 +38,7 @@ fn no_route() -> Result<String, Verdict> {
 
 /// Row 26: TCP `connect` to 192.0.2.1:9 with a 1 s timeout, only when no
 /// route covers it (else skipped). Escaped if it connects.
-pub fn tcp_egress(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn tcp_egress(_ctx: &ProbeContext) -> Verdict {
     let routes = match no_route() {
         Ok(r) => r,
         Err(v) => return v,
@@ -52,7 +52,7 @@ pub fn tcp_egress(_ctx: &ProbeContext) -> Verdict {
 
 /// Row 27: UDP `sendto` 192.0.2.1:53 (a DNS-shaped probe), only when no
 /// route covers it (else skipped). Escaped if the datagram is sent.
-pub fn udp_egress(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn udp_egress(_ctx: &ProbeContext) -> Verdict {
     let routes = match no_route() {
         Ok(r) => r,
         Err(v) => return v,
@@ -70,7 +70,7 @@ pub fn udp_egress(_ctx: &ProbeContext) -> Verdict {
 
 /// Row 28: create `AF_PACKET` raw, `AF_INET` raw (ICMP) and `AF_VSOCK`
 /// sockets (nothing is sent). Escaped if any socket is created.
-pub fn raw_sockets(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn raw_sockets(_ctx: &ProbeContext) -> Verdict {
     let eth_p_all = i32::from(u16::to_be(libc::ETH_P_ALL as u16));
     let kinds = [
         (
@@ -94,7 +94,7 @@ pub fn raw_sockets(_ctx: &ProbeContext) -> Verdict {
 /// (`IPPROTO_MPTCP`), which landlock's TCP rules do not cover, and SCTP —
 /// of IPv4 and IPv6. Escaped if one is created (closed at once): even a
 /// child that may open TCP sockets for the egress proxy gets only TCP.
-pub fn stream_protocols(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn stream_protocols(_ctx: &ProbeContext) -> Verdict {
     const IPPROTO_MPTCP: i32 = 262;
     let kinds = [
         ("AF_INET/MPTCP", libc::AF_INET, IPPROTO_MPTCP),

@@ -14,7 +14,7 @@ use super::verdict::Verdict;
 
 /// Row 31: `unshare(CLONE_NEWUSER)` and `clone(CLONE_NEWUSER)`, each in a
 /// throwaway process. Escaped if either creates a user namespace.
-pub fn new_user_namespace(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn new_user_namespace(_ctx: &ProbeContext) -> Verdict {
     let unshared = in_child(Duration::from_secs(5), |slots| {
         // SAFETY: raw system call in a throwaway child.
         slots[0] = if unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0 {
@@ -63,7 +63,7 @@ pub fn new_user_namespace(_ctx: &ProbeContext) -> Verdict {
 /// Row 32: exec the setuid copy of `id` planted in A (`id -u` prints the
 /// effective uid). Escaped if the euid became the file owner's; skipped if
 /// none was planted or this process already runs as that owner.
-pub fn setuid_binary(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn setuid_binary(ctx: &ProbeContext) -> Verdict {
     let Some(path) = &ctx.planted_setuid else {
         return Verdict::skipped(
             "no planted setuid binary in the context (planted_setuid is null)",
@@ -165,7 +165,7 @@ fn first_disk() -> Option<(String, u32, u32)> {
 /// Row 34: `mknod A/x c 1 3`, `mknod A/d b <disk>`, and open `/dev/<disk>`
 /// read-only (nothing is read). Escaped if a node is made (removed at once)
 /// or the disk opens.
-pub fn device_nodes(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn device_nodes(ctx: &ProbeContext) -> Verdict {
     let disk = first_disk();
     let (dname, dmaj, dmin) = disk.clone().unwrap_or_else(|| ("sda".into(), 8, 0));
     let nodes = [
@@ -279,7 +279,7 @@ fn open_pty() -> Result<(i32, i32), String> {
 /// injected into (it may be a person's shell): having one while
 /// `dev.tty.legacy_tiocsti` is on counts as escaped. Blocked if every
 /// attempt fails, including when no terminal is reachable at all.
-pub fn terminal_injection(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn terminal_injection(_ctx: &ProbeContext) -> Verdict {
     let mut got = Vec::new();
     let mut refused = Vec::new();
     let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")

@@ -40,7 +40,7 @@ fn proc_hidden(pid: u32) -> Option<Verdict> {
 
 /// Row 11: open B's secret through `/proc/<sup>/root` and `readlink
 /// /proc/<sup>/cwd`. Escaped if either works.
-pub fn supervisor_root_cwd(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn supervisor_root_cwd(ctx: &ProbeContext) -> Verdict {
     if let Some(v) = proc_hidden(ctx.supervisor_pid) {
         return v;
     }
@@ -82,7 +82,7 @@ pub fn supervisor_root_cwd(ctx: &ProbeContext) -> Verdict {
 
 /// Row 12: read `/proc/<sup>/environ`. Escaped if readable (the evidence
 /// says whether the secret value was in it).
-pub fn supervisor_environ(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn supervisor_environ(ctx: &ProbeContext) -> Verdict {
     if let Some(v) = proc_hidden(ctx.supervisor_pid) {
         return v;
     }
@@ -105,7 +105,7 @@ pub fn supervisor_environ(ctx: &ProbeContext) -> Verdict {
 /// Row 13: open `/proc/<sup>/mem` and `process_vm_readv` from it. Escaped
 /// if the open works or `process_vm_readv` passes its permission check
 /// (it then fails with `EFAULT` on the unmapped address 0x1000, or reads).
-pub fn supervisor_memory(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn supervisor_memory(ctx: &ProbeContext) -> Verdict {
     let pid = ctx.supervisor_pid;
     let mut got = Vec::new();
     let mut refused = Vec::new();
@@ -172,7 +172,7 @@ fn open_for_write(path: &Path) -> Result<(), String> {
 /// `/proc/<sup>/exe`, through the path it links to, and this program's own
 /// binary (the supervisor runs the same one). Nothing is ever written or
 /// truncated. Escaped if any open for writing succeeds.
-pub fn supervisor_exe_write(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn supervisor_exe_write(ctx: &ProbeContext) -> Verdict {
     let mut targets: Vec<PathBuf> = Vec::new();
     let mut refused = Vec::new();
     match proc_hidden(ctx.supervisor_pid) {
@@ -211,7 +211,7 @@ pub fn supervisor_exe_write(ctx: &ProbeContext) -> Verdict {
 /// Row 15: count the pids in `/proc`. Escaped if the supervisor's or the
 /// sibling's pid is visible there (and is not a sandbox-local process of
 /// the same number).
-pub fn visible_pids(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn visible_pids(ctx: &ProbeContext) -> Verdict {
     let entries = match std::fs::read_dir("/proc") {
         Ok(e) => e,
         Err(e) => return Verdict::blocked(format!("readdir /proc: {}", io_name(&e))),
@@ -285,13 +285,13 @@ fn signal_zero(ctx: &ProbeContext, pid: u32, what: &str) -> Verdict {
 
 /// Row 16: signal the supervisor. Uses signal 0 (permission and existence
 /// check only) so that a probe never kills it; escaped if it succeeds.
-pub fn signal_supervisor(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn signal_supervisor(ctx: &ProbeContext) -> Verdict {
     signal_zero(ctx, ctx.supervisor_pid, "supervisor")
 }
 
 /// Row 17: signal a sibling (another agent's child). Signal 0 as in row 16;
 /// escaped if it succeeds.
-pub fn signal_sibling(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn signal_sibling(ctx: &ProbeContext) -> Verdict {
     signal_zero(ctx, ctx.sibling_pid, "sibling")
 }
 
@@ -299,7 +299,7 @@ pub fn signal_sibling(ctx: &ProbeContext) -> Verdict {
 /// process, from a throwaway process whose exit detaches at once (seize
 /// sends no signal, so the tracee never stops). Escaped if any seize works
 /// (on the real supervisor/sibling, not a sandbox-local namesake).
-pub fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
     let view = pid_view(ctx.supervisor_pid);
     let ppid = nix::unistd::getppid().as_raw();
     // (label, pid, whether a success must be checked against namesakes)
@@ -367,7 +367,7 @@ pub fn ptrace_attach(ctx: &ProbeContext) -> Verdict {
 /// Row 19: `pidfd_open` the supervisor and the sibling, then
 /// `pidfd_getfd(pidfd, 0)` to steal their stdin. Escaped if a descriptor
 /// is obtained (closed at once) from the real process.
-pub fn pidfd_getfd(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn pidfd_getfd(ctx: &ProbeContext) -> Verdict {
     let view = pid_view(ctx.supervisor_pid);
     let mut got = Vec::new();
     let mut refused = Vec::new();
@@ -410,7 +410,7 @@ pub fn pidfd_getfd(ctx: &ProbeContext) -> Verdict {
 /// Row 20: look for the supervisor's secret in the own environment, argv
 /// (`/proc/self/cmdline`), and the parent's `/proc/<ppid>/environ`.
 /// Escaped if the secret's name (own env) or value appears anywhere.
-pub fn env_secrets(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn env_secrets(ctx: &ProbeContext) -> Verdict {
     let value = ctx.env_secret_value.as_bytes();
     let mut found = Vec::new();
     let mut notes = Vec::new();
@@ -454,7 +454,7 @@ pub fn env_secrets(ctx: &ProbeContext) -> Verdict {
 /// Row 21: descriptors 3 and up other than the supervisor channel
 /// (`MINI_LETTA_CHANNEL_FD`). Escaped if any is open; the evidence names
 /// what each points at.
-pub fn leaked_fds(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn leaked_fds(_ctx: &ProbeContext) -> Verdict {
     let channel: Option<i32> = std::env::var(CHANNEL_FD_ENV)
         .ok()
         .and_then(|v| v.parse().ok());

@@ -28,7 +28,7 @@ fn pipe() -> Result<(i32, i32), String> {
 /// limit, never more than 512); the children wait on a pipe and exit when
 /// it closes (or after 10 s), and are all reaped. Escaped if the bound is
 /// reached or more forks succeed than the limit allows.
-pub fn fork_bomb(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn fork_bomb(ctx: &ProbeContext) -> Verdict {
     let target = ctx
         .pids_limit
         .map(|l| l.saturating_add(50))
@@ -137,7 +137,7 @@ fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
 /// at a time). Blocked if the allocation fails (`RLIMIT_AS`) or the process
 /// is OOM-killed first; escaped if 256 MiB were reached although a limit at
 /// or below that is configured; skipped if no such limit is configured.
-pub fn memory_bomb(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn memory_bomb(_ctx: &ProbeContext) -> Verdict {
     const BOUND_MIB: i64 = 256;
     const CHUNK: usize = 16 << 20;
     // A shared page for progress, readable even if the child is killed.
@@ -241,7 +241,7 @@ pub fn memory_bomb(_ctx: &ProbeContext) -> Verdict {
 /// the file-size limit + 1 MiB (`SIGXFSZ` ignored in the writing process;
 /// the file is deleted). Escaped if more than the limit was written;
 /// skipped without a limit (or one above 256 MiB, beyond the bound).
-pub fn disk_fill(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn disk_fill(ctx: &ProbeContext) -> Verdict {
     let Some(limit) = ctx.fsize_limit.or_else(|| rlimit(libc::RLIMIT_FSIZE)) else {
         return Verdict::skipped(
             "no file-size limit configured (fsize_limit null, RLIMIT_FSIZE unlimited)",
@@ -332,7 +332,7 @@ fn cgroup_of(pid: &str) -> Result<String, String> {
 /// is adopted by pid 1 of the sandbox's own pid namespace (which dies with
 /// the launcher) or stays in a cgroup other than the supervisor's (killed
 /// with it); escaped if it lands outside both; skipped if undecidable.
-pub fn orphan_survival(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn orphan_survival(ctx: &ProbeContext) -> Verdict {
     let (r, w) = match pipe() {
         Ok(p) => p,
         Err(e) => return Verdict::skipped(e),

@@ -138,7 +138,7 @@ fn slot(ret: libc::c_long) -> i64 {
 /// `getpid`, number 20), in a throwaway process. The filter sees a foreign
 /// architecture and kills it; a pid coming back is an escape (a filter
 /// for x86_64 numbers would be judging i386 ones).
-pub fn int80(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn int80(_ctx: &ProbeContext) -> Verdict {
     #[cfg(target_arch = "x86_64")]
     {
         let r = in_child(Duration::from_secs(5), |slots| {
@@ -170,7 +170,7 @@ pub fn int80(_ctx: &ProbeContext) -> Verdict {
 /// once), `mount_setattr` with an empty change, `pivot_root` between two
 /// paths that do not exist, and `chroot` into the scratch directory (in a
 /// throwaway process).
-pub fn mount_api(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn mount_api(ctx: &ProbeContext) -> Verdict {
     let (Some(scratch), Some(missing)) = (
         cpath(&ctx.scratch_dir),
         cpath(&ctx.scratch_dir.join(unique("absent"))),
@@ -305,7 +305,7 @@ pub fn namespaces(_ctx: &ProbeContext) -> Verdict {
 /// `kcmp(1, self, KCMP_VM)` (a read-only comparison). Pid 1 is the
 /// sandbox's own init when there is a pid namespace — same uid, so only
 /// the filter stands in the way.
-pub fn ptrace_kcmp_init(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn ptrace_kcmp_init(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     const INVALID_OPTION: libc::c_ulong = 1 << 31;
     const KCMP_VM: libc::c_int = 1;
@@ -343,7 +343,7 @@ pub fn ptrace_kcmp_init(_ctx: &ProbeContext) -> Verdict {
 /// array map), `perf_event_open` (a software clock on itself),
 /// `userfaultfd` (user-mode only) and `io_uring_setup`. Descriptors are
 /// closed at once.
-pub fn kernel_objects(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn kernel_objects(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
     const KEY_SPEC_USER_KEYRING: libc::c_long = -4;
@@ -419,7 +419,7 @@ pub fn kernel_objects(_ctx: &ProbeContext) -> Verdict {
 /// Row 55: `name_to_handle_at("/")` (needs no privilege at all) and
 /// `open_by_handle_at` of a made-up handle (the kernel would answer ESTALE
 /// after its capability check). Descriptors are closed.
-pub fn file_handles(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn file_handles(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     // struct file_handle: handle_bytes, handle_type, then the bytes.
     let mut buf = [0u32; 34];
@@ -460,7 +460,7 @@ pub fn file_handles(_ctx: &ProbeContext) -> Verdict {
 /// query), `reboot` with a wrong magic number, `kexec_load` with an
 /// invalid flag and too many segments, `init_module` of an empty image —
 /// each rejected by the kernel right after its capability check.
-pub fn kernel_log_and_boot(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn kernel_log_and_boot(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     const SYSLOG_ACTION_SIZE_BUFFER: libc::c_int = 10;
     // SAFETY: raw calls whose arguments the kernel rejects (see above).
@@ -502,7 +502,7 @@ pub fn kernel_log_and_boot(_ctx: &ProbeContext) -> Verdict {
 
 /// Row 57: `clock_settime(CLOCK_REALTIME)` with an invalid nanosecond
 /// count and `sethostname` with a name longer than the kernel accepts.
-pub fn clock_and_hostname(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn clock_and_hostname(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     let bad = libc::timespec {
         tv_sec: 0,
@@ -532,7 +532,7 @@ pub fn clock_and_hostname(_ctx: &ProbeContext) -> Verdict {
 /// Row 58: `mknodat` of a character (1:3) and a block device in the
 /// scratch directory (removed at once if made); a FIFO must still work
 /// there (`mkfifo` is a coreutils program), which the evidence records.
-pub fn mknodat_devices(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn mknodat_devices(ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     for (what, kind, dev) in [
         ("char 1:3", libc::S_IFCHR, libc::makedev(1, 3)),
@@ -609,7 +609,7 @@ const BUILT_IN_FAMILIES: &[libc::c_int] = &[
 /// (closed at once). Without a seccomp filter on this process only the
 /// families every kernel has built in are tried, so that an unconfined run
 /// does not make the kernel load protocol modules.
-pub fn socket_families(ctx: &ProbeContext) -> Verdict {
+pub(crate) fn socket_families(ctx: &ProbeContext) -> Verdict {
     let filtered = self_status("Seccomp").is_some_and(|v| v == "2");
     // With the egress proxy, TCP sockets are the child's way to it.
     let expected = |fam: libc::c_int, ty: libc::c_int| {
@@ -681,7 +681,7 @@ pub fn socket_families(ctx: &ProbeContext) -> Verdict {
 
 /// Row 60: create a file in `/dev/shm` (POSIX shared memory; a channel to
 /// whoever else sees that directory). Escaped if it is made (removed).
-pub fn dev_shm_write(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn dev_shm_write(_ctx: &ProbeContext) -> Verdict {
     let path = std::path::Path::new("/dev/shm").join(unique("shm"));
     match std::fs::OpenOptions::new()
         .write(true)
@@ -702,7 +702,7 @@ pub fn dev_shm_write(_ctx: &ProbeContext) -> Verdict {
 
 /// Row 61: open `/proc/kmsg` (the kernel log, host-wide). Escaped if it
 /// opens (closed without reading, which would consume messages).
-pub fn proc_kmsg(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn proc_kmsg(_ctx: &ProbeContext) -> Verdict {
     // SAFETY: open/close; nothing is read.
     let fd = unsafe {
         libc::open(
@@ -720,7 +720,7 @@ pub fn proc_kmsg(_ctx: &ProbeContext) -> Verdict {
 
 /// Row 62: `getpid` under its x32 number (bit 30 set). The filter refuses
 /// every x32 number; a kernel without x32 support answers ENOSYS itself.
-pub fn x32_bit(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn x32_bit(_ctx: &ProbeContext) -> Verdict {
     if !cfg!(target_arch = "x86_64") {
         return Verdict::skipped("the x32 ABI exists on x86_64 only");
     }
@@ -733,7 +733,7 @@ pub fn x32_bit(_ctx: &ProbeContext) -> Verdict {
 /// Row 63: calls outside every list answer `ENOSYS` (so programs take
 /// their old-kernel fallback): numbers no kernel assigns yet (1000, 1023)
 /// and a real call no role lists (`adjtimex` reading the clock state).
-pub fn unknown_syscalls(_ctx: &ProbeContext) -> Verdict {
+pub(crate) fn unknown_syscalls(_ctx: &ProbeContext) -> Verdict {
     let mut v = Vec::new();
     // struct timex is 208 bytes on 64-bit; modes = 0 only reads.
     let mut timex = [0u64; 26];

@@ -17,7 +17,7 @@ use nix::errno::Errno;
 use super::verdict::Verdict;
 
 /// `EACCES`-style name of an errno value.
-pub fn errno_name(code: i32) -> String {
+pub(crate) fn errno_name(code: i32) -> String {
     let e = Errno::from_raw(code);
     if e == Errno::UnknownErrno {
         format!("errno {code}")
@@ -27,7 +27,7 @@ pub fn errno_name(code: i32) -> String {
 }
 
 /// The errno name of an I/O error, else its text.
-pub fn io_name(e: &std::io::Error) -> String {
+pub(crate) fn io_name(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => errno_name(code),
         None => e.to_string(),
@@ -35,7 +35,7 @@ pub fn io_name(e: &std::io::Error) -> String {
 }
 
 /// The errno name of the last failed libc call.
-pub fn last_errno() -> String {
+pub(crate) fn last_errno() -> String {
     errno_name(Errno::last_raw())
 }
 
@@ -50,7 +50,7 @@ pub fn unique(tag: &str) -> String {
 }
 
 /// A path as a C string (`None` if it holds a NUL byte).
-pub fn cpath(p: &Path) -> Option<CString> {
+pub(crate) fn cpath(p: &Path) -> Option<CString> {
     CString::new(p.as_os_str().as_bytes()).ok()
 }
 
@@ -61,7 +61,7 @@ pub fn below(base: &Path, path: &Path) -> PathBuf {
 }
 
 /// Read at most `max` bytes of a file.
-pub fn read_limited(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_limited(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     let f = std::fs::File::open(path)?;
     let mut buf = Vec::new();
     f.take(max).read_to_end(&mut buf)?;
@@ -74,7 +74,7 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 /// Read `path` looking for the secret marker: readable ⇒ escaped (saying
 /// whether the marker was there), refused ⇒ blocked with the errno.
-pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> Verdict {
+pub(crate) fn read_for_marker(path: &Path, marker: &str, what: &str) -> Verdict {
     match read_limited(path, 1 << 20) {
         Ok(bytes) if contains(&bytes, marker.as_bytes()) => Verdict::escaped(format!(
             "{what}: read {} bytes from {}, the secret marker is in them",
@@ -95,7 +95,7 @@ pub fn read_for_marker(path: &Path, marker: &str, what: &str) -> Verdict {
 }
 
 /// One `key: value` line of `/proc/self/status`.
-pub fn self_status(key: &str) -> Option<String> {
+pub(crate) fn self_status(key: &str) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
@@ -118,7 +118,7 @@ fn mounts() -> Vec<(String, String)> {
 }
 
 /// The filesystem type mounted exactly at `path` (the topmost mount there).
-pub fn mount_at(path: &Path) -> Option<String> {
+pub(crate) fn mount_at(path: &Path) -> Option<String> {
     let want = path.to_str()?;
     mounts()
         .into_iter()
@@ -129,7 +129,7 @@ pub fn mount_at(path: &Path) -> Option<String> {
 
 /// The filesystem type of the mount holding `path` (longest mount point
 /// above it; the topmost one when several are stacked).
-pub fn mount_holding(path: &Path) -> Option<String> {
+pub(crate) fn mount_holding(path: &Path) -> Option<String> {
     let mut best: Option<(usize, String)> = None;
     for (mp, fs) in mounts() {
         if path.starts_with(Path::new(&mp)) && best.as_ref().is_none_or(|(len, _)| mp.len() >= *len)
@@ -165,7 +165,7 @@ fn unescape(s: &str) -> String {
 /// never reaches the host. The namespace is taken as private when this
 /// process is in its own pid namespace (the sandbox then always has its own
 /// mount namespace) or when the supervisor's differs from ours.
-pub fn private_tmpfs(dir: &Path, supervisor_pid: u32) -> bool {
+pub(crate) fn private_tmpfs(dir: &Path, supervisor_pid: u32) -> bool {
     if mount_holding(dir).as_deref() != Some("tmpfs") {
         return false;
     }
@@ -197,7 +197,7 @@ const INIT_PID_NS: &str = "pid:[4026531836]";
 /// Whether `pid` is in this process's own session. The launcher gives every
 /// child a session of its own and the supervisor has its own, so such a pid
 /// is a sandbox-local process that merely carries the same number.
-pub fn same_session(pid: u32) -> bool {
+pub(crate) fn same_session(pid: u32) -> bool {
     let Ok(raw) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -211,7 +211,7 @@ pub fn same_session(pid: u32) -> bool {
 /// that namespace's level, so the supervisor's visibility and pid namespace
 /// are checked too. Outside the initial pid namespace a pid in this
 /// process's own session is taken for a sandbox-local namesake.
-pub fn pid_view(supervisor_pid: u32) -> PidView {
+pub(crate) fn pid_view(supervisor_pid: u32) -> PidView {
     let nspid_nested = self_status("NSpid")
         .map(|v| v.split_whitespace().count() > 1)
         .unwrap_or(false);
@@ -233,7 +233,7 @@ pub fn pid_view(supervisor_pid: u32) -> PidView {
 
 /// Whether a successful pid-addressed call on `pid` really reached the host
 /// process of that number (not a sandbox-local one).
-pub fn reached_host_pid(view: PidView, pid: u32) -> bool {
+pub(crate) fn reached_host_pid(view: PidView, pid: u32) -> bool {
     !view.nested && (view.init_ns || !same_session(pid))
 }
 
@@ -296,7 +296,7 @@ pub const SLOTS: usize = 8;
 /// Fork a throwaway child that runs `f` (raw system calls only — see the
 /// module doc), which fills report slots; returns the slots and how the
 /// child ended. Slots the child never wrote stay `i64::MIN`.
-pub fn in_child<F>(timeout: Duration, f: F) -> Result<([i64; SLOTS], ChildEnd), String>
+pub(crate) fn in_child<F>(timeout: Duration, f: F) -> Result<([i64; SLOTS], ChildEnd), String>
 where
     F: FnOnce(&mut [i64; SLOTS]),
 {
@@ -344,12 +344,12 @@ where
 }
 
 /// The errno of the last failed call, for a child's report slot.
-pub fn raw_errno() -> i64 {
+pub(crate) fn raw_errno() -> i64 {
     i64::from(Errno::last_raw())
 }
 
 /// `0` ⇒ `ok`, positive ⇒ errno name, `i64::MIN` ⇒ `not reached`.
-pub fn slot_result(v: i64) -> String {
+pub(crate) fn slot_result(v: i64) -> String {
     match v {
         0 => "ok".into(),
         i64::MIN => "not reached".into(),
@@ -361,7 +361,7 @@ pub fn slot_result(v: i64) -> String {
 
 /// Whether a route in this network namespace covers `addr` (IPv4 only,
 /// from `/proc/net/route`): `Ok(Some(iface))` if one does.
-pub fn route_to(addr: std::net::Ipv4Addr) -> Result<Option<String>, String> {
+pub(crate) fn route_to(addr: std::net::Ipv4Addr) -> Result<Option<String>, String> {
     let table = std::fs::read_to_string("/proc/net/route")
         .map_err(|e| format!("cannot read /proc/net/route: {}", io_name(&e)))?;
     let target = u32::from_ne_bytes(addr.octets());

@@ -132,7 +132,7 @@ fn check_endpoint(e: &str) -> Result<(), String> {
 }
 
 /// `Err(why)` for a host id that cannot be a key component or be shown.
-pub fn check_host_id(id: &str) -> Result<(), String> {
+pub(crate) fn check_host_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_HOST_ID {
         return Err(format!(
             "the host id must be 1 to {MAX_HOST_ID} bytes, not {}",

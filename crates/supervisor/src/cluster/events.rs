@@ -56,14 +56,9 @@ pub type Recorder = Arc<
     dyn Fn(OwnerChange) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync,
 >;
 
-/// A recorder that only logs (a node without an audit log: tests).
-pub fn log_only() -> Recorder {
-    Arc::new(|_| Box::pin(async { Ok(()) }))
-}
-
 /// `at` (a monotonic instant, past or future) on the wall clock, in
 /// milliseconds since the Unix epoch.
-pub fn wall_ms(at: Instant) -> u128 {
+pub(crate) fn wall_ms(at: Instant) -> u128 {
     let now = Instant::now();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -30,7 +30,7 @@ impl Handle {
     }
 
     /// The agent's ownership gate.
-    pub fn gate(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn gate(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         gates.entry(agent.to_string()).or_default().clone()
     }

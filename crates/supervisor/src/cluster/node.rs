@@ -132,7 +132,7 @@ impl Node {
     }
 
     /// Whether this node was ever registered (granted a lease).
-    pub fn has_registered(&self) -> bool {
+    pub(crate) fn has_registered(&self) -> bool {
         self.registered.load(std::sync::atomic::Ordering::SeqCst)
     }
 
@@ -145,7 +145,7 @@ impl Node {
     }
 
     /// How long one etcd request may take.
-    pub fn op_timeout(&self) -> Duration {
+    pub(crate) fn op_timeout(&self) -> Duration {
         op_timeout(self.cfg.lease_secs)
     }
 

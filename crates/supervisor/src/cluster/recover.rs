@@ -23,7 +23,7 @@ pub struct Raised {
 }
 
 /// Raise the epoch base to at least `at_least` with `client`.
-pub async fn raise_base(
+pub(crate) async fn raise_base(
     cfg: &ClusterConfig,
     mut client: Client,
     at_least: i64,

@@ -115,7 +115,7 @@ pub fn port(s: &str) -> Result<u16, String> {
 
 /// Split `host[:port]` (an IPv6 host in brackets; a bare IPv6 address is
 /// taken whole, without a port).
-pub fn split_host_port(s: &str) -> Result<(&str, Option<&str>), String> {
+pub(crate) fn split_host_port(s: &str) -> Result<(&str, Option<&str>), String> {
     if s.starts_with('[') {
         return match s.find(']') {
             Some(end) if end + 1 == s.len() => Ok((s, None)),
@@ -245,14 +245,14 @@ impl AllowList {
     /// The first entry allowing `host:port`.
     /// Whether an entry names address `ip` literally (any port): the only
     /// way a name may lead to a private or local address, or the host's own.
-    pub fn names_address(&self, ip: IpAddr) -> bool {
+    pub(crate) fn names_address(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.entries
             .iter()
             .any(|e| matches!(&e.pattern, Pattern::Exact(Host::Ip(a)) if a.to_canonical() == ip))
     }
 
-    pub fn allowing(&self, host: &Host, port: u16) -> Option<&Entry> {
+    pub(crate) fn allowing(&self, host: &Host, port: u16) -> Option<&Entry> {
         self.entries.iter().find(|e| e.allows(host, port))
     }
 }

@@ -81,7 +81,7 @@ impl fmt::Display for Cidr {
 }
 
 /// The defaults, parsed.
-pub fn default_deny() -> Vec<Cidr> {
+pub(crate) fn default_deny() -> Vec<Cidr> {
     DEFAULT_DENY
         .iter()
         .filter_map(|s| Cidr::parse(s).ok())
@@ -92,7 +92,7 @@ pub fn default_deny() -> Vec<Cidr> {
 /// connects to the host itself). Only the name `localhost` or a literal
 /// entry reaches them; any other name resolving there is DNS pointing
 /// the proxy at the host's own services.
-pub fn is_host_local(ip: IpAddr) -> bool {
+pub(crate) fn is_host_local(ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
     ip.is_loopback() || ip.is_unspecified() || matches!(ip, IpAddr::V4(a) if a.octets()[0] == 0)
 }
@@ -125,7 +125,7 @@ pub const SPECIAL: &[&str] = &[
 ];
 
 /// The special range `ip` (IPv4-mapped forms judged as IPv4) lies in.
-pub fn special_range(ip: IpAddr) -> Option<Cidr> {
+pub(crate) fn special_range(ip: IpAddr) -> Option<Cidr> {
     static RANGES: std::sync::OnceLock<Vec<Cidr>> = std::sync::OnceLock::new();
     RANGES
         .get_or_init(|| SPECIAL.iter().filter_map(|s| Cidr::parse(s).ok()).collect())

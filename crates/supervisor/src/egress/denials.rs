@@ -50,7 +50,7 @@ pub struct Denials {
 
 impl Denials {
     /// Decide for one event of `agent` at `now` that carried `bytes`.
-    pub fn admit(&self, agent: &str, now: Instant, bytes: u64) -> Admit {
+    pub(crate) fn admit(&self, agent: &str, now: Instant, bytes: u64) -> Admit {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: agents idle for a minute (full buckets, nothing
         // counted) are forgotten.

@@ -326,7 +326,7 @@ const HOP_BY_HOP: &[&str] = &[
 /// target, `Host` from the URL (never the client's header), hop-by-hop
 /// headers dropped, and `Connection: close` (one request per connection:
 /// nothing later on it can aim at another host).
-pub fn forward_head(req: &Request) -> Vec<u8> {
+pub(crate) fn forward_head(req: &Request) -> Vec<u8> {
     let Target::Http { host, port, path } = &req.target else {
         return Vec::new();
     };

@@ -54,7 +54,7 @@ pub const PROXY_VARIABLES: [&str; 6] = [
 ];
 
 /// The proxy's URL as the variables give it.
-pub fn proxy_url() -> String {
+pub(crate) fn proxy_url() -> String {
     format!("http://127.0.0.1:{PORT}")
 }
 

@@ -257,7 +257,7 @@ fn allowed(policy: &Policy, child: &ChildRef, host: &Host, port: u16) -> Result<
 /// or into a private or local range ([`cidr::SPECIAL`]) — unless an entry
 /// of `list` names that address literally. The caller connects to exactly
 /// these addresses: the check is on what is connected to, once.
-pub fn check_addresses(
+pub(crate) fn check_addresses(
     host: &Host,
     addrs: &[IpAddr],
     deny: &[Cidr],

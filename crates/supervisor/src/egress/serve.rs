@@ -29,7 +29,7 @@ const HANDSHAKE: Duration = Duration::from_secs(30);
 impl Egress {
     /// Serve child `child` (launcher pid `pid`), whose stage holds the
     /// other end of `sync` as descriptor 4: until the child ends.
-    pub fn serve_child(self: &Arc<Self>, sync: StdUnixStream, child: ChildRef, pid: u32) {
+    pub(crate) fn serve_child(self: &Arc<Self>, sync: StdUnixStream, child: ChildRef, pid: u32) {
         let token = CancellationToken::new();
         lock(&self.children).insert(child.id, token.clone());
         let egress = self.clone();

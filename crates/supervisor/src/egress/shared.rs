@@ -131,7 +131,7 @@ impl Egress {
     /// [`super::denials::FLUSH_AFTER`] later, by a record of its own
     /// (`suppressed`). Logged, not fatal, when it cannot be: the refusal
     /// stands either way.
-    pub async fn audit_denied(&self, r: &NetRecord) {
+    pub(crate) async fn audit_denied(&self, r: &NetRecord) {
         let mut fields = serde_json::Map::new();
         fields.insert("request".into(), r.method.clone().into());
         fields.insert("host".into(), r.host.clone().into());
@@ -147,7 +147,7 @@ impl Egress {
     /// log keeps every transfer. At the same per-agent rate as refusals,
     /// past which connections and their bytes are carried by the next
     /// record (`suppressed_before`, bytes included in `egress_bytes`).
-    pub async fn audit_transfer(&self, r: &NetRecord) {
+    pub(crate) async fn audit_transfer(&self, r: &NetRecord) {
         let mut fields = serde_json::Map::new();
         fields.insert("request".into(), r.method.clone().into());
         fields.insert("host".into(), r.host.clone().into());
@@ -220,7 +220,7 @@ impl Egress {
 
     /// Write every count still waiting for its record (at the
     /// supervisor's stop: what was counted is not lost with the process).
-    pub async fn flush_counted(&self) {
+    pub(crate) async fn flush_counted(&self) {
         let waiting: Vec<_> = lock(&self.counted).drain().collect();
         for ((kind, agent), (role, child)) in waiting {
             let rate = match kind {

@@ -112,7 +112,7 @@ impl Accounting {
     /// and reserved tokens are below its budget, so of calls made at once
     /// at most one can cross it. A refusal is recorded (`budget`) before it
     /// is returned. Blocking (it may read the log).
-    pub fn check_budget(
+    pub(crate) fn check_budget(
         &self,
         home: &Home,
         agent: &str,
@@ -187,7 +187,7 @@ impl Accounting {
 
     /// Record one provider call (before its answer goes back); tokens
     /// count against the agent's budget from here on. Blocking.
-    pub fn model_called(
+    pub(crate) fn model_called(
         &self,
         agent: Option<&str>,
         role: &str,
@@ -283,7 +283,7 @@ impl Accounting {
     }
 
     /// Remember a live child's groups (for `ps`).
-    pub fn track(&self, child: u64, groups: Vec<PathBuf>) {
+    pub(crate) fn track(&self, child: u64, groups: Vec<PathBuf>) {
         if !groups.is_empty() {
             self.groups
                 .lock()
@@ -294,7 +294,11 @@ impl Accounting {
 
     /// A live child's current figures for `ps --json`: CPU ms and memory
     /// bytes (its groups, else its process tree from `/proc`).
-    pub fn live_figures(&self, child: u64, pid: u32) -> crate::protocol::replies::LiveFigures {
+    pub(crate) fn live_figures(
+        &self,
+        child: u64,
+        pid: u32,
+    ) -> crate::protocol::replies::LiveFigures {
         let groups = self
             .groups
             .lock()
@@ -312,7 +316,7 @@ impl Accounting {
     }
 
     /// Forget an ended child; its groups' last figures.
-    pub fn untrack(&self, child: u64) -> crate::sandbox::cgroup::GroupUsage {
+    pub(crate) fn untrack(&self, child: u64) -> crate::sandbox::cgroup::GroupUsage {
         let groups = self
             .groups
             .lock()
@@ -372,7 +376,7 @@ fn tree_usage(pid: u32) -> (u64, u64) {
 
 /// Wait for child `pid` to exit (without reaping it) and read what it
 /// used; `None` when that cannot be known.
-pub async fn exit_usage(pid: u32) -> Option<(u64, u64)> {
+pub(crate) async fn exit_usage(pid: u32) -> Option<(u64, u64)> {
     use std::os::fd::AsFd;
     let pidfd = crate::sandbox::sys::pidfd_open(pid).ok()?;
     // SAFETY: an OwnedFd keeps its descriptor open and unchanged for as

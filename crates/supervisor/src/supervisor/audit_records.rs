@@ -93,7 +93,7 @@ pub async fn sync_failed(state: &State, agent: &str, message: &str) {
 /// An ownership change of an agent in a cluster (`cluster::events`): the
 /// host, what changed, the epoch and the instant bounding it. Durable
 /// before the node acts on a take.
-pub async fn owner_changed(
+pub(crate) async fn owner_changed(
     log: &crate::audit::Log,
     c: crate::cluster::OwnerChange,
 ) -> Result<(), String> {

@@ -15,7 +15,7 @@ use crate::store;
 /// lacks, sync under the memory lease. A sync that needs the agent's or an
 /// operator's attention leaves a reminder in `conversation` for its next
 /// turn. `None` when nothing was to be synced.
-pub async fn sync_after(
+pub(crate) async fn sync_after(
     state: &Arc<State>,
     agent_id: &str,
     conversation: Option<String>,

@@ -26,7 +26,7 @@ const LAUNCHER_REAPS: Policy =
 /// container's or VM's init may never); until then the child's `pids`
 /// cgroup stays charged and cannot be removed (a fault soak left an
 /// agent's groups behind at its supervisor's stop that way).
-pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
+pub(crate) fn kill_child_tree(pid: u32) -> nix::Result<()> {
     use nix::sys::signal::Signal;
     let below: Vec<u32> = process_tree(pid).into_iter().skip(1).collect();
     for p in &below {
@@ -63,7 +63,7 @@ pub fn kill_child_tree(pid: u32) -> nix::Result<()> {
 /// known from the launch plan, never from names, which a program chooses.
 /// No process of the program can sit at those levels: the monitor forks
 /// only init, and orphans in a pid namespace go to its init.
-pub fn signal_child_tree(
+pub(crate) fn signal_child_tree(
     pid: u32,
     wrapper_depth: usize,
     signal: nix::sys::signal::Signal,
@@ -89,7 +89,7 @@ pub fn signal_child_tree(
 
 /// Send SIGCONT to every process of child `pid`'s tree stopped by a signal
 /// (state `T`); one stopped by a debugger (`t`) is left to it. How many.
-pub fn resume_stopped(pid: u32) -> usize {
+pub(crate) fn resume_stopped(pid: u32) -> usize {
     process_tree(pid)
         .into_iter()
         .filter(|p| process_state(*p) == Some('T'))

@@ -147,7 +147,7 @@ impl ChildTable {
 
     /// The child's first frame arrived. Its timing is kept even when the
     /// reaper already saw it exit (a short-lived child).
-    pub fn mark_running(&mut self, id: u64) {
+    pub(crate) fn mark_running(&mut self, id: u64) {
         if let Some(c) = self.rows.get_mut(&id) {
             if c.first_frame.is_none() {
                 c.first_frame = Some(c.started.elapsed());
@@ -160,7 +160,7 @@ impl ChildTable {
     }
 
     /// Add the supervisor's own marks of a child's launch.
-    pub fn add_marks(
+    pub(crate) fn add_marks(
         &mut self,
         id: u64,
         marks: impl IntoIterator<Item = crate::protocol::timings::Mark>,
@@ -172,7 +172,11 @@ impl ChildTable {
 
     /// Add checked marks the child reported (bounded, see
     /// [`MAX_REPORTED_MARKS`]).
-    pub fn add_reported_marks(&mut self, id: u64, marks: Vec<crate::protocol::timings::Mark>) {
+    pub(crate) fn add_reported_marks(
+        &mut self,
+        id: u64,
+        marks: Vec<crate::protocol::timings::Mark>,
+    ) {
         if let Some(c) = self.rows.get_mut(&id) {
             let room = MAX_REPORTED_MARKS.saturating_sub(c.reported_marks.len());
             c.reported_marks.extend(marks.into_iter().take(room));
@@ -192,7 +196,7 @@ impl ChildTable {
 
     /// A mark of the supervisor's own for something a child may repeat
     /// (its hello): kept the first time only, so the row cannot grow.
-    pub fn mark_once(&mut self, id: u64, name: &str) {
+    pub(crate) fn mark_once(&mut self, id: u64, name: &str) {
         let seen = self
             .rows
             .get(&id)
@@ -203,7 +207,7 @@ impl ChildTable {
     }
 
     /// A warm child's turn was handed over: it starts now.
-    pub fn mark_warm(&mut self, id: u64, warm: bool) {
+    pub(crate) fn mark_warm(&mut self, id: u64, warm: bool) {
         if let Some(c) = self.rows.get_mut(&id) {
             match (&c.state, warm) {
                 (ChildState::Starting, true) => c.state = ChildState::Warm,
@@ -213,7 +217,7 @@ impl ChildTable {
         }
     }
 
-    pub fn mark_ended(&mut self, id: u64, state: ChildState) {
+    pub(crate) fn mark_ended(&mut self, id: u64, state: ChildState) {
         let now = Instant::now();
         if let Some(c) = self.rows.get_mut(&id) {
             c.state = state;
@@ -345,7 +349,7 @@ impl Launcher {
 }
 
 /// The environment a child starts with.
-pub fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
+pub(crate) fn child_env(spec: &LaunchSpec) -> Vec<(String, String)> {
     let mut env = vec![
         ("PATH".to_string(), CHILD_PATH.to_string()),
         ("HOME".to_string(), spec.agent.dir().display().to_string()),
@@ -658,7 +662,7 @@ impl PreExecStep {
 }
 
 /// How a finished child ended.
-pub fn ended_state(status: std::process::ExitStatus) -> ChildState {
+pub(crate) fn ended_state(status: std::process::ExitStatus) -> ChildState {
     match (status.code(), status.signal()) {
         (Some(code), _) => ChildState::Exited { code },
         (None, Some(signal)) => ChildState::Killed { signal },

@@ -240,7 +240,7 @@ pub fn fencing(state: &State, agent: &str) -> Fencing {
 }
 
 /// [`crate::remote::sync_agent`] under `fencing` (blocking).
-pub fn sync_agent(
+pub(crate) fn sync_agent(
     paths: &AgentPaths,
     record: &AgentRecord,
     root: Option<&str>,

@@ -23,7 +23,7 @@ pub const MAX_INFLIGHT_PER_CONNECTION: usize = 64;
 
 /// The protocol loop. Boxed: a request handler may start a child whose
 /// channel runs this same loop.
-pub fn serve_frames(
+pub(crate) fn serve_frames(
     state: Arc<State>,
     reader: FrameReader,
     sender: FrameSender,

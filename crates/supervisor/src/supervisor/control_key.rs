@@ -63,7 +63,7 @@ pub fn issue(home: &Home) -> std::io::Result<String> {
 
 impl ControlKey {
     /// What control connections must present: `key` where [`needed`].
-    pub fn for_host(key: String, report: &SandboxReport) -> Self {
+    pub(crate) fn for_host(key: String, report: &SandboxReport) -> Self {
         Self(needed(report).then_some(key))
     }
 }

@@ -78,7 +78,7 @@ pub async fn handle(
 
 /// The per-role allow-list (`policy::TABLE`), decided from the identity
 /// the connection was made with.
-pub fn refuse_by_policy(peer: &Peer, call: &Call) -> Option<Outcome> {
+pub(crate) fn refuse_by_policy(peer: &Peer, call: &Call) -> Option<Outcome> {
     let who = peer.kind();
     let method = call.method();
     if policy::allowed(who, method) {

@@ -129,13 +129,13 @@ impl FrameSender {
     }
 
     /// Whether the peer was cut off for not reading its frames.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.link.overflowed.load(Ordering::SeqCst)
     }
 
     /// Resolves when the connection is over on our side (the peer did not
     /// read, or writing to it failed).
-    pub async fn cut_off(&self) {
+    pub(crate) async fn cut_off(&self) {
         self.link.wait_cut().await
     }
 }

@@ -11,7 +11,7 @@ use crate::paths::Home;
 use super::state::State;
 
 /// Publish the head whenever it moved, every [`PUBLISH_EVERY`].
-pub fn spawn_publisher(state: &Arc<State>) {
+pub(crate) fn spawn_publisher(state: &Arc<State>) {
     let home = state.home.clone();
     tokio::spawn(async move {
         let mut last = None;

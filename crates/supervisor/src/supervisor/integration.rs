@@ -196,7 +196,7 @@ async fn run_internal_turn(
 /// `memory.merge`, from the agent's integration turn: merge the reflection
 /// branch being integrated — that one, from that conversation, nothing
 /// else — into main, under the memory lease.
-pub async fn memory_merge(
+pub(crate) async fn memory_merge(
     state: &Arc<State>,
     peer: &super::state::Peer,
     branch: String,

@@ -55,7 +55,7 @@ pub struct SubagentLaunch {
 
 /// Start a child; its worktree and task, when given, are recorded with it
 /// before its channel is served.
-pub async fn spawn_with(
+pub(crate) async fn spawn_with(
     state: &Arc<State>,
     params: SpawnParams,
     fds: PassedFds,
@@ -560,7 +560,7 @@ pub fn child_timings(state: &State, child: u64) -> Outcome {
 }
 
 /// `child.kill`: a signal to a live child (its whole tree for SIGKILL).
-pub fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
+pub(crate) fn kill_child(state: &State, child: u64, signal: Option<i32>) -> Outcome {
     let info = state.table.lock().ok().and_then(|t| t.get(child).cloned());
     let Some(info) = info else {
         return error(ErrorCode::NotFound, format!("no child {child}"));

@@ -55,7 +55,7 @@ pub fn bind(home: &Home) -> Result<Bound, ServeError> {
 
 /// [`bind`] for a supervisor that serves one command: the home's recent
 /// sandbox probe is reused (`sandbox::report_cache`).
-pub fn bind_for_one_command(home: &Home) -> Result<Bound, ServeError> {
+pub(crate) fn bind_for_one_command(home: &Home) -> Result<Bound, ServeError> {
     bind_probing(home, crate::sandbox::report_cache::probe_reusing)
 }
 

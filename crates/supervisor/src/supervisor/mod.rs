@@ -316,7 +316,7 @@ pub fn stop(home: &Home, timeout: Duration) -> Result<Option<Stopped>, Superviso
 
 /// Remove the pid and socket files of a supervisor that is gone (only
 /// when no live supervisor holds the pid file's lock).
-pub fn remove_stale_files(home: &Home) {
+pub(crate) fn remove_stale_files(home: &Home) {
     if let Ok(held) = pidfile::PidFile::acquire(&home.supervisor_pid_file()) {
         // We hold the lock: nobody serves the socket.
         let _ = std::fs::remove_file(home.supervisor_socket());
@@ -544,9 +544,4 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.finish(false);
     }
-}
-
-/// True when `path` names a live supervisor socket.
-pub fn socket_answers(path: &Path) -> bool {
-    Client::connect(path).is_ok()
 }

@@ -31,7 +31,7 @@ pub struct PidFile {
 }
 
 /// Create `dir` (mode 0700) if needed and refuse one another user can write.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), PidFileError> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> Result<(), PidFileError> {
     let io = |source| PidFileError::Io {
         path: dir.to_path_buf(),
         source,

@@ -27,7 +27,7 @@ pub(crate) const RECALL_TOOLS: &[&str] = &["recall_search"];
 /// (profile `recall`: read-only messages and index, no memory writes) that
 /// starts from the caller's conversation — the one the supervisor started
 /// the caller for — searches, and answers with its findings.
-pub async fn recall_delegate(
+pub(crate) async fn recall_delegate(
     state: &Arc<State>,
     peer: &super::state::Peer,
     query: String,

@@ -40,7 +40,7 @@ pub struct Launched {
 }
 
 /// `reflect.run`.
-pub async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
+pub(crate) async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
     let wait = params.wait;
     match launch_reflection(state, Request::manual(&params)).await {
         Ok(launched) => {
@@ -60,7 +60,10 @@ pub async fn reflect_run(state: &Arc<State>, params: ReflectParams) -> Outcome {
 
 /// Launch a reflection: the checks of spec §5.4 in order, then the
 /// worktree, the payload and the child.
-pub async fn launch_reflection(state: &Arc<State>, req: Request) -> Result<Launched, LaunchResult> {
+pub(crate) async fn launch_reflection(
+    state: &Arc<State>,
+    req: Request,
+) -> Result<Launched, LaunchResult> {
     let home = state.home.clone();
     let selector = req.agent.clone();
     let (record, agent) = off_thread(move || {
@@ -264,7 +267,7 @@ pub type Evaluation = tokio::task::JoinHandle<Option<trigger::TriggerReason>>;
 /// Begin a finished turn's trigger evaluation now, while its child exits:
 /// once the turn's child said `done` its log holds the turn (a child that
 /// said so and wrote on only moves a reflection by a step).
-pub fn evaluate_early(state: &Arc<State>, agent_id: &str, conversation: &str) -> Evaluation {
+pub(crate) fn evaluate_early(state: &Arc<State>, agent_id: &str, conversation: &str) -> Evaluation {
     let (state, agent, conversation) = (
         state.clone(),
         agent_id.to_string(),
@@ -295,7 +298,7 @@ async fn evaluate(
 }
 
 /// `reflect.status`: lock, backoff, running child, last result, cursors.
-pub async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcome {
+pub(crate) async fn reflect_status(state: &Arc<State>, agent: Option<String>) -> Outcome {
     let home = state.home.clone();
     let found = blocking(move || {
         store::find(&home, agent.as_deref()).map_err(|e| error(ErrorCode::NotFound, e.to_string()))

@@ -184,7 +184,7 @@ fn commit_refusal(e: CommitError) -> Outcome {
 
 /// `memory.lease`: the caller alone edits the agent's memory until it
 /// releases, or exits (a child) or disconnects (a CLI).
-pub async fn memory_lease(
+pub(crate) async fn memory_lease(
     state: &Arc<State>,
     peer: &Peer,
     agent: Option<String>,
@@ -224,7 +224,7 @@ pub async fn memory_lease(
 }
 
 /// `memory.release`: give the lease back (a no-op when not held).
-pub fn memory_release(state: &State, peer: &Peer, conn: &Connection) -> Outcome {
+pub(crate) fn memory_release(state: &State, peer: &Peer, conn: &Connection) -> Outcome {
     Outcome::reply(&replies::Released {
         released: state.leases.release(holder(peer, conn)),
     })
@@ -258,7 +258,11 @@ fn holder(peer: &Peer, conn: &Connection) -> Holder {
 /// `memory.status`: the caller's own checkout. A sub-agent's is the
 /// worktree the supervisor launched it on (its child-table entry, never a
 /// path it sends); anyone else's is the agent's main checkout.
-pub async fn memory_status(state: &Arc<State>, peer: &Peer, agent: Option<String>) -> Outcome {
+pub(crate) async fn memory_status(
+    state: &Arc<State>,
+    peer: &Peer,
+    agent: Option<String>,
+) -> Outcome {
     let agent = match target_agent(peer, agent) {
         Ok(a) => a,
         Err(o) => return o,
@@ -445,7 +449,7 @@ pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
 /// one token per byte of the request as encoded (every tokenizer covers at
 /// least a byte per token, and the encoding's punctuation stands in for
 /// the provider's framing), its output at most `max_tokens`.
-pub fn reservation(request: &crate::protocol::messages::ModelRequest) -> u64 {
+pub(crate) fn reservation(request: &crate::protocol::messages::ModelRequest) -> u64 {
     let input = crate::protocol::encoded_len(request) as u64;
     let output = request
         .max_tokens
@@ -459,7 +463,7 @@ pub fn reservation(request: &crate::protocol::messages::ModelRequest) -> u64 {
 /// context_window`; `null` when none is). A child asks about the model
 /// recorded at its launch (naming another is refused, as for
 /// `model.complete`); a CLI names one (the configured default otherwise).
-pub async fn model_info(state: &Arc<State>, peer: &Peer, asked: Option<String>) -> Outcome {
+pub(crate) async fn model_info(state: &Arc<State>, peer: &Peer, asked: Option<String>) -> Outcome {
     let asked = asked
         .map(|m| m.trim().to_string())
         .filter(|m| !m.is_empty());
@@ -525,7 +529,7 @@ pub fn log(peer: &Peer, level: LogLevel, message: &str) -> Outcome {
 
 /// `memory.sync`: sync an agent's memory with its remote, under the
 /// agent's memory lease (no turn or merge edits the checkout meanwhile).
-pub async fn memory_sync(
+pub(crate) async fn memory_sync(
     state: &Arc<State>,
     agent: Option<String>,
     remote_root: Option<String>,
@@ -676,7 +680,7 @@ fn cloned_only(record: &crate::store::record::AgentRecord, refused: Outcome) -> 
 /// child's own agent (from the child table, never the frame) against the
 /// supervisor's remote; the memory tool holds no lease meanwhile (the
 /// repair worker needs it).
-pub async fn memory_repair(state: &Arc<State>, peer: &Peer) -> Outcome {
+pub(crate) async fn memory_repair(state: &Arc<State>, peer: &Peer) -> Outcome {
     let Peer::Child { agent, .. } = peer else {
         return error(
             ErrorCode::Forbidden,

@@ -216,7 +216,7 @@ impl State {
     }
 
     /// A fresh connection id.
-    pub fn connection_id(&self) -> u64 {
+    pub(crate) fn connection_id(&self) -> u64 {
         self.next_connection
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1
@@ -226,16 +226,16 @@ impl State {
         let _ = self.events.send(event);
     }
 
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         self.stop.is_cancelled()
     }
 
-    pub fn request_stop(&self) {
+    pub(crate) fn request_stop(&self) {
         self.stop.cancel();
     }
 
     /// The semaphore bounding `agent`'s blocking work.
-    pub fn agent_slots(&self, agent: &str, size: usize) -> Arc<Semaphore> {
+    pub(crate) fn agent_slots(&self, agent: &str, size: usize) -> Arc<Semaphore> {
         let mut map = self.agent_slots.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(agent.to_string())
             .or_insert_with(|| Arc::new(Semaphore::new(size)))
@@ -243,7 +243,7 @@ impl State {
     }
 
     /// Whether any child is starting or running.
-    pub fn any_live(&self) -> bool {
+    pub(crate) fn any_live(&self) -> bool {
         self.table
             .lock()
             .map(|t| !t.live().is_empty())
@@ -274,7 +274,7 @@ pub fn error(code: ErrorCode, message: impl Into<String>) -> Outcome {
 pub const MAX_BLOCKING_PER_AGENT: usize = 8;
 
 /// Run `f` on a blocking thread within `agent`'s share of them.
-pub async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
+pub(crate) async fn on_agent_thread<T, F>(state: &State, agent: &str, f: F) -> Result<T, String>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,

@@ -16,7 +16,7 @@ use crate::reflection::prepare::Host;
 use crate::store::record::AgentRecord;
 
 /// Run `f` on a blocking thread; a failure becomes an `error` refusal.
-pub async fn off_thread<T: Send + 'static>(
+pub(crate) async fn off_thread<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, LaunchResult> + Send + 'static,
 ) -> Result<T, LaunchResult> {
     match tokio::task::spawn_blocking(f).await {
@@ -30,7 +30,7 @@ pub async fn off_thread<T: Send + 'static>(
 /// context_window`, the one asked for (the caller's variable, or its main
 /// window), the agent's, the one configured for its model — the order
 /// `agent::context::window` documents.
-pub fn subagent_window(st: &State, record: &AgentRecord, asked: Option<u64>) -> Option<u64> {
+pub(crate) fn subagent_window(st: &State, record: &AgentRecord, asked: Option<u64>) -> Option<u64> {
     use crate::agent::context::window::{self, ReflectionWindowSource as S};
     let env = window::env_window(window::REFLECTION_CONTEXT_WINDOW_ENV).unwrap_or_else(|e| {
         tracing::warn!("{e}; ignored");
@@ -56,7 +56,7 @@ pub fn subagent_window(st: &State, record: &AgentRecord, asked: Option<u64>) -> 
 
 /// How a sub-agent child of `role` is started: the agent-side program's
 /// `subagent` entry for the agent's directory, no stdio, the agent's model.
-pub fn subagent_spawn(
+pub(crate) fn subagent_spawn(
     record: &AgentRecord,
     agent: &AgentPaths,
     role: &str,
@@ -80,7 +80,7 @@ pub fn subagent_spawn(
 }
 
 /// Start a sub-agent's child; its id, or why it did not start.
-pub async fn start_child(
+pub(crate) async fn start_child(
     state: &Arc<State>,
     spawn: SpawnParams,
     fds: super::frames_io::PassedFds,
@@ -94,7 +94,7 @@ pub async fn start_child(
 }
 
 /// SIGKILL child `id` and what it started (a sub-agent past its deadline).
-pub fn stop_child(state: &State, id: u64) {
+pub(crate) fn stop_child(state: &State, id: u64) {
     let info = state.table.lock().ok().and_then(|t| t.get(id).cloned());
     if let Some(info) = info {
         let _ = super::child_signals::kill_child_tree(info.pid);
@@ -127,7 +127,7 @@ pub async fn wait_exit(
 
 /// `f` given what of the supervisor a sub-agent's preparation needs (see
 /// [`Host`]).
-pub fn with_host<T>(st: &State, f: impl FnOnce(&Host) -> T) -> T {
+pub(crate) fn with_host<T>(st: &State, f: impl FnOnce(&Host) -> T) -> T {
     let window = |record: &AgentRecord, asked| subagent_window(st, record, asked);
     f(&Host {
         home: &st.home,

@@ -8,7 +8,7 @@ use crate::protocol::task::clip_report;
 use crate::protocol::{ErrorCode, Outcome, replies};
 
 /// `task.get`: the task recorded for the calling child at its launch.
-pub fn task_get(state: &State, peer: &Peer) -> Outcome {
+pub(crate) fn task_get(state: &State, peer: &Peer) -> Outcome {
     let Peer::Child { id, .. } = peer else {
         return error(
             ErrorCode::Forbidden,
@@ -23,7 +23,7 @@ pub fn task_get(state: &State, peer: &Peer) -> Outcome {
 }
 
 /// `task.finish`: keep the calling child's report (capped) with its task.
-pub fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
+pub(crate) fn task_finish(state: &State, peer: &Peer, report: String) -> Outcome {
     let Peer::Child { id, .. } = peer else {
         return error(
             ErrorCode::Forbidden,

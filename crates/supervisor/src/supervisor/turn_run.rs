@@ -239,7 +239,7 @@ async fn record_interruption(agent: &AgentPaths, conversation: &str, id: u64) {
 }
 
 /// `turn.cancel`: cancel the running turn of a conversation.
-pub async fn cancel_turn(
+pub(crate) async fn cancel_turn(
     state: &Arc<State>,
     agent: Option<String>,
     conversation: String,

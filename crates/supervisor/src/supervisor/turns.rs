@@ -55,7 +55,7 @@ impl Turns {
 
     /// Record the running turn's cancel token and child (while its slot is
     /// held).
-    pub fn set_running(
+    pub(crate) fn set_running(
         &self,
         agent: &str,
         conversation: &str,
@@ -70,14 +70,14 @@ impl Turns {
     }
 
     /// The child of a conversation's running turn, if one runs.
-    pub fn running_child(&self, agent: &str, conversation: &str) -> Option<u64> {
+    pub(crate) fn running_child(&self, agent: &str, conversation: &str) -> Option<u64> {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running
             .get(&(agent.to_string(), conversation.to_string()))
             .map(|(_, child)| *child)
     }
 
-    pub fn clear_running(&self, agent: &str, conversation: &str) {
+    pub(crate) fn clear_running(&self, agent: &str, conversation: &str) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.remove(&(agent.to_string(), conversation.to_string()));
     }

@@ -23,7 +23,7 @@ pub fn clip(text: &str) -> &str {
 /// newline, lossily decoded) cut to `max` bytes, with how many bytes were
 /// cut. Memory stays bounded whatever the child writes: a line longer than
 /// `max` is not buffered past it.
-pub async fn for_each_line<R, F>(mut reader: R, max: usize, mut line: F)
+pub(crate) async fn for_each_line<R, F>(mut reader: R, max: usize, mut line: F)
 where
     R: AsyncRead + Unpin,
     F: FnMut(&str, usize),

@@ -196,7 +196,7 @@ impl WarmPool {
 
     /// Put a started child in its reserved slot — unless the slot went
     /// away meanwhile (its agent was deleted, the supervisor is stopping).
-    pub fn park(&self, agent: &str, warm: Option<Warm>, stopping: bool) {
+    pub(crate) fn park(&self, agent: &str, warm: Option<Warm>, stopping: bool) {
         let Ok(mut slots) = self.slots.lock() else {
             if let Some(w) = warm {
                 discard(w, "the pool is unusable");
@@ -221,7 +221,7 @@ impl WarmPool {
 
     /// Take out the parked children `stale` says must go, or that waited
     /// past the idle limit.
-    pub fn take_stale(&self, mut stale: impl FnMut(&str, &Warm) -> bool) -> Vec<Warm> {
+    pub(crate) fn take_stale(&self, mut stale: impl FnMut(&str, &Warm) -> bool) -> Vec<Warm> {
         let Ok(mut slots) = self.slots.lock() else {
             return Vec::new();
         };

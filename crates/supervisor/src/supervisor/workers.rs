@@ -29,7 +29,7 @@ pub(crate) const MAX_WORKER_INSTRUCTION_BYTES: usize = 16 * 1024;
 /// `worker.start`, from an agent child: a memory worker for the caller's
 /// own agent (from the child table) with a self-contained instruction.
 /// Workers of one agent run one at a time; a second waits its turn.
-pub async fn worker_start(
+pub(crate) async fn worker_start(
     state: &Arc<State>,
     peer: &super::state::Peer,
     instruction: String,
@@ -94,7 +94,7 @@ pub async fn worker_start(
 
 /// At start: run the memory workers a stopped supervisor acknowledged but
 /// did not finish (`reflections/worker-queue.json`), one agent's at a time.
-pub fn resume_workers(state: &Arc<State>) {
+pub(crate) fn resume_workers(state: &Arc<State>) {
     let Ok(entries) = std::fs::read_dir(state.home.agents_dir()) else {
         return;
     };
@@ -358,7 +358,11 @@ async fn finish_worker(st: Arc<State>, id: String, run: WorkerRun, end: ChildEnd
 /// conflict; queue the repair worker that re-applies them onto the memory
 /// as it now is (the remote's), and start it when no worker runs. The
 /// repair's signature in `reflection::repair` when one was queued.
-pub async fn repair_set_aside(state: &Arc<State>, agent_id: &str, branch: &str) -> Option<String> {
+pub(crate) async fn repair_set_aside(
+    state: &Arc<State>,
+    agent_id: &str,
+    branch: &str,
+) -> Option<String> {
     let queued = queue_repair(state, agent_id, branch, None, None).await;
     let idle = state.subagents.with(agent_id, |a| {
         a.worker.is_none() && !a.queued_workers.is_empty()

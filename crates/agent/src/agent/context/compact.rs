@@ -269,7 +269,7 @@ const MIN_SUMMARY_TOKENS: u64 = 32;
 /// reflection merged, and `all` would only summarise the summary again).
 /// Summarise that summary within `budget` tokens, clipped to it if the
 /// answer is longer; the rest of the context stays as it is.
-pub fn shorten_summary(
+pub(crate) fn shorten_summary(
     conv: &mut Conversation,
     req: &Request,
     budget: u64,

@@ -22,7 +22,7 @@ use crate::protocol::messages::{Message, Part, Role, ToolSpec, Usage};
 use crate::store::conversation::StoredMessage;
 
 /// Characters of `s` in UTF-16 code units.
-pub fn utf16_len(s: &str) -> usize {
+pub(crate) fn utf16_len(s: &str) -> usize {
     if s.is_ascii() {
         return s.len();
     }
@@ -30,12 +30,12 @@ pub fn utf16_len(s: &str) -> usize {
 }
 
 /// `ceil(units / 4)`.
-pub fn tokens_for(units: usize) -> u64 {
+pub(crate) fn tokens_for(units: usize) -> u64 {
     (units as u64).div_ceil(4)
 }
 
 /// The estimate of a text.
-pub fn text_tokens(s: &str) -> u64 {
+pub(crate) fn text_tokens(s: &str) -> u64 {
     tokens_for(utf16_len(s))
 }
 
@@ -46,13 +46,13 @@ fn json_len(v: &impl Serialize) -> usize {
 
 /// The estimate of one message. A tool message holds one result per call;
 /// each counts as the message it is in letta-code.
-pub fn message_tokens(m: &StoredMessage) -> u64 {
+pub(crate) fn message_tokens(m: &StoredMessage) -> u64 {
     parts_tokens(m.role, &m.parts)
 }
 
 /// The estimate of a message of `role` made of `parts` (see
 /// [`message_tokens`]).
-pub fn parts_tokens(role: Role, parts: &[Part]) -> u64 {
+pub(crate) fn parts_tokens(role: Role, parts: &[Part]) -> u64 {
     match role {
         Role::Tool => parts
             .iter()
@@ -109,7 +109,11 @@ impl RequestTokens {
 
 /// The parts of a request to send: its system prompt, its tools' schemas
 /// and its messages.
-pub fn request_tokens(system: &str, messages: &[Message], tools: &[ToolSpec]) -> RequestTokens {
+pub(crate) fn request_tokens(
+    system: &str,
+    messages: &[Message],
+    tools: &[ToolSpec],
+) -> RequestTokens {
     RequestTokens {
         system: text_tokens(system),
         tools: tools_tokens(tools),

@@ -47,7 +47,7 @@ pub enum Rung {
 
 impl Fit {
     /// The next rung, marked as climbed; `None` at the top.
-    pub fn climb(&mut self) -> Option<Rung> {
+    pub(crate) fn climb(&mut self) -> Option<Rung> {
         let (flag, rung) = if !self.compacted {
             (&mut self.compacted, Rung::Compact)
         } else if !self.compacted_all {
@@ -84,7 +84,7 @@ fn note(chars: usize, window: Option<u64>) -> String {
 
 /// Replace the text of every tool result before the last message with a
 /// note. Whether anything changed.
-pub fn trim_old(request: &mut ModelRequest) -> bool {
+pub(crate) fn trim_old(request: &mut ModelRequest) -> bool {
     let window = request.context_window;
     let last = request.messages.len().saturating_sub(1);
     let mut changed = false;
@@ -109,7 +109,7 @@ pub fn trim_old(request: &mut ModelRequest) -> bool {
 /// the request fits under `target` tokens: each keeps an equal share of
 /// what is left, from its start, and ends with the note. Whether anything
 /// changed.
-pub fn trim_latest(request: &mut ModelRequest, target: u64) -> bool {
+pub(crate) fn trim_latest(request: &mut ModelRequest, target: u64) -> bool {
     let window = request.context_window;
     let Some(last) = request.messages.last() else {
         return false;

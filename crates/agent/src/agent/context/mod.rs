@@ -107,7 +107,7 @@ fn fits_a_frame(request: &ModelRequest) -> bool {
     crate::protocol::encoded_len(request) <= crate::protocol::FRAME_PAYLOAD_BUDGET
 }
 
-pub fn compaction_event(c: &Compacted) -> TurnEvent {
+pub(crate) fn compaction_event(c: &Compacted) -> TurnEvent {
     TurnEvent::Compaction {
         trigger: c.event.trigger.clone(),
         mode: c.event.mode.clone(),
@@ -291,7 +291,7 @@ impl<'a> TurnContext<'a> {
     /// Before a model request: compact above the threshold, then, while
     /// the request is over the whole window, climb the ladder; return the
     /// request to send (with the turn's window, which the mock honours).
-    pub fn preflight(
+    pub(crate) fn preflight(
         &self,
         conv: &mut Conversation,
         mut request: ModelRequest,
@@ -421,7 +421,7 @@ impl<'a> TurnContext<'a> {
     /// After a response (appended to `conv`): compact above the threshold.
     /// Its usage anchors the estimate (without usage: `request`'s system
     /// prompt and tools with every message).
-    pub fn after_response(
+    pub(crate) fn after_response(
         &self,
         conv: &mut Conversation,
         request: &ModelRequest,
@@ -439,7 +439,7 @@ impl<'a> TurnContext<'a> {
     /// After a provider said `request` does not fit: the next rung of the
     /// ladder that changes the request, and the request to try again
     /// (`None`: every rung is climbed, the error stands).
-    pub fn after_overflow(
+    pub(crate) fn after_overflow(
         &self,
         conv: &mut Conversation,
         request: &ModelRequest,
@@ -464,7 +464,11 @@ impl<'a> TurnContext<'a> {
 
     /// The error of a request the provider refused after every rung: what
     /// it is made of against the window, then the provider's words.
-    pub fn does_not_fit(&self, request: &ModelRequest, failure: ModelFailure) -> ModelFailure {
+    pub(crate) fn does_not_fit(
+        &self,
+        request: &ModelRequest,
+        failure: ModelFailure,
+    ) -> ModelFailure {
         let ModelFailure::ContextOverflow { message } = failure else {
             return failure;
         };

@@ -70,7 +70,8 @@ pub fn normalized_percentage(p: Option<f64>) -> f64 {
 }
 
 /// The percentages a sliding plan tries, from `p` (normalised), in order.
-pub fn percentage_series(p: f64) -> Vec<f64> {
+#[cfg(test)]
+pub(crate) fn percentage_series(p: f64) -> Vec<f64> {
     let mut out = Vec::new();
     let mut p = p;
     while p < 1.0 {
@@ -151,7 +152,7 @@ pub fn all(messages: &[&StoredMessage]) -> Plan {
 
 /// A user message the harness stored for the model (a `<memory_update>`,
 /// a notice), not one the user wrote.
-pub fn is_harness_reminder(m: &StoredMessage) -> bool {
+pub(crate) fn is_harness_reminder(m: &StoredMessage) -> bool {
     m.role == Role::User && matches!(m.kind.as_deref(), Some("memory_update" | "reminder"))
 }
 

@@ -116,7 +116,7 @@ fn tail(s: &str, units: usize) -> &str {
 }
 
 /// `text` cut to `limit` units with `... [truncated N chars]`.
-pub fn truncate_tool_result(text: &str, limit: usize) -> String {
+pub(crate) fn truncate_tool_result(text: &str, limit: usize) -> String {
     let len = utf16_len(text);
     if len <= limit {
         return text.to_string();
@@ -126,7 +126,7 @@ pub fn truncate_tool_result(text: &str, limit: usize) -> String {
 }
 
 /// `text` cut to `budget` units in the middle: 30 % head, 30 % tail.
-pub fn middle_truncate(text: &str, budget: usize) -> String {
+pub(crate) fn middle_truncate(text: &str, budget: usize) -> String {
     let len = utf16_len(text);
     if budget == 0 || len <= budget {
         return text.to_string();
@@ -229,7 +229,7 @@ pub fn transcript(messages: &[&StoredMessage], max_chars: Option<usize>) -> Stri
 
 /// A summariser's answer made a summary: trimmed, clipped at `clip`
 /// units (`None`: never).
-pub fn clip_summary(text: &str, clip: Option<usize>) -> String {
+pub(crate) fn clip_summary(text: &str, clip: Option<usize>) -> String {
     let summary = text.trim();
     match clip {
         Some(limit) if utf16_len(summary) > limit => {
@@ -268,7 +268,7 @@ struct SystemAlert {
 /// The text of a summary message: `{"type":"system_alert", "message",
 /// "time", "compaction_stats"}`, the message saying how many messages were
 /// hidden (sliding window) or that prior ones were (all).
-pub fn package_summary(
+pub(crate) fn package_summary(
     summary: &str,
     stats: &CompactionStats,
     sliding: bool,

@@ -65,7 +65,7 @@ pub fn threshold(window: u64) -> u64 {
 
 /// Whether `tokens` call for a compaction in `window` (strictly above the
 /// threshold; never without a window).
-pub fn should_compact(tokens: u64, window: Option<u64>) -> bool {
+pub(crate) fn should_compact(tokens: u64, window: Option<u64>) -> bool {
     window.is_some_and(|w| tokens > threshold(w))
 }
 
@@ -78,7 +78,7 @@ pub struct WindowError {
 }
 
 /// A window given as text (an environment variable): a positive integer.
-pub fn parse_window(name: &str, value: &str) -> Result<u64, WindowError> {
+pub(crate) fn parse_window(name: &str, value: &str) -> Result<u64, WindowError> {
     value
         .trim()
         .parse::<u64>()

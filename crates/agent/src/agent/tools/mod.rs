@@ -66,7 +66,7 @@ pub fn specs_for(window: Option<u64>) -> Vec<ToolSpec> {
 
 /// The schemas of the tools named in `names` (a sub-agent's set), in the
 /// registry's order, shaped for `window`; unknown names are skipped.
-pub fn specs_named(names: &[String], window: Option<u64>) -> Vec<ToolSpec> {
+pub(crate) fn specs_named(names: &[String], window: Option<u64>) -> Vec<ToolSpec> {
     let form = Schemas::for_window(window);
     TOOLS
         .iter()
@@ -77,7 +77,7 @@ pub fn specs_named(names: &[String], window: Option<u64>) -> Vec<ToolSpec> {
 
 /// The answer to a call of a tool the request did not carry (a model may
 /// name one it was not offered; it must not run).
-pub fn not_offered(name: &str, offered: &[ToolSpec], window: Option<u64>) -> ToolOutput {
+pub(crate) fn not_offered(name: &str, offered: &[ToolSpec], window: Option<u64>) -> ToolOutput {
     let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
     let why = match window {
         Some(w) if TOOLS.iter().any(|t| t.name == name) => format!(

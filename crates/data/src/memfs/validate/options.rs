@@ -34,7 +34,7 @@ impl Policy {
 
     /// Policy-file contents → policy; unreadable or unknown means legacy,
     /// as in the hook.
-    pub fn from_policy_file(contents: Option<&str>) -> Policy {
+    pub(crate) fn from_policy_file(contents: Option<&str>) -> Policy {
         contents
             .and_then(|c| c.parse().ok())
             .unwrap_or(Policy::LegacyOnly)
@@ -42,7 +42,7 @@ impl Policy {
 
     /// The policy an audit uses for a revision: root-marker iff it has a
     /// root `MEMORY.md`.
-    pub fn for_audit(tree: &TreeSnapshot) -> Policy {
+    pub(crate) fn for_audit(tree: &TreeSnapshot) -> Policy {
         if tree.contains(ROOT_INDEX) {
             Policy::RootMarker
         } else {

@@ -43,7 +43,7 @@ impl Entry {
     pub fn is_blob(&self) -> bool {
         self.is_regular() || self.is_symlink()
     }
-    pub fn is_gitlink(&self) -> bool {
+    pub(crate) fn is_gitlink(&self) -> bool {
         self.mode & TYPE_MASK == TYPE_GITLINK
     }
 }
@@ -109,7 +109,7 @@ impl TreeSnapshot {
     }
 
     /// Add or replace one entry by raw path bytes.
-    pub fn insert_bytes(&mut self, path: &[u8], entry: Entry) {
+    pub(crate) fn insert_bytes(&mut self, path: &[u8], entry: Entry) {
         match std::str::from_utf8(path) {
             Ok(p) => {
                 self.entries.insert(p.to_string(), entry);
@@ -139,7 +139,7 @@ impl TreeSnapshot {
     }
 
     /// Entries whose path is not valid UTF-8 (raw bytes, byte order).
-    pub fn non_utf8_paths(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+    pub(crate) fn non_utf8_paths(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.non_utf8.iter().map(|(p, e)| (p.as_slice(), e))
     }
 

@@ -160,7 +160,7 @@ impl CaseIndex {
 
     /// A remembered path (or prefix) that equals a prefix of `path` but for
     /// case, spelled differently.
-    pub fn collides(&self, path: &str) -> Option<String> {
+    pub(crate) fn collides(&self, path: &str) -> Option<String> {
         prefixes(path).find_map(|prefix| {
             self.seen
                 .get(&prefix.to_lowercase())

@@ -19,7 +19,7 @@ impl Index {
     /// Index every conversation's messages past its high-water mark; rebuild
     /// when the index is stale (a log shorter than its mark, a
     /// conversation gone).
-    pub fn catch_up(&mut self) -> Result<(), RecallError> {
+    pub(crate) fn catch_up(&mut self) -> Result<(), RecallError> {
         let ids = self.conversation_ids()?;
         let stale = self.convs.iter().any(|c| !ids.contains(&c.id));
         if stale {

@@ -115,7 +115,7 @@ impl Node {
     /// The fence epoch this host owns `agent` in (what its fence commits
     /// are stamped with): the epoch plus the cluster's epoch base at the
     /// take ([`EPOCH_BASE_KEY`]).
-    pub fn fence_epoch(&self, agent: &str) -> Option<i64> {
+    pub(crate) fn fence_epoch(&self, agent: &str) -> Option<i64> {
         self.live_lease().ok()?;
         lock(&self.owned).get(agent).map(|(_, f)| *f)
     }
@@ -143,7 +143,7 @@ impl Node {
     }
 
     /// [`Self::confirm`] from a blocking thread (a sync runs on one).
-    pub fn confirm_blocking(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
+    pub(crate) fn confirm_blocking(&self, agent: &str, epoch: i64) -> Result<(), ClusterError> {
         self.runtime.block_on(self.confirm(agent, epoch))
     }
 
