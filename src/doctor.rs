@@ -113,7 +113,7 @@ impl Out {
 }
 
 /// Diagnose one agent.
-pub fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diagnosis {
+pub(crate) fn diagnose(record: &AgentRecord, agent: &AgentPaths, ctx: &Context) -> Diagnosis {
     let mut out = Out {
         findings: Vec::new(),
     };
@@ -781,6 +781,6 @@ or replaced)",
 }
 
 /// Whether a supervisor runs on `home`.
-pub fn supervisor_running(home: &Home) -> bool {
+pub(crate) fn supervisor_running(home: &Home) -> bool {
     crate::supervisor::pidfile::PidFile::holder(&home.supervisor_pid_file()).is_some()
 }

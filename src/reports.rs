@@ -83,7 +83,7 @@ pub enum ReportError {
 
 /// The context figures of `conversation`, with the operator's environment
 /// and configuration.
-pub fn context_report(
+pub(crate) fn context_report(
     home: &Home,
     record: &AgentRecord,
     paths: &AgentPaths,

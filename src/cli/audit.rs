@@ -372,7 +372,7 @@ pub fn usage(cli: &Globals, args: &UsageArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `agent set-budget`: set or clear, then a `config` record.
-pub fn set_budget(
+pub(crate) fn set_budget(
     home: &Home,
     agent: &str,
     tokens: Option<u64>,
@@ -415,7 +415,12 @@ pub fn set_budget(
 }
 
 /// A `config` record for a policy change made from the command line.
-pub fn record_config(home: &Home, agent: &str, setting: &str, value: Value) -> anyhow::Result<()> {
+pub(crate) fn record_config(
+    home: &Home,
+    agent: &str,
+    setting: &str,
+    value: Value,
+) -> anyhow::Result<()> {
     let mut fields = Map::new();
     fields.insert("setting".into(), json!(setting));
     fields.insert("value".into(), value);

@@ -79,7 +79,7 @@ fn on_signal(sig: i32) {
 
 /// Cancel the running turn as Ctrl-C does (a headless client's
 /// `interrupt`); false when no turn has begun.
-pub fn cancel_current_turn() -> bool {
+pub(crate) fn cancel_current_turn() -> bool {
     let s = shared();
     let turn = s.turn.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let Some(turn) = turn else {
@@ -113,7 +113,7 @@ static ENDING: AtomicI32 = AtomicI32::new(0);
 
 /// End the command: stop the embedded supervisor first, then exit with
 /// 128 + the signal's number, as a shell reports it.
-pub fn end_now(sig: i32) -> ! {
+pub(crate) fn end_now(sig: i32) -> ! {
     ENDING.store(sig, Ordering::SeqCst);
     let stopper = shared()
         .stopper
@@ -132,7 +132,7 @@ pub fn end_now(sig: i32) -> ! {
 /// thread must not exit first (stopping the embedded supervisor ends the
 /// command's child, and with it the command's own wait) — the status is
 /// the signal's.
-pub fn hold_if_ending() {
+pub(crate) fn hold_if_ending() {
     let sig = ENDING.load(Ordering::SeqCst);
     if sig == 0 {
         return;
@@ -143,7 +143,7 @@ pub fn hold_if_ending() {
 }
 
 /// The embedded supervisor a signal must stop before the command ends.
-pub fn set_stopper(stopper: Option<Stopper>) {
+pub(crate) fn set_stopper(stopper: Option<Stopper>) {
     *shared().stopper.lock().unwrap_or_else(|p| p.into_inner()) = stopper;
 }
 
@@ -159,7 +159,7 @@ impl Drop for TurnGuard {
 }
 
 /// Mark a turn as running.
-pub fn begin_turn(home: &Home, agent: Option<&str>, conversation: &str) -> TurnGuard {
+pub(crate) fn begin_turn(home: &Home, agent: Option<&str>, conversation: &str) -> TurnGuard {
     let s = shared();
     s.cancelling.store(false, Ordering::SeqCst);
     *s.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(TurnRef {
@@ -172,7 +172,7 @@ pub fn begin_turn(home: &Home, agent: Option<&str>, conversation: &str) -> TurnG
 
 /// The signal that asked the command to end once its turn was cancelled
 /// (SIGTERM during a turn), if any.
-pub fn end_requested() -> Option<i32> {
+pub(crate) fn end_requested() -> Option<i32> {
     match shared().end_after_turn.load(Ordering::SeqCst) {
         0 => None,
         sig => Some(sig),

@@ -61,7 +61,7 @@ pub fn shown(home: &Home, id: &str) -> serde_json::Value {
 }
 
 /// The one line `agent show` prints.
-pub fn show_line(home: &Home, id: &str) -> String {
+pub(crate) fn show_line(home: &Home, id: &str) -> String {
     match crate::egress::policy::read(home, id) {
         Ok(list) if list.is_empty() => "none (agent set-network to allow hosts)".into(),
         Ok(list) => {

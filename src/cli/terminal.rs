@@ -216,7 +216,7 @@ fn window_size(fd: BorrowedFd<'_>) -> Option<nix::pty::Winsize> {
 
 /// Copy the pty's output to `out`, sanitized, until the pty closes (every
 /// holder of the slave is gone: the read fails with EIO).
-pub fn relay_output(master: &OwnedFd, raw: bool, out: &mut dyn Write) {
+pub(crate) fn relay_output(master: &OwnedFd, raw: bool, out: &mut dyn Write) {
     let mut file = match master.try_clone() {
         Ok(fd) => std::fs::File::from(fd),
         Err(_) => return,
@@ -239,7 +239,7 @@ pub fn relay_output(master: &OwnedFd, raw: bool, out: &mut dyn Write) {
 
 /// Copy the operator's input to the pty until it ends; a non-terminal
 /// input that ends sends the pty's end-of-file character.
-pub fn relay_input(master: &OwnedFd, input_is_terminal: bool) {
+pub(crate) fn relay_input(master: &OwnedFd, input_is_terminal: bool) {
     let Ok(fd) = master.try_clone() else {
         return;
     };

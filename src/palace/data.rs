@@ -39,7 +39,7 @@ impl PageCache {
 
     /// The page `name` at version `key`, rendered by `render` when absent
     /// or stale.
-    pub fn get_or_render(
+    pub(crate) fn get_or_render(
         &self,
         name: &str,
         key: &str,
@@ -297,7 +297,7 @@ impl Site {
 
     /// What the history page of agent `id` shows depends on: `main`'s
     /// commit and the record (its name and model are on the page).
-    pub fn history_version(&self, id: &str) -> Result<String, PalaceError> {
+    pub(crate) fn history_version(&self, id: &str) -> Result<String, PalaceError> {
         let (agent, paths) = self.agent(id)?;
         let head = head(&open(&paths)?)
             .map(|h| h.to_string())

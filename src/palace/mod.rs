@@ -71,7 +71,7 @@ impl From<git2::Error> for PalaceError {
 }
 
 /// A commit id as a request names it: exactly 40 hexadecimal digits.
-pub fn check_sha(sha: &str) -> Result<git2::Oid, PalaceError> {
+pub(crate) fn check_sha(sha: &str) -> Result<git2::Oid, PalaceError> {
     if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(PalaceError::BadRequest(
             "sha must be 40 hexadecimal characters".into(),
@@ -83,7 +83,7 @@ pub fn check_sha(sha: &str) -> Result<git2::Oid, PalaceError> {
 
 /// A path inside the memory tree as a request names it: relative, plain
 /// components only (no `.`, `..`, empty component, backslash or NUL).
-pub fn check_memory_path(path: &str) -> Result<(), PalaceError> {
+pub(crate) fn check_memory_path(path: &str) -> Result<(), PalaceError> {
     let bad = |why: &str| Err(PalaceError::BadRequest(format!("path {path:?}: {why}")));
     if path.is_empty() {
         return bad("empty");
@@ -103,7 +103,7 @@ pub fn check_memory_path(path: &str) -> Result<(), PalaceError> {
 }
 
 /// An agent id as a request names it, which must be an agent of `home`.
-pub fn check_agent_id(home: &Home, id: &str) -> Result<(), PalaceError> {
+pub(crate) fn check_agent_id(home: &Home, id: &str) -> Result<(), PalaceError> {
     if !crate::paths::is_valid_agent_id(id) {
         return Err(PalaceError::BadRequest(format!(
             "{id:?} is not an agent id"

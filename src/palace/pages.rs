@@ -37,7 +37,7 @@ pub struct Page {
 }
 
 impl Page {
-    pub fn at_depth(depth: usize, served: bool) -> Self {
+    pub(crate) fn at_depth(depth: usize, served: bool) -> Self {
         Self {
             root: "../".repeat(depth),
             served,
@@ -49,7 +49,7 @@ impl Page {
 }
 
 /// Percent-encode a memory path for a link (each `/` kept).
-pub fn url_path(path: &str) -> String {
+pub(crate) fn url_path(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for b in path.bytes() {
         match b {
@@ -364,7 +364,10 @@ pub fn error(status: u16, message: &str) -> String {
 /// The site's pages for one agent, as `(relative path, html)`: what
 /// `export` writes. File pages are `HEAD`'s; commit pages cover the
 /// history page's commits.
-pub fn agent_site(site: &Site, id: &str) -> Result<Vec<(String, String)>, super::PalaceError> {
+pub(crate) fn agent_site(
+    site: &Site,
+    id: &str,
+) -> Result<Vec<(String, String)>, super::PalaceError> {
     let mut out = Vec::new();
     let dir = format!("a/{id}/");
     let at = |depth: usize| Page::at_depth(depth, site.served);

@@ -196,7 +196,7 @@ async fn guard(req: Request, next: Next) -> Response {
 }
 
 /// The router over `site`.
-pub fn router(site: Site) -> Router {
+pub(crate) fn router(site: Site) -> Router {
     Router::new()
         .route("/", get(agents))
         .route("/index.html", get(agents))

@@ -250,7 +250,7 @@ pub struct Printer<T: Write, N: Write> {
 
 impl<T: Write> Printer<T, T> {
     /// Text and activity on one stream.
-    pub fn one_stream(out: T) -> Self {
+    pub(crate) fn one_stream(out: T) -> Self {
         Self {
             text: out,
             notes: None,
@@ -264,7 +264,7 @@ impl<T: Write> Printer<T, T> {
 
 impl<T: Write, N: Write> Printer<T, N> {
     /// Text on `text`, activity on `notes`.
-    pub fn two_streams(text: T, notes: N) -> Self {
+    pub(crate) fn two_streams(text: T, notes: N) -> Self {
         Self {
             text,
             notes: Some(notes),
