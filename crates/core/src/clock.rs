@@ -121,6 +121,38 @@ mod tests {
         );
     }
 
+    /// The stamps letta-code writes, at the edges of the clock and the
+    /// calendar (moved here from the compiler's tests).
+    #[test]
+    fn letta_codes_stamps_at_the_edges() {
+        let cases = [
+            (
+                datetime!(2026-05-04 00:00:00 UTC),
+                "2026-05-04 12:00:00 AM UTC+0000",
+                "2026-05-04T00:00:00.000Z",
+            ),
+            (
+                datetime!(2024-02-29 12:00:00 UTC),
+                "2024-02-29 12:00:00 PM UTC+0000",
+                "2024-02-29T12:00:00.000Z",
+            ),
+            (
+                datetime!(1999-12-31 23:59:59.999 UTC),
+                "1999-12-31 11:59:59 PM UTC+0000",
+                "1999-12-31T23:59:59.999Z",
+            ),
+            (
+                datetime!(0999-01-01 13:05:09 UTC),
+                "999-01-01 01:05:09 PM UTC+0000",
+                "0999-01-01T13:05:09.000Z",
+            ),
+        ];
+        for (t, metadata, iso) in cases {
+            assert_eq!(prompt_metadata(t), metadata);
+            assert_eq!(js_iso(t), iso);
+        }
+    }
+
     #[test]
     fn what_is_written_reads_back() {
         let t = datetime!(2026-01-05 15:04:05.5 UTC);

@@ -547,35 +547,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use time::macros::datetime;
-
-    #[test]
-    fn metadata_clock() {
-        assert_eq!(
-            crate::clock::prompt_metadata(datetime!(2026-05-04 00:00:00 UTC)),
-            "2026-05-04 12:00:00 AM UTC+0000"
-        );
-        assert_eq!(
-            crate::clock::prompt_metadata(datetime!(2024-02-29 12:00:00 UTC)),
-            "2024-02-29 12:00:00 PM UTC+0000"
-        );
-        assert_eq!(
-            crate::clock::prompt_metadata(datetime!(1999-12-31 23:59:59.999 UTC)),
-            "1999-12-31 11:59:59 PM UTC+0000"
-        );
-        assert_eq!(
-            crate::clock::prompt_metadata(datetime!(0999-01-01 13:05:09 UTC)),
-            "999-01-01 01:05:09 PM UTC+0000"
-        );
-        assert_eq!(
-            crate::clock::js_iso(datetime!(2026-05-04 00:00:00 UTC)),
-            "2026-05-04T00:00:00.000Z"
-        );
-        assert_eq!(
-            crate::clock::js_iso(datetime!(1999-12-31 23:59:59.999 UTC)),
-            "1999-12-31T23:59:59.999Z"
-        );
-    }
 
     #[test]
     fn injection_is_literal() {

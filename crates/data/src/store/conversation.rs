@@ -479,7 +479,9 @@ mod tests {
     use crate::paths::Home;
     use crate::protocol::messages::Part;
 
-    fn msg(c: &mut Conversation, text: &str) -> StoredMessage {
+    /// A user message with `text`, the next id of `c` (the children's
+    /// tests make theirs with it too).
+    pub(super) fn msg(c: &mut Conversation, text: &str) -> StoredMessage {
         StoredMessage {
             id: c.next_id(),
             role: Role::User,

@@ -28,6 +28,9 @@ const LAUNCHER_REAPS: Policy =
 /// agent's groups behind at its supervisor's stop that way).
 pub(crate) fn kill_child_tree(pid: u32) -> nix::Result<()> {
     use nix::sys::signal::Signal;
+    let Some(started) = crate::sandbox::identity::process_start_time(pid) else {
+        return Err(nix::errno::Errno::ESRCH);
+    };
     let below: Vec<u32> = process_tree(pid).into_iter().skip(1).collect();
     for p in &below {
         let _ = signal_descendant(pid, *p, Signal::SIGKILL);
@@ -40,9 +43,9 @@ pub(crate) fn kill_child_tree(pid: u32) -> nix::Result<()> {
     }
     let leader = nix::unistd::Pid::from_raw(pid as i32);
     // A launcher that ended once its init was gone may be reaped already:
-    // its number may then be another process group's, which is not ours
-    // to signal.
-    if nix::sys::signal::kill(leader, None).is_err() {
+    // its number may then be another process's (another start time), whose
+    // group is not ours to signal.
+    if crate::sandbox::identity::process_start_time(pid) != Some(started) {
         return Ok(());
     }
     let group = nix::sys::signal::killpg(leader, Signal::SIGKILL);

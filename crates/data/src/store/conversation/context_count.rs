@@ -84,21 +84,8 @@ fn count_context_ids(dir: &Dir, path: PathBuf) -> Result<Option<usize>, Conversa
 mod tests {
     use super::*;
     use crate::paths::Home;
-    use crate::protocol::messages::{Part, Role};
-    use crate::store::conversation::{Conversation, StoredMessage};
-
-    fn msg(c: &mut Conversation, text: &str) -> StoredMessage {
-        StoredMessage {
-            id: c.next_id(),
-            role: Role::User,
-            parts: vec![Part::Text { text: text.into() }],
-            kind: None,
-            usage: None,
-            stop: None,
-            model: None,
-            ts: "2026-01-01T00:00:00Z".into(),
-        }
-    }
+    use crate::store::conversation::Conversation;
+    use crate::store::conversation::tests::msg;
 
     #[test]
     fn context_ids_are_counted_not_kept() {
