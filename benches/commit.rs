@@ -10,24 +10,15 @@
 //! repository first (N extra memory files in indexed directories).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use git2::Signature;
 use mini_letta::memfs::commit::{CommitOptions, commit_paths};
 use mini_letta::memfs::repo;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 fn git(mem: &Path, args: &[&str]) {
     let o = Command::new("git")
@@ -58,6 +49,7 @@ fn content(name: &str, i: usize) -> String {
 }
 
 fn main() {
+    support::say_binary();
     let args: Vec<String> = std::env::args().collect();
     let runs = if args.iter().any(|a| a == "--quick") {
         10
@@ -72,7 +64,7 @@ fn main() {
         .unwrap_or(0);
 
     let home = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(support::bin())
         .args(["agent", "create", "bench", "--json"])
         .env("MINI_LETTA_HOME", home.path())
         .output()
@@ -97,52 +89,48 @@ fn main() {
         git(&mem, &["commit", "-q", "--no-verify", "-m", "grow"]);
     }
 
-    // Library: one validated, path-limited commit per iteration.
+    // The library's validated, path-limited commit, and `git commit` with
+    // the installed hook and without it, the same shape of commit each,
+    // alternated.
     let repository = repo::open(&mem).unwrap();
     let opts = CommitOptions::for_repo(&repository, false);
     let sig = Signature::now("Bench", "bench@example.com").unwrap();
     let paths = ["lib-bench.md".to_string()];
-    let mut lib = Vec::new();
-    for i in 0..runs {
-        std::fs::write(mem.join(&paths[0]), content("Lib Bench", i)).unwrap();
-        let t = Instant::now();
-        let out = commit_paths(&repository, &paths, "bench", &sig, &opts).unwrap();
-        lib.push(t.elapsed());
-        assert!(out.commit.is_some());
-    }
-
-    // git CLI with the installed hook, same shape of commit.
     std::fs::write(mem.join("git-bench.md"), content("Git Bench", 0)).unwrap();
     git(&mem, &["add", "git-bench.md"]);
     git(&mem, &["commit", "-q", "-m", "seed"]);
-    let timed = |no_verify: bool| {
-        let mut v = Vec::new();
-        for i in 1..=runs {
-            std::fs::write(mem.join("git-bench.md"), content("Git Bench", i)).unwrap();
-            let mut args = vec!["commit", "-q", "-m", "bench"];
-            if no_verify {
-                args.push("--no-verify");
-            }
-            args.extend(["--", "git-bench.md"]);
-            let t = Instant::now();
-            git(&mem, &args);
-            v.push(t.elapsed());
+    let edits = std::cell::Cell::new(0usize);
+    let git_commit = |no_verify: bool| {
+        edits.set(edits.get() + 1);
+        std::fs::write(mem.join("git-bench.md"), content("Git Bench", edits.get())).unwrap();
+        let mut args = vec!["commit", "-q", "-m", "bench"];
+        if no_verify {
+            args.push("--no-verify");
         }
-        v
+        args.extend(["--", "git-bench.md"]);
+        support::time_ms(|| git(&mem, &args))
     };
-    let hooked = timed(false);
-    let bare = timed(true);
-
-    let (l, h, b) = (median(lib), median(hooked), median(bare));
-    println!(
-        "validated commit, repository of {} files, median of {runs} runs:",
-        3 + files + files.div_ceil(40) + 2
+    let rounds = support::alternate(
+        runs,
+        vec![
+            support::Case::new("library commit_paths", || {
+                edits.set(edits.get() + 1);
+                std::fs::write(mem.join(&paths[0]), content("Lib Bench", edits.get())).unwrap();
+                let t = Instant::now();
+                let out = commit_paths(&repository, &paths, "bench", &sig, &opts).unwrap();
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                assert!(out.commit.is_some());
+                ms
+            }),
+            support::Case::new("git commit --no-verify", || git_commit(true)),
+            support::Case::new("git commit -- PATH with hook", || git_commit(false)),
+        ],
     );
-    println!("  library commit_paths           {:>8.2} ms", ms(l));
-    println!("  git commit -- PATH with hook   {:>8.2} ms", ms(h));
-    println!("  git commit --no-verify         {:>8.2} ms", ms(b));
-    println!(
-        "  ratio git+hook / library       {:>8.1}x",
-        h.as_secs_f64() / l.as_secs_f64()
+    rounds.print(
+        &format!(
+            "validated commit, repository of {} files",
+            3 + files + files.div_ceil(40) + 2
+        ),
+        "ms",
     );
 }

@@ -12,6 +12,8 @@
 //! with a `MEMORY.md` in v2.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -126,7 +128,8 @@ fn median(mut v: Vec<Duration>) -> f64 {
 }
 
 fn main() {
-    let bin = env!("CARGO_BIN_EXE_mini-letta");
+    support::say_binary();
+    let bin = support::bin();
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 3 } else { 31 };
     let opts = CompileOptions {
@@ -146,20 +149,21 @@ fn main() {
         })
         .collect();
     // What any process costs through the same harness: `/bin/true`, and
-    // this binary doing nothing but print its version.
-    let floor = |cmd: &[&str]| {
-        median(
-            (0..runs)
-                .map(|_| {
-                    let t = Instant::now();
-                    let o = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
-                    assert!(o.status.success());
-                    t.elapsed()
-                })
-                .collect(),
-        )
+    // this binary doing nothing but print its version, alternated.
+    let floor = |cmd: &[&std::ffi::OsStr]| {
+        let t = Instant::now();
+        let o = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+        assert!(o.status.success());
+        t.elapsed().as_secs_f64() * 1000.0
     };
-    let (true_ms, version_ms) = (floor(&["/bin/true"]), floor(&[bin, "--version"]));
+    let version = [bin.as_os_str(), "--version".as_ref()];
+    let floors = support::alternate(
+        runs.max(101),
+        vec![
+            support::Case::new("mini-letta --version", || floor(&version)),
+            support::Case::new("/bin/true", || floor(&["/bin/true".as_ref()])),
+        ],
+    );
     // Runs go round-robin over the repositories, so a burst of host noise
     // is spread over every case instead of landing on one.
     let mut inproc = vec![Vec::new(); repos.len()];
@@ -170,7 +174,7 @@ fn main() {
             std::hint::black_box(compile_dir(dir.path(), &opts).unwrap());
             inproc[i].push(t.elapsed());
             let t = Instant::now();
-            let o = Command::new(bin)
+            let o = Command::new(&bin)
                 .args(["memory", "compile", "--memory-dir"])
                 .arg(dir.path())
                 .output()
@@ -179,9 +183,7 @@ fn main() {
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
     }
-    println!(
-        "process floor: /bin/true {true_ms:.3} ms, mini-letta --version {version_ms:.3} ms (same harness)"
-    );
+    floors.print("process floor, same harness", "ms");
     println!(
         "format  files  in-process ms  process ms  letta-code process ms  speed-up  coreMemory bytes"
     );

@@ -11,6 +11,8 @@
 //! conversation is restored by the benchmark, as root, between turns).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -27,14 +29,7 @@ const ROOMY: &str = "100000000";
 /// The 10,000 messages (~250k tokens) are over this one's threshold.
 const TIGHT: u64 = 200_000;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mini-letta")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+use support::{bin, median};
 
 fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> f64 {
     median(
@@ -132,6 +127,7 @@ impl Summarizer for Instant0 {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     let (runs, turns) = if quick { (7, 3) } else { (31, 9) };
     let home = tempfile::tempdir().unwrap();
@@ -224,32 +220,37 @@ fn main() {
     // Warm up (the supervisor, the prompt cache).
     chat("warm up", Some(ROOMY), "fresh");
     chat("warm up", Some(ROOMY), "default");
-    let fresh: Vec<f64> = (0..turns)
-        .map(|i| {
-            let (ms, n) = chat(&format!("hello {i}"), Some(ROOMY), "fresh");
-            assert_eq!(n, 0);
-            ms
-        })
-        .collect();
-    let plain: Vec<f64> = (0..turns)
-        .map(|i| {
-            restore(&agent, &log, &context);
-            let (ms, n) = chat(&format!("hello {i}"), Some(ROOMY), "default");
-            assert_eq!(n, 0);
-            ms
-        })
-        .collect();
+    // The three kinds of turn alternate, round by round.
     let tight = TIGHT.to_string();
-    let compacting: Vec<f64> = (0..turns)
-        .map(|i| {
-            restore(&agent, &log, &context);
-            let (ms, n) = chat(&format!("hello {i}"), Some(&tight), "default");
-            assert_eq!(n, 1, "one compaction");
-            ms
-        })
-        .collect();
+    let i = std::cell::Cell::new(0usize);
+    let text = || {
+        i.set(i.get() + 1);
+        format!("hello {}", i.get())
+    };
+    let rounds = support::alternate(
+        turns,
+        vec![
+            support::Case::new("empty conversation", || {
+                let (ms, n) = chat(&text(), Some(ROOMY), "fresh");
+                assert_eq!(n, 0);
+                ms
+            }),
+            support::Case::new("many messages, no compaction", || {
+                restore(&agent, &log, &context);
+                let (ms, n) = chat(&text(), Some(ROOMY), "default");
+                assert_eq!(n, 0);
+                ms
+            }),
+            support::Case::new("many messages, one compaction", || {
+                restore(&agent, &log, &context);
+                let (ms, n) = chat(&text(), Some(&tight), "default");
+                assert_eq!(n, 1, "one compaction");
+                ms
+            }),
+        ],
+    );
+    let (fresh, plain, compacting) = (rounds.median(0), rounds.median(1), rounds.median(2));
     run(h, &["supervisor", "stop"], None);
-    let (fresh, plain, compacting) = (median(fresh), median(plain), median(compacting));
 
     println!(
         "context accounting on {MESSAGES} messages (~{total} tokens; medians of {runs} runs, in-process):"
@@ -292,17 +293,19 @@ fn main() {
         };
         println!("  {label:<38} {ms:>9.3} ms{note}");
     }
-    println!("one mock turn (`chat -p --isolation off`, {turns} runs each, medians):");
+    println!(
+        "one mock turn (`chat -p --isolation off`, {turns} rounds, kinds alternated, medians; ratios of pairs):"
+    );
     println!("  {:<38} {fresh:>9.1} ms", "empty conversation");
     println!(
         "  {:<38} {plain:>9.1} ms  ({:.2}× the empty one)",
         format!("{MESSAGES} messages, no compaction"),
-        plain / fresh
+        rounds.ratio(1, 0)
     );
     println!(
         "  {:<38} {compacting:>9.1} ms  ({:.2}× without compaction, {:.2}× the empty one)",
         format!("{MESSAGES} messages, compacted first"),
-        compacting / plain,
-        compacting / fresh
+        rounds.ratio(2, 1),
+        rounds.ratio(2, 0)
     );
 }

@@ -23,20 +23,33 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use common::{bin, run};
+use support::bin;
+
+/// Run the binary under test with `args` under `home`.
+fn run(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
 
 const MIB: usize = 1 << 20;
 
 struct Args {
     commands: usize,
     big_mib: usize,
+    rounds: usize,
 }
 
 fn args() -> Args {
     let mut a = Args {
         commands: 50,
         big_mib: 256,
+        rounds: 7,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -48,6 +61,7 @@ fn args() -> Args {
             ("--quick", _) => {
                 a.commands = 10;
                 a.big_mib = 32;
+                a.rounds = 3;
                 i += 1;
                 continue;
             }
@@ -150,6 +164,7 @@ fn confined_curl(home: &Path, url: &str) -> Option<(f64, f64)> {
 }
 
 fn main() -> ExitCode {
+    support::say_binary();
     let a = args();
     if !nix::unistd::geteuid().is_root() {
         eprintln!("bench-egress needs root (agent uids, network namespaces)");
@@ -188,28 +203,32 @@ fn bench(h: &Path, port: u16, pid: u32, a: &Args) -> bool {
     if confined_curl(h, &format!("http://localhost:{port}/1m")).is_none() {
         return true;
     }
+    // Direct and proxied fetches alternate; each figure is MiB/s as curl
+    // measured it (so the launch of the confined command is not in it).
     let big = format!("http://localhost:{port}/{}m", a.big_mib);
-    let direct = Command::new("curl")
-        .args(["-sS", "--noproxy", "*", "-o", "/dev/null", "-w"])
-        .arg("%{size_download} %{time_total}")
-        .arg(&big)
-        .output()
-        .unwrap();
-    let (Some((dn, dt)), Some((pn, pt))) = (
-        curl_numbers(&String::from_utf8_lossy(&direct.stdout)),
-        confined_curl(h, &big),
-    ) else {
-        eprintln!("a throughput fetch failed");
-        return true;
+    let rate = |got: Option<(f64, f64)>| {
+        let (n, t) = got.expect("a throughput fetch failed");
+        assert_eq!(n as usize, a.big_mib * MIB, "a short body");
+        n / t.max(1e-9) / MIB as f64
     };
-    let rate = |n: f64, t: f64| n / t.max(1e-9) / MIB as f64;
-    println!(
-        "throughput ({} MiB): direct {:.0} MiB/s, through the proxy {:.0} MiB/s, ratio {:.2}",
-        a.big_mib,
-        rate(dn, dt),
-        rate(pn, pt),
-        rate(pn, pt) / rate(dn, dt)
+    let rounds = support::alternate(
+        a.rounds,
+        vec![
+            support::Case::new("through the proxy (confined curl)", || {
+                rate(confined_curl(h, &big))
+            }),
+            support::Case::new("direct loopback (curl)", || {
+                let direct = Command::new("curl")
+                    .args(["-sS", "--noproxy", "*", "-o", "/dev/null", "-w"])
+                    .arg("%{size_download} %{time_total}")
+                    .arg(&big)
+                    .output()
+                    .unwrap();
+                rate(curl_numbers(&String::from_utf8_lossy(&direct.stdout)))
+            }),
+        ],
     );
+    rounds.print(&format!("throughput, {} MiB", a.big_mib), "MiB/s");
 
     let (idle_threads, idle_rss) = sample(pid);
     let stop = Arc::new(AtomicBool::new(false));

@@ -9,6 +9,8 @@
 //! switching (as in production); prints SKIPPED otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,18 +19,15 @@ use mini_letta::paths::Home;
 use mini_letta::protocol::client::Client;
 use mini_letta::protocol::{Call, SpawnParams, StdioMode};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+use support::median;
 
 fn p90(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[(v.len() * 9 / 10).min(v.len() - 1)]
 }
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mini-letta")
+fn bin() -> std::path::PathBuf {
+    support::bin()
 }
 
 fn run(home: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
@@ -78,45 +77,66 @@ fn spawn(c: &mut Client, agent: &str, isolation: &str, argv: &[&str]) -> (u64, u
     )
 }
 
-/// Launch → first frame (µs), from the supervisor's child table.
-fn first_frames(home: &Path, disable: Option<&str>, isolation: &str, runs: usize) -> Vec<f64> {
-    let env: Vec<(&str, &str)> = disable
-        .map(|d| vec![("MINI_LETTA_SANDBOX_DISABLE", d)])
-        .unwrap_or_default();
-    run(home, &env, &["supervisor", "start"]);
-    let agent = create_agents(home, 1).remove(0);
-    let mut c = Client::connect(&Home::at(home).supervisor_socket()).unwrap();
-    let mut ids = Vec::new();
-    for _ in 0..runs {
-        ids.push(spawn(&mut c, &agent, isolation, &["true"]).0);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let ps = c.call_json(Call::Ps {}).unwrap();
-    let out = ps["children"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| ids.contains(&r["id"].as_u64().unwrap_or(0)))
-        .filter_map(|r| r["first_frame_us"].as_f64())
-        .collect();
-    run(home, &[], &["supervisor", "stop"]);
-    out
+/// A supervisor with one agent, under `disable` (layers switched off).
+struct Level {
+    home: tempfile::TempDir,
+    client: Client,
+    agent: String,
+    isolation: &'static str,
+    ids: Vec<u64>,
 }
 
-fn time_cmd(mut make: impl FnMut() -> Command, runs: usize) -> Vec<f64> {
-    (0..runs)
-        .map(|_| {
-            let mut c = make();
-            c.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let t = Instant::now();
-            let s = c.status().unwrap();
-            assert!(s.success());
-            t.elapsed().as_secs_f64() * 1e6
-        })
-        .collect()
+impl Level {
+    fn start(disable: Option<&str>, isolation: &'static str) -> Level {
+        let home = tempfile::tempdir().unwrap();
+        let env: Vec<(&str, &str)> = disable
+            .map(|d| vec![("MINI_LETTA_SANDBOX_DISABLE", d)])
+            .unwrap_or_default();
+        run(home.path(), &env, &["supervisor", "start"]);
+        let agent = create_agents(home.path(), 1).remove(0);
+        let client = Client::connect(&Home::at(home.path()).supervisor_socket()).unwrap();
+        Level {
+            home,
+            client,
+            agent,
+            isolation,
+            ids: Vec::new(),
+        }
+    }
+
+    /// Launch `true` (its first frame is read from the child table later).
+    fn launch(&mut self) -> f64 {
+        let id = spawn(&mut self.client, &self.agent, self.isolation, &["true"]).0;
+        self.ids.push(id);
+        std::thread::sleep(Duration::from_millis(20));
+        0.0
+    }
+
+    /// Launch → first frame (µs) of each launch, from the child table.
+    fn first_frames(mut self) -> Vec<f64> {
+        std::thread::sleep(Duration::from_millis(300));
+        let ps = self.client.call_json(Call::Ps {}).unwrap();
+        let out = ps["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| self.ids.contains(&r["id"].as_u64().unwrap_or(0)))
+            .filter_map(|r| r["first_frame_us"].as_f64())
+            .collect();
+        run(self.home.path(), &[], &["supervisor", "stop"]);
+        out
+    }
+}
+
+/// Microseconds a command took to run to its exit.
+fn time_cmd(mut c: Command) -> f64 {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let t = Instant::now();
+    let s = c.status().unwrap();
+    assert!(s.success());
+    t.elapsed().as_secs_f64() * 1e6
 }
 
 fn descendants(pid: u32) -> Vec<u32> {
@@ -219,7 +239,54 @@ fn install_in_child(progs: &[seccompiler::BpfProgram]) -> f64 {
     ns as f64 / 1000.0
 }
 
+/// Whole processes, as a user waits for them: `mini-letta sandbox run --
+/// true` with a supervisor running and embedded (no supervisor: the CLI
+/// runs one for the call), alternated with a bare `bwrap --unshare-all
+/// --ro-bind / / true` (no confinement of ours at all).
+fn whole_launch(runs: usize) {
+    let served = tempfile::tempdir().unwrap();
+    let embedded = tempfile::tempdir().unwrap();
+    for home in [served.path(), embedded.path()] {
+        run(home, &[], &["agent", "create", "bench"]);
+    }
+    run(served.path(), &[], &["supervisor", "start"]);
+    let launch = |home: &Path| {
+        let mut c = Command::new(bin());
+        c.args(["sandbox", "run", "-a", "bench", "--", "true"])
+            .env("MINI_LETTA_HOME", home)
+            .env_remove("MINI_LETTA_SANDBOX_DISABLE");
+        c
+    };
+    let once = |mut c: Command| {
+        c.stdin(Stdio::null()).stdout(Stdio::null());
+        support::time_ms(|| assert!(c.status().unwrap().success()))
+    };
+    // One untimed call each: the embedded supervisor's first start sets
+    // up what later ones reuse.
+    once(launch(served.path()));
+    once(launch(embedded.path()));
+    let rounds = support::alternate(
+        runs,
+        vec![
+            support::Case::new("sandbox run -- true (supervisor)", || {
+                once(launch(served.path()))
+            }),
+            support::Case::new("sandbox run -- true (embedded)", || {
+                once(launch(embedded.path()))
+            }),
+            support::Case::new("bwrap --unshare-all --ro-bind / / true", || {
+                let mut c = Command::new("/usr/bin/bwrap");
+                c.args(["--unshare-all", "--ro-bind", "/", "/", "true"]);
+                once(c)
+            }),
+        ],
+    );
+    rounds.print("confined launch, whole processes", "ms");
+    run(served.path(), &[], &["supervisor", "stop"]);
+}
+
 fn main() {
+    support::say_binary();
     if !nix::unistd::geteuid().is_root() {
         println!(
             "SKIPPED: the sandbox benchmark needs root (per-agent uids), as the supervisor does in production"
@@ -230,40 +297,56 @@ fn main() {
     let runs = if quick { 10 } else { 30 };
     let idle = if quick { 100 } else { 500 };
     seccomp_cost(if quick { 50 } else { 200 });
+    whole_launch(runs);
 
-    let bare = time_cmd(|| Command::new("/bin/true"), runs);
-    let bwrap = time_cmd(
-        || {
-            let mut c = Command::new("/usr/bin/bwrap");
-            c.args(mini_letta::sandbox::namespaces::BWRAP_BASE_ARGS)
-                .args(["--", "/bin/true"]);
-            std::os::unix::process::CommandExt::uid(&mut c, 299_998);
-            std::os::unix::process::CommandExt::gid(&mut c, 299_998);
-            c
-        },
-        runs,
-    );
-    let mut rows = vec![
-        ("bare fork+exec of true (µs, exit)", bare),
-        ("bare bwrap --unshare-all true (µs, exit)", bwrap),
+    // Every level launches in each round, beside the bare yardsticks.
+    let mut levels = [
+        Level::start(None, "strict"),
+        Level::start(Some("namespaces"), "strict"),
+        Level::start(None, "off"),
     ];
-    for (label, disable, iso) in [
+    let [l0, l2, off] = &mut levels;
+    let rounds = support::alternate(
+        runs,
+        vec![
+            support::Case::new("bare", || time_cmd(Command::new("/bin/true"))),
+            support::Case::new("bwrap", || {
+                let mut c = Command::new("/usr/bin/bwrap");
+                c.args(mini_letta::sandbox::namespaces::BWRAP_BASE_ARGS)
+                    .args(["--", "/bin/true"]);
+                std::os::unix::process::CommandExt::uid(&mut c, 299_998);
+                std::os::unix::process::CommandExt::gid(&mut c, 299_998);
+                time_cmd(c)
+            }),
+            support::Case::new("L0", || l0.launch()),
+            support::Case::new("L2", || l2.launch()),
+            support::Case::new("off", || off.launch()),
+        ],
+    );
+    let [l0, l2, off] = levels;
+    let rows = vec![
+        (
+            "bare fork+exec of true (µs, exit)",
+            rounds.samples[0].clone(),
+        ),
+        (
+            "bare bwrap --unshare-all true (µs, exit)",
+            rounds.samples[1].clone(),
+        ),
         (
             "L0 strict: uid+namespaces+landlock+seccomp+cgroup (µs, 1st frame)",
-            None,
-            "strict",
+            l0.first_frames(),
         ),
         (
             "L2 strict: uid+landlock+seccomp+cgroup (µs, 1st frame)",
-            Some("namespaces"),
-            "strict",
+            l2.first_frames(),
         ),
-        ("off: no confinement (µs, 1st frame)", None, "off"),
-    ] {
-        let home = tempfile::tempdir().unwrap();
-        rows.push((label, first_frames(home.path(), disable, iso, runs)));
-    }
-    println!("{:<64} {:>10} {:>10}", "launch", "median", "p90");
+        ("off: no confinement (µs, 1st frame)", off.first_frames()),
+    ];
+    println!(
+        "{:<64} {:>10} {:>10}",
+        "launch (levels alternated)", "median", "p90"
+    );
     let bwrap_median = median(rows[1].1.clone());
     for (label, v) in &rows {
         println!(

@@ -13,6 +13,8 @@
 //! `--quick` divides the iteration counts by ten. See `docs/supervisor.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -21,10 +23,6 @@ use mini_letta::protocol::client::Client;
 use mini_letta::protocol::events::ChildExit;
 use mini_letta::protocol::{Call, Event, ServerFrame, SpawnParams, StdioMode};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
-/// The agent-side program, which holds `channel ping`.
-const AGENT_BIN: &str = env!("CARGO_BIN_EXE_mini-letta-agent");
 
 /// Median and p90 of microsecond samples.
 fn stats(mut us: Vec<f64>) -> (f64, f64, usize) {
@@ -38,7 +36,7 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn mini(home: &Path, args: &[&str]) -> Value {
-    let o = Command::new(BIN)
+    let o = Command::new(support::bin())
         .args(args)
         .env("MINI_LETTA_HOME", home)
         .env_remove("RUST_LOG")
@@ -57,7 +55,7 @@ struct Running<'a>(&'a Path);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let _ = Command::new(BIN)
+        let _ = Command::new(support::bin())
             .args(["supervisor", "stop", "--timeout", "5", "--json"])
             .env("MINI_LETTA_HOME", self.0)
             .output();
@@ -107,6 +105,7 @@ fn wait_exits(c: &mut Client, children: &[u64], seen: &mut Vec<ChildExit>) {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     let scale = if quick { 10 } else { 1 };
     let pings = 2000 / scale;
@@ -144,7 +143,8 @@ fn main() {
     // (b) channel ping, measured inside a child.
     let out = home.path().join("channel-ping.json");
     let script = format!(
-        "exec '{AGENT_BIN}' channel ping --count {channel_pings} > '{}'",
+        "exec '{}' channel ping --count {channel_pings} > '{}'",
+        support::agent_bin().display(),
         out.display()
     );
     let v = call_keeping_exits(
@@ -158,18 +158,30 @@ fn main() {
     assert_eq!(exit.code(), Some(0), "channel ping child failed: {exit:?}");
     let channel: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
 
-    // (c) launch → first frame, children running `true`.
+    // (c) launch → first frame, children running `true`, alternating
+    // with (d) a bare fork+exec of `true` from this process (A, B, B, A…
+    // so neither always runs first).
     let mut spawn_rt = Vec::with_capacity(launches);
     let mut ids = Vec::with_capacity(launches);
-    for _ in 0..launches {
-        let t = Instant::now();
-        let v = call_keeping_exits(
-            &mut c,
-            spawn_params(&agent, vec!["true".into()]),
-            &mut exits,
-        );
-        spawn_rt.push(micros(t.elapsed()));
-        ids.push(v["child"].as_u64().unwrap());
+    let mut bare_spawn = Vec::with_capacity(launches);
+    let mut bare_total = Vec::with_capacity(launches);
+    for round in 0..launches * 2 {
+        if (round % 2 == 0) == (round / 2 % 2 == 0) {
+            let t = Instant::now();
+            let v = call_keeping_exits(
+                &mut c,
+                spawn_params(&agent, vec!["true".into()]),
+                &mut exits,
+            );
+            spawn_rt.push(micros(t.elapsed()));
+            ids.push(v["child"].as_u64().unwrap());
+        } else {
+            let t = Instant::now();
+            let mut child = Command::new("true").spawn().unwrap();
+            bare_spawn.push(micros(t.elapsed()));
+            assert!(child.wait().unwrap().success());
+            bare_total.push(micros(t.elapsed()));
+        }
     }
     wait_exits(&mut c, &ids, &mut exits);
     let rows = c.call_json(Call::Ps {}).unwrap();
@@ -185,17 +197,6 @@ fn main() {
         .iter()
         .filter(|e| ids.contains(&e.child) && e.code() != Some(0))
         .count();
-
-    // (d) bare fork+exec of `true`, from this process.
-    let mut bare_spawn = Vec::with_capacity(launches);
-    let mut bare_total = Vec::with_capacity(launches);
-    for _ in 0..launches {
-        let t = Instant::now();
-        let mut child = Command::new("true").spawn().unwrap();
-        bare_spawn.push(micros(t.elapsed()));
-        assert!(child.wait().unwrap().success());
-        bare_total.push(micros(t.elapsed()));
-    }
 
     drop(c);
     let t = Instant::now();
@@ -245,7 +246,7 @@ fn main() {
     }
     row(
         "    child.spawn request round trip (client-side)",
-        stats(spawn_rt),
+        stats(spawn_rt.clone()),
     );
     row(
         "(d) bare fork+exec of `true`: spawn() returns",
@@ -253,9 +254,18 @@ fn main() {
     );
     row(
         "    bare fork+exec of `true`: spawn + wait",
-        stats(bare_total),
+        stats(bare_total.clone()),
     );
     println!("{}", "-".repeat(87));
+    let pairs = spawn_rt
+        .iter()
+        .zip(&bare_total)
+        .map(|(a, b)| a / b)
+        .collect();
+    println!(
+        "child.spawn round trip / bare spawn + wait, ratio of pairs (median): {:.2}",
+        support::median(pairs)
+    );
     if first_frame.len() < launches {
         println!(
             "note: {} of {launches} children have no first_frame_us (their exit was recorded before their hello)",

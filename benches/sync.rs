@@ -26,6 +26,8 @@
 //! `--quick` for 10 runs per case instead of 40.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -37,17 +39,9 @@ use mini_letta::memfs::sync::{SyncStatus, remote_url, sync};
 use mini_letta::paths::{AgentPaths, Home};
 use mini_letta::store;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mini-letta");
 const FILES: usize = 500;
 const COMMITS: usize = 1_000;
 const PER_DIR: usize = 40;
-
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -138,89 +132,69 @@ fn grow(paths: &AgentPaths) {
     }
 }
 
-fn time_lib(paths: &AgentPaths, id: &str, root: &str, runs: usize, change: bool) -> Vec<Duration> {
-    let want = if change {
+/// One library sync, after one new local commit when `change` (ms).
+fn lib_once(paths: &AgentPaths, id: &str, root: &str, change: Option<usize>) -> f64 {
+    if let Some(i) = change {
+        commit_one(paths, "area-000/file-0.md", COMMITS + i);
+    }
+    let want = if change.is_some() {
         SyncStatus::Pushed
     } else {
         SyncStatus::Clean
     };
-    let mut v = Vec::new();
-    // One untimed warm-up run.
-    for i in 0..=runs {
-        if change {
-            commit_one(paths, "area-000/file-0.md", COMMITS + i);
-        }
-        let t = Instant::now();
-        let out = sync(paths, id, Some(root), &committer(paths)).unwrap();
-        let took = t.elapsed();
-        assert_eq!(out.status, want, "{out:?}");
-        if i > 0 {
-            v.push(took);
-        }
-    }
-    v
+    let t = Instant::now();
+    let out = sync(paths, id, Some(root), &committer(paths)).unwrap();
+    let took = t.elapsed();
+    assert_eq!(out.status, want, "{out:?}");
+    ms(took)
 }
 
-fn time_git(clone: &Path, runs: usize, change: bool) -> Vec<Duration> {
-    let mut v = Vec::new();
-    for i in 0..=runs {
-        if change {
-            std::fs::write(
-                clone.join("area-001/file-40.md"),
-                content("File area-001/file-40.md", 10_000 + i),
-            )
-            .unwrap();
-            git(clone, &["commit", "-q", "-a", "-m", "bench: one change"]);
-        }
-        let t = Instant::now();
-        git(clone, &["fetch", "-q", "origin"]);
-        git(clone, &["push", "-q", "origin", "main"]);
-        let took = t.elapsed();
-        if i > 0 {
-            v.push(took);
-        }
+/// `git fetch` + `git push` in a plain clone, after one new commit when
+/// `change` (ms).
+fn git_once(clone: &Path, change: Option<usize>) -> f64 {
+    if let Some(i) = change {
+        std::fs::write(
+            clone.join("area-001/file-40.md"),
+            content("File area-001/file-40.md", 10_000 + i),
+        )
+        .unwrap();
+        git(clone, &["commit", "-q", "-a", "-m", "bench: one change"]);
     }
-    v
+    let t = Instant::now();
+    git(clone, &["fetch", "-q", "origin"]);
+    git(clone, &["push", "-q", "origin", "main"]);
+    ms(t.elapsed())
 }
 
-fn time_cli(home: &Path, root: &str, runs: usize) -> Vec<Duration> {
-    let mut v = Vec::new();
-    for i in 0..=runs {
-        let t = Instant::now();
-        let o = Command::new(BIN)
-            .args(["sync", "-a", "bench", "--json"])
-            .env("MINI_LETTA_HOME", home)
-            .env("MINI_LETTA_REMOTE_ROOT", root)
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap();
-        let took = t.elapsed();
-        assert!(
-            o.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert_eq!(s["status"], "clean", "{s}");
-        if i > 0 {
-            v.push(took);
-        }
-    }
-    v
+/// `mini-letta sync --json` with nothing to do (ms).
+fn cli_once(home: &Path, root: &str) -> f64 {
+    let t = Instant::now();
+    let o = Command::new(support::bin())
+        .args(["sync", "-a", "bench", "--json"])
+        .env("MINI_LETTA_HOME", home)
+        .env("MINI_LETTA_REMOTE_ROOT", root)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["status"], "clean", "{s}");
+    ms(took)
 }
 
-fn row(label: &str, ours: &[Duration], git: Option<&[Duration]>) {
-    let (m, p) = (percentile(ours, 0.5), percentile(ours, 0.9));
+fn row(rounds: &support::Rounds, i: usize, git: Option<usize>) {
+    let v = rounds.samples[i].clone();
+    let (m, p) = (support::median(v.clone()), support::percentile(v, 90.0));
     let ratio = git
-        .map(|g| {
-            format!(
-                "{:>8.2}x",
-                m.as_secs_f64() / percentile(g, 0.5).as_secs_f64()
-            )
-        })
+        .map(|g| format!("{:>8.2}x", rounds.ratio(i, g)))
         .unwrap_or_else(|| format!("{:>9}", "-"));
-    println!("  {label:<44} {:>9.2} {:>9.2} {ratio}", ms(m), ms(p));
+    println!("  {:<44} {m:>9.2} {p:>9.2} {ratio}", rounds.labels[i]);
 }
 
 /// The committer the supervisor passes: the agent's.
@@ -229,6 +203,7 @@ fn committer(paths: &AgentPaths) -> git2::Signature<'static> {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 10 } else { 40 };
 
@@ -252,11 +227,17 @@ fn main() {
         first.pushed_commits
     );
 
-    let lib_noop = time_lib(&paths, &record.id, &root_s, runs, false);
-    let lib_one = time_lib(&paths, &record.id, &root_s, runs, true);
-
-    // A normal checkout of the same remote for the git CLI.
-    let url = remote_url(&root_s, &record.id);
+    // The git CLI works in a normal checkout of a copy of the remote, so
+    // the two never push to one another and every case can alternate.
+    let git_root = tmp.path().join("remotes-git");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&root)
+        .arg(&git_root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let url = remote_url(git_root.to_str().unwrap(), &record.id);
     let clone = tmp.path().join("clone");
     git(
         tmp.path(),
@@ -269,29 +250,46 @@ fn main() {
             clone.to_str().unwrap(),
         ],
     );
-    let git_noop = time_git(&clone, runs, false);
-    let git_one = time_git(&clone, runs, true);
-
-    // The agent picks up the clone's commits (fast-forward), then the CLI
-    // has nothing to do.
-    let caught_up = sync(&paths, &record.id, Some(&root_s), &committer(&paths)).unwrap();
-    assert_eq!(caught_up.status, SyncStatus::Clean, "{caught_up:?}");
-    let cli_noop = time_cli(&home_dir, &root_s, runs);
+    let n = std::cell::Cell::new(0usize);
+    let next = || {
+        n.set(n.get() + 1);
+        Some(n.get())
+    };
+    let (id, root_s) = (record.id.as_str(), root_s.as_str());
+    // One untimed round first (caches, the remote's first reads).
+    lib_once(&paths, id, root_s, None);
+    git_once(&clone, None);
+    cli_once(&home_dir, root_s);
+    let rounds = support::alternate(
+        runs,
+        vec![
+            support::Case::new("library sync(), no-op", || {
+                lib_once(&paths, id, root_s, None)
+            }),
+            support::Case::new("library sync(), one new commit", || {
+                lib_once(&paths, id, root_s, next())
+            }),
+            support::Case::new("git fetch + git push, no-op", || git_once(&clone, None)),
+            support::Case::new("git fetch + git push, one new commit", || {
+                git_once(&clone, next())
+            }),
+            support::Case::new("CLI `mini-letta sync --json`, no-op", || {
+                cli_once(&home_dir, root_s)
+            }),
+        ],
+    );
 
     println!(
-        "memory sync to a directory remote, {FILES} files, {COMMITS}+ commits, {runs} runs per case (ms):"
+        "memory sync to a directory remote, {FILES} files, {COMMITS}+ commits, {runs} rounds, cases alternated (ms):"
     );
     println!(
         "  {:<44} {:>9} {:>9} {:>9}",
         "case", "median", "p90", "ours/git"
     );
-    row("library sync(), no-op", &lib_noop, Some(&git_noop));
-    row("library sync(), one new commit", &lib_one, Some(&git_one));
-    row("git fetch + git push, no-op", &git_noop, None);
-    row("git fetch + git push, one new commit", &git_one, None);
-    row(
-        "CLI `mini-letta sync --json`, no-op",
-        &cli_noop,
-        Some(&git_noop),
-    );
+    row(&rounds, 0, Some(2));
+    row(&rounds, 1, Some(3));
+    row(&rounds, 2, None);
+    row(&rounds, 3, None);
+    row(&rounds, 4, Some(2));
+    println!("  (ours/git: the median of the ratios of pairs, round by round)");
 }

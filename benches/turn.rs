@@ -10,6 +10,8 @@
 //! for fewer runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -19,14 +21,7 @@ use mini_letta::protocol::Call;
 use mini_letta::protocol::client::Client;
 use serde_json::json;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mini-letta")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+use support::{bin, median};
 
 fn run(home: &Path, args: &[&str]) -> std::process::Output {
     let o = Command::new(bin())
@@ -43,6 +38,7 @@ fn run(home: &Path, args: &[&str]) -> std::process::Output {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 5 } else { 20 };
     let home = tempfile::tempdir().unwrap();
@@ -76,37 +72,56 @@ fn main() {
             t.elapsed().as_secs_f64() * 1000.0
         })
         .collect();
-    let mut lines = Vec::new();
-    for iso in ["strict", "off"] {
-        let turns: Vec<f64> = (0..runs)
-            .map(|i| {
-                let t = Instant::now();
-                run(
-                    h,
-                    &[
-                        "chat",
-                        "-p",
-                        &format!("hello {i}"),
-                        "--isolation",
-                        iso,
-                        "--json",
-                    ],
-                );
-                t.elapsed().as_secs_f64() * 1000.0
-            })
-            .collect();
+    // Strict and off alternate, turn by turn; each turn's child's launch
+    // → first frame is read from the child table after it.
+    let mut first: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut turn = |k: usize, iso: &str, i: usize, c: &mut Client| {
+        let ms = support::time_ms(|| {
+            run(
+                h,
+                &[
+                    "chat",
+                    "-p",
+                    &format!("hello {i}"),
+                    "--isolation",
+                    iso,
+                    "--json",
+                ],
+            );
+        });
         let ps = c.call_json(Call::Ps {}).unwrap();
-        let first: Vec<f64> = ps["children"]
+        let newest = ps["children"]
             .as_array()
             .unwrap()
             .iter()
-            .rev()
-            .take(runs)
-            .filter_map(|r| r["first_frame_us"].as_f64().map(|u| u / 1000.0))
-            .collect();
+            .filter(|r| r["role"] == "agent")
+            .max_by_key(|r| r["id"].as_u64().unwrap_or(0))
+            .and_then(|r| r["first_frame_us"].as_f64());
+        first[k].extend(newest.map(|u| u / 1000.0));
+        ms
+    };
+    let counter = std::cell::Cell::new(0usize);
+    let client = std::cell::RefCell::new(c);
+    let turn = std::cell::RefCell::new(&mut turn);
+    let rounds = support::alternate(
+        runs,
+        vec![
+            support::Case::new("strict", || {
+                counter.set(counter.get() + 1);
+                (turn.borrow_mut())(0, "strict", counter.get(), &mut client.borrow_mut())
+            }),
+            support::Case::new("off", || {
+                counter.set(counter.get() + 1);
+                (turn.borrow_mut())(1, "off", counter.get(), &mut client.borrow_mut())
+            }),
+        ],
+    );
+    drop(client);
+    let mut lines = Vec::new();
+    for (k, iso) in ["strict", "off"].into_iter().enumerate() {
         let (t, f, m, cli) = (
-            median(turns),
-            median(first),
+            rounds.median(k),
+            median(first[k].clone()),
             median(model_rtt.clone()),
             median(cli_only.clone()),
         );
@@ -115,6 +130,10 @@ fn main() {
             t - cli - f - m
         ));
     }
+    lines.push(format!(
+        "strict / off, ratio of pairs: {:.3}",
+        rounds.ratio(0, 1)
+    ));
     println!("one mock turn (`chat -p`, {runs} runs each, medians; cold children):");
     for l in lines {
         println!("  {l}");
@@ -179,7 +198,7 @@ fn as_users(runs: usize) {
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     for name in ["mini-letta", "mini-letta-agent", "mini-letta-stage2"] {
         let to = d.join(name);
-        std::fs::copy(Path::new(bin()).with_file_name(name), &to).unwrap();
+        std::fs::copy(bin().with_file_name(name), &to).unwrap();
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let user_home = d.join("u");

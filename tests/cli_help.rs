@@ -182,3 +182,22 @@ fn every_command_on_one_agent_takes_dash_a() {
         );
     }
 }
+
+/// `--version` alone is answered before the parser is built; what it
+/// prints must be what the parser prints for it (checked through a form
+/// the shortcut does not take: the global `-v` first).
+#[test]
+fn the_quick_version_answer_is_the_parsers() {
+    let out = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let parser = out(&["-v", "--version"]);
+    assert_eq!(
+        parser,
+        format!("mini-letta {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(out(&["--version"]), parser);
+    assert_eq!(out(&["-V"]), parser);
+}

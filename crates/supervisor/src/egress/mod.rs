@@ -32,6 +32,7 @@ pub mod netns;
 pub mod pace;
 pub mod policy;
 pub mod proxy;
+mod relay;
 pub mod resolver;
 pub mod serve;
 pub mod shared;

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,6 +18,7 @@ use super::allow::{AllowList, Host};
 use super::cidr::{self, Cidr};
 use super::http::{self, HeadError, Partial, Refusal, Request, Target};
 use super::log::{NetRecord, Verdict};
+use super::relay::{Counts, relay};
 use super::shared::{ChildRef, Egress, Policy, Slot};
 
 /// How long connecting to the server may take.
@@ -26,8 +27,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// is read and dropped, so it reads the refusal instead of a reset.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 4 * 1024 * 1024;
-/// Relay buffer, per direction.
-const BUF: usize = 32 * 1024;
 
 /// What a session knows for its record.
 struct Attempt {
@@ -363,94 +362,18 @@ async fn forward(
     let mut end = match opened {
         Ok(()) => {
             counts.up.fetch_add(first.len() as u64, Ordering::Relaxed);
-            relay(client, server, &policy.config, counts).await
+            let reason = relay(client, server, &policy.config, counts).await;
+            End {
+                address: None,
+                reason,
+                up: counts.up.load(Ordering::Relaxed),
+                down: counts.down.load(Ordering::Relaxed),
+            }
         }
         Err(e) => End::because(format!("cannot open the way: {e}")),
     };
     end.address = address;
     end
-}
-
-/// Copy both ways until the server side ends (or both do), a side fails,
-/// nothing moves for the idle timeout, or the byte limit is reached.
-async fn relay(
-    client: TcpStream,
-    server: TcpStream,
-    cfg: &super::config::NetworkConfig,
-    counts: &Counts,
-) -> End {
-    let start = Instant::now();
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    let up = pump(&mut cr, &mut sw, counts, true, cfg.max_bytes, start);
-    let down = pump(&mut sr, &mut cw, counts, false, cfg.max_bytes, start);
-    tokio::pin!(up, down);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut up_done = false;
-    let reason = loop {
-        tokio::select! {
-            r = &mut up, if !up_done => match r {
-                Ok(()) => up_done = true,
-                Err(why) => break Some(why),
-            },
-            r = &mut down => break r.err(),
-            _ = tick.tick() => {
-                let idle = start.elapsed().saturating_sub(Duration::from_millis(counts.last.load(Ordering::Relaxed)));
-                if idle >= cfg.idle_timeout {
-                    break Some(format!("idle for {}s", cfg.idle_timeout.as_secs()));
-                }
-            }
-        }
-    };
-    End {
-        address: None,
-        reason,
-        up: counts.up.load(Ordering::Relaxed),
-        down: counts.down.load(Ordering::Relaxed),
-    }
-}
-
-/// Bytes each way and the last moment anything moved (ms since start).
-#[derive(Default)]
-struct Counts {
-    up: AtomicU64,
-    down: AtomicU64,
-    last: AtomicU64,
-}
-
-/// Copy `from` to `to` until end of file (then shut `to`'s writing side),
-/// counting, failing when both ways together pass `max`.
-async fn pump<R, W>(
-    from: &mut R,
-    to: &mut W,
-    counts: &Counts,
-    upward: bool,
-    max: u64,
-    start: Instant,
-) -> Result<(), String>
-where
-    R: tokio::io::AsyncRead + Unpin,
-    W: tokio::io::AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; BUF];
-    loop {
-        let n = from.read(&mut buf).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
-        }
-        let total = counts.up.load(Ordering::Relaxed) + counts.down.load(Ordering::Relaxed);
-        if total + n as u64 > max {
-            return Err(format!("byte limit ({max}) reached"));
-        }
-        to.write_all(buf.get(..n).unwrap_or_default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let counter = if upward { &counts.up } else { &counts.down };
-        counter.fetch_add(n as u64, Ordering::Relaxed);
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        counts.last.store(now, Ordering::Relaxed);
-    }
 }
 
 #[cfg(test)]
