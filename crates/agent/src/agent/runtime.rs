@@ -197,7 +197,8 @@ fn append_user_message(
         text: input.text.clone(),
     });
     let user_id = conv.next_id();
-    conv.append(StoredMessage::new(user_id.clone(), Role::User, parts))?;
+    // Flushed with the turn's answer (or its error): one flush a turn.
+    conv.append_unflushed(StoredMessage::new(user_id.clone(), Role::User, parts))?;
     conv.clear_pending_reminders()?;
     Ok(user_id)
 }

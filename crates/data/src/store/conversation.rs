@@ -229,7 +229,26 @@ impl Conversation {
     /// its rename, unreadable), which [`Self::context_ids`] makes good
     /// from the log.
     pub fn append(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
-        self.append_to_log(&msg)?;
+        self.append_flushing(msg, true)
+    }
+
+    /// [`Self::append`] without flushing the log: for a message nobody has
+    /// been told is kept yet (a turn's user message, before the turn's
+    /// answer). The line is written, so it survives the process being
+    /// killed; the next flushed append of this log (the answer, or the
+    /// error that ends the turn) flushes it too, since a flush covers the
+    /// whole file. Only a crash of the machine before then can lose it,
+    /// and then the turn was never acknowledged.
+    pub fn append_unflushed(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
+        self.append_flushing(msg, false)
+    }
+
+    fn append_flushing(
+        &mut self,
+        msg: StoredMessage,
+        flush: bool,
+    ) -> Result<(), ConversationError> {
+        self.append_to_log(&msg, flush)?;
         let mut ids = self.context_ids()?;
         ids.push(msg.id.clone());
         let json = context_json(self.paths.context_json(), &ids)?;
@@ -242,7 +261,7 @@ impl Conversation {
     /// Append a message to the log only: kept for the record (a failed
     /// turn's error), never shown to the model.
     pub fn append_outside_context(&mut self, msg: StoredMessage) -> Result<(), ConversationError> {
-        self.append_to_log(&msg)?;
+        self.append_to_log(&msg, true)?;
         self.messages.push(msg);
         Ok(())
     }
@@ -258,7 +277,7 @@ impl Conversation {
         Ok(())
     }
 
-    fn append_to_log(&self, msg: &StoredMessage) -> Result<(), ConversationError> {
+    fn append_to_log(&self, msg: &StoredMessage, flush: bool) -> Result<(), ConversationError> {
         let log = self.paths.messages_jsonl();
         let file = self.dir.open_append(MESSAGES_FILE_NAME, FILE_PERM)?;
         let mut file = lock_log(file).map_err(io(&log))?;
@@ -272,7 +291,10 @@ impl Conversation {
             tracing::warn!("{}: torn last line removed", log.display());
             file.set_len(len).map_err(io(&log))?;
         }
-        if let Err(e) = file.write_all(&line).and_then(|()| file.sync_data()) {
+        let written = file
+            .write_all(&line)
+            .and_then(|()| if flush { file.sync_data() } else { Ok(()) });
+        if let Err(e) = written {
             // Nothing half-written stays behind.
             let _ = file.set_len(len);
             return Err(io(&log)(e));
@@ -356,10 +378,17 @@ impl Conversation {
         request: &crate::protocol::messages::ModelRequest,
     ) -> Result<(), ConversationError> {
         let record = last_request::record(request, LAST_REQUEST_MAX_BYTES);
+        // Only a conversation's first such file adds to the agent's count:
+        // replacing one leaves nothing to prune (and pruning reads every
+        // conversation's directory, too much for every request).
+        let first = self.dir.stat_at(LAST_REQUEST_FILE_NAME)?.is_none();
         // For operators only: nothing reads it back after a crash.
         self.dir
             .replace_file_unsynced(LAST_REQUEST_FILE_NAME, &record, FILE_PERM)?;
-        last_request::prune(agent, LAST_REQUEST_MAX_FILES)
+        if first {
+            last_request::prune(agent, LAST_REQUEST_MAX_FILES)?;
+        }
+        Ok(())
     }
 
     /// The in-context messages, in order (unknown ids are skipped; an id
@@ -554,6 +583,26 @@ mod tests {
         std::fs::write(c.paths().context_json(), b"{\"in_context_mess").unwrap();
         let c = Conversation::open(&agent, "default").unwrap();
         assert_eq!(c.context_ids().unwrap(), want);
+    }
+
+    /// A turn's user message is appended unflushed: it is in the file (a
+    /// killed process loses nothing it wrote) and in the context at once,
+    /// and the answer's flushed append follows it.
+    #[test]
+    fn an_unflushed_append_is_written_and_the_next_append_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let agent = home.agent("agent-x").unwrap();
+        let mut c = Conversation::open(&agent, "default").unwrap();
+        let asked = msg(&mut c, "question");
+        c.append_unflushed(asked.clone()).unwrap();
+        let seen = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(seen.messages().len(), 1);
+        assert_eq!(seen.context_ids().unwrap(), vec![asked.id.clone()]);
+        let answer = msg(&mut c, "answer");
+        c.append(answer.clone()).unwrap();
+        let seen = Conversation::open(&agent, "default").unwrap();
+        assert_eq!(seen.context_ids().unwrap(), vec![asked.id, answer.id]);
     }
 
     #[test]
