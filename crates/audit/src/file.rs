@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 
+pub use super::chain::rotated;
 use super::error::AuditError;
 use super::record::{self, Entry, GENESIS};
 use super::summary::Pos;
@@ -401,35 +402,6 @@ fn flock(file: &File) -> std::io::Result<FlockGuard> {
 
 /// Held until dropped (nix's `Flock` unlocks then).
 type FlockGuard = nix::fcntl::Flock<File>;
-
-/// The rolled-over files, oldest first.
-pub fn rotated(home: &Home) -> Result<Vec<(u64, PathBuf)>, AuditError> {
-    let dir = home.audit_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(&dir)(e)),
-    };
-    let mut found: Vec<(u64, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let n = crate::paths::audit_rotated_number(e.file_name().to_str()?)?;
-            Some((n, home.audit_rotated(n)))
-        })
-        .collect();
-    found.sort();
-    Ok(found)
-}
-
-/// Every file of the chain, oldest first (the current log last).
-pub(crate) fn chain_files(home: &Home) -> Result<Vec<PathBuf>, AuditError> {
-    let mut files: Vec<PathBuf> = rotated(home)?.into_iter().map(|(_, p)| p).collect();
-    let current = home.audit_log();
-    if current.exists() {
-        files.push(current);
-    }
-    Ok(files)
-}
 
 /// The chain's tail as the current file (else the newest rolled-over one)
 /// holds it, and the bytes of a torn last line when there is one.

@@ -10,6 +10,7 @@
 //! opens anything in it.
 
 pub mod budget;
+mod chain;
 mod error;
 pub mod file;
 pub mod kind;

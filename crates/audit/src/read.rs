@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use super::chain::chain_files;
 use super::error::AuditError;
-use super::file::chain_files;
 use super::record;
 use super::summary;
 use super::tally::{self, Agents};
@@ -25,32 +25,7 @@ pub struct Filter {
     pub since: Option<String>,
 }
 
-/// The fields every record has, and those usage sums.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct View {
-    #[serde(default)]
-    pub seq: u64,
-    #[serde(default)]
-    pub time: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub role: Option<String>,
-    #[serde(default)]
-    pub input_tokens: u64,
-    #[serde(default)]
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cpu_us: u64,
-    #[serde(default)]
-    pub peak_memory_bytes: u64,
-    #[serde(default)]
-    pub conversation: Option<String>,
-    #[serde(default)]
-    pub egress_bytes: u64,
-}
+pub use super::tally::View;
 
 impl Filter {
     pub fn matches(&self, v: &View) -> bool {

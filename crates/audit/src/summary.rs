@@ -16,8 +16,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::chain::chain_files;
 use super::error::AuditError;
-use super::file::chain_files;
 use super::record;
 use super::tally::{self, Agents};
 use crate::paths::Home;
@@ -133,7 +133,7 @@ pub(crate) fn save(home: &Home, summary: &Summary) -> Result<(), AuditError> {
 pub(crate) fn numbered(home: &Home) -> Result<(Vec<PathBuf>, Vec<u64>), AuditError> {
     let mut files = Vec::new();
     let mut numbers = Vec::new();
-    for (n, p) in super::file::rotated(home)? {
+    for (n, p) in super::chain::rotated(home)? {
         files.push(p);
         numbers.push(n);
     }

@@ -8,8 +8,34 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::read::View;
 use super::record;
+
+/// The fields every record has, and those usage sums.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct View {
+    #[serde(default)]
+    pub seq: u64,
+    #[serde(default)]
+    pub time: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cpu_us: u64,
+    #[serde(default)]
+    pub peak_memory_bytes: u64,
+    #[serde(default)]
+    pub conversation: Option<String>,
+    #[serde(default)]
+    pub egress_bytes: u64,
+}
 
 /// The fields of a record usage reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::chain::chain_files;
 use super::error::AuditError;
-use super::file::chain_files;
 use super::record::{self, GENESIS};
 use super::scan;
 use super::summary::{self, Resolved};
