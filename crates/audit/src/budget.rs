@@ -9,7 +9,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use serde::{Deserialize, Serialize};
 
 use super::error::AuditError;
-use super::read::{View, for_each};
 use crate::paths::Home;
 
 /// Over what a budget counts.
@@ -144,28 +143,30 @@ pub struct Spent {
 }
 
 impl Spent {
-    /// Sum the log's `model` records.
+    /// Sum the log's `model` records: the usage summary's days where it
+    /// holds, and the records after it.
     pub fn read(home: &Home) -> Result<Spent, AuditError> {
-        let mut spent = Spent::default();
-        for_each(home, |_, v| {
-            spent.read_up_to = spent.read_up_to.max(v.seq);
-            if v.kind == "model" {
-                spent.add_view(v);
+        let (days, last) = super::summary::days_now(home)?;
+        let mut spent = Spent {
+            read_up_to: last,
+            ..Spent::default()
+        };
+        for (day, agents) in days {
+            // Only a full record time has a day (as the log's own reading).
+            if day.len() != 10 {
+                continue;
             }
-            std::ops::ControlFlow::Continue(())
-        })?;
-        Ok(spent)
-    }
-
-    fn add_view(&mut self, v: &View) {
-        if let (Some(agent), Some(day)) = (&v.agent, v.time.get(..10)) {
-            *self
-                .days
-                .entry(agent.clone())
-                .or_default()
-                .entry(day.to_string())
-                .or_default() += v.input_tokens + v.output_tokens;
+            for (agent, sums) in agents {
+                let tokens = sums.input_tokens.saturating_add(sums.output_tokens);
+                *spent
+                    .days
+                    .entry(agent)
+                    .or_default()
+                    .entry(day.clone())
+                    .or_default() += tokens;
+            }
         }
+        Ok(spent)
     }
 
     /// A `model` record appended after the read.

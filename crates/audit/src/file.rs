@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 
+pub use super::chain::rotated;
 use super::error::AuditError;
 use super::record::{self, Entry, GENESIS};
+use super::summary::Pos;
+use super::tracker::Tracker;
 use crate::paths::Home;
 
 /// Past this size the log rolls over (`MINI_LETTA_AUDIT_ROTATE_BYTES`).
@@ -67,6 +70,9 @@ pub struct Writer {
     file: Option<File>,
     known: Option<Known>,
     rotate_at: u64,
+    /// Keep the usage summary (the supervisor's writer).
+    track_usage: bool,
+    usage: Option<Tracker>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AuditError + '_ {
@@ -124,6 +130,8 @@ impl Writer {
             file: None,
             known: None,
             rotate_at,
+            track_usage: false,
+            usage: None,
         })
     }
 
@@ -131,6 +139,63 @@ impl Writer {
     pub fn rotate_at(mut self, bytes: u64) -> Self {
         self.rotate_at = bytes.max(1);
         self
+    }
+
+    /// Keep the usage summary as records are appended (one appender does:
+    /// the supervisor's).
+    pub fn track_usage(mut self) -> Self {
+        self.track_usage = true;
+        self
+    }
+
+    /// Save the usage summary now, if it moved (a flush, a clean stop).
+    pub fn save_usage(&mut self) {
+        if let Some(t) = self.usage.as_mut() {
+            t.save(&self.home);
+        }
+    }
+
+    /// Bring the usage summary to the log's end (another appender, or
+    /// none yet read). A failure costs the summary, never the append.
+    fn catch_up_usage(&mut self) {
+        if !self.track_usage {
+            return;
+        }
+        let result = match self.usage.as_mut() {
+            Some(t) => t.catch_up(&self.home),
+            None => Tracker::open(&self.home).map(|t| self.usage = Some(t)),
+        };
+        if let Err(e) = result {
+            tracing::warn!("the usage summary is not kept for now: {e}");
+            self.usage = None;
+        }
+    }
+
+    /// Account lines just written at `base` of the current file.
+    fn track_written(&mut self, torn: Option<(u64, &[u8])>, base: u64, out: &[u8]) {
+        let Some(t) = self.usage.as_mut() else {
+            return;
+        };
+        if let Some((offset, line)) = torn {
+            t.add(Pos { file: 0, offset }, line);
+        }
+        let mut at = 0;
+        while let Some(nl) = out[at..].iter().position(|&b| b == b'\n') {
+            // The newline ending a torn line is not a line of its own.
+            if !(at == 0 && nl == 0 && torn.is_some()) {
+                t.add(
+                    Pos {
+                        file: 0,
+                        offset: base + at as u64,
+                    },
+                    &out[at..at + nl],
+                );
+            }
+            at += nl + 1;
+        }
+        if t.due() {
+            t.save(&self.home);
+        }
     }
 
     /// Look at the tail now (at start): a torn last line is noted with a
@@ -173,15 +238,20 @@ impl Writer {
             Some(k) if k.dev == meta.dev() && k.ino == meta.ino() && k.size == meta.len() => {
                 (k.tail, None)
             }
-            _ => read_tail(&self.home, file, &path, meta.len())?,
+            _ => {
+                let found = read_tail(&self.home, file, &path, meta.len())?;
+                self.catch_up_usage();
+                found
+            }
         };
         let mut out = Vec::new();
         let mut tail = tail;
         let mut note = None;
-        if let Some(torn) = torn_bytes {
+        let mut base = meta.len();
+        if let Some(torn) = &torn_bytes {
             // Ends the torn line, then says what it held: never dropped.
             out.push(b'\n');
-            let sha = record::hex(&record::line_hash(&torn));
+            let sha = record::hex(&record::line_hash(torn));
             let entry = Entry::new("torn", None, Some("supervisor"))
                 .with("torn_bytes", torn.len() as u64)
                 .with("torn_sha256", sha.clone())
@@ -204,6 +274,7 @@ impl Writer {
             out.push(b'\n');
         } else if meta.len() >= self.rotate_at && !entries.is_empty() {
             self.rotate(&path)?;
+            base = 0;
         }
         let time = record::now();
         let mut appended = Vec::with_capacity(entries.len());
@@ -227,6 +298,13 @@ impl Writer {
             file.write_all(&out).map_err(io(&path))?;
             file.sync_data().map_err(io(&path))?;
         }
+        let torn_at = torn_bytes
+            .as_deref()
+            .map(|t| (base.saturating_sub(t.len() as u64), t));
+        self.track_written(torn_at, base, &out);
+        let Some(file) = self.file.as_mut() else {
+            return Err(AuditError::Closed);
+        };
         let meta = file.metadata().map_err(io(&path))?;
         self.known = Some(Known {
             dev: meta.dev(),
@@ -272,6 +350,10 @@ impl Writer {
             .and_then(|d| d.sync_all())
             .map_err(io(&dir))?;
         tracing::info!(to = %target.display(), "the audit log rolled over");
+        if let Some(t) = self.usage.as_mut() {
+            t.rotated(next);
+            t.save(&self.home);
+        }
         let tail = self.known.map(|k| k.tail);
         self.file = Some(file);
         // The tail is unchanged: the empty file continues from it.
@@ -285,6 +367,12 @@ impl Writer {
             })
         });
         Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.save_usage();
     }
 }
 
@@ -314,35 +402,6 @@ fn flock(file: &File) -> std::io::Result<FlockGuard> {
 
 /// Held until dropped (nix's `Flock` unlocks then).
 type FlockGuard = nix::fcntl::Flock<File>;
-
-/// The rolled-over files, oldest first.
-pub fn rotated(home: &Home) -> Result<Vec<(u64, PathBuf)>, AuditError> {
-    let dir = home.audit_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(&dir)(e)),
-    };
-    let mut found: Vec<(u64, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let n = crate::paths::audit_rotated_number(e.file_name().to_str()?)?;
-            Some((n, home.audit_rotated(n)))
-        })
-        .collect();
-    found.sort();
-    Ok(found)
-}
-
-/// Every file of the chain, oldest first (the current log last).
-pub(crate) fn chain_files(home: &Home) -> Result<Vec<PathBuf>, AuditError> {
-    let mut files: Vec<PathBuf> = rotated(home)?.into_iter().map(|(_, p)| p).collect();
-    let current = home.audit_log();
-    if current.exists() {
-        files.push(current);
-    }
-    Ok(files)
-}
 
 /// The chain's tail as the current file (else the newest rolled-over one)
 /// holds it, and the bytes of a torn last line when there is one.

@@ -10,6 +10,7 @@
 //! opens anything in it.
 
 pub mod budget;
+mod chain;
 mod error;
 pub mod file;
 pub mod kind;
@@ -17,6 +18,10 @@ pub mod publish;
 pub mod read;
 pub mod record;
 pub mod reserve;
+mod scan;
+mod summary;
+mod tally;
+mod tracker;
 pub mod verify;
 
 use std::path::PathBuf;
@@ -80,9 +85,11 @@ impl Log {
         home: &crate::paths::Home,
         first: &[Entry],
     ) -> Result<(Log, Option<TornNote>), AuditError> {
-        let mut writer = Writer::open(home)?;
+        let mut writer = Writer::open(home)?.track_usage();
         let torn = writer.recover()?;
         writer.append(first)?;
+        // A summary made again from the log is on disk from the start.
+        writer.save_usage();
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
         std::thread::Builder::new()
             .name("audit-writer".into())
@@ -101,6 +108,11 @@ impl Log {
                     } else {
                         writer.append(&entries)
                     };
+                    // A barrier is a flush (a supervisor stopping): the
+                    // usage summary is saved with it.
+                    if entries.len() < jobs.len() {
+                        writer.save_usage();
+                    }
                     match written {
                         Ok(done) => {
                             let mut done = done.into_iter();

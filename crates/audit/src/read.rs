@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use super::chain::chain_files;
 use super::error::AuditError;
-use super::file::chain_files;
 use super::record;
+use super::summary;
+use super::tally::{self, Agents};
 use crate::paths::Home;
 
 /// Which records a reader wants.
@@ -23,32 +25,7 @@ pub struct Filter {
     pub since: Option<String>,
 }
 
-/// The fields every record has, and those usage sums.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct View {
-    #[serde(default)]
-    pub seq: u64,
-    #[serde(default)]
-    pub time: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub role: Option<String>,
-    #[serde(default)]
-    pub input_tokens: u64,
-    #[serde(default)]
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cpu_us: u64,
-    #[serde(default)]
-    pub peak_memory_bytes: u64,
-    #[serde(default)]
-    pub conversation: Option<String>,
-    #[serde(default)]
-    pub egress_bytes: u64,
-}
+pub use super::tally::View;
 
 impl Filter {
     pub fn matches(&self, v: &View) -> bool {
@@ -114,57 +91,109 @@ pub struct Usage {
     pub budget_refusals: u64,
 }
 
-/// Usage per agent id from the records `filter` keeps (its `kind` ignored).
+/// Usage per agent id from the records `filter` keeps (its `kind` ignored):
+/// whole days from the usage summary where it holds, and only the records
+/// after it (and those of `since`'s own day) from the log.
 pub fn usage(home: &Home, filter: &Filter) -> Result<BTreeMap<String, Usage>, AuditError> {
-    let filter = Filter {
-        kind: None,
-        ..filter.clone()
-    };
-    let mut by_agent: BTreeMap<String, (Usage, u64)> = BTreeMap::new();
-    for_each(home, |_, v| {
-        if !filter.matches(v) {
-            return std::ops::ControlFlow::Continue(());
+    let agent = filter.agent.as_deref();
+    let mut by_agent = Agents::new();
+    match filter.since.as_deref() {
+        None => {
+            let (days, _) = summary::days_now(home)?;
+            for agents in days.values() {
+                merge(&mut by_agent, agents, agent);
+            }
         }
-        let Some(agent) = &v.agent else {
-            return std::ops::ControlFlow::Continue(());
-        };
-        let (u, cpu_us) = by_agent.entry(agent.clone()).or_insert_with(|| {
-            (
-                Usage {
-                    agent: agent.clone(),
-                    ..Usage::default()
-                },
-                0,
-            )
-        });
-        match v.kind.as_str() {
-            // A turn is its agent child, started for a conversation.
-            "spawn" if v.role.as_deref() == Some("agent") && v.conversation.is_some() => {
-                u.turns += 1
-            }
-            "model" => {
-                u.model_calls += 1;
-                u.input_tokens += v.input_tokens;
-                u.output_tokens += v.output_tokens;
-            }
-            "tool" => u.tool_calls += 1,
-            "exit" => {
-                *cpu_us += v.cpu_us;
-                u.peak_memory_bytes = u.peak_memory_bytes.max(v.peak_memory_bytes);
-            }
-            "budget" => u.budget_refusals += 1,
-            _ => {}
-        }
-        u.egress_bytes += v.egress_bytes;
-        std::ops::ControlFlow::Continue(())
-    })?;
+        Some(since) => usage_since(home, since, agent, &mut by_agent)?,
+    }
     Ok(by_agent
         .into_iter()
-        .map(|(k, (mut u, cpu_us))| {
-            u.cpu_ms = cpu_us.div_ceil(1000);
-            (k, u)
+        .map(|(id, s)| {
+            let u = Usage {
+                agent: id.clone(),
+                turns: s.turns,
+                model_calls: s.model_calls,
+                input_tokens: s.input_tokens,
+                output_tokens: s.output_tokens,
+                tool_calls: s.tool_calls,
+                cpu_ms: s.cpu_us.div_ceil(1000),
+                peak_memory_bytes: s.peak_memory_bytes,
+                egress_bytes: s.egress_bytes,
+                budget_refusals: s.budget_refusals,
+            };
+            (id, u)
         })
         .collect())
+}
+
+fn merge(into: &mut Agents, from: &Agents, agent: Option<&str>) {
+    for (id, s) in from {
+        if agent.is_none_or(|a| a == id) {
+            into.entry(id.clone()).or_default().merge(s);
+        }
+    }
+}
+
+/// Usage from `since` on: the summary's days after `since`'s day whole,
+/// and the records read from where that day starts.
+fn usage_since(
+    home: &Home,
+    since: &str,
+    agent: Option<&str>,
+    by_agent: &mut Agents,
+) -> Result<(), AuditError> {
+    let day = tally::day_of(since);
+    let keeps = |r: &tally::Rec<'_>| {
+        r.time.as_ref() >= since && agent.is_none_or(|a| r.agent.as_deref() == Some(a))
+    };
+    let resolved = match summary::load(home) {
+        // A day is its ten first bytes only in a full record time.
+        Some(s) if since.len() >= 10 => summary::resolve(home, s)?,
+        _ => None,
+    };
+    let from = match &resolved {
+        Some(r) => day_start(r, day)?,
+        None => None,
+    };
+    let (Some(r), Some(from)) = (resolved, from) else {
+        let files = chain_files(home)?;
+        return summary::stream(&files, (0, 0), |_, line| {
+            if let Some(rec) = tally::scan(line).filter(keeps) {
+                tally::add_to(by_agent, &rec);
+            }
+        });
+    };
+    for (_, d) in r.summary.days.iter().filter(|(d, _)| d.as_str() > day) {
+        merge(by_agent, &d.agents, agent);
+    }
+    summary::stream(&r.files, from, |at, line| {
+        let Some(rec) = tally::scan(line) else { return };
+        // Other days the summary covers are counted whole above.
+        if at < r.end && rec.day() != day {
+            return;
+        }
+        if keeps(&rec) {
+            tally::add_to(by_agent, &rec);
+        }
+    })
+}
+
+/// Where to read from for `day`: where the summary says it starts (it
+/// must start a record of that day), or the summary's end when it has no
+/// record of that day. `None`: the summary cannot say.
+fn day_start(r: &summary::Resolved, day: &str) -> Result<Option<summary::At>, AuditError> {
+    let Some(d) = r.summary.days.get(day) else {
+        return Ok(Some(r.end));
+    };
+    let Some(at) = r.at(d.start).filter(|at| *at < r.end) else {
+        return Ok(None);
+    };
+    let line = summary::line_at(&r.files, at)?;
+    let starts_day = line
+        .as_deref()
+        .and_then(tally::scan)
+        .is_some_and(|rec| rec.day() == day);
+    Ok(starts_day.then_some(at))
 }
 
 /// `--since`: an RFC 3339 time, a date (`2025-01-31`, midnight UTC), or an

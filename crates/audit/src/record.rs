@@ -64,16 +64,31 @@ pub(crate) fn parse_hex32(s: &[u8]) -> Option<[u8; 32]> {
         return None;
     }
     let mut out = [0u8; 32];
-    for (i, pair) in s.chunks_exact(2).enumerate() {
-        let digit = |c: u8| match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        };
-        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    // Every line's header is read: a table, and one check at the end.
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        let (hi, lo) = (HEX[pair[0] as usize], HEX[pair[1] as usize]);
+        bad |= hi | lo;
+        *o = hi << 4 | (lo & 15);
     }
-    Some(out)
+    (bad & 0x80 == 0).then_some(out)
 }
+
+/// Lowercase hex digits' values; 0x80 for every other byte.
+const HEX: [u8; 256] = {
+    let mut t = [0x80u8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
 
 /// The current time as records carry it: RFC 3339 UTC with microseconds,
 /// fixed width, so times compare as strings.
@@ -146,7 +161,9 @@ pub fn header(line: &[u8]) -> Option<(u64, [u8; 32])> {
     if digits == 0 || digits > 19 {
         return None;
     }
-    let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let seq = rest[..digits].iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
     let rest = rest[digits..].strip_prefix(b",\"prev\":\"")?;
     let prev = parse_hex32(rest.get(..64)?)?;
     if rest.get(64) != Some(&b'"') {

@@ -1,15 +1,19 @@
-//! `audit verify`: walk the chain over every file, oldest first, streaming
-//! (one sha256 per line; a JSON parse only for the rare `torn` record).
+//! `audit verify`: walk the chain over every file, oldest first, in big
+//! blocks whose lines are hashed on every core (`scan`), the links then
+//! checked in order (a JSON parse only for the rare `torn` record); and
+//! the usage summary checked against the records it covers.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::chain::chain_files;
 use super::error::AuditError;
-use super::file::chain_files;
 use super::record::{self, GENESIS};
+use super::scan;
+use super::summary::{self, Resolved};
 use crate::paths::Home;
 
 /// What broke the chain first; each names the record concerned.
@@ -41,6 +45,9 @@ pub enum Problem {
     /// hashes to the saved head — it, or one before it, was rewritten
     /// (every later link recomputed, so the chain alone holds).
     AlteredSinceHead { seq: u64, head: String },
+    /// The usage summary holds for the chain up to record `seq`, but its
+    /// usage is not what those records add up to.
+    UsageSummaryMismatch { seq: u64, detail: String },
 }
 
 impl Problem {
@@ -54,6 +61,7 @@ impl Problem {
             Problem::NotARecord { after, .. } | Problem::TornTail { after, .. } => after + 1,
             Problem::HeadNotOnChain { last, .. } => last + 1,
             Problem::AlteredSinceHead { seq, .. } => *seq,
+            Problem::UsageSummaryMismatch { seq, .. } => *seq,
         }
     }
 }
@@ -93,6 +101,10 @@ impl std::fmt::Display for Problem {
             Problem::AlteredSinceHead { seq, head } => write!(
                 f,
                 "record seq {seq}, or one before it, was altered since the head {head} was saved: its line no longer hashes to that head (the chain was rewritten after it)"
+            ),
+            Problem::UsageSummaryMismatch { seq, detail } => write!(
+                f,
+                "the usage summary (audit/usage-summary.json) does not match the records up to seq {seq} it covers: {detail}; `mini-letta usage` would read it wrong: remove the file (the supervisor makes it again from the log when it next starts)"
             ),
             Problem::HeadNotOnChain { last, head } => write!(
                 f,
@@ -140,6 +152,12 @@ struct Walk {
     want_head: Option<[u8; 32]>,
     /// The record the saved head is the hash of, when it was saved with it.
     want_seq: Option<u64>,
+    /// The last record's hash (made hex once, at the end).
+    head: Option<[u8; 32]>,
+    /// The usage summary, when it holds for this chain, and the usage of
+    /// the records it covers as the walk finds it.
+    summary: Option<Resolved>,
+    days: scan::Days,
 }
 
 /// A head saved earlier (`audit head`): the hash of the last record's
@@ -174,6 +192,10 @@ pub fn verify(home: &Home, head: Option<[u8; 32]>) -> Result<Report, AuditError>
 /// passed but no longer matches is told apart from a cut tail.
 pub fn verify_against(home: &Home, head: Option<SavedHead>) -> Result<Report, AuditError> {
     let files = chain_files(home)?;
+    let summary = match summary::load(home) {
+        Some(s) => summary::resolve(home, s)?.filter(|r| r.files == files),
+        None => None,
+    };
     let mut walk = Walk {
         report: Report {
             files: files.len(),
@@ -185,12 +207,15 @@ pub fn verify_against(home: &Home, head: Option<SavedHead>) -> Result<Report, Au
         pending_torn: None,
         want_head: head.map(|h| h.hash),
         want_seq: head.and_then(|h| h.seq),
+        head: None,
+        summary,
+        days: scan::Days::new(),
     };
     let last = files.len().saturating_sub(1);
     for (i, path) in files.iter().enumerate() {
-        if let Err(p) = walk_file(&mut walk, path, i == last)? {
+        if let Err(p) = walk_file(&mut walk, path, i, i == last)? {
             walk.report.problem = Some(p);
-            return Ok(walk.report);
+            return Ok(finish(walk));
         }
     }
     if walk.pending_torn.is_some() {
@@ -204,68 +229,159 @@ pub fn verify_against(home: &Home, head: Option<SavedHead>) -> Result<Report, Au
             last: walk.report.last_seq,
             head: record::hex(&h),
         });
+    } else if let Some(r) = &walk.summary {
+        walk.report.problem = summary_mismatch(r, &walk.days);
     }
-    Ok(walk.report)
+    Ok(finish(walk))
 }
 
-/// One file of the chain; the outer `Err` is an I/O failure, the inner
-/// one the first problem.
+fn finish(mut walk: Walk) -> Report {
+    walk.report.head = walk.head.map(|h| record::hex(&h));
+    walk.report
+}
+
+/// Where the summary's usage differs from the records it covers.
+fn summary_mismatch(r: &Resolved, days: &scan::Days) -> Option<Problem> {
+    let differ = |detail: String| {
+        Some(Problem::UsageSummaryMismatch {
+            seq: r.summary.seq,
+            detail,
+        })
+    };
+    let show = |s: Option<&crate::tally::Sums>| {
+        s.and_then(|s| serde_json::to_string(s).ok())
+            .unwrap_or_else(|| "nothing".into())
+    };
+    for (day, claimed) in &r.summary.days {
+        let Some((at, agents)) = days.get(day) else {
+            return differ(format!("it has usage on {day}, the records none"));
+        };
+        if r.at(claimed.start) != Some(*at) {
+            return differ(format!(
+                "it has {day} start elsewhere than its first record"
+            ));
+        }
+        for (agent, sums) in agents {
+            if claimed.agents.get(agent) != Some(sums) {
+                return differ(format!(
+                    "on {day}, agent {agent}'s records add up to {}, the summary says {}",
+                    show(Some(sums)),
+                    show(claimed.agents.get(agent))
+                ));
+            }
+        }
+        if let Some(agent) = claimed.agents.keys().find(|a| !agents.contains_key(*a)) {
+            return differ(format!(
+                "on {day} it has usage for agent {agent}, who has no record"
+            ));
+        }
+    }
+    if let Some(day) = days.keys().find(|d| !r.summary.days.contains_key(*d)) {
+        return differ(format!("the records have usage on {day}, it none"));
+    }
+    None
+}
+
+/// Bytes read at once (split over the cores).
+const BLOCK: usize = 8 << 20;
+
+/// Read `file` into `buf[*len..]` until it holds `want` bytes; whether
+/// the file ended first.
+fn fill(file: &mut File, buf: &mut Vec<u8>, len: &mut usize, want: usize) -> std::io::Result<bool> {
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
+    while *len < want {
+        match file.read(&mut buf[*len..want]) {
+            Ok(0) => return Ok(true),
+            Ok(n) => *len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// One file of the chain (number `index`); the outer `Err` is an I/O
+/// failure, the inner one the first problem.
 fn walk_file(
     walk: &mut Walk,
     path: &PathBuf,
+    index: usize,
     is_last: bool,
 ) -> Result<Result<(), Problem>, AuditError> {
     let io = |source| AuditError::Io {
         path: path.clone(),
         source,
     };
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(path).map_err(io)?);
-    let mut buf = Vec::with_capacity(512);
-    let mut line_no = 0u64;
+    let mut file = File::open(path).map_err(io)?;
+    let tally = walk.summary.as_ref().map(|r| scan::Tally {
+        file: index,
+        cover: r.end,
+    });
+    let mut buf = Vec::new();
+    let (mut len, mut base, mut line_no, mut want) = (0usize, 0u64, 0u64, BLOCK);
     loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
-        if n == 0 {
-            return Ok(Ok(()));
+        let eof = fill(&mut file, &mut buf, &mut len, want).map_err(io)?;
+        let whole = memchr::memrchr(b'\n', &buf[..len]).map_or(0, |i| i + 1);
+        if whole == 0 && !eof {
+            // A line longer than a block: read more of it.
+            want = len + BLOCK;
+            continue;
         }
-        line_no += 1;
-        let terminated = buf.last() == Some(&b'\n');
-        if !terminated {
+        for l in scan::lines(&buf[..whole], base, tally, &mut walk.days) {
+            line_no += 1;
+            let line = &buf[l.start..l.start + l.len];
+            if let Err(p) = step(walk, line, l.header, l.hash, path, line_no) {
+                return Ok(Err(p));
+            }
+        }
+        if eof {
+            if whole == len {
+                return Ok(Ok(()));
+            }
             let after = walk.report.last_seq;
             return Ok(Err(if is_last && walk.pending_torn.is_none() {
                 Problem::TornTail {
                     after,
-                    bytes: buf.len() as u64,
+                    bytes: (len - whole) as u64,
                 }
             } else {
                 Problem::NotARecord {
                     after,
                     file: path.clone(),
-                    line: line_no,
+                    line: line_no + 1,
                 }
             }));
         }
-        let line = &buf[..buf.len() - 1];
-        if let Err(p) = step(walk, line, path, line_no) {
-            return Ok(Err(p));
-        }
+        buf.copy_within(whole..len, 0);
+        len -= whole;
+        base += whole as u64;
+        want = BLOCK;
     }
 }
 
-/// One line.
-fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), Problem> {
+/// One line, with its header and hash.
+fn step(
+    walk: &mut Walk,
+    line: &[u8],
+    header: Option<(u64, [u8; 32])>,
+    hash: [u8; 32],
+    path: &Path,
+    line_no: u64,
+) -> Result<(), Problem> {
     let after = walk.report.last_seq;
     let not_a_record = || Problem::NotARecord {
         after,
         file: path.to_path_buf(),
         line: line_no,
     };
-    let Some((seq, prev)) = record::header(line) else {
+    let Some((seq, prev)) = header else {
         // A torn line the next record must note; two in a row is damage.
         if walk.pending_torn.is_some() {
             return Err(not_a_record());
         }
-        walk.pending_torn = Some(record::line_hash(line));
+        walk.pending_torn = Some(hash);
         return Ok(());
     };
     if let Some(torn) = walk.pending_torn.take() {
@@ -302,7 +418,6 @@ fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), P
             }
         });
     }
-    let hash = record::line_hash(line);
     if walk.want_head == Some(hash) {
         walk.report.head_found = Some(true);
     } else if walk.want_seq == Some(seq)
@@ -317,7 +432,7 @@ fn step(walk: &mut Walk, line: &[u8], path: &Path, line_no: u64) -> Result<(), P
     walk.expected = seq + 1;
     walk.report.records += 1;
     walk.report.last_seq = seq;
-    walk.report.head = Some(record::hex(&hash));
+    walk.head = Some(hash);
     Ok(())
 }
 

@@ -144,6 +144,18 @@ impl Home {
         self.audit_dir().join("audit.lock")
     }
 
+    /// The usage summary (per UTC day, per agent) the supervisor keeps as
+    /// it appends, so usage is read without walking the whole log.
+    pub fn audit_usage_summary(&self) -> PathBuf {
+        self.audit_dir().join("usage-summary.json")
+    }
+
+    /// Where the next usage summary is written before it is renamed over
+    /// the last (one writer at a time: the supervisor's).
+    pub fn audit_usage_summary_tmp(&self) -> PathBuf {
+        self.audit_dir().join(".usage-summary.json.tmp")
+    }
+
     /// Token budgets per agent: beside the log, where no agent writes.
     pub fn budgets_file(&self) -> PathBuf {
         self.audit_dir().join("budgets.json")
