@@ -11,7 +11,8 @@
 //!
 //! Then the whole CLI call, as a user runs it: `recall reindex` once
 //! (wall time and peak RSS) and `recall search` as a child process, median
-//! wall time and peak RSS over several queries and rounds. The binary is
+//! wall time and peak RSS over several queries and rounds (RSS by
+//! `/usr/bin/time`, whose wall time is in the figure too). The binary is
 //! `$MINI_LETTA_BIN` (default: this build's); with `$MINI_LETTA_BASE_BIN`
 //! set too, both are timed alternately, each on its own copy of the home
 //! (either may rebuild an index of the other's format), with the median
@@ -406,28 +407,31 @@ fn create_agent(bin: &str, home: &Path) -> String {
 }
 
 /// Run `bin` with `args` in `home`: wall seconds and peak RSS in bytes.
+/// The RSS is `/usr/bin/time`'s: a child forked from this (large) process
+/// would report this process's peak as its own.
 fn timed(bin: &str, home: &Path, args: &[&str]) -> (f64, u64) {
+    let out = std::env::temp_dir().join(format!("recall-bench-rss-{}", std::process::id()));
     let t = Instant::now();
-    let child = Command::new(bin)
-        .env("MINI_LETTA_HOME", home)
+    let status = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(&out)
+        .arg(bin)
         .args(args)
+        .env("MINI_LETTA_HOME", home)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .status()
         .unwrap();
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, whose pid std gave us; `status`
-    // and `usage` outlive the call.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     let wall = t.elapsed().as_secs_f64();
-    assert_eq!(pid, child.id() as i32);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{args:?} failed"
-    );
-    (wall, usage.ru_maxrss as u64 * 1024)
+    assert!(status.success(), "{args:?} failed");
+    let kib: u64 = std::fs::read_to_string(&out)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (wall, kib * 1024)
 }
 
 /// The whole CLI call on `home` (whose agent is `agent`).

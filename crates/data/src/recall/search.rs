@@ -163,7 +163,9 @@ impl Index {
 
     fn search_unchecked(&self, q: &Query, filters: &Filters, limit: usize) -> Vec<Hit> {
         let limit = limit.max(1);
-        let Some((ranked, sequences)) = self.candidates(q, filters) else {
+        // At most this many candidates are looked at (see below).
+        let most = limit.saturating_mul(10).saturating_add(100);
+        let Some((ranked, sequences)) = self.candidates(q, filters, most) else {
             return Vec::new();
         };
         // Best first, lazily: phrases may reject some of the best.
@@ -175,7 +177,6 @@ impl Index {
         // original. Weighing only lowers a score, so candidates are taken
         // until the `limit` best weighed scores beat the next one's raw
         // score (a bounded number re-read).
-        let most = limit.saturating_mul(10).saturating_add(100);
         let mut looked = 0usize;
         while looked < most {
             let Some(&Ranked(next, _, _)) = ranked.peek() else {
@@ -205,6 +206,7 @@ impl Index {
         &self,
         q: &Query,
         filters: &Filters,
+        keep: usize,
     ) -> Option<(Vec<Ranked>, Vec<Vec<&Postings>>)> {
         let n = self.docs.len();
         let conv = match &filters.conversation {
@@ -229,7 +231,7 @@ impl Index {
         let ranked = if total.saturating_mul(8) < n {
             self.rank_sparse(&terms, &req, filters, conv)
         } else {
-            self.rank_dense(&terms, &req, filters, conv)
+            self.rank_dense(&terms, &req, filters, conv, keep)
         };
         Some((ranked, sequences))
     }
@@ -367,6 +369,7 @@ impl Index {
         req: &[&Postings],
         filters: &Filters,
         conv: Option<u32>,
+        keep: usize,
     ) -> Vec<Ranked> {
         let n = self.docs.len();
         let mut need: Option<Vec<u8>> = None;
@@ -427,12 +430,12 @@ impl Index {
                 }
             }
         }
-        touched
-            .iter()
-            .map(|&d| {
-                let ts = self.docs.ts(d as usize).unwrap_or(0);
-                Ranked(score[d as usize], ts, d)
-            })
+        let scored = touched.iter().map(|&d| (score[d as usize], d)).collect();
+        drop(touched);
+        drop(score);
+        best_of(scored, keep)
+            .into_iter()
+            .map(|(s, d)| Ranked(s, self.docs.ts(d as usize).unwrap_or(0), d))
             .collect()
     }
 
@@ -516,6 +519,19 @@ struct Check<'a> {
     /// The query's terms, highest idf first (a snippet without a phrase
     /// is centred on the first found).
     best_term: Vec<(&'a str, f64)>,
+}
+
+/// The candidates that can be among the `keep` best: every one scoring
+/// at least the `keep`-th best score (ties kept whole: time decides
+/// between them), so only those need their time read.
+fn best_of(mut scored: Vec<(f32, u32)>, keep: usize) -> Vec<(f32, u32)> {
+    if keep == 0 || scored.len() <= keep {
+        return scored;
+    }
+    let (_, kth, _) = scored.select_nth_unstable_by(keep - 1, |a, b| b.0.total_cmp(&a.0));
+    let cut = kth.0;
+    scored.retain(|s| s.0.total_cmp(&cut).is_ge());
+    scored
 }
 
 /// The hits best first (then newest), scores rounded to thousandths.
@@ -683,7 +699,7 @@ mod tests {
             ..Filters::default()
         };
         for conv in [None, Some(1)] {
-            let mut a = index.rank_dense(&terms, &[], &f, conv);
+            let mut a = index.rank_dense(&terms, &[], &f, conv, usize::MAX);
             let mut b = index.rank_sparse(&terms, &[], &f, conv);
             a.sort();
             b.sort();
@@ -694,8 +710,15 @@ mod tests {
                 assert!((x.0 - y.0).abs() < 1e-4);
             }
         }
+        // Trimmed to the few that can be best, the best come in the same order.
+        let mut full = index.rank_dense(&terms, &[], &Filters::default(), None, usize::MAX);
+        let mut cut = index.rank_dense(&terms, &[], &Filters::default(), None, 5);
+        assert!(cut.len() >= 5 && cut.len() < full.len());
+        full.sort_by(|a, b| b.cmp(a));
+        cut.sort_by(|a, b| b.cmp(a));
+        assert_eq!(full[..5], cut[..5]);
         let req = [index.postings_of("other").unwrap()];
-        let a = index.rank_dense(&terms, &req, &f, None);
+        let a = index.rank_dense(&terms, &req, &f, None, usize::MAX);
         let b = index.rank_sparse(&terms, &req, &f, None);
         assert_eq!(a.len(), 42);
         assert_eq!(b.len(), 42);

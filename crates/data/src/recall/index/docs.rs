@@ -54,6 +54,7 @@ pub(super) struct Columns {
     /// Where the blocks' CRCs start: `COLUMNS * blocks(n)` u32, column
     /// after column.
     crcs: usize,
+    nblocks: usize,
     checked: Vec<Cell<u8>>,
     corrupt: Cell<bool>,
 }
@@ -67,6 +68,7 @@ impl Columns {
             n,
             at,
             crcs,
+            nblocks: blocks(n),
             checked: (0..COLUMNS * blocks(n))
                 .map(|_| Cell::new(UNCHECKED))
                 .collect(),
@@ -74,38 +76,60 @@ impl Columns {
         }
     }
 
+    /// Whether message `i`'s block of column `c` is good (checked now
+    /// when it was not yet; a bad one marks the index corrupt).
+    #[inline]
+    fn good(&self, c: usize, i: usize) -> bool {
+        let b = i / BLOCK;
+        let k = c * self.nblocks + b;
+        match self.checked.get(k).map(Cell::get) {
+            Some(GOOD) => true,
+            Some(UNCHECKED) => self.verify(c, b, k),
+            _ => false,
+        }
+    }
+
+    /// The `W` bytes of column `c` (of width `W`) of message `i`.
+    #[inline]
+    fn fixed<const W: usize>(&self, c: usize, i: usize) -> Option<[u8; W]> {
+        if !self.good(c, i) {
+            return None;
+        }
+        let s = self.at.get(c)?.checked_add(i.checked_mul(W)?)?;
+        self.map.bytes().get(s..s.checked_add(W)?)?.try_into().ok()
+    }
+
+    fn u32_of(&self, c: usize, i: usize) -> Option<u32> {
+        self.fixed::<4>(c, i).map(u32::from_le_bytes)
+    }
+
+    fn u64_of(&self, c: usize, i: usize) -> Option<u64> {
+        self.fixed::<8>(c, i).map(u64::from_le_bytes)
+    }
+
     /// Column `c` of message `i` as an integer; `None` (and the index
     /// marked corrupt) when its block fails its CRC.
     fn value(&self, c: usize, i: usize) -> Option<u64> {
-        let b = i / BLOCK;
-        let k = c * blocks(self.n) + b;
-        match self.checked.get(k)?.get() {
-            GOOD => {}
-            BAD => return None,
-            _ => {
-                if !self.verify(c, b, k) {
-                    return None;
-                }
-            }
+        match WIDTH.get(c)? {
+            1 => self.fixed::<1>(c, i).map(|b| u64::from(b[0])),
+            4 => self.u32_of(c, i).map(u64::from),
+            _ => self.u64_of(c, i),
         }
-        let w = *WIDTH.get(c)?;
-        let s = self.at.get(c)?.checked_add(i.checked_mul(w)?)?;
-        let bytes = self.map.bytes().get(s..s.checked_add(w)?)?;
-        let mut a = [0u8; 8];
-        a.get_mut(..w)?.copy_from_slice(bytes);
-        Some(u64::from_le_bytes(a))
     }
 
     fn verify(&self, c: usize, b: usize, k: usize) -> bool {
         let w = WIDTH.get(c).copied().unwrap_or(0);
         let at = self.at.get(c).copied().unwrap_or(usize::MAX);
-        let range = |from: usize, n: usize| Some(at.checked_add(from.checked_mul(w)?)?..at + n * w);
+        let range = |from: usize, n: usize| {
+            Some(at.checked_add(from.checked_mul(w)?)?..at.checked_add(n.checked_mul(w)?)?)
+        };
         let data =
             range(b * BLOCK, self.n.min((b + 1) * BLOCK)).and_then(|r| self.map.bytes().get(r));
         let want = self
             .map
             .bytes()
-            .get(self.crcs + k * 4..self.crcs + k * 4 + 4)
+            .get(self.crcs + k * 4..)
+            .and_then(|x| x.get(..4))
             .and_then(|x| <[u8; 4]>::try_from(x).ok());
         let ok = matches!((data, want), (Some(d), Some(x)) if crc32fast::hash(d) == u32::from_le_bytes(x));
         if let Some(cell) = self.checked.get(k) {
@@ -207,21 +231,21 @@ impl Docs {
     /// Tokens in message `i` (its BM25 length).
     pub fn dl(&self, i: usize) -> Option<u32> {
         match self.place(i) {
-            Ok(b) => b.value(DL, i).map(|v| v as u32),
+            Ok(b) => b.u32_of(DL, i),
             Err(t) => self.tail.get(t).map(|d| d.dl),
         }
     }
 
     pub fn ts(&self, i: usize) -> Option<i64> {
         match self.place(i) {
-            Ok(b) => b.value(TS, i).map(|v| v as i64),
+            Ok(b) => b.u64_of(TS, i).map(|v| v as i64),
             Err(t) => self.tail.get(t).map(|d| d.ts),
         }
     }
 
     pub fn conv(&self, i: usize) -> Option<u32> {
         match self.place(i) {
-            Ok(b) => b.value(CONV, i).map(|v| v as u32),
+            Ok(b) => b.u32_of(CONV, i),
             Err(t) => self.tail.get(t).map(|d| d.conv),
         }
     }

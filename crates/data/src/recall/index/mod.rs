@@ -244,6 +244,7 @@ impl Index {
             logs: Default::default(),
             corrupt: Default::default(),
             mem_cost: 0,
+            flushed: false,
         }
     }
 

@@ -165,6 +165,7 @@ impl Index {
             }
             // Failed or not, the next try waits for as much again.
             self.mem_cost = 0;
+            self.flushed = true;
         }
     }
 
@@ -194,12 +195,15 @@ impl Index {
         }
         let len = |f: &File| f.metadata().map(|m| m.len()).unwrap_or(0);
         let logs = len(&f.terms) + len(&f.docs);
-        if logs < COMPACT_MIN_BYTES || logs < self.snap.bytes().len() as u64 / 4 {
+        // After compacting while indexing, what followed is compacted too
+        // (the next open then replays nothing).
+        if logs < COMPACT_MIN_BYTES || !self.flushed && logs < self.snap.bytes().len() as u64 / 4 {
             return;
         }
         if let Err(e) = self.compact() {
             tracing::warn!("recall index: not compacted ({e})");
         }
+        self.flushed = false;
     }
 
     /// Rebuild when a piece of the snapshot failed its check (what came

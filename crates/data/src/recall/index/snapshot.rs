@@ -145,18 +145,23 @@ impl Snapshot {
         None
     }
 
-    /// The encoded postings of snapshot term `i` and the bytes they take;
-    /// `None` when they fail their CRC or lie outside the postings.
-    fn encoded(&self, i: u32) -> Option<&[u8]> {
+    /// Snapshot term `i`'s postings as stored, CRC first, unchecked;
+    /// `None` when they lie outside the postings.
+    pub(super) fn stored(&self, i: u32) -> Option<&[u8]> {
         let b = self.bytes();
         let at = self.post_table.checked_add(i as usize * 8)?;
         let s = usize::try_from(u64_at(b, at)?).ok()?;
         let e = usize::try_from(u64_at(b, at + 8)?).ok()?;
-        if s > e || e > self.post_table {
+        if s.checked_add(4)? > e || e > self.post_table {
             return None;
         }
-        let list = b.get(s..e)?;
-        let (crc, body) = list.split_at_checked(4)?;
+        b.get(s..e)
+    }
+
+    /// The encoded postings of snapshot term `i`; `None` when they fail
+    /// their CRC or lie outside the postings.
+    fn encoded(&self, i: u32) -> Option<&[u8]> {
+        let (crc, body) = self.stored(i)?.split_at_checked(4)?;
         (crc32fast::hash(body).to_le_bytes() == crc).then_some(body)
     }
 

@@ -116,6 +116,19 @@ impl Index {
         let mut read = 0usize;
         for &id in &order {
             offs.push(w.at);
+            // A snapshot term nothing was added to is copied as stored
+            // (its CRC with it, so damage stays detectable).
+            let untouched = id < self.snap.n_terms
+                && !self.pending.contains_key(&id)
+                && self
+                    .postings
+                    .get(id as usize)
+                    .is_some_and(|c| c.get().is_none());
+            if let Some(raw) = self.snap.stored(id).filter(|_| untouched) {
+                w.put(raw)?;
+                read += raw.len();
+                continue;
+            }
             buf.clear();
             buf.extend_from_slice(&[0u8; 4]);
             let p = self.postings_for_write(id).ok_or_else(corrupt)?;

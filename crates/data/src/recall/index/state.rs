@@ -61,6 +61,8 @@ pub struct Index {
     /// the snapshot take: past a bound, a writable index compacts, so
     /// indexing a million messages never holds them all in memory.
     pub(super) mem_cost: usize,
+    /// Whether indexing compacted since this index was opened.
+    pub(super) flushed: bool,
 }
 
 /// A loaded snapshot: its mapping and where its tables are.
