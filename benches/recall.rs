@@ -9,14 +9,25 @@
 //! whitespace). Phrases are two or three adjacent words of a message, or
 //! two or three adjacent Chinese characters.
 //!
+//! Then the whole CLI call, as a user runs it: `recall reindex` once
+//! (wall time and peak RSS) and `recall search` as a child process, median
+//! wall time and peak RSS over several queries and rounds (RSS by
+//! `/usr/bin/time`, whose wall time is in the figure too). The binary is
+//! `$MINI_LETTA_BIN` (default: this build's); with `$MINI_LETTA_BASE_BIN`
+//! set too, both are timed alternately, each on its own copy of the home
+//! (either may rebuild an index of the other's format), with the median
+//! of the per-pair ratios.
+//!
 //! Run: `cargo bench --bench recall` (or `scripts/bench-recall`);
 //! `--quick` for 100,000 messages only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use mini_letta::paths::Home;
+use mini_letta::paths::{AgentPaths, Home};
 use mini_letta::protocol::messages::{Part, Role};
 use mini_letta::recall::query::phrase_count;
 use mini_letta::recall::tokenize::normalize;
@@ -29,6 +40,8 @@ const CONVERSATIONS: usize = 100;
 const QUERIES: usize = 300;
 const SCAN_QUERIES: usize = 20;
 const LIMIT: usize = 10;
+/// Rounds of CLI searches (each runs every query once per binary).
+const CLI_ROUNDS: usize = 6;
 
 const COMMON: &[&str] = &[
     "the",
@@ -182,7 +195,8 @@ fn mb(b: u64) -> f64 {
 fn run(n: usize) {
     println!("\n== {n} messages ==");
     let tmp = tempfile::tempdir().unwrap();
-    let agent = Home::at(tmp.path()).agent("bench").unwrap();
+    let id = create_agent(&new_bin(), tmp.path());
+    let agent = Home::at(tmp.path()).agent(&id).unwrap();
     let mut corpus = Corpus::new();
     let mut texts: Vec<String> = Vec::with_capacity(n);
     let mut bytes = 0u64;
@@ -370,6 +384,119 @@ fn run(n: usize) {
             "{kind:<8} {med:>12.3} {p99:>12.3} {scan_med:>12.1} {:>9.0}×   ({found}/{} found)",
             scan_med / med,
             queries.len()
+        );
+    }
+    drop(index);
+    cli(tmp.path(), &agent);
+}
+
+fn new_bin() -> String {
+    std::env::var("MINI_LETTA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mini-letta").into())
+}
+
+/// `agent create bench` with `bin` in `home`; the agent's id.
+fn create_agent(bin: &str, home: &Path) -> String {
+    let o = Command::new(bin)
+        .env("MINI_LETTA_HOME", home)
+        .args(["agent", "create", "bench", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// Run `bin` with `args` in `home`: wall seconds and peak RSS in bytes.
+/// The RSS is `/usr/bin/time`'s: a child forked from this (large) process
+/// would report this process's peak as its own.
+fn timed(bin: &str, home: &Path, args: &[&str]) -> (f64, u64) {
+    let out = std::env::temp_dir().join(format!("recall-bench-rss-{}", std::process::id()));
+    let t = Instant::now();
+    let status = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(&out)
+        .arg(bin)
+        .args(args)
+        .env("MINI_LETTA_HOME", home)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let wall = t.elapsed().as_secs_f64();
+    assert!(status.success(), "{args:?} failed");
+    let kib: u64 = std::fs::read_to_string(&out)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (wall, kib * 1024)
+}
+
+/// The whole CLI call on `home` (whose agent is `agent`).
+fn cli(home: &Path, agent: &AgentPaths) {
+    let mut bins = vec![("new", new_bin(), home.to_path_buf())];
+    let base_home = tempfile::tempdir().unwrap();
+    if let Ok(base) = std::env::var("MINI_LETTA_BASE_BIN") {
+        // Its own copy of the conversations: an index of the other format
+        // is rebuilt on open.
+        let id = create_agent(&base, base_home.path());
+        let to = Home::at(base_home.path())
+            .agent(&id)
+            .unwrap()
+            .conversations_dir();
+        for c in 0..CONVERSATIONS {
+            let d = to.join(format!("c{c:03}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let from = agent.conversations_dir().join(format!("c{c:03}"));
+            std::fs::copy(from.join("messages.jsonl"), d.join("messages.jsonl")).unwrap();
+        }
+        bins.push(("base", base, base_home.path().to_path_buf()));
+    }
+    for (name, bin, home) in &bins {
+        let (wall, rss) = timed(bin, home, &["recall", "reindex", "-a", "bench"]);
+        println!(
+            "cli {name}: recall reindex {wall:.2} s, peak {:.0} MiB",
+            mb(rss)
+        );
+    }
+    let queries = [
+        "deploy server",
+        "the",
+        "memory agent tomorrow",
+        "\"green tea\"",
+        "绿茶",
+    ];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); bins.len()];
+    let mut peak = vec![0u64; bins.len()];
+    let mut ratios = Vec::new();
+    for _round in 0..CLI_ROUNDS {
+        for q in queries {
+            let mut pair = Vec::new();
+            for (i, (_, bin, home)) in bins.iter().enumerate() {
+                let (wall, rss) = timed(bin, home, &["recall", "search", "-a", "bench", q]);
+                times[i].push(wall * 1e3);
+                peak[i] = peak[i].max(rss);
+                pair.push(wall);
+            }
+            if let [a, b] = pair[..] {
+                ratios.push(a / b);
+            }
+        }
+    }
+    for (i, (name, _, _)) in bins.iter().enumerate() {
+        println!(
+            "cli {name}: recall search median {:.1} ms, peak {:.1} MiB ({} calls)",
+            pct(&mut times[i], 0.5),
+            mb(peak[i]),
+            times[i].len()
+        );
+    }
+    if !ratios.is_empty() {
+        println!(
+            "cli new/base: median of per-pair ratios {:.3}",
+            pct(&mut ratios, 0.5)
         );
     }
 }

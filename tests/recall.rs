@@ -264,7 +264,7 @@ fn index_follows_appends_and_is_rebuilt_when_deleted_or_torn() {
     let a = put(h, &id, "default", Role::User, "first lighthouse", t);
     assert_eq!(ids(&search(h, &["lighthouse"])).len(), 1);
     let recall = Home::at(h).agent(&id).unwrap().recall_dir();
-    let docs = recall.join("docs-v2.log");
+    let docs = recall.join(mini_letta::paths::RECALL_DOCS_FILE_NAME);
     let len1 = std::fs::metadata(&docs).unwrap().len();
     assert!(len1 > 8);
     // Appends are indexed incrementally: the log grows, its start stays.

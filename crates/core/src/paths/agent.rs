@@ -91,12 +91,22 @@ pub const RECALL_DIR_NAME: &str = ".recall";
 /// The recall index's lock file.
 pub const RECALL_LOCK_FILE_NAME: &str = "lock";
 /// The recall index's log of terms. (v2: messages are indexed by what
-/// was said, without reminders or packaging; a v1 index is rebuilt.)
-pub const RECALL_TERMS_FILE_NAME: &str = "terms-v2.log";
+/// was said, without reminders or packaging; v3: the snapshot is read in
+/// place, section by section. An index of an earlier version is rebuilt.)
+pub const RECALL_TERMS_FILE_NAME: &str = "terms-v3.log";
 /// The recall index's log of indexed messages.
-pub const RECALL_DOCS_FILE_NAME: &str = "docs-v2.log";
+pub const RECALL_DOCS_FILE_NAME: &str = "docs-v3.log";
+/// The recall index's compacted state.
+pub const RECALL_SNAPSHOT_FILE_NAME: &str = "snapshot-v3.bin";
 /// The files of an index of an earlier format, removed when it is rebuilt.
-pub const RECALL_OLD_FILE_NAMES: [&str; 3] = ["terms-v1.log", "docs-v1.log", "snapshot-v1.bin"];
+pub const RECALL_OLD_FILE_NAMES: [&str; 6] = [
+    "terms-v1.log",
+    "docs-v1.log",
+    "snapshot-v1.bin",
+    "terms-v2.log",
+    "docs-v2.log",
+    "snapshot-v2.bin",
+];
 /// Name of the memory worktrees directory inside the agent directory.
 pub const WORKTREES_DIR_NAME: &str = "memory-worktrees";
 /// Name of the reflections directory inside the agent directory.

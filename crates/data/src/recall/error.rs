@@ -15,6 +15,9 @@ pub enum RecallError {
     /// A log is shorter than the index says it covered.
     #[error("the recall index is stale")]
     Stale,
+    /// A piece of the index failed its check (it is rebuilt).
+    #[error("the recall index is corrupt")]
+    Corrupt,
     #[error("{0}")]
     Invalid(String),
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::bm25::{idf, term_score};
 use super::error::RecallError;
-use super::index::{DocMeta, Index, Postings, may_be_consecutive, searchable_text};
+use super::index::{DocMeta, Docs, Index, Postings, may_be_consecutive, searchable_text};
 use super::query::{Query, phrase_count};
 use super::tokenize::{normalize, tokens_normalized};
 use crate::paths::{AgentPaths, CONTEXT_FILE_NAME};
@@ -64,6 +64,16 @@ impl Filters {
             && self.since.is_none_or(|s| d.ts >= s)
             && self.until.is_none_or(|u| d.ts <= u)
     }
+
+    /// [`Filters::pass`] for message `i`, reading only what is filtered on.
+    fn pass_at(&self, docs: &Docs, i: usize, conv: Option<u32>) -> bool {
+        conv.is_none_or(|c| docs.conv(i) == Some(c))
+            && self.role.is_none_or(|r| docs.role(i) == Some(r))
+            && (self.since.is_none() && self.until.is_none()
+                || docs.ts(i).is_some_and(|t| {
+                    self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u)
+                }))
+    }
 }
 
 /// One result row.
@@ -90,7 +100,7 @@ pub fn search(
     limit: usize,
 ) -> Result<Vec<Hit>, RecallError> {
     let q = parse_query(query)?;
-    Index::open(agent)?.search(&q, filters, limit)
+    Index::open(agent)?.search_repairing(&q, filters, limit)
 }
 
 /// `query` parsed; one with no words is an error (before the index opens).
@@ -113,20 +123,50 @@ pub fn search_read_only(
     limit: usize,
 ) -> Result<Vec<Hit>, RecallError> {
     let q = parse_query(query)?;
-    Index::open_read_only(agent)?.search(&q, filters, limit)
+    Index::open_read_only(agent)?.search_repairing(&q, filters, limit)
 }
 
 impl Index {
-    /// The best `limit` messages for `q` under `filters`.
+    /// [`Index::search`], rebuilding the index (in memory when read-only)
+    /// and searching again when a piece of it fails its check.
+    pub fn search_repairing(
+        &mut self,
+        q: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>, RecallError> {
+        match self.search(q, filters, limit) {
+            Err(RecallError::Corrupt) => {
+                tracing::warn!("recall index: corrupt; rebuilding");
+                self.rebuild()?;
+                self.search(q, filters, limit)
+            }
+            r => r,
+        }
+    }
+
+    /// The best `limit` messages for `q` under `filters`;
+    /// [`RecallError::Corrupt`] when a piece of the index read for them
+    /// failed its check.
     pub fn search(
         &self,
         q: &Query,
         filters: &Filters,
         limit: usize,
     ) -> Result<Vec<Hit>, RecallError> {
+        let hits = self.search_unchecked(q, filters, limit);
+        if self.corrupt() {
+            return Err(RecallError::Corrupt);
+        }
+        Ok(hits)
+    }
+
+    fn search_unchecked(&self, q: &Query, filters: &Filters, limit: usize) -> Vec<Hit> {
         let limit = limit.max(1);
-        let Some((ranked, sequences)) = self.candidates(q, filters) else {
-            return Ok(Vec::new());
+        // At most this many candidates are looked at (see below).
+        let most = limit.saturating_mul(10).saturating_add(100);
+        let Some((ranked, sequences)) = self.candidates(q, filters, most) else {
+            return Vec::new();
         };
         // Best first, lazily: phrases may reject some of the best.
         let mut ranked = std::collections::BinaryHeap::from(ranked);
@@ -137,7 +177,6 @@ impl Index {
         // original. Weighing only lowers a score, so candidates are taken
         // until the `limit` best weighed scores beat the next one's raw
         // score (a bounded number re-read).
-        let most = limit.saturating_mul(10).saturating_add(100);
         let mut looked = 0usize;
         while looked < most {
             let Some(&Ranked(next, _, _)) = ranked.peek() else {
@@ -158,7 +197,7 @@ impl Index {
         }
         let mut best = best_first(hits);
         best.truncate(limit);
-        Ok(best)
+        best
     }
 
     /// The messages that may answer `q` under `filters`, scored by BM25,
@@ -167,6 +206,7 @@ impl Index {
         &self,
         q: &Query,
         filters: &Filters,
+        keep: usize,
     ) -> Option<(Vec<Ranked>, Vec<Vec<&Postings>>)> {
         let n = self.docs.len();
         let conv = match &filters.conversation {
@@ -191,7 +231,7 @@ impl Index {
         let ranked = if total.saturating_mul(8) < n {
             self.rank_sparse(&terms, &req, filters, conv)
         } else {
-            self.rank_dense(&terms, &req, filters, conv)
+            self.rank_dense(&terms, &req, filters, conv, keep)
         };
         Some((ranked, sequences))
     }
@@ -294,7 +334,7 @@ impl Index {
                 .iter()
                 .find_map(|(t, _)| text.find(t).map(|i| (i, t.len())));
         }
-        let conv_no = self.docs.get(d as usize).map_or(0, |m| m.conv);
+        let conv_no = self.docs.conv(d as usize).unwrap_or(0);
         let context = contexts
             .entry(conv_no)
             .or_insert_with(|| self.context_ids(conv_no));
@@ -329,6 +369,7 @@ impl Index {
         req: &[&Postings],
         filters: &Filters,
         conv: Option<u32>,
+        keep: usize,
     ) -> Vec<Ranked> {
         let n = self.docs.len();
         let mut need: Option<Vec<u8>> = None;
@@ -361,11 +402,11 @@ impl Index {
                 if score.get(i) != Some(&UNSEEN) {
                     continue;
                 }
-                let Some(&dl) = self.dls.get(i) else {
+                let Some(dl) = self.docs.dl(i) else {
                     continue;
                 };
                 let ok = need.as_ref().is_none_or(|c| c.get(i) == Some(&want))
-                    && (unfiltered || self.docs.get(i).is_some_and(|m| filters.pass(m, conv)));
+                    && (unfiltered || filters.pass_at(&self.docs, i, conv));
                 if ok {
                     score[i] = 0.0;
                     touched.push(d);
@@ -384,17 +425,17 @@ impl Index {
             for (&d, &tf) in p.docs.iter().zip(&p.tfs) {
                 let i = d as usize;
                 if score.get(i).is_some_and(|s| *s >= 0.0) {
-                    let dl = self.dls.get(i).map_or(0.0, |&x| f64::from(x));
+                    let dl = self.docs.dl(i).map_or(0.0, f64::from);
                     score[i] += term_score(*idf, f64::from(tf), dl, avgdl) as f32;
                 }
             }
         }
-        touched
-            .iter()
-            .map(|&d| {
-                let ts = self.docs.get(d as usize).map_or(0, |m| m.ts);
-                Ranked(score[d as usize], ts, d)
-            })
+        let scored = touched.iter().map(|&d| (score[d as usize], d)).collect();
+        drop(touched);
+        drop(score);
+        best_of(scored, keep)
+            .into_iter()
+            .map(|(s, d)| Ranked(s, self.docs.ts(d as usize).unwrap_or(0), d))
             .collect()
     }
 
@@ -424,10 +465,10 @@ impl Index {
                 j += 1;
             }
             let ok = self.docs.get(d as usize).is_some_and(|m| {
-                filters.pass(m, conv) && req.iter().all(|p| p.docs.binary_search(&d).is_ok())
+                filters.pass(&m, conv) && req.iter().all(|p| p.docs.binary_search(&d).is_ok())
             });
             if ok {
-                sum_dl += self.docs.get(d as usize).map_or(0, |m| u64::from(m.dl));
+                sum_dl += self.docs.dl(d as usize).map_or(0, u64::from);
                 groups.push((i, j));
             }
             i = j;
@@ -478,6 +519,19 @@ struct Check<'a> {
     /// The query's terms, highest idf first (a snippet without a phrase
     /// is centred on the first found).
     best_term: Vec<(&'a str, f64)>,
+}
+
+/// The candidates that can be among the `keep` best: every one scoring
+/// at least the `keep`-th best score (ties kept whole: time decides
+/// between them), so only those need their time read.
+fn best_of(mut scored: Vec<(f32, u32)>, keep: usize) -> Vec<(f32, u32)> {
+    if keep == 0 || scored.len() <= keep {
+        return scored;
+    }
+    let (_, kth, _) = scored.select_nth_unstable_by(keep - 1, |a, b| b.0.total_cmp(&a.0));
+    let cut = kth.0;
+    scored.retain(|s| s.0.total_cmp(&cut).is_ge());
+    scored
 }
 
 /// The hits best first (then newest), scores rounded to thousandths.
@@ -645,7 +699,7 @@ mod tests {
             ..Filters::default()
         };
         for conv in [None, Some(1)] {
-            let mut a = index.rank_dense(&terms, &[], &f, conv);
+            let mut a = index.rank_dense(&terms, &[], &f, conv, usize::MAX);
             let mut b = index.rank_sparse(&terms, &[], &f, conv);
             a.sort();
             b.sort();
@@ -656,8 +710,15 @@ mod tests {
                 assert!((x.0 - y.0).abs() < 1e-4);
             }
         }
+        // Trimmed to the few that can be best, the best come in the same order.
+        let mut full = index.rank_dense(&terms, &[], &Filters::default(), None, usize::MAX);
+        let mut cut = index.rank_dense(&terms, &[], &Filters::default(), None, 5);
+        assert!(cut.len() >= 5 && cut.len() < full.len());
+        full.sort_by(|a, b| b.cmp(a));
+        cut.sort_by(|a, b| b.cmp(a));
+        assert_eq!(full[..5], cut[..5]);
         let req = [index.postings_of("other").unwrap()];
-        let a = index.rank_dense(&terms, &req, &f, None);
+        let a = index.rank_dense(&terms, &req, &f, None, usize::MAX);
         let b = index.rank_sparse(&terms, &req, &f, None);
         assert_eq!(a.len(), 42);
         assert_eq!(b.len(), 42);

@@ -123,6 +123,18 @@ impl Dir {
         self.replace_file_with(name.as_ref(), bytes, perm, false)
     }
 
+    /// [`Dir::replace_file`] for bytes made while they are written (too
+    /// many to hold at once): `write` fills the new file from its start.
+    pub fn replace_file_streamed(
+        &self,
+        name: impl AsRef<OsStr>,
+        perm: u32,
+        write: impl FnOnce(&mut File) -> std::io::Result<()>,
+    ) -> Result<(), FsError> {
+        self.replace_file_flushing(name.as_ref(), write, perm, true)?;
+        nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
+    }
+
     fn replace_file_with(
         &self,
         name: &OsStr,
@@ -130,7 +142,8 @@ impl Dir {
         perm: u32,
         durable: bool,
     ) -> Result<(), FsError> {
-        self.replace_file_flushing(name, bytes, perm, durable)?;
+        let write = |f: &mut File| std::io::Write::write_all(f, bytes);
+        self.replace_file_flushing(name, write, perm, durable)?;
         if !durable {
             return Ok(());
         }
@@ -138,12 +151,12 @@ impl Dir {
         nix::unistd::fsync(&self.fd).map_err(|e| FsError::from_errno(self.shown.clone(), e))
     }
 
-    /// Write `bytes` beside `name`, flush them when `flush`, and rename
-    /// them over `name`.
+    /// Write the bytes `write` makes beside `name`, flush them when
+    /// `flush`, and rename them over `name`.
     fn replace_file_flushing(
         &self,
         name: &OsStr,
-        bytes: &[u8],
+        write: impl FnOnce(&mut File) -> std::io::Result<()>,
         perm: u32,
         flush: bool,
     ) -> Result<(), FsError> {
@@ -165,7 +178,7 @@ impl Dir {
         let mut file = File::from(fd);
         let written = (|| {
             self.inherit_owner(file.as_fd(), &self.shown(&tmp))?;
-            std::io::Write::write_all(&mut file, bytes).map_err(io)?;
+            write(&mut file).map_err(io)?;
             nix::sys::stat::fchmod(&file, Mode::from_bits_truncate(perm))
                 .map_err(|e| FsError::from_errno(self.shown(&tmp), e))?;
             if flush {

@@ -5,7 +5,8 @@
 use std::cell::OnceCell;
 
 use super::codec::{bytes, put_bytes, put_varint, role_code, role_of, unzigzag, varint, zigzag};
-use super::state::{DocMeta, Index};
+use super::docs::DocMeta;
+use super::state::Index;
 use crate::paths::is_valid_agent_id;
 use crate::protocol::messages::Role;
 use crate::recall::tokenize::{normalize, tokens_normalized};
@@ -13,6 +14,10 @@ use crate::store::conversation::StoredMessage;
 
 /// The first byte of a docs batch (older batches started otherwise).
 const BATCH_MARK: u8 = 0;
+
+/// About the bytes a term kept in memory costs (its name in the map, its
+/// postings' box and vectors).
+const TERM_COST: usize = 160;
 
 impl Index {
     pub(super) fn apply(&mut self, batch: Batch) {
@@ -38,11 +43,20 @@ impl Index {
                             self.pending.remove(&t);
                         }
                     }
-                    None => self.pending.entry(t).or_default().push(id, positions),
+                    None => {
+                        let p = self.pending.entry(t).or_default();
+                        if p.docs.is_empty() {
+                            self.mem_cost += TERM_COST;
+                        }
+                        p.push(id, positions);
+                    }
                 }
+                // A doc id, a tf, the positions (and what vectors leave
+                // spare as they grow).
+                self.mem_cost += 8 + 6 * positions.len();
                 dl = dl.saturating_add(u32::from(tf));
             }
-            self.dls.push(dl);
+            self.mem_cost += std::mem::size_of::<DocMeta>();
             self.docs.push(DocMeta {
                 conv,
                 offset: d.offset,
@@ -90,9 +104,11 @@ impl Index {
                     None => match self.snap.find(t) {
                         Some(id) => {
                             self.term_ids.insert(t.to_string(), id);
+                            self.mem_cost += TERM_COST;
                             id
                         }
                         None => {
+                            self.mem_cost += TERM_COST;
                             let id = self.postings.len() as u32;
                             self.term_ids.insert(t.to_string(), id);
                             self.postings.push(OnceCell::from(Box::default()));

@@ -5,27 +5,36 @@
 //! Two append-only logs of records, each `[u32 length][u32 CRC-32][payload]`
 //! (little-endian):
 //!
-//! * `terms-v2.log` — batches of new terms; a term's id is its position
+//! * `terms-v3.log` — batches of new terms; a term's id is its position
 //!   (after the snapshot's terms, when there is one).
-//! * `docs-v2.log` — batches of indexed messages of one conversation (a
+//! * `docs-v3.log` — batches of indexed messages of one conversation (a
 //!   payload starts with a 0 byte, the format mark): the conversation id,
 //!   the byte length of its `messages.jsonl` the batch covers (the
 //!   high-water mark), then per message its line's offset and length,
 //!   role, time and `(term id, tf, positions)` (ids and positions
 //!   delta-coded).
 //!
-//! and `snapshot-v2.bin`, the compacted state: when the logs grow past a
-//! threshold, everything is written as one file (replaced atomically), and
-//! each log is replaced by a single *base* record naming the snapshot's
-//! generation. Opening reads the snapshot in one read, checks its CRC and
-//! decodes only the message table; a term's postings are decoded the first
-//! time a query (or an append) touches them, so a one-shot search pays for
-//! its own terms only. The logs are replayed on top. The logs decide which
-//! snapshot counts: both starting with the base record of the snapshot's
-//! generation means "snapshot + these records"; no base record means the
-//! logs hold everything (a crash between writing a snapshot and replacing
-//! the logs — the snapshot is ignored); anything else (a torn snapshot,
-//! mixed generations) means state is missing and the index is rebuilt.
+//! and `snapshot-v3.bin`, the compacted state: when the logs grow past a
+//! threshold (or the postings indexed since the snapshot take too much
+//! memory), everything is written as one file, front to back, and renamed
+//! over the old one; then each log is replaced by a single *base* record
+//! naming the snapshot's generation. Opening maps the snapshot and checks
+//! only its footer and the small tables a lookup needs (terms,
+//! conversations) against their CRC; a term's postings are checked
+//! against their own CRC and decoded the first time a query (or an
+//! append) touches them, and the messages' fixed-width columns are read in
+//! place, a block checked the first time it is read — so a one-shot search
+//! pays for the pages it reads, not for the index (layout in
+//! `snapshot.rs`). A piece that fails its check marks the index corrupt:
+//! the search is answered again after a rebuild (in memory when
+//! read-only), never from the bad piece. The logs are replayed on top.
+//! The logs decide which snapshot counts: both starting with the base
+//! record of the snapshot's generation means "snapshot + these records";
+//! no base record means the logs hold everything (a crash between writing
+//! a snapshot and replacing the logs — the snapshot is ignored); anything
+//! else (a torn snapshot, mixed generations) means state is missing and
+//! the index is rebuilt. The files of an earlier format are deleted on
+//! open and the index is rebuilt in this one.
 //!
 //! Token positions: each posting keeps the positions (token numbers) of the
 //! term in the message, so a quoted phrase is checked against the index —
@@ -56,19 +65,24 @@
 //!
 //! The parts: `postings.rs` (a term's postings and their encoding),
 //! `codec.rs` (varints and the other byte forms), `state.rs` (the
-//! [`Index`] and what it holds), `records.rs` (the logs'
+//! [`Index`] and what it holds), `docs.rs` (the messages, in the
+//! snapshot's columns and after), `records.rs` (the logs'
 //! checksummed records), `batch.rs` (a docs batch: messages tokenised,
-//! encoded, applied), `snapshot.rs` (the compacted file), `persist.rs`
+//! encoded, applied), `snapshot.rs` (the compacted file, read in place),
+//! `snapshot_write.rs` (writing it), `map.rs` (the mapping), `persist.rs`
 //! (loading, appending, compacting) and `catch_up.rs` (indexing what the
 //! conversation logs gained).
 
 mod batch;
 mod catch_up;
 mod codec;
+mod docs;
+mod map;
 mod persist;
 mod postings;
 mod records;
 mod snapshot;
+mod snapshot_write;
 mod state;
 
 use std::collections::HashMap;
@@ -85,12 +99,13 @@ use crate::store::conversation::StoredMessage;
 
 pub use batch::{parse_ts, searchable_text};
 pub use catch_up::MAX_LOG_BYTES;
+pub use docs::{DocMeta, Docs};
 pub use postings::Postings;
 pub(crate) use postings::may_be_consecutive;
 pub use records::MAX_INDEX_BYTES;
 pub use snapshot::SNAPSHOT_FILE_NAME;
+pub use state::Index;
 use state::{ConvState, Files, PERM, Snapshot};
-pub use state::{DocMeta, Index};
 
 /// How long opening waits for another holder of the index.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -123,6 +138,7 @@ impl Index {
         let mut index = Self::open_only(agent)?;
         index.catch_up()?;
         index.maybe_compact();
+        index.repair();
         Ok(index)
     }
 
@@ -221,12 +237,14 @@ impl Index {
             term_ids: HashMap::new(),
             postings: Vec::new(),
             pending: HashMap::new(),
-            docs: Vec::new(),
-            dls: Vec::new(),
+            docs: Docs::default(),
             convs: Vec::new(),
             conv_ids: HashMap::new(),
             persist: false,
             logs: Default::default(),
+            corrupt: Default::default(),
+            mem_cost: 0,
+            flushed: false,
         }
     }
 
@@ -243,11 +261,12 @@ impl Index {
         self.term_ids.clear();
         self.postings.clear();
         self.pending.clear();
-        self.docs.clear();
-        self.dls.clear();
+        self.docs = Docs::default();
         self.convs.clear();
         self.conv_ids.clear();
         self.logs.borrow_mut().clear();
+        self.corrupt.set(false);
+        self.mem_cost = 0;
     }
 
     /// Number of messages indexed.
@@ -281,10 +300,19 @@ impl Index {
         self.postings_at(self.term_id(term)?)
     }
 
+    /// Whether a piece of the snapshot failed its check since it was
+    /// loaded (answers drawn from it are not to be trusted).
+    pub(crate) fn corrupt(&self) -> bool {
+        self.corrupt.get() || self.docs.corrupt()
+    }
+
     fn postings_at(&self, id: u32) -> Option<&Postings> {
         let cell = self.postings.get(id as usize)?;
         Some(cell.get_or_init(|| {
-            let mut p = self.snap.postings(id, self.docs.len());
+            let mut p = self.snap.postings(id, self.docs.len()).unwrap_or_else(|| {
+                self.corrupt.set(true);
+                Postings::default()
+            });
             if let Some(tail) = self.pending.get(&id) {
                 // Appended after the snapshot: their doc ids are larger.
                 for (j, &d) in tail.docs.iter().enumerate() {
@@ -366,6 +394,9 @@ fn lock(file: File) -> std::io::Result<nix::fcntl::Flock<File>> {
 }
 
 #[cfg(test)]
+mod corrupt_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::messages::{Part, Role};
@@ -373,7 +404,7 @@ mod tests {
     use crate::recall::{Filters, Query};
     use crate::store::conversation::Conversation;
 
-    fn agent_with(texts: &[&str]) -> (tempfile::TempDir, AgentPaths) {
+    pub(super) fn agent_with(texts: &[&str]) -> (tempfile::TempDir, AgentPaths) {
         let dir = tempfile::tempdir().unwrap();
         let agent = crate::paths::Home::at(dir.path()).agent("a").unwrap();
         add(&agent, "one", texts);
@@ -395,7 +426,7 @@ mod tests {
         }
     }
 
-    fn found(index: &Index, q: &str) -> Vec<(String, f64)> {
+    pub(super) fn found(index: &Index, q: &str) -> Vec<(String, f64)> {
         index
             .search(&Query::parse(q), &Filters::default(), 20)
             .unwrap()
@@ -404,7 +435,7 @@ mod tests {
             .collect()
     }
 
-    const TEXTS: &[&str] = &[
+    pub(super) const TEXTS: &[&str] = &[
         "the green tea is cold",
         "tea that is green",
         "evergreen tea leaves, green. tea",
@@ -412,7 +443,7 @@ mod tests {
         "绿色的茶 green tea green tea",
         "deploy the server tomorrow",
     ];
-    const QUERIES: &[&str] = &[
+    pub(super) const QUERIES: &[&str] = &[
         "\"green tea\"",
         "tea",
         "\"绿茶\"",

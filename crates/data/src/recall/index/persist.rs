@@ -16,6 +16,9 @@ use crate::recall::error::{RecallError, fs, io};
 /// and a quarter of the snapshot's size (so compaction stays amortised).
 const COMPACT_MIN_BYTES: u64 = 1 << 20;
 
+/// The memory ([`Index::mem_cost`]) past which indexing compacts.
+const FLUSH_COST: usize = 64 << 20;
+
 impl Index {
     pub(super) fn clear(&mut self) -> Result<(), RecallError> {
         self.clear_memory();
@@ -33,35 +36,37 @@ impl Index {
         Ok(())
     }
 
-    /// The bytes of recall file `name` (empty when missing).
-    fn read_index_file(&self, name: &str) -> Result<Vec<u8>, RecallError> {
+    /// The bytes of index log `name` (empty when missing).
+    fn read_log(&self, name: &str) -> Result<Vec<u8>, RecallError> {
         if let Some(f) = &self.files {
             let file = if name == RECALL_TERMS_FILE_NAME {
                 &f.terms
-            } else if name == RECALL_DOCS_FILE_NAME {
-                &f.docs
             } else {
-                return match f.dir.open_file(name) {
-                    Ok((file, _)) => read_all(&file).map_err(io("recall snapshot")),
-                    Err(e) if e.is_not_found() => Ok(Vec::new()),
-                    Err(e) => Err(fs(e)),
-                };
+                &f.docs
             };
             return read_all(file).map_err(io("recall index log"));
         }
-        let Some(dir) = &self.ro_dir else {
-            return Ok(Vec::new());
+        match self.open_index_file(name)? {
+            Some(file) => read_all(&file).map_err(io("recall index file")),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Recall file `name`, opened for reading (`None` when missing).
+    fn open_index_file(&self, name: &str) -> Result<Option<File>, RecallError> {
+        let Some(dir) = self.files.as_ref().map(|f| &f.dir).or(self.ro_dir.as_ref()) else {
+            return Ok(None);
         };
         match dir.open_file(name) {
-            Ok((file, _)) => read_all(&file).map_err(io("recall index file")),
-            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Ok((file, _)) => Ok(Some(file)),
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(fs(e)),
         }
     }
 
     pub(super) fn load(&mut self) -> Result<(), RecallError> {
-        let terms = self.read_index_file(RECALL_TERMS_FILE_NAME)?;
-        let docs = self.read_index_file(RECALL_DOCS_FILE_NAME)?;
+        let terms = self.read_log(RECALL_TERMS_FILE_NAME)?;
+        let docs = self.read_log(RECALL_DOCS_FILE_NAME)?;
         let (t_good, t_recs) = records(&terms);
         let (d_good, d_recs) = records(&docs);
         let t_base = t_recs.first().and_then(|r| base_gen(r));
@@ -76,8 +81,11 @@ impl Index {
                 0
             }
             (Some(a), Some(b)) if a == b => {
-                let bytes = self.read_index_file(SNAPSHOT_FILE_NAME)?;
-                if !self.load_snapshot(bytes, a) {
+                let loaded = match self.open_index_file(SNAPSHOT_FILE_NAME)? {
+                    Some(file) => self.load_snapshot(&file, a),
+                    None => false,
+                };
+                if !loaded {
                     return self.lost_state("its snapshot is missing or torn");
                 }
                 1
@@ -151,6 +159,14 @@ impl Index {
             self.persist = false;
         }
         self.apply(batch);
+        if self.mem_cost > FLUSH_COST && self.persist && self.files.is_some() {
+            if let Err(e) = self.compact() {
+                tracing::warn!("recall index: not compacted ({e})");
+            }
+            // Failed or not, the next try waits for as much again.
+            self.mem_cost = 0;
+            self.flushed = true;
+        }
     }
 
     fn write(&mut self, new_terms: &[String], batch: &Batch) -> std::io::Result<()> {
@@ -179,25 +195,48 @@ impl Index {
         }
         let len = |f: &File| f.metadata().map(|m| m.len()).unwrap_or(0);
         let logs = len(&f.terms) + len(&f.docs);
-        if logs < COMPACT_MIN_BYTES || logs < self.snap.bytes.len() as u64 / 4 {
+        // After compacting while indexing, what followed is compacted too
+        // (the next open then replays nothing).
+        if logs < COMPACT_MIN_BYTES || !self.flushed && logs < self.snap.bytes().len() as u64 / 4 {
             return;
         }
         if let Err(e) = self.compact() {
             tracing::warn!("recall index: not compacted ({e})");
         }
+        self.flushed = false;
+    }
+
+    /// Rebuild when a piece of the snapshot failed its check (what came
+    /// from it cannot be trusted); a failed rebuild leaves the index
+    /// marked, so a search fails rather than answers wrong.
+    pub(super) fn repair(&mut self) {
+        if self.corrupt() {
+            tracing::warn!("recall index: the snapshot is corrupt; rebuilding");
+            if let Err(e) = self.rebuild() {
+                tracing::warn!("recall index: not rebuilt ({e})");
+            }
+        }
     }
 
     /// Write everything as a snapshot, then start both logs afresh on it.
     pub fn compact(&mut self) -> Result<(), RecallError> {
+        if self.files.is_none() {
+            return Ok(());
+        }
         // A fresh generation, so logs never pair with another snapshot.
         let generation = rand::random::<u64>();
-        let bytes = self.encode_snapshot(generation);
+        let written = match &self.files {
+            Some(f) => f
+                .dir
+                .replace_file_streamed(SNAPSHOT_FILE_NAME, PERM, |file| {
+                    self.write_snapshot(file, generation)
+                }),
+            None => return Ok(()),
+        };
+        written.map_err(fs)?;
         let Some(f) = &mut self.files else {
             return Ok(());
         };
-        f.dir
-            .replace_file(SNAPSHOT_FILE_NAME, &bytes, PERM)
-            .map_err(fs)?;
         // A crash from here until both logs are replaced leaves logs of
         // mixed generations or the old full logs: both are handled at open.
         let mut base = BASE_TAG.to_vec();
@@ -215,7 +254,8 @@ impl Index {
             .map_err(fs)?;
         f.docs = f.dir.open_append(RECALL_DOCS_FILE_NAME, PERM).map_err(fs)?;
         // Term ids are renumbered in the snapshot: take it as the state.
-        if !self.load_snapshot(bytes, generation) {
+        let (file, _) = f.dir.open_file(SNAPSHOT_FILE_NAME).map_err(fs)?;
+        if !self.load_snapshot(&file, generation) {
             return Err(RecallError::Invalid(
                 "a recall snapshot just written does not read back".into(),
             ));

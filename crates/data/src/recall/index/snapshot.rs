@@ -1,37 +1,134 @@
-//! The compacted index, `snapshot-v2.bin`: written whole from the state
-//! in memory, checked and indexed when loaded (its postings decoded only
-//! when a query or an append touches them).
+//! The compacted index, `snapshot-v3.bin`, read in place: opening maps
+//! it, checks its footer and the small tables a lookup needs (terms,
+//! conversations) against one CRC, and leaves the rest to be checked
+//! piece by piece when first read — a term's postings against the CRC
+//! they start with, a block of message columns against its CRC in the
+//! block table. What fails a check marks the index corrupt (it is then
+//! rebuilt); every read is bounds-checked, so a forged file cannot make
+//! a reader panic or allocate past its size.
+//!
+//! Layout, in file order (little-endian):
+//! postings (per term in term order: `[u32 CRC][encoded postings]`);
+//! the postings table (`n_terms + 1` u64 file offsets);
+//! term offsets (`n_terms + 1` u32 into the term text); the term text
+//! (terms sorted, so a term is found by binary search); the conversation
+//! table (varint count, then per conversation its id and covered bytes);
+//! six message columns, each 8-aligned (conversation u32, line length
+//! u32, token count u32, role u8, line offset u64, time i64); the block
+//! CRCs (per column, per `docs::BLOCK` messages, u32); and the footer
+//! ([`FOOTER_LEN`] bytes: magic, generation, counts, where each section
+//! starts, and the CRC of the term tables, conversation table, block CRCs
+//! and footer). Written front to back in one pass, so a compaction never
+//! holds the file in memory.
 
 use std::cell::OnceCell;
+use std::fs::File;
+use std::sync::Arc;
 
-use super::codec::{bytes, put_bytes, put_varint, role_code, role_of, unzigzag, varint, zigzag};
-use super::postings::{Postings, decode_postings, encode_postings};
-use super::state::{DocMeta, Index, MAX_CONVERSATIONS, Snapshot};
+use super::codec::{bytes, varint};
+use super::docs::{COLUMNS, Columns, Docs, WIDTH, blocks};
+use super::map::Map;
+use super::postings::{Postings, decode_postings};
+use super::state::{Index, MAX_CONVERSATIONS, Snapshot};
 use crate::paths::is_valid_agent_id;
 
 /// The compacted index.
-pub const SNAPSHOT_FILE_NAME: &str = "snapshot-v2.bin";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"MLRECAL2";
+pub use crate::paths::RECALL_SNAPSHOT_FILE_NAME as SNAPSHOT_FILE_NAME;
+pub(super) const SNAPSHOT_MAGIC: &[u8; 8] = b"MLRECAL3";
+/// The footer: magic, generation, `n_terms`, `n_docs`, the postings
+/// table, term offsets, term text, conversations, six columns and block
+/// CRCs (u64 each), the CRC, four zero bytes.
+pub(super) const FOOTER_LEN: usize = 128;
+const CRC_AT: usize = FOOTER_LEN - 8;
 
-impl Snapshot {
-    fn u32_at(&self, at: usize) -> Option<u32> {
-        let b = self.bytes.get(at..at + 4)?;
-        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+/// Where a snapshot's sections start.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(super) struct Footer {
+    pub(super) generation: u64,
+    pub(super) n_terms: u64,
+    pub(super) n_docs: u64,
+    pub(super) post_table: u64,
+    pub(super) term_offs: u64,
+    pub(super) term_blob: u64,
+    pub(super) convs: u64,
+    pub(super) cols: [u64; COLUMNS],
+    pub(super) crcs: u64,
+}
+
+impl Footer {
+    /// The footer up to its CRC.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = SNAPSHOT_MAGIC.to_vec();
+        let fields = [
+            self.generation,
+            self.n_terms,
+            self.n_docs,
+            self.post_table,
+            self.term_offs,
+            self.term_blob,
+            self.convs,
+        ];
+        for v in fields.iter().chain(&self.cols).chain([&self.crcs]) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
     }
 
-    fn u64_at(&self, at: usize) -> Option<u64> {
-        let b = self.bytes.get(at..at + 8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Some(u64::from_le_bytes(a))
+    pub(super) fn decode(b: &[u8]) -> Option<Footer> {
+        let rest = b.strip_prefix(SNAPSHOT_MAGIC.as_slice())?;
+        let v = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                rest.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
+        };
+        let mut cols = [0u64; COLUMNS];
+        for (c, col) in cols.iter_mut().enumerate() {
+            *col = v(7 + c)?;
+        }
+        Some(Footer {
+            generation: v(0)?,
+            n_terms: v(1)?,
+            n_docs: v(2)?,
+            post_table: v(3)?,
+            term_offs: v(4)?,
+            term_blob: v(5)?,
+            convs: v(6)?,
+            cols,
+            crcs: v(7 + COLUMNS)?,
+        })
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+impl Snapshot {
+    pub(super) fn bytes(&self) -> &[u8] {
+        self.map.as_ref().map_or(&[], |m| m.bytes())
+    }
+
+    /// Let go of the pages read so far.
+    pub(super) fn release(&self) {
+        if let Some(m) = &self.map {
+            m.release();
+        }
     }
 
     /// The text of snapshot term `i`.
-    fn term(&self, i: u32) -> Option<&[u8]> {
-        let at = self.term_offs + i as usize * 4;
-        let (s, e) = (self.u32_at(at)? as usize, self.u32_at(at + 4)? as usize);
-        self.bytes
-            .get(self.term_blob.checked_add(s)?..self.term_blob.checked_add(e)?)
+    pub(super) fn term(&self, i: u32) -> Option<&[u8]> {
+        let b = self.bytes();
+        let at = self.term_offs.checked_add(i as usize * 4)?;
+        let (s, e) = (u32_at(b, at)? as usize, u32_at(b, at + 4)? as usize);
+        b.get(self.term_blob.checked_add(s)?..self.term_blob.checked_add(e)?)
     }
 
     /// The id of `term` among the snapshot's (sorted) terms.
@@ -48,27 +145,50 @@ impl Snapshot {
         None
     }
 
-    /// The postings of snapshot term `i` (empty when undecodable: the CRC
-    /// held, so only a forged file gets here).
-    pub(super) fn postings(&self, i: u32, n_docs: usize) -> Postings {
-        let at = self.post_offs + i as usize * 8;
-        let range = self.u64_at(at).zip(self.u64_at(at + 8)).and_then(|(s, e)| {
-            let s = self.post_blob.checked_add(usize::try_from(s).ok()?)?;
-            let e = self.post_blob.checked_add(usize::try_from(e).ok()?)?;
-            self.bytes.get(s..e)
-        });
-        range
-            .and_then(|b| decode_postings(b, n_docs))
-            .unwrap_or_default()
+    /// Snapshot term `i`'s postings as stored, CRC first, unchecked;
+    /// `None` when they lie outside the postings.
+    pub(super) fn stored(&self, i: u32) -> Option<&[u8]> {
+        let b = self.bytes();
+        let at = self.post_table.checked_add(i as usize * 8)?;
+        let s = usize::try_from(u64_at(b, at)?).ok()?;
+        let e = usize::try_from(u64_at(b, at + 8)?).ok()?;
+        if s.checked_add(4)? > e || e > self.post_table {
+            return None;
+        }
+        b.get(s..e)
+    }
+
+    /// The encoded postings of snapshot term `i`; `None` when they fail
+    /// their CRC or lie outside the postings.
+    fn encoded(&self, i: u32) -> Option<&[u8]> {
+        let (crc, body) = self.stored(i)?.split_at_checked(4)?;
+        (crc32fast::hash(body).to_le_bytes() == crc).then_some(body)
+    }
+
+    /// The postings of snapshot term `i`; `None` when they fail their
+    /// check (the index is corrupt).
+    pub(super) fn postings(&self, i: u32, n_docs: usize) -> Option<Postings> {
+        let p = self.encoded(i).and_then(|b| decode_postings(b, n_docs));
+        if p.is_none() {
+            tracing::warn!("recall index: the postings of term {i} fail their check");
+        }
+        p
     }
 }
 
 impl Index {
-    /// Take `bytes` as the snapshot of generation `generation`; false (nothing
+    /// Take `file` as the snapshot of generation `generation`; false (nothing
     /// changed) when it is not a whole snapshot of that generation.
-    pub(super) fn load_snapshot(&mut self, bytes: Vec<u8>, generation: u64) -> bool {
-        match parse_snapshot(bytes, generation) {
-            Some((snap, convs, docs)) => {
+    pub(super) fn load_snapshot(&mut self, file: &File, generation: u64) -> bool {
+        let map = match Map::of(file) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                tracing::warn!("recall index: snapshot not mapped ({e})");
+                return false;
+            }
+        };
+        match parse_snapshot(map, generation) {
+            Some((snap, convs, columns)) => {
                 self.clear_memory();
                 self.postings = (0..snap.n_terms).map(|_| OnceCell::new()).collect();
                 self.snap = snap;
@@ -78,151 +198,81 @@ impl Index {
                         c.covered = covered;
                     }
                 }
-                self.dls = docs.iter().map(|d| d.dl).collect();
-                self.docs = docs;
+                self.docs = Docs::on(columns);
                 true
             }
             None => false,
         }
     }
-
-    /// The whole state as a snapshot of generation `generation`: header, terms
-    /// (sorted, so a term is found by binary search), postings (an offset
-    /// per term, so each decodes alone), conversations, messages; a CRC of
-    /// all of it at the end.
-    pub(super) fn encode_snapshot(&self, generation: u64) -> Vec<u8> {
-        let mut names: Vec<(&[u8], u32)> = Vec::with_capacity(self.postings.len());
-        for i in 0..self.snap.n_terms {
-            names.push((self.snap.term(i).unwrap_or(b""), i));
-        }
-        for (t, &id) in &self.term_ids {
-            if id >= self.snap.n_terms {
-                names.push((t.as_bytes(), id));
-            }
-        }
-        names.sort_unstable();
-        let mut out = Vec::with_capacity(self.snap.bytes.len() + (1 << 20));
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&generation.to_le_bytes());
-        out.extend_from_slice(&(names.len() as u32).to_le_bytes());
-        let mut blob_len = 0u32;
-        out.extend_from_slice(&0u32.to_le_bytes());
-        for (t, _) in &names {
-            blob_len = blob_len.saturating_add(t.len() as u32);
-            out.extend_from_slice(&blob_len.to_le_bytes());
-        }
-        for (t, _) in &names {
-            out.extend_from_slice(t);
-        }
-        let mut blob = Vec::new();
-        let mut offs = Vec::with_capacity((names.len() + 1) * 8);
-        offs.extend_from_slice(&0u64.to_le_bytes());
-        for &(_, id) in &names {
-            if let Some(p) = self.postings_at(id) {
-                encode_postings(&mut blob, p);
-            }
-            offs.extend_from_slice(&(blob.len() as u64).to_le_bytes());
-        }
-        out.extend_from_slice(&offs);
-        out.extend_from_slice(&(blob.len() as u64).to_le_bytes());
-        out.extend_from_slice(&blob);
-        drop(blob);
-        put_varint(&mut out, self.convs.len() as u64);
-        for c in &self.convs {
-            put_bytes(&mut out, c.id.as_bytes());
-            put_varint(&mut out, c.covered);
-        }
-        put_varint(&mut out, self.docs.len() as u64);
-        for d in &self.docs {
-            put_varint(&mut out, u64::from(d.conv));
-            put_varint(&mut out, d.offset);
-            put_varint(&mut out, u64::from(d.len));
-            out.push(role_code(d.role));
-            put_varint(&mut out, zigzag(d.ts));
-            put_varint(&mut out, u64::from(d.dl));
-        }
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
-    }
 }
 
-type SnapshotParts = (Snapshot, Vec<(String, u64)>, Vec<DocMeta>);
+type SnapshotParts = (Snapshot, Vec<(String, u64)>, Columns);
 
-/// Check and index a snapshot's bytes (the postings stay encoded).
-fn parse_snapshot(bytes: Vec<u8>, want_generation: u64) -> Option<SnapshotParts> {
-    let body_len = bytes.len().checked_sub(4)?;
-    let (body, crc) = bytes.split_at(body_len);
-    if crc32fast::hash(body).to_le_bytes() != crc || !body.starts_with(SNAPSHOT_MAGIC) {
+/// Check a mapped snapshot's footer and small tables, and find its
+/// sections (the postings and columns are checked when read).
+fn parse_snapshot(map: Arc<Map>, want_generation: u64) -> Option<SnapshotParts> {
+    let b = map.bytes();
+    let foot_at = b.len().checked_sub(FOOTER_LEN)?;
+    let footer = b.get(foot_at..)?;
+    let f = Footer::decode(footer)?;
+    if f.generation != want_generation {
         return None;
     }
-    let mut s = Snapshot {
-        bytes: Vec::new(),
-        ..Snapshot::default()
+    let size = |v: u64| usize::try_from(v).ok().filter(|&v| v <= foot_at);
+    let (n_terms, n_docs) = (size(f.n_terms)?, size(f.n_docs)?);
+    let (post_table, term_offs, term_blob) =
+        (size(f.post_table)?, size(f.term_offs)?, size(f.term_blob)?);
+    let (convs_at, crcs) = (size(f.convs)?, size(f.crcs)?);
+    // The sections follow one another, each as long as its counts say.
+    let ordered = post_table.checked_add((n_terms + 1).checked_mul(8)?)? == term_offs
+        && term_offs.checked_add((n_terms + 1) * 4)? == term_blob
+        && term_blob.checked_add(u32_at(b, term_blob - 4)? as usize)? == convs_at;
+    if !ordered || u32::try_from(n_terms).is_err() {
+        return None;
+    }
+    let mut cols = [0usize; COLUMNS];
+    let mut end = convs_at;
+    for (c, col) in cols.iter_mut().enumerate() {
+        *col = size(f.cols[c])?;
+        if *col < end {
+            return None;
+        }
+        end = col.checked_add(n_docs.checked_mul(WIDTH[c])?)?;
+    }
+    if end > crcs || crcs.checked_add(COLUMNS * blocks(n_docs) * 4)? != foot_at {
+        return None;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(b.get(term_offs..cols[0])?);
+    h.update(b.get(crcs..foot_at + CRC_AT)?);
+    if h.finalize() != u32_at(footer, CRC_AT)? {
+        return None;
+    }
+    let convs = parse_convs(b.get(convs_at..cols[0])?)?;
+    let s = Snapshot {
+        map: Some(map.clone()),
+        n_terms: n_terms as u32,
+        term_offs,
+        term_blob,
+        post_table,
     };
-    let mut at = SNAPSHOT_MAGIC.len();
-    let fixed = |at: &mut usize, n: usize| -> Option<&[u8]> {
-        let b = body.get(*at..at.checked_add(n)?)?;
-        *at += n;
-        Some(b)
-    };
-    s.generation = u64::from_le_bytes(fixed(&mut at, 8)?.try_into().ok()?);
-    if s.generation != want_generation {
+    Some((s, convs, Columns::new(map, n_docs, cols, crcs)))
+}
+
+fn parse_convs(b: &[u8]) -> Option<Vec<(String, u64)>> {
+    let mut at = 0;
+    let n = varint(b, &mut at)?;
+    if n > MAX_CONVERSATIONS as u64 {
         return None;
     }
-    s.n_terms = u32::from_le_bytes(fixed(&mut at, 4)?.try_into().ok()?);
-    let n = s.n_terms as usize;
-    s.term_offs = at;
-    let offs = fixed(&mut at, n.checked_add(1)?.checked_mul(4)?)?;
-    let blob_len = u32::from_le_bytes(offs.get(n * 4..)?.try_into().ok()?) as usize;
-    s.term_blob = at;
-    fixed(&mut at, blob_len)?;
-    s.post_offs = at;
-    fixed(&mut at, n.checked_add(1)?.checked_mul(8)?)?;
-    let post_len = u64::from_le_bytes(fixed(&mut at, 8)?.try_into().ok()?);
-    s.post_blob = at;
-    fixed(&mut at, usize::try_from(post_len).ok()?)?;
-    let n_convs = varint(body, &mut at)?;
-    if n_convs > MAX_CONVERSATIONS as u64 {
-        return None;
-    }
-    let mut convs = Vec::with_capacity(n_convs as usize);
-    for _ in 0..n_convs {
-        let id = std::str::from_utf8(self::bytes(body, &mut at)?).ok()?;
+    let mut convs = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let id = std::str::from_utf8(bytes(b, &mut at)?).ok()?;
         if !is_valid_agent_id(id) {
             return None;
         }
-        convs.push((id.to_string(), varint(body, &mut at)?));
+        convs.push((id.to_string(), varint(b, &mut at)?));
     }
-    let n_docs = varint(body, &mut at)?;
-    // Each message takes at least six bytes: no allocation past the file.
-    if n_docs > (body.len() / 6) as u64 {
-        return None;
-    }
-    let mut docs = Vec::with_capacity(n_docs as usize);
-    for _ in 0..n_docs {
-        let conv = u32::try_from(varint(body, &mut at)?).ok()?;
-        if conv as usize >= convs.len() {
-            return None;
-        }
-        let offset = varint(body, &mut at)?;
-        let len = u32::try_from(varint(body, &mut at)?).ok()?;
-        let role = role_of(*body.get(at)?)?;
-        at += 1;
-        let ts = unzigzag(varint(body, &mut at)?);
-        let dl = u32::try_from(varint(body, &mut at)?).ok()?;
-        docs.push(DocMeta {
-            conv,
-            offset,
-            len,
-            ts,
-            role,
-            dl,
-        });
-    }
-    if at != body.len() {
-        return None;
-    }
-    s.bytes = bytes;
-    Some((s, convs, docs))
+    // What follows is the padding before the columns.
+    b.get(at..)?.iter().all(|&x| x == 0).then_some(convs)
 }

@@ -6,27 +6,14 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fs::File;
 
+use super::docs::Docs;
 use super::postings::Postings;
 use crate::agentfs::Dir;
-use crate::protocol::messages::Role;
 
 /// Most conversations an agent's index follows.
 pub(super) const MAX_CONVERSATIONS: usize = 100_000;
 /// Permission bits of the index's files.
 pub(super) const PERM: u32 = 0o644;
-
-/// What the index keeps of one message.
-#[derive(Debug, Clone, Copy)]
-pub struct DocMeta {
-    pub conv: u32,
-    pub offset: u64,
-    pub len: u32,
-    /// Unix seconds of `ts` (0 when unparsable).
-    pub ts: i64,
-    pub role: Role,
-    /// Tokens in the message (its BM25 length).
-    pub dl: u32,
-}
 
 #[derive(Debug)]
 pub(super) struct ConvState {
@@ -58,10 +45,8 @@ pub struct Index {
     /// Entries appended to snapshot terms not decoded yet, merged in when
     /// they are (an append then costs no decoding of common terms).
     pub(super) pending: HashMap<u32, Postings>,
-    pub(crate) docs: Vec<DocMeta>,
-    /// Each doc's `dl` again, packed: ranking a common term reads one per
-    /// posting, and a quarter of the bytes keeps that pass in cache.
-    pub(crate) dls: Vec<u32>,
+    /// Every message: the snapshot's read in place, later ones in memory.
+    pub(crate) docs: Docs,
     pub(super) convs: Vec<ConvState>,
     pub(super) conv_ids: HashMap<String, u32>,
     /// Whether appends reach the disk (a failed write stops them; the
@@ -69,18 +54,25 @@ pub struct Index {
     pub(super) persist: bool,
     /// Open message logs, by conversation number (results re-read lines).
     pub(super) logs: std::cell::RefCell<HashMap<u32, File>>,
+    /// Set when a piece of the snapshot failed its check: what was read
+    /// from it cannot be trusted, and the index is rebuilt.
+    pub(super) corrupt: std::cell::Cell<bool>,
+    /// About the bytes of memory the postings and messages indexed since
+    /// the snapshot take: past a bound, a writable index compacts, so
+    /// indexing a million messages never holds them all in memory.
+    pub(super) mem_cost: usize,
+    /// Whether indexing compacted since this index was opened.
+    pub(super) flushed: bool,
 }
 
-/// A loaded snapshot: its bytes and where its tables are.
+/// A loaded snapshot: its mapping and where its tables are.
 #[derive(Default)]
 pub(super) struct Snapshot {
-    pub(super) generation: u64,
-    pub(super) bytes: Vec<u8>,
+    pub(super) map: Option<std::sync::Arc<super::map::Map>>,
     pub(super) n_terms: u32,
     /// `n_terms + 1` u32 offsets into `term_blob`.
     pub(super) term_offs: usize,
     pub(super) term_blob: usize,
-    /// `n_terms + 1` u64 offsets into `post_blob`.
-    pub(super) post_offs: usize,
-    pub(super) post_blob: usize,
+    /// `n_terms + 1` u64 file offsets of each term's postings.
+    pub(super) post_table: usize,
 }
