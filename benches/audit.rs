@@ -9,6 +9,8 @@
 //! build of the binary (a before/after comparison).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -17,13 +19,10 @@ use std::time::Instant;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-fn bin() -> String {
-    std::env::var("MINI_LETTA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mini-letta").to_string())
-}
+use support::median;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+fn bin() -> String {
+    support::bin().display().to_string()
 }
 
 fn run(home: &Path, env: &[(&str, &str)], args: &[&str]) {
@@ -75,6 +74,7 @@ fn turns(home: &Path, env: &[(&str, &str)], runs: usize) -> f64 {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     if !std::env::args().any(|a| a == "--no-turn") {
         turn_cost(quick);

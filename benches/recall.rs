@@ -22,6 +22,8 @@
 //! `--quick` for 100,000 messages only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -391,7 +393,7 @@ fn run(n: usize) {
 }
 
 fn new_bin() -> String {
-    std::env::var("MINI_LETTA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mini-letta").into())
+    support::bin().display().to_string()
 }
 
 /// `agent create bench` with `bin` in `home`; the agent's id.
@@ -502,6 +504,7 @@ fn cli(home: &Path, agent: &AgentPaths) {
 }
 
 fn main() {
+    support::say_binary();
     let quick = std::env::args().any(|a| a == "--quick");
     run(100_000);
     if !quick {

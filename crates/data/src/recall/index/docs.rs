@@ -96,7 +96,7 @@ impl Columns {
             return None;
         }
         let s = self.at.get(c)?.checked_add(i.checked_mul(W)?)?;
-        self.map.bytes().get(s..s.checked_add(W)?)?.try_into().ok()
+        self.map.get(s..s.checked_add(W)?)?.try_into().ok()
     }
 
     fn u32_of(&self, c: usize, i: usize) -> Option<u32> {
@@ -123,13 +123,10 @@ impl Columns {
         let range = |from: usize, n: usize| {
             Some(at.checked_add(from.checked_mul(w)?)?..at.checked_add(n.checked_mul(w)?)?)
         };
-        let data =
-            range(b * BLOCK, self.n.min((b + 1) * BLOCK)).and_then(|r| self.map.bytes().get(r));
+        let data = range(b * BLOCK, self.n.min((b + 1) * BLOCK)).and_then(|r| self.map.get(r));
         let want = self
             .map
-            .bytes()
-            .get(self.crcs + k * 4..)
-            .and_then(|x| x.get(..4))
+            .get(self.crcs + k * 4..self.crcs + k * 4 + 4)
             .and_then(|x| <[u8; 4]>::try_from(x).ok());
         let ok = matches!((data, want), (Some(d), Some(x)) if crc32fast::hash(d) == u32::from_le_bytes(x));
         if let Some(cell) = self.checked.get(k) {
@@ -257,10 +254,14 @@ impl Docs {
         }
     }
 
-    /// Let go of the snapshot pages read so far.
-    pub(super) fn release(&self) {
+    /// Let go of the snapshot bytes read so far.
+    ///
+    /// # Safety
+    /// No slice of the snapshot may be alive (column values are copies).
+    pub(super) unsafe fn release(&self) {
         if let Some(b) = &self.base {
-            b.map.release();
+            // SAFETY: passed on from our caller.
+            unsafe { b.map.release() };
         }
     }
 }

@@ -197,7 +197,7 @@ impl Index {
         let logs = len(&f.terms) + len(&f.docs);
         // After compacting while indexing, what followed is compacted too
         // (the next open then replays nothing).
-        if logs < COMPACT_MIN_BYTES || !self.flushed && logs < self.snap.bytes().len() as u64 / 4 {
+        if logs < COMPACT_MIN_BYTES || !self.flushed && logs < self.snap.len() as u64 / 4 {
             return;
         }
         if let Err(e) = self.compact() {

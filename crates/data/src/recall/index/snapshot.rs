@@ -99,36 +99,54 @@ impl Footer {
     }
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+fn u32_at(b: &Map, at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
         b.get(at..at.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+fn u64_at(b: &Map, at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
         b.get(at..at.checked_add(8)?)?.try_into().ok()?,
     ))
 }
 
 impl Snapshot {
-    pub(super) fn bytes(&self) -> &[u8] {
-        self.map.as_ref().map_or(&[], |m| m.bytes())
+    /// The snapshot file's length (0 without one).
+    pub(super) fn len(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.len())
     }
 
-    /// Let go of the pages read so far.
-    pub(super) fn release(&self) {
+    /// Bytes `range` of the snapshot, read in if need be.
+    fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        self.map.as_ref()?.get(range)
+    }
+
+    fn u32_at(&self, at: usize) -> Option<u32> {
+        u32_at(self.map.as_ref()?, at)
+    }
+
+    fn u64_at(&self, at: usize) -> Option<u64> {
+        u64_at(self.map.as_ref()?, at)
+    }
+
+    /// Let go of the bytes read so far.
+    ///
+    /// # Safety
+    /// No slice of the snapshot ([`Self::term`], [`Self::stored`]) may be
+    /// alive.
+    pub(super) unsafe fn release(&self) {
         if let Some(m) = &self.map {
-            m.release();
+            // SAFETY: passed on from our caller.
+            unsafe { m.release() };
         }
     }
 
     /// The text of snapshot term `i`.
     pub(super) fn term(&self, i: u32) -> Option<&[u8]> {
-        let b = self.bytes();
         let at = self.term_offs.checked_add(i as usize * 4)?;
-        let (s, e) = (u32_at(b, at)? as usize, u32_at(b, at + 4)? as usize);
-        b.get(self.term_blob.checked_add(s)?..self.term_blob.checked_add(e)?)
+        let (s, e) = (self.u32_at(at)? as usize, self.u32_at(at + 4)? as usize);
+        self.get(self.term_blob.checked_add(s)?..self.term_blob.checked_add(e)?)
     }
 
     /// The id of `term` among the snapshot's (sorted) terms.
@@ -148,14 +166,13 @@ impl Snapshot {
     /// Snapshot term `i`'s postings as stored, CRC first, unchecked;
     /// `None` when they lie outside the postings.
     pub(super) fn stored(&self, i: u32) -> Option<&[u8]> {
-        let b = self.bytes();
         let at = self.post_table.checked_add(i as usize * 8)?;
-        let s = usize::try_from(u64_at(b, at)?).ok()?;
-        let e = usize::try_from(u64_at(b, at + 8)?).ok()?;
+        let s = usize::try_from(self.u64_at(at)?).ok()?;
+        let e = usize::try_from(self.u64_at(at + 8)?).ok()?;
         if s.checked_add(4)? > e || e > self.post_table {
             return None;
         }
-        b.get(s..e)
+        self.get(s..e)
     }
 
     /// The encoded postings of snapshot term `i`; `None` when they fail
@@ -211,9 +228,9 @@ type SnapshotParts = (Snapshot, Vec<(String, u64)>, Columns);
 /// Check a mapped snapshot's footer and small tables, and find its
 /// sections (the postings and columns are checked when read).
 fn parse_snapshot(map: Arc<Map>, want_generation: u64) -> Option<SnapshotParts> {
-    let b = map.bytes();
+    let b = &*map;
     let foot_at = b.len().checked_sub(FOOTER_LEN)?;
-    let footer = b.get(foot_at..)?;
+    let footer = b.get(foot_at..b.len())?;
     let f = Footer::decode(footer)?;
     if f.generation != want_generation {
         return None;
@@ -245,7 +262,8 @@ fn parse_snapshot(map: Arc<Map>, want_generation: u64) -> Option<SnapshotParts> 
     let mut h = crc32fast::Hasher::new();
     h.update(b.get(term_offs..cols[0])?);
     h.update(b.get(crcs..foot_at + CRC_AT)?);
-    if h.finalize() != u32_at(footer, CRC_AT)? {
+    let crc = footer.get(CRC_AT..CRC_AT + 4)?;
+    if h.finalize().to_le_bytes() != crc {
         return None;
     }
     let convs = parse_convs(b.get(convs_at..cols[0])?)?;

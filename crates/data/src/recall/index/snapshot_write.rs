@@ -138,7 +138,9 @@ impl Index {
             w.put(&buf)?;
             read += buf.len();
             if read > RELEASE_EVERY {
-                self.snap.release();
+                // SAFETY: `raw` and every other slice of the snapshot ended
+                // with the iteration that copied it out.
+                unsafe { self.snap.release() };
                 read = 0;
             }
         }
@@ -191,7 +193,8 @@ impl Index {
         for &id in order {
             w.put(self.term_text(id, &new_names))?;
         }
-        self.snap.release();
+        // SAFETY: each term's text was written out by the loop that read it.
+        unsafe { self.snap.release() };
         f.convs = w.at;
         let mut t = Vec::new();
         put_varint(&mut t, self.convs.len() as u64);
@@ -222,7 +225,8 @@ impl Index {
                 }
             }
             w.pad8()?;
-            self.docs.release();
+            // SAFETY: the columns were read as copied values only.
+            unsafe { self.docs.release() };
         }
         w.crc = table;
         f.crcs = w.at;
