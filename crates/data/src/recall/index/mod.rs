@@ -18,13 +18,15 @@
 //! threshold (or the postings indexed since the snapshot take too much
 //! memory), everything is written as one file, front to back, and renamed
 //! over the old one; then each log is replaced by a single *base* record
-//! naming the snapshot's generation. Opening maps the snapshot and checks
+//! naming the snapshot's generation. Opening reads (`map.rs`: by `pread`, on
+//! demand, never a mapping of the file an agent's child could truncate
+//! under a reader) and checks
 //! only its footer and the small tables a lookup needs (terms,
 //! conversations) against their CRC; a term's postings are checked
 //! against their own CRC and decoded the first time a query (or an
 //! append) touches them, and the messages' fixed-width columns are read in
 //! place, a block checked the first time it is read — so a one-shot search
-//! pays for the pages it reads, not for the index (layout in
+//! pays for the chunks it reads, not for the index (layout in
 //! `snapshot.rs`). A piece that fails its check marks the index corrupt:
 //! the search is answered again after a rebuild (in memory when
 //! read-only), never from the bad piece. The logs are replayed on top.
@@ -69,7 +71,7 @@
 //! snapshot's columns and after), `records.rs` (the logs'
 //! checksummed records), `batch.rs` (a docs batch: messages tokenised,
 //! encoded, applied), `snapshot.rs` (the compacted file, read in place),
-//! `snapshot_write.rs` (writing it), `map.rs` (the mapping), `persist.rs`
+//! `snapshot_write.rs` (writing it), `map.rs` (the file's bytes read in on demand), `persist.rs`
 //! (loading, appending, compacting) and `catch_up.rs` (indexing what the
 //! conversation logs gained).
 

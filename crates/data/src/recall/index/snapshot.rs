@@ -200,7 +200,7 @@ impl Index {
         let map = match Map::of(file) {
             Ok(m) => Arc::new(m),
             Err(e) => {
-                tracing::warn!("recall index: snapshot not mapped ({e})");
+                tracing::warn!("recall index: snapshot not opened for reading ({e})");
                 return false;
             }
         };
@@ -225,7 +225,7 @@ impl Index {
 
 type SnapshotParts = (Snapshot, Vec<(String, u64)>, Columns);
 
-/// Check a mapped snapshot's footer and small tables, and find its
+/// Check a snapshot's footer and small tables, and find its
 /// sections (the postings and columns are checked when read).
 fn parse_snapshot(map: Arc<Map>, want_generation: u64) -> Option<SnapshotParts> {
     let b = &*map;

@@ -65,7 +65,7 @@ pub struct Index {
     pub(super) flushed: bool,
 }
 
-/// A loaded snapshot: its mapping and where its tables are.
+/// A loaded snapshot: its bytes (read in on demand) and where its tables are.
 #[derive(Default)]
 pub(super) struct Snapshot {
     pub(super) map: Option<std::sync::Arc<super::map::Map>>,
