@@ -56,6 +56,10 @@ pub(super) struct Columns {
     crcs: usize,
     nblocks: usize,
     checked: Vec<Cell<u8>>,
+    /// Where each checked block's bytes are in memory (0: not fetched): a
+    /// ranking reads a column value per posting, so the block is looked up
+    /// once, not per value. Valid until [`Docs::release`], which clears it.
+    fetched: Vec<Cell<usize>>,
     corrupt: Cell<bool>,
 }
 
@@ -72,6 +76,7 @@ impl Columns {
             checked: (0..COLUMNS * blocks(n))
                 .map(|_| Cell::new(UNCHECKED))
                 .collect(),
+            fetched: (0..COLUMNS * blocks(n)).map(|_| Cell::new(0)).collect(),
             corrupt: Cell::new(false),
         }
     }
@@ -92,11 +97,49 @@ impl Columns {
     /// The `W` bytes of column `c` (of width `W`) of message `i`.
     #[inline]
     fn fixed<const W: usize>(&self, c: usize, i: usize) -> Option<[u8; W]> {
-        if !self.good(c, i) {
+        if i >= self.n || WIDTH.get(c) != Some(&W) {
             return None;
         }
-        let s = self.at.get(c)?.checked_add(i.checked_mul(W)?)?;
-        self.map.get(s..s.checked_add(W)?)?.try_into().ok()
+        let (b, k) = (i / BLOCK, c * self.nblocks + i / BLOCK);
+        let at = match self.fetched.get(k)?.get() {
+            0 => self.fetch(c, b, k)?,
+            a => a,
+        };
+        let mut out = [0u8; W];
+        // SAFETY: `at` is the address of block `b` of column `c` in the
+        // map's memory, `min(n, (b + 1) * BLOCK) - b * BLOCK` values of `W`
+        // bytes, read in and kept until `release` (which forgets `at`); `i`
+        // is below `n` and in block `b`, so its `W` bytes lie inside.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (at as *const u8).add((i % BLOCK) * W),
+                out.as_mut_ptr(),
+                W,
+            );
+        }
+        Some(out)
+    }
+
+    /// Check block `b` of column `c` (the `k`-th) and note where its bytes
+    /// are: `None` when it fails its check.
+    #[cold]
+    fn fetch(&self, c: usize, b: usize, k: usize) -> Option<usize> {
+        if !self.good(c, b * BLOCK) {
+            return None;
+        }
+        let w = *WIDTH.get(c)?;
+        let start = self
+            .at
+            .get(c)?
+            .checked_add(b.checked_mul(BLOCK)?.checked_mul(w)?)?;
+        let end = self
+            .at
+            .get(c)?
+            .checked_add(self.n.min((b + 1) * BLOCK).checked_mul(w)?)?;
+        let bytes = self.map.get(start..end)?;
+        let at = bytes.as_ptr() as usize;
+        self.fetched.get(k)?.set(at);
+        Some(at)
     }
 
     fn u32_of(&self, c: usize, i: usize) -> Option<u32> {
@@ -260,6 +303,15 @@ impl Docs {
     /// No slice of the snapshot may be alive (column values are copies).
     pub(super) unsafe fn release(&self) {
         if let Some(b) = &self.base {
+            // What was fetched or checked is read (and checked) again.
+            for f in &b.fetched {
+                f.set(0);
+            }
+            for k in &b.checked {
+                if k.get() == GOOD {
+                    k.set(UNCHECKED);
+                }
+            }
             // SAFETY: passed on from our caller.
             unsafe { b.map.release() };
         }
