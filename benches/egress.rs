@@ -29,12 +29,7 @@ use support::bin;
 
 /// Run the binary under test with `args` under `home`.
 fn run(home: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(bin())
-        .args(args)
-        .env("MINI_LETTA_HOME", home)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap()
+    common::run_bin(&bin(), home, args)
 }
 
 const MIB: usize = 1 << 20;

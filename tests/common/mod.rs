@@ -94,7 +94,12 @@ pub fn agent_bin() -> PathBuf {
 
 /// Run the binary with `args` under `home`.
 pub fn run(home: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
+    run_bin(&bin(), home, args)
+}
+
+/// Run `bin` (a build of `mini-letta`) with `args` under `home`.
+pub fn run_bin(bin: &Path, home: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
         .args(args)
         .env("MINI_LETTA_HOME", home)
         .env_remove("RUST_LOG")

@@ -63,8 +63,20 @@ pub(super) async fn relay(
         max: cfg.max_bytes,
         start,
     };
-    let up = pump(&client, &server, counts, true, limit);
-    let down = pump(&server, &client, counts, false, limit);
+    let up = Way {
+        from: &client,
+        to: &server,
+        counts,
+        upward: true,
+        limit,
+    };
+    let down = Way {
+        from: &server,
+        to: &client,
+        upward: false,
+        ..up
+    };
+    let (up, down) = (up.pump(), down.pump());
     tokio::pin!(up, down);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut up_done = false;
@@ -101,24 +113,35 @@ impl Limit {
     }
 }
 
-/// Move `from` to `to` until end of file, then shut `to`'s writing side.
-async fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    counts: &Counts,
+/// One direction of a connection: `from` to `to`, counted as up or down.
+#[derive(Clone, Copy)]
+struct Way<'a> {
+    from: &'a TcpStream,
+    to: &'a TcpStream,
+    counts: &'a Counts,
     upward: bool,
     limit: Limit,
-) -> Result<(), String> {
-    match Pipe::new() {
-        Ok(pipe) => splice_pump(&pipe, from, to, counts, upward, limit).await?,
-        Err(e) => {
-            tracing::debug!("egress relay: no pipe ({e}); copying");
-            copy_pump(from, to, counts, upward, limit).await?;
+}
+
+impl Way<'_> {
+    /// Move `from` to `to` until end of file, then shut `to`'s writing side.
+    async fn pump(self) -> Result<(), String> {
+        match Pipe::new() {
+            Ok(pipe) => self.splice(&pipe).await?,
+            Err(e) => {
+                tracing::debug!("egress relay: no pipe ({e}); copying");
+                self.copy().await?;
+            }
         }
+        // The other side sees the end of what this side sent.
+        let _ = nix::sys::socket::shutdown(self.to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        Ok(())
     }
-    // The other side sees the end of what this side sent.
-    let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-    Ok(())
+
+    /// `n` bytes passed on.
+    fn moved(&self, n: usize) {
+        self.counts.moved(self.upward, n as u64, self.limit.start);
+    }
 }
 
 /// A pipe to splice through, both ends non-blocking.
@@ -135,85 +158,77 @@ impl Pipe {
     }
 }
 
-/// `splice` from `from` into the pipe, then from the pipe into `to`. The
-/// pipe is empty whenever the socket is read, so "would block" there means
-/// the socket has nothing; while writing, that the peer's window is full.
-async fn splice_pump(
-    pipe: &Pipe,
-    from: &TcpStream,
-    to: &TcpStream,
-    counts: &Counts,
-    upward: bool,
-    limit: Limit,
-) -> Result<(), String> {
-    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-    loop {
-        from.readable().await.map_err(|e| e.to_string())?;
-        let read = from.try_io(Interest::READABLE, || {
-            nix::fcntl::splice(
-                from.as_fd(),
-                None,
-                &pipe.write,
-                None,
-                PIPE_BYTES as usize,
-                flags,
-            )
-            .map_err(std::io::Error::from)
-        });
-        let n = match read {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e.to_string()),
-        };
-        limit.check(counts, n)?;
-        let mut left = n;
-        while left > 0 {
-            to.writable().await.map_err(|e| e.to_string())?;
-            let wrote = to.try_io(Interest::WRITABLE, || {
-                nix::fcntl::splice(&pipe.read, None, to.as_fd(), None, left, flags)
-                    .map_err(std::io::Error::from)
+impl Way<'_> {
+    /// `splice` from `from` into the pipe, then from the pipe into `to`.
+    /// The pipe is empty whenever the socket is read, so "would block"
+    /// there means the socket has nothing; while writing, that the peer's
+    /// window is full.
+    async fn splice(&self, pipe: &Pipe) -> Result<(), String> {
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        let (from, to) = (self.from, self.to);
+        loop {
+            from.readable().await.map_err(|e| e.to_string())?;
+            let read = from.try_io(Interest::READABLE, || {
+                nix::fcntl::splice(
+                    from.as_fd(),
+                    None,
+                    &pipe.write,
+                    None,
+                    PIPE_BYTES as usize,
+                    flags,
+                )
+                .map_err(std::io::Error::from)
             });
-            match wrote {
-                Ok(0) => return Err("the other side closed".into()),
-                Ok(m) => left = left.saturating_sub(m),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            let n = match read {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e.to_string()),
+            };
+            self.limit.check(self.counts, n)?;
+            let mut left = n;
+            while left > 0 {
+                to.writable().await.map_err(|e| e.to_string())?;
+                let wrote = to.try_io(Interest::WRITABLE, || {
+                    nix::fcntl::splice(&pipe.read, None, to.as_fd(), None, left, flags)
+                        .map_err(std::io::Error::from)
+                });
+                match wrote {
+                    Ok(0) => return Err("the other side closed".into()),
+                    Ok(m) => left = left.saturating_sub(m),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e.to_string()),
+                }
             }
+            self.moved(n);
         }
-        counts.moved(upward, n as u64, limit.start);
     }
-}
 
-/// The fallback: read into a buffer, write it out.
-async fn copy_pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    counts: &Counts,
-    upward: bool,
-    limit: Limit,
-) -> Result<(), String> {
-    let mut buf = vec![0u8; BUF];
-    loop {
-        from.readable().await.map_err(|e| e.to_string())?;
-        let n = match from.try_read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e.to_string()),
-        };
-        limit.check(counts, n)?;
-        let mut sent = 0;
-        while sent < n {
-            to.writable().await.map_err(|e| e.to_string())?;
-            match to.try_write(buf.get(sent..n).unwrap_or_default()) {
-                Ok(0) => return Err("the other side closed".into()),
-                Ok(m) => sent += m,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+    /// The fallback: read into a buffer, write it out.
+    async fn copy(&self) -> Result<(), String> {
+        let (from, to) = (self.from, self.to);
+        let mut buf = vec![0u8; BUF];
+        loop {
+            from.readable().await.map_err(|e| e.to_string())?;
+            let n = match from.try_read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e.to_string()),
+            };
+            self.limit.check(self.counts, n)?;
+            let mut sent = 0;
+            while sent < n {
+                to.writable().await.map_err(|e| e.to_string())?;
+                match to.try_write(buf.get(sent..n).unwrap_or_default()) {
+                    Ok(0) => return Err("the other side closed".into()),
+                    Ok(m) => sent += m,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e.to_string()),
+                }
             }
+            self.moved(n);
         }
-        counts.moved(upward, n as u64, limit.start);
     }
 }
 
