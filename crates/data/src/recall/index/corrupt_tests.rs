@@ -121,3 +121,31 @@ fn any_byte_of_a_snapshot_flipped_changes_no_answer() {
         assert_eq!(got, before, "byte {i}");
     }
 }
+
+/// The agent's child may write its recall directory: a snapshot cut short
+/// in place while a reader has it open must not kill the reader (a mapped
+/// file would: SIGBUS on the next page read); it answers as before.
+#[test]
+fn a_snapshot_truncated_under_an_open_reader_does_not_crash_it() {
+    let (_d, agent, before) = compacted();
+    let path = agent.recall_dir().join(SNAPSHOT_FILE_NAME);
+    for cut in [0u64, 1, 100] {
+        let mut ro = Index::open_read_only(&agent).unwrap();
+        let mut rw = Index::open(&agent).unwrap();
+        // In place, as a hostile child would: same file, shorter.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        for index in [&mut ro, &mut rw] {
+            let got: Vec<_> = QUERIES.iter().map(|q| found_repairing(index, q)).collect();
+            assert_eq!(got, before, "cut to {cut} bytes");
+        }
+        drop((ro, rw));
+        // The next writer rebuilds a whole snapshot.
+        let mut fresh = Index::open(&agent).unwrap();
+        fresh.compact().unwrap();
+    }
+}
